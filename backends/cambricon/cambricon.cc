@@ -1,0 +1,100 @@
+#include "backends/cambricon/cambricon.h"
+
+#include <fmt/format.h>
+
+#include "backends/common.h"
+
+namespace hami::backends::cambricon {
+namespace {
+
+constexpr std::int64_t kMiBPerUnit = 256;
+constexpr std::int64_t kCoresPerCard = 100;
+
+class CambriconBackend final : public BasicBackend {
+ public:
+  using BasicBackend::BasicBackend;
+
+  Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
+    const auto& r = spec_.resources;
+    auto vcores = CapacityCount(node, r.cores);
+    if (!vcores) return vcores.error();
+    if (*vcores == 0) return std::vector<DeviceInfo>();  // no device plugin publishing capacity here
+    auto vmem_or = CapacityCount(node, r.memory);
+    if (!vmem_or) return vmem_or.error();
+    const std::int64_t vmem = *vmem_or;
+    std::vector<DeviceInfo> out;
+    for (std::int64_t i = 0; i * kCoresPerCard < *vcores; ++i) {
+      DeviceInfo d;
+      d.index = static_cast<std::int32_t>(i);
+      d.id = fmt::format("{}-cambricon-mlu-{}", node.name, i);
+      d.count = 100;
+      d.devmem = MiB(static_cast<std::int32_t>(vmem * kMiBPerUnit * kCoresPerCard / *vcores));
+      d.devcore = Cores(kCoresPerCard);
+      d.type = spec_.vendor;
+      d.health = true;
+      out.push_back(std::move(d));
+    }
+    return out;
+  }
+
+  Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
+    const auto& r = spec_.resources;
+    auto count = CountResource(c, r.count);
+    if (!count) return count.error();
+    if (!*count) return std::optional<DeviceRequest>();
+    auto mem = IntegerResource(c, r.memory, "256 MiB units", 0, kInt32Max / kMiBPerUnit);
+    if (!mem) return mem.error();
+    auto cores = IntegerResource(c, r.cores, "percent of an MLU", 0, kInt32Max);
+    if (!cores) return cores.error();
+    DeviceRequest req;
+    req.vendor = spec_.vendor;
+    req.count = **count;
+    req.memory = MiB(mem->value_or(0) * kMiBPerUnit);
+    req.mem_percent = req.memory.value() == 0 ? 100 : 0;
+    req.cores = Cores(cores->value_or(kCoresPerCard));
+    return std::optional<DeviceRequest>(req);
+  }
+
+  void Annotate(const PodVendorDevices& devices, const Annotations& written, TimePoint now,
+                Annotations& out) const override {
+    BasicBackend::Annotate(devices, written, now, out);
+    out["CAMBRICON_DSMLU_ASSIGNED"] = "false";
+    for (const auto& ctr : devices) {
+      if (ctr.empty()) continue;
+      const auto& d = ctr.front();
+      out["CAMBRICON_DSMLU_PROFILE"] =
+          fmt::format("{}_{}_{}", d.index, d.cores.value(), d.mem.value() / kMiBPerUnit);
+      break;
+    }
+  }
+};
+
+}  // namespace
+
+BackendSpec DefaultSpec() {
+  BackendSpec s;
+  s.vendor = "MLU";
+  s.config_section = "cambricon";
+  s.display_name = "Cambricon MLU";
+  s.discovery = Discovery::kNodeCapacity;
+  s.health = HealthRule::kAlwaysHealthy;
+  s.keys.allocated = "hami.io/cambricon-mlu-devices-allocated";
+  s.keys.to_allocate = "hami.io/cambricon-mlu-devices-to-allocate";
+  s.keys.node_lock = "cambricon.com/dsmlu.lock";
+  s.keys.use_uuid = "cambricon.com/use-gpuuuid";
+  s.keys.nouse_uuid = "cambricon.com/nouse-gpuuuid";
+  s.resources = {"cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "", "cambricon.com/mlu.smlu.vcore", "",
+                 kMiBPerUnit};
+  s.fit.quota_in_fit = true;
+  s.lock.owner_aware = false;
+  s.lock.fixed_expiry = std::chrono::minutes(2);
+  return s;
+}
+
+Result<BackendPtr> Create(const VendorSettings& settings) {
+  BackendSpec spec = DefaultSpec();
+  if (auto ok = ApplySettings(settings, false, spec); !ok) return ok.error();
+  return BackendPtr(std::make_unique<CambriconBackend>(std::move(spec)));
+}
+
+}  // namespace hami::backends::cambricon

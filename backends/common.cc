@@ -1,0 +1,102 @@
+#include "backends/common.h"
+
+#include <fmt/format.h>
+
+#include "core/codec/pod_devices.h"
+
+namespace hami::backends {
+
+Result<std::optional<Quantity>> ResourceValue(const ContainerView& c, const std::string& name) {
+  if (name.empty()) return std::optional<Quantity>();
+  const ResourceList* from = nullptr;
+  if (c.limits.contains(name)) {
+    from = &c.limits;
+  } else if (c.requests.contains(name)) {
+    from = &c.requests;
+  }
+  if (from == nullptr) return std::optional<Quantity>();
+  auto q = Quantity::Parse(from->find(name)->second);
+  if (!q) return Error{fmt::format("{}: {}", name, q.error().message)};
+  return std::optional<Quantity>(std::move(*q));
+}
+
+Result<std::optional<std::int64_t>> IntegerResource(const ContainerView& c, const std::string& name,
+                                                    std::string_view unit, std::int64_t lo, std::int64_t hi) {
+  auto q = ResourceValue(c, name);
+  if (!q) return q.error();
+  if (!*q) return std::optional<std::int64_t>();
+  auto v = (*q)->AsInt64();
+  if (!v) {
+    return Error{fmt::format("{}: \"{}\" is not a whole number of {}", name, (*q)->text(), unit)};
+  }
+  if (*v < lo || *v > hi) {
+    return Error{fmt::format("{}: {} is out of range (want {} to {} {})", name, *v, lo, hi, unit)};
+  }
+  return std::optional<std::int64_t>(*v);
+}
+
+Result<std::optional<std::int32_t>> CountResource(const ContainerView& c, const std::string& name) {
+  auto n = IntegerResource(c, name, "devices", 0, kInt32Max);
+  if (!n) return n.error();
+  if (!*n || **n == 0) return std::optional<std::int32_t>();
+  return std::optional<std::int32_t>(static_cast<std::int32_t>(**n));
+}
+
+Result<void> ApplySettings(const VendorSettings& s, bool factor_configurable, BackendSpec& spec) {
+  const auto set = [](const std::optional<std::string>& from, std::string& to) {
+    if (from) to = *from;
+  };
+  set(s.resource_count, spec.resources.count);
+  set(s.resource_memory, spec.resources.memory);
+  set(s.resource_memory_percentage, spec.resources.memory_percentage);
+  set(s.resource_cores, spec.resources.cores);
+  set(s.resource_priority, spec.resources.priority);
+  set(s.register_key, spec.keys.register_annotation);
+  set(s.score_key, spec.keys.score_annotation);
+  set(s.handshake_key, spec.keys.handshake);
+  set(s.allocated_key, spec.keys.allocated);
+  set(s.to_allocate_key, spec.keys.to_allocate);
+  set(s.node_lock_key, spec.keys.node_lock);
+  if (s.memory_factor) {
+    if (!factor_configurable) {
+      return Error{fmt::format("{}.memoryFactor: {} memory is counted in fixed units of {} MiB and cannot be changed",
+                               spec.config_section, spec.display_name, spec.resources.memory_factor)};
+    }
+    if (*s.memory_factor < 0) {
+      return Error{fmt::format("{}.memoryFactor: {} is negative (want 0 or 1 for MiB, or MiB per unit)",
+                               spec.config_section, *s.memory_factor)};
+    }
+    spec.resources.memory_factor = std::max<std::int64_t>(1, *s.memory_factor);
+  }
+  if (spec.resources.count.empty()) {
+    return Error{fmt::format("{}.resourceCountName: must not be empty", spec.config_section)};
+  }
+  if (spec.keys.allocated.empty()) {
+    return Error{fmt::format("{}: the allocated-devices annotation key must not be empty", spec.config_section)};
+  }
+  return {};
+}
+
+Result<std::int64_t> CapacityCount(const NodeView& node, const std::string& name) {
+  auto it = node.capacity.find(name);
+  if (name.empty() || it == node.capacity.end()) return std::int64_t{0};
+  auto q = Quantity::Parse(it->second);
+  if (!q) return Error{fmt::format("node capacity {}: {}", name, q.error().message)};
+  auto v = q->AsInt64();
+  if (!v || *v < 0) {
+    return Error{fmt::format("node capacity {}: \"{}\" is not a non-negative integer", name, it->second)};
+  }
+  return *v;
+}
+
+void BasicBackend::Annotate(const PodVendorDevices& devices, const Annotations&, TimePoint, Annotations& out) const {
+  const std::string value = codec::EncodePodDevices(devices);
+  out[spec_.keys.allocated] = value;
+  if (!spec_.keys.to_allocate.empty()) out[spec_.keys.to_allocate] = value;
+}
+
+Result<bool> BasicBackend::Admit(ContainerView& container, PodView&) const {
+  return container.limits.contains(spec_.resources.count);
+}
+
+}  // namespace hami::backends

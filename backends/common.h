@@ -1,0 +1,45 @@
+#pragma once
+// Helpers shared by the four backends: reading container resources (limits first, then requests) with
+// errors that name the resource and what was expected, applying config overrides, and a base class with the
+// behaviour most vendors share.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/backend.h"
+#include "core/quantity.h"
+
+namespace hami::backends {
+
+// The resource's quantity from limits, else requests; nullopt when absent; an error when unreadable.
+Result<std::optional<Quantity>> ResourceValue(const ContainerView& c, const std::string& name);
+// Same, as an exact integer in [lo, hi]; `unit` completes "is not a whole number of <unit>".
+Result<std::optional<std::int64_t>> IntegerResource(const ContainerView& c, const std::string& name,
+                                                    std::string_view unit, std::int64_t lo, std::int64_t hi);
+// The device count: nullopt when absent or 0; an error when negative, fractional or too large.
+Result<std::optional<std::int32_t>> CountResource(const ContainerView& c, const std::string& name);
+
+// Overrides keys and resource names in `spec` from `settings`; memory factor too when `factor_configurable`.
+Result<void> ApplySettings(const VendorSettings& settings, bool factor_configurable, BackendSpec& spec);
+
+// A count in a node's status.capacity: 0 when absent; an error when not a non-negative integer.
+Result<std::int64_t> CapacityCount(const NodeView& node, const std::string& name);
+
+inline constexpr std::int64_t kInt32Max = 2147483647;
+
+// Behaviour shared by most vendors: both pod keys carry the same encoded list, admission only reports whether
+// the count resource is in the limits.
+class BasicBackend : public Backend {
+ public:
+  explicit BasicBackend(BackendSpec spec) : spec_(std::move(spec)) {}
+  const BackendSpec& Spec() const override { return spec_; }
+  void Annotate(const PodVendorDevices& devices, const Annotations& written, TimePoint now,
+                Annotations& out) const override;
+  Result<bool> Admit(ContainerView& container, PodView& pod) const override;
+
+ protected:
+  BackendSpec spec_;
+};
+
+}  // namespace hami::backends

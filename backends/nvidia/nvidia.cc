@@ -1,0 +1,233 @@
+#include "backends/nvidia/nvidia.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "backends/common.h"
+#include "core/codec/node_devices.h"
+#include "core/codec/pod_devices.h"
+#include "core/keys.h"
+#include "core/strings.h"
+
+namespace hami::backends::nvidia {
+namespace {
+
+constexpr std::string_view kCorePolicyDefault = "default";
+
+void SetEnv(ContainerView& c, std::string name, std::string value) {
+  // Replace rather than append: re-admitting a pod must not stack duplicates (upstream appends).
+  for (auto& e : c.env) {
+    if (e.name == name) {
+      e.value = std::move(value);
+      return;
+    }
+  }
+  c.env.push_back(EnvVar{std::move(name), std::move(value)});
+}
+
+class NvidiaBackend final : public BasicBackend {
+ public:
+  NvidiaBackend(BackendSpec spec, const VendorSettings& s)
+      : BasicBackend(std::move(spec)),
+        default_memory_(s.default_memory.value_or(0)),
+        default_cores_(s.default_cores.value_or(0)),
+        default_gpu_num_(s.default_gpu_num.value_or(1)),
+        overwrite_env_(s.overwrite_env.value_or(false)),
+        gpu_core_policy_(s.gpu_core_policy.value_or(std::string(kCorePolicyDefault))),
+        runtime_class_(s.runtime_class_name.value_or("")),
+        mig_allowlist_(s.mig_profile_allowlist) {}
+
+  Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
+    const auto& key = spec_.keys.register_annotation;
+    auto it = node.annotations.find(key);
+    if (it == node.annotations.end()) return std::vector<DeviceInfo>();  // no NVIDIA device plugin here
+    auto devices = codec::DecodeDeviceManifest(it->second);
+    if (!devices) return Error{fmt::format("annotation {}: {}", key, devices.error().message)};
+    if (!spec_.keys.score_annotation.empty()) {
+      if (auto s = node.annotations.find(spec_.keys.score_annotation); s != node.annotations.end()) {
+        auto ok = codec::ApplyPairScores(s->second, *devices);
+        if (!ok) return Error{fmt::format("annotation {}: {}", spec_.keys.score_annotation, ok.error().message)};
+      }
+    }
+    return devices;
+  }
+
+  Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
+    const auto& r = spec_.resources;
+    auto count = CountResource(c, r.count);
+    if (!count) return count.error();
+    if (!*count) return std::optional<DeviceRequest>();
+    DeviceRequest req;
+    req.vendor = spec_.vendor;
+    req.count = **count;
+    const std::int64_t factor = std::max<std::int64_t>(1, r.memory_factor);
+    auto mem = IntegerResource(c, r.memory, "MiB", 0, kInt32Max / factor);
+    if (!mem) return mem.error();
+    std::int64_t memnum = mem->value_or(0) * factor;
+    auto pct = IntegerResource(c, r.memory_percentage, "percent", std::numeric_limits<std::int64_t>::min(),
+                               std::numeric_limits<std::int64_t>::max());
+    if (!pct) return pct.error();
+    req.mem_percent = kPercentUnset;
+    if (*pct) {
+      if (**pct > 100) {
+        req.mem_percent = 100;
+      } else if (**pct > 0) {
+        req.mem_percent = static_cast<std::int32_t>(**pct);
+      }
+    }
+    if (req.mem_percent == kPercentUnset && memnum == 0) {
+      if (default_memory_ != 0) {
+        memnum = default_memory_;
+      } else {
+        req.mem_percent = 100;
+      }
+    }
+    req.memory = MiB(memnum);
+    auto cores = IntegerResource(c, r.cores, "percent of a GPU", 0, kInt32Max);
+    if (!cores) return cores.error();
+    req.cores = Cores(cores->value_or(default_cores_));
+    return std::optional<DeviceRequest>(req);
+  }
+
+  void Annotate(const PodVendorDevices& devices, const Annotations& written, TimePoint now,
+                Annotations& out) const override {
+    BasicBackend::Annotate(devices, written, now, out);
+    auto mig = codec::MigAllocationsOf(devices);
+    if (!mig.empty()) out[std::string(keys::kMigAllocations)] = codec::EncodeMigAllocations(mig);
+  }
+
+  Result<bool> Admit(ContainerView& c, PodView& pod) const override {
+    const auto& r = spec_.resources;
+    if (!r.memory_percentage.empty()) {
+      auto pct = ResourceValue(c, r.memory_percentage);
+      if (!pct) return pct.error();
+      if (*pct) {
+        auto v = (*pct)->AsInt64();
+        if (!v || *v < 0 || *v > 100) {
+          return Error{fmt::format("invalid {} value {} in container {}: must be an integer between 0 and 100",
+                                   r.memory_percentage, (*pct)->text(), c.name)};
+        }
+      }
+    }
+    if (!r.priority.empty()) {
+      if (auto p = c.limits.find(r.priority); p != c.limits.end()) SetEnv(c, "CUDA_TASK_PRIORITY", p->second);
+    }
+    if (!gpu_core_policy_.empty() && gpu_core_policy_ != kCorePolicyDefault) {
+      SetEnv(c, "GPU_CORE_UTILIZATION_POLICY", gpu_core_policy_);
+    }
+    bool found = c.limits.contains(r.count);
+    if (!found && default_gpu_num_ > 0) {
+      const bool asks = (!r.cores.empty() && c.limits.contains(r.cores)) ||
+                        (!r.memory.empty() && c.limits.contains(r.memory)) ||
+                        (!r.memory_percentage.empty() && c.limits.contains(r.memory_percentage));
+      if (asks) {
+        c.limits[r.count] = std::to_string(default_gpu_num_);
+        found = true;
+      }
+    }
+    const auto present = [&](const std::string& name) {
+      return !name.empty() && (c.limits.contains(name) || c.requests.contains(name));
+    };
+    if (present(r.count) && !present(r.cores)) {
+      bool exclusive = r.memory.empty() || !present(r.memory);
+      if (present(r.memory_percentage)) {
+        auto pct = ResourceValue(c, r.memory_percentage);
+        exclusive = pct && *pct && (*pct)->AsInt64() == 100;
+      }
+      if (exclusive && !r.cores.empty()) {
+        c.limits[r.cores] = "100";
+        found = true;
+      }
+    }
+    if (found && !pod.runtime_class_name && !runtime_class_.empty()) pod.runtime_class_name = runtime_class_;
+    if (!found && overwrite_env_) SetEnv(c, "NVIDIA_VISIBLE_DEVICES", "none");
+    return found;
+  }
+
+  bool MigProfileAllowed(std::string_view model, std::string_view profile) const override {
+    bool model_listed = false;
+    for (const auto& entry : mig_allowlist_) {
+      const bool matches = std::any_of(entry.models.begin(), entry.models.end(),
+                                       [&](const std::string& m) { return ContainsIgnoreCase(model, m); });
+      if (!matches) continue;
+      model_listed = true;
+      if (std::find(entry.profiles.begin(), entry.profiles.end(), profile) != entry.profiles.end()) return true;
+    }
+    return !model_listed;
+  }
+
+ private:
+  std::int64_t default_memory_;
+  std::int64_t default_cores_;
+  std::int64_t default_gpu_num_;
+  bool overwrite_env_;
+  std::string gpu_core_policy_;
+  std::string runtime_class_;
+  std::vector<MigAllowEntry> mig_allowlist_;
+};
+
+}  // namespace
+
+BackendSpec DefaultSpec() {
+  BackendSpec s;
+  s.vendor = "NVIDIA";
+  s.config_section = "nvidia";
+  s.display_name = "NVIDIA GPU";
+  s.discovery = Discovery::kJsonAnnotation;
+  s.health = HealthRule::kHandshakeAndDeviceChecks;
+  s.keys.register_annotation = "hami.io/node-nvidia-register";
+  s.keys.score_annotation = "hami.io/node-nvidia-score";
+  s.keys.handshake = "hami.io/node-handshake";
+  s.keys.allocated = "hami.io/vgpu-devices-allocated";
+  s.keys.to_allocate = "hami.io/vgpu-devices-to-allocate";
+  s.keys.node_lock = "hami.io/mutex.lock";
+  s.keys.use_uuid = "nvidia.com/use-gpuuuid";
+  s.keys.nouse_uuid = "nvidia.com/nouse-gpuuuid";
+  s.keys.use_type = "nvidia.com/use-gputype";
+  s.keys.nouse_type = "nvidia.com/nouse-gputype";
+  s.resources = {"nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores",
+                 "nvidia.com/priority", 1};
+  s.fit.cordon = true;
+  s.fit.numa_bind_annotation = "nvidia.com/numa-bind";
+  s.fit.mode_annotation = "nvidia.com/vgpu-mode";
+  s.fit.quota_in_fit = true;
+  s.fit.topology = true;
+  s.fit.mig = true;
+  return s;
+}
+
+Result<BackendPtr> Create(const VendorSettings& settings) {
+  BackendSpec spec = DefaultSpec();
+  if (auto ok = ApplySettings(settings, true, spec); !ok) return ok.error();
+  const auto non_negative = [&](const std::optional<std::int64_t>& v, std::string_view key) -> Result<void> {
+    if (v && *v < 0) return Error{fmt::format("nvidia.{}: {} is negative", key, *v)};
+    return {};
+  };
+  if (auto ok = non_negative(settings.default_memory, "defaultMemory"); !ok) return ok.error();
+  if (auto ok = non_negative(settings.default_cores, "defaultCores"); !ok) return ok.error();
+  if (auto ok = non_negative(settings.default_gpu_num, "defaultGPUNum"); !ok) return ok.error();
+  if (settings.default_cores && *settings.default_cores > 100) {
+    return Error{fmt::format("nvidia.defaultCores: {} is above 100 (percent of one GPU)", *settings.default_cores)};
+  }
+  if (settings.gpu_core_policy && *settings.gpu_core_policy != "default" && *settings.gpu_core_policy != "force" &&
+      *settings.gpu_core_policy != "disable") {
+    return Error{fmt::format("nvidia.gpuCorePolicy: '{}' is not one of default, force, disable",
+                             *settings.gpu_core_policy)};
+  }
+  for (const auto& entry : settings.mig_profile_allowlist) {
+    if (entry.models.empty() || entry.profiles.empty()) {
+      return Error{"nvidia.migProfileAllowlist: every entry needs both models and profiles"};
+    }
+    for (const auto& p : entry.profiles) {
+      const auto g = p.find("g.");
+      if (g == std::string::npos || g == 0 || !std::all_of(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(g),
+                                                           [](char ch) { return ch >= '0' && ch <= '9'; })) {
+        return Error{fmt::format("nvidia.migProfileAllowlist: profile '{}' does not look like <N>g.<memory>", p)};
+      }
+    }
+  }
+  return BackendPtr(std::make_unique<NvidiaBackend>(std::move(spec), settings));
+}
+
+}  // namespace hami::backends::nvidia

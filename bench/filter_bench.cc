@@ -1,0 +1,121 @@
+// Decision-path benchmarks: one /filter decision against N nodes of 8 GPUs with 10 running pods per node,
+// and the cost of one ledger update. Run a Release build:
+//   BUILD_DIR=build-release BUILD_TYPE=Release scripts/build.sh && build-release/bench/bench_filter
+#include <benchmark/benchmark.h>
+
+#include <fmt/format.h>
+
+#include "backends/builtin.h"
+#include "core/codec/node_devices.h"
+#include "core/scheduler.h"
+
+namespace hami {
+namespace {
+
+Backends MakeBackends() {
+  BackendRegistry registry;
+  backends::RegisterBuiltinBackends(registry).value();
+  std::vector<BackendPtr> list;
+  for (const auto& name : registry.Names()) list.push_back(registry.Create(name, VendorSettings{}).value());
+  return Backends(std::move(list));
+}
+
+NodeView GpuNode(int n) {
+  std::vector<DeviceInfo> gpus;
+  for (int g = 0; g < 8; ++g) {
+    DeviceInfo d;
+    d.id = fmt::format("GPU-{:05}-{}", n, g);
+    d.index = g;
+    d.count = 10;
+    d.devmem = MiB(81920);
+    d.devcore = Cores(100);
+    d.type = "NVIDIA-H100-80GB-HBM3";
+    d.numa = g / 4;
+    d.mode = "hami-core";
+    d.health = true;
+    gpus.push_back(std::move(d));
+  }
+  NodeView node;
+  node.name = fmt::format("node-{:05}", n);
+  node.annotations["hami.io/node-nvidia-register"] = codec::EncodeDeviceManifest(gpus);
+  node.allocatable["nvidia.com/gpu"] = "80";
+  return node;
+}
+
+PodAllocation Running(int node, int k) {
+  PodAllocation a;
+  a.uid = fmt::format("run-{}-{}", node, k);
+  a.ns = "default";
+  a.name = a.uid;
+  a.node = fmt::format("node-{:05}", node);
+  const int gpu = (node + k) % 8;
+  a.devices["NVIDIA"] = {{ContainerDevice{gpu, fmt::format("GPU-{:05}-{}", node, gpu), "NVIDIA",
+                                          MiB(4000 + 1000 * (k % 3)), Cores(10 + (node % 7)), std::nullopt}}};
+  return a;
+}
+
+PodView RequestPod() {
+  PodView p;
+  p.ns = "default";
+  p.name = "new";
+  p.uid = "uid-new";
+  ContainerView c;
+  c.name = "main";
+  c.limits = {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "10"}, {"nvidia.com/gpucores", "30"}};
+  p.containers.push_back(std::move(c));
+  return p;
+}
+
+struct Cluster {
+  explicit Cluster(int nodes, int pods_per_node) : backends(MakeBackends()), state(backends) {
+    for (int n = 0; n < nodes; ++n) {
+      state.UpsertNode(GpuNode(n));
+      names.push_back(fmt::format("node-{:05}", n));
+      for (int k = 0; k < pods_per_node; ++k) state.AddPod(Running(n, k));
+    }
+  }
+  Backends backends;
+  ClusterState state;
+  std::vector<std::string> names;
+};
+
+void BM_FilterDecision(benchmark::State& st) {
+  Cluster cluster(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
+  Scheduler scheduler(cluster.state, SchedulerOptions{});
+  const PodView pod = RequestPod();
+  const TimePoint now = std::chrono::system_clock::now();
+  for (auto _ : st) {
+    auto out = scheduler.Filter(pod, cluster.names, now);
+    if (out.kind != FilterOutcome::Kind::kScheduled) st.SkipWithError("pod did not fit");
+    benchmark::DoNotOptimize(out);
+  }
+  st.counters["nodes"] = static_cast<double>(st.range(0));
+  st.counters["per_node_ns"] = benchmark::Counter(static_cast<double>(st.range(0)),
+                                                  benchmark::Counter::kIsIterationInvariantRate |
+                                                      benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_FilterDecision)
+    ->Args({100, 10})
+    ->Args({1000, 10})
+    ->Args({10000, 10})
+    ->Args({1000, 0})
+    ->Args({1000, 40})
+    ->Unit(benchmark::kMicrosecond);
+
+// One pod added to and removed from the ledger on a 10,000-node cluster (the watch-event path).
+void BM_LedgerUpdate(benchmark::State& st) {
+  Cluster cluster(10000, 10);
+  PodAllocation a = Running(4242, 99);
+  a.uid = "bench-pod";
+  for (auto _ : st) {
+    cluster.state.AddPod(a);
+    cluster.state.RemovePod("bench-pod");
+  }
+  st.SetItemsProcessed(st.iterations() * 2);
+}
+BENCHMARK(BM_LedgerUpdate)->Unit(benchmark::kNanosecond);
+
+}  // namespace
+}  // namespace hami
+
+BENCHMARK_MAIN();

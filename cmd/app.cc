@@ -1,0 +1,95 @@
+#include "cmd/app.h"
+
+#include <ostream>
+
+#include <fmt/format.h>
+
+#include "backends/builtin.h"
+#include "config/flags.h"
+
+namespace hami::cmd {
+namespace {
+
+constexpr std::string_view kUsage = R"(hami-scheduler: GPU-sharing scheduler extender for Kubernetes (a drop-in for HAMi's)
+
+Usage:
+  hami-scheduler inspect node|pod FILE|-      decode a Node's or Pod's HAMi annotations (JSON or YAML)
+  hami-scheduler simulate --cluster FILE [--pods FILE] [-o json|table] [config flags]
+                                              place pods offline against a cluster snapshot
+                                              (what `kubectl get nodes,pods -A -o json` prints)
+  hami-scheduler config [flags]               print the effective configuration (same as --print-config)
+  hami-scheduler version
+
+Run `hami-scheduler <command> --help` for the command's flags, `hami-scheduler config --help` for every
+configuration flag (HAMi's flag names are accepted).
+)";
+
+}  // namespace
+
+std::string VersionString() { return fmt::format("hami-scheduler {}", HAMI_VERSION); }
+
+Result<Backends> BuildBackends(const config::Config& cfg) {
+  BackendRegistry registry;
+  if (auto ok = backends::RegisterBuiltinBackends(registry); !ok) return ok.error();
+  std::vector<BackendPtr> list;
+  std::vector<std::string> problems;
+  for (const auto& name : registry.Names()) {
+    VendorSettings settings;
+    if (auto it = cfg.vendors.find(name); it != cfg.vendors.end()) settings = it->second;
+    if (!settings.enabled) continue;
+    auto backend = registry.Create(name, settings);
+    if (!backend) {
+      problems.push_back(backend.error().message);
+      continue;
+    }
+    list.push_back(std::move(*backend));
+  }
+  if (!problems.empty()) return config::ProblemsError(problems);
+  return Backends(std::move(list));
+}
+
+int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+    out << kUsage;
+    return args.empty() ? kExitUsage : kExitOk;
+  }
+  const std::string& command = args[0];
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (command == "version" || command == "--version") {
+    out << VersionString() << "\n";
+    return kExitOk;
+  }
+  if (command == "inspect") return Inspect(rest, out, err);
+  if (command == "simulate") return Simulate(rest, out, err);
+  if (command == "config" || command.starts_with("-")) {
+    // `config [flags]`, or bare flags such as `--print-config`: load, validate, print.
+    std::vector<std::string> flag_args{"hami-scheduler"};
+    flag_args.insert(flag_args.end(), command == "config" ? rest.begin() : args.begin(), args.end());
+    auto loaded = config::LoadConfig(flag_args);
+    if (!loaded) {
+      err << "hami-scheduler: " << loaded.error().message << "\n";
+      return kExitUsage;
+    }
+    if (loaded->help) {
+      out << loaded->help_text;
+      return kExitOk;
+    }
+    for (const auto& w : loaded->config.warnings) err << "warning: " << w << "\n";
+    auto backends = BuildBackends(loaded->config);
+    if (!backends) {
+      err << "hami-scheduler: " << backends.error().message << "\n";
+      return kExitUsage;
+    }
+    if (command == "config" || loaded->print_config) {
+      out << config::ToYaml(loaded->config);
+      return kExitOk;
+    }
+    err << "hami-scheduler: no command given; the configuration is valid (use --print-config to see it)\n"
+        << kUsage;
+    return kExitUsage;
+  }
+  err << "hami-scheduler: unknown command '" << command << "'\n" << kUsage;
+  return kExitUsage;
+}
+
+}  // namespace hami::cmd

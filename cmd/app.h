@@ -1,0 +1,27 @@
+#pragma once
+// The composition root's building blocks, kept out of main() so tests can run every subcommand in-process.
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "core/backend.h"
+
+namespace hami::cmd {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;  // bad flags, bad config, bad input files
+
+// Runs `hami-scheduler <args...>` (args[0] is the first argument after the program name).
+int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+// The backends the configuration enables, created through the explicit registry.
+Result<Backends> BuildBackends(const config::Config& cfg);
+
+int Inspect(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+std::string VersionString();
+
+}  // namespace hami::cmd

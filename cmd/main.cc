@@ -1,0 +1,16 @@
+// hami-scheduler: the composition root. Everything is built in cmd/app.cc; main only hands over argv.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cmd/app.h"
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    return hami::cmd::Run(args, std::cout, std::cerr);
+  } catch (const std::exception& e) {
+    std::cerr << "hami-scheduler: stopped: " << e.what() << "\n";
+    return hami::cmd::kExitFailure;
+  }
+}

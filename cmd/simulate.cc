@@ -1,0 +1,281 @@
+// `hami-scheduler simulate`: places pods offline against a cluster snapshot with the real decision engine.
+#include <algorithm>
+#include <ostream>
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include "cmd/app.h"
+#include "config/flags.h"
+#include "core/codec/stamps.h"
+#include "core/scheduler.h"
+#include "core/strings.h"
+#include "k8s/objects.h"
+
+namespace hami::cmd {
+namespace json = boost::json;
+namespace {
+
+constexpr std::string_view kSimulateUsage = R"(Usage: hami-scheduler simulate --cluster FILE [--pods FILE] [-o json|table]
+                                [--now RFC3339] [config flags]
+
+Places pods on a cluster snapshot with the same decision engine the extender uses.
+  --cluster FILE   what `kubectl get nodes,pods,resourcequotas -A -o json` (or -o yaml) prints. Pods that
+                   carry hami.io/vgpu-node count as usage; pods with no node are placed, in file order.
+  --pods FILE      more pods to place after those (a List, or multi-document YAML).
+  -o, --output     json (default) or table.
+  --now TIME       decision time written into annotations (default: now), for reproducible output.
+Config flags (--config, --device-config-file, --gpu-scheduler-policy, --node-scheduler-policy, ...) apply.
+Unschedulable pods are results; malformed input exits with status 2 and names the object and field.
+)";
+
+struct SimulateArgs {
+  std::string cluster;
+  std::string pods;
+  std::string output = "json";
+  std::optional<TimePoint> now;
+  std::vector<std::string> config_args{"hami-scheduler simulate"};
+  bool help = false;
+};
+
+Result<SimulateArgs> ParseArgs(const std::vector<std::string>& args) {
+  SimulateArgs a;
+  std::vector<std::string> problems;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    std::string value;
+    bool has_value = false;
+    if (auto eq = arg.find('='); arg.starts_with("--") && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    const auto take = [&](std::string& into) {
+      if (has_value) {
+        into = value;
+      } else if (i + 1 < args.size()) {
+        into = args[++i];
+      } else {
+        problems.push_back(fmt::format("{}: missing value", arg));
+      }
+    };
+    if (arg == "--cluster") {
+      take(a.cluster);
+    } else if (arg == "--pods") {
+      take(a.pods);
+    } else if (arg == "-o" || arg == "--output") {
+      take(a.output);
+      if (a.output != "json" && a.output != "table") {
+        problems.push_back(fmt::format("{}: '{}' is not json or table", arg, a.output));
+      }
+    } else if (arg == "--now") {
+      std::string t;
+      take(t);
+      auto parsed = codec::ParseRfc3339(t);
+      if (!parsed) {
+        problems.push_back(fmt::format("--now: {}", parsed.error().message));
+      } else {
+        a.now = *parsed;
+      }
+    } else if (arg == "-h" || arg == "--help") {
+      a.help = true;
+    } else {
+      a.config_args.push_back(args[i]);
+    }
+  }
+  if (a.cluster.empty() && !a.help) problems.push_back("--cluster FILE is required");
+  if (!problems.empty()) return Error{Join(problems, "; ")};
+  return a;
+}
+
+Result<void> Load(const std::string& path, k8s::ObjectSet& into) {
+  auto text = k8s::ReadInput(path);
+  if (!text) return text.error();
+  const std::string source = path == "-" ? "<stdin>" : path;
+  auto docs = k8s::ParseDocuments(*text, source);
+  if (!docs) return docs.error();
+  for (const auto& d : *docs) {
+    if (auto ok = k8s::CollectObjects(d, source, into); !ok) return ok;
+  }
+  return {};
+}
+
+bool Terminal(const PodView& p) { return p.phase == "Succeeded" || p.phase == "Failed"; }
+
+struct PodResult {
+  const PodView* pod;
+  FilterOutcome outcome;
+};
+
+std::string_view OutcomeName(FilterOutcome::Kind k) {
+  switch (k) {
+    case FilterOutcome::Kind::kPassThrough:
+      return "no-device-request";
+    case FilterOutcome::Kind::kScheduled:
+      return "scheduled";
+    case FilterOutcome::Kind::kUnschedulable:
+      return "unschedulable";
+    case FilterOutcome::Kind::kError:
+      return "error";
+  }
+  return "error";
+}
+
+json::array DevicesJson(const ClusterState& state) {
+  json::array out;
+  for (const auto& name : state.NodeNames()) {
+    const NodeEntry* n = state.FindNode(name);
+    for (std::size_t i = 0; i < n->devices.size(); ++i) {
+      const DeviceInfo& d = n->devices[i];
+      const DeviceUsage& u = n->usage[i];
+      out.push_back(json::object{{"node", name},
+                                 {"vendor", d.vendor},
+                                 {"id", d.id},
+                                 {"count", d.count},
+                                 {"used", u.used},
+                                 {"devmem", d.devmem.value()},
+                                 {"usedmem", u.mem.value()},
+                                 {"devcore", d.devcore.value()},
+                                 {"usedcores", u.cores.value()},
+                                 {"health", d.health}});
+    }
+  }
+  return out;
+}
+
+void PrintTable(const std::vector<PodResult>& results, const ClusterState& state, std::ostream& out) {
+  out << fmt::format("{:<36} {:<14} {:<16} {}\n", "POD", "RESULT", "NODE", "DEVICES / REASON");
+  for (const auto& r : results) {
+    std::string detail;
+    if (r.outcome.kind == FilterOutcome::Kind::kScheduled) {
+      for (const auto& [vendor, containers] : r.outcome.devices) {
+        for (std::size_t c = 0; c < containers.size(); ++c) {
+          for (const auto& d : containers[c]) {
+            detail += fmt::format("{}[c{}] {} {}MiB {}%  ", vendor, c, d.uuid, d.mem.value(), d.cores.value());
+          }
+        }
+      }
+    } else if (r.outcome.kind == FilterOutcome::Kind::kUnschedulable) {
+      std::vector<std::string> reasons;
+      for (const auto& [node, why] : r.outcome.failed_nodes) reasons.push_back(node + ": " + why);
+      detail = Join(reasons, "; ");
+    } else if (r.outcome.kind == FilterOutcome::Kind::kError) {
+      detail = r.outcome.error;
+    } else {
+      detail = "asks for no managed device; any node";
+    }
+    out << fmt::format("{:<36} {:<14} {:<16} {}\n", r.pod->Key(), OutcomeName(r.outcome.kind),
+                       r.outcome.node.empty() ? "-" : r.outcome.node, detail);
+  }
+  out << "\n"
+      << fmt::format("{:<16} {:<9} {:<44} {:>9} {:>17} {:>11}\n", "NODE", "VENDOR", "DEVICE", "TASKS",
+                     "MEMORY MiB", "CORES");
+  for (const auto& name : state.NodeNames()) {
+    const NodeEntry* n = state.FindNode(name);
+    for (std::size_t i = 0; i < n->devices.size(); ++i) {
+      const DeviceInfo& d = n->devices[i];
+      const DeviceUsage& u = n->usage[i];
+      out << fmt::format("{:<16} {:<9} {:<44} {:>9} {:>17} {:>11}{}\n", name, d.vendor, d.id,
+                         fmt::format("{}/{}", u.used, d.count),
+                         fmt::format("{}/{}", u.mem.value(), d.devmem.value()),
+                         fmt::format("{}/{}", u.cores.value(), d.devcore.value()), d.health ? "" : "  (unhealthy)");
+    }
+  }
+}
+
+}  // namespace
+
+int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  auto parsed = ParseArgs(args);
+  if (!parsed) {
+    err << "hami-scheduler simulate: " << parsed.error().message << "\n" << kSimulateUsage;
+    return kExitUsage;
+  }
+  if (parsed->help) {
+    out << kSimulateUsage;
+    return kExitOk;
+  }
+  auto loaded = config::LoadConfig(parsed->config_args);
+  if (!loaded) {
+    err << "hami-scheduler simulate: " << loaded.error().message << "\n";
+    return kExitUsage;
+  }
+  for (const auto& w : loaded->config.warnings) err << "warning: " << w << "\n";
+  auto backends = BuildBackends(loaded->config);
+  if (!backends) {
+    err << "hami-scheduler simulate: " << backends.error().message << "\n";
+    return kExitUsage;
+  }
+  k8s::ObjectSet cluster, extra;
+  if (auto ok = Load(parsed->cluster, cluster); !ok) {
+    err << "hami-scheduler simulate: " << ok.error().message << "\n";
+    return kExitUsage;
+  }
+  if (!parsed->pods.empty()) {
+    if (auto ok = Load(parsed->pods, extra); !ok) {
+      err << "hami-scheduler simulate: " << ok.error().message << "\n";
+      return kExitUsage;
+    }
+  }
+
+  ClusterState state(*backends);
+  for (const auto& q : cluster.quotas) state.quotas().UpsertQuota(q);
+  for (const auto& n : cluster.nodes) {
+    state.UpsertNode(n);
+    const NodeEntry* entry = state.FindNode(n.name);
+    for (std::size_t b = 0; b < entry->discovery_error.size(); ++b) {
+      if (!entry->discovery_error[b].empty()) {
+        err << fmt::format("warning: node {}: {}: {}\n", n.name, backends->at(b).Vendor(), entry->discovery_error[b]);
+      }
+    }
+  }
+  std::vector<const PodView*> to_place;
+  for (const auto& p : cluster.pods) {
+    if (Terminal(p)) continue;
+    auto allocation = AllocationFromAnnotations(p, *backends);
+    if (!allocation) {
+      err << "hami-scheduler simulate: " << allocation.error().message << "\n";
+      return kExitUsage;
+    }
+    if (*allocation) {
+      if ((*allocation)->uid.empty()) (*allocation)->uid = p.Key();
+      state.AddPod(std::move(**allocation));
+    } else if (p.node_name.empty()) {
+      to_place.push_back(&p);
+    }
+  }
+  for (const auto& p : extra.pods) to_place.push_back(&p);
+
+  Scheduler scheduler(state, loaded->config.policies);
+  const std::vector<std::string> candidates = state.NodeNames();
+  const TimePoint now = parsed->now.value_or(std::chrono::system_clock::now());
+  std::vector<PodResult> results;
+  for (const PodView* p : to_place) {
+    PodResult r{p, scheduler.Filter(*p, candidates, now)};
+    scheduler.Reserve(*p, r.outcome);
+    results.push_back(std::move(r));
+  }
+
+  if (parsed->output == "table") {
+    PrintTable(results, state, out);
+    return kExitOk;
+  }
+  json::array results_json;
+  for (const auto& r : results) {
+    json::object annotations, failed;
+    for (const auto& [k, v] : r.outcome.annotations) annotations[k] = v;
+    for (const auto& [k, v] : r.outcome.failed_nodes) failed[k] = v;
+    json::object o{{"pod", r.pod->Key()},
+                   {"outcome", OutcomeName(r.outcome.kind)},
+                   {"node", r.outcome.node.empty() ? json::value(nullptr) : json::value(r.outcome.node)},
+                   {"annotations", std::move(annotations)},
+                   {"failedNodes", std::move(failed)}};
+    if (!r.outcome.error.empty()) o["error"] = r.outcome.error;
+    results_json.push_back(std::move(o));
+  }
+  out << json::serialize(json::object{{"results", std::move(results_json)}, {"devices", DevicesJson(state)}})
+      << "\n";
+  return kExitOk;
+}
+
+}  // namespace hami::cmd

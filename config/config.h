@@ -1,0 +1,71 @@
+#pragma once
+// The typed configuration: defaults <- YAML file(s) <- command-line flags (flags win).
+//
+// One YAML file (--config) holds a `scheduler:` section and HAMi's device-config vendor sections
+// (`nvidia:`, `cambricon:`, `hygon:`, `mthreads:` with HAMi's key names), so HAMi's device-config.yaml
+// (--device-config-file) is accepted as it is. Every problem (unknown key, bad value) is reported at once,
+// with file and line; HAMi vendor sections this scheduler does not implement are accepted with a warning.
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/result.h"
+#include "core/scheduler.h"
+
+namespace hami::config {
+
+struct Config {
+  // Extender server (HAMi flag names in comments).
+  std::string http_bind = "127.0.0.1:8080";         // --http_bind
+  std::string cert_file;                            // --cert_file
+  std::string key_file;                             // --key_file
+  std::string scheduler_name = "hami-scheduler";    // --scheduler-name
+  std::string metrics_bind_address = ":9395";       // --metrics-bind-address
+  bool profiling = false;                           // --profiling
+  // Scheduling.
+  SchedulerOptions policies;                        // --gpu-scheduler-policy, --node-scheduler-policy
+  std::map<std::string, std::string> node_label_selector;  // --node-label-selector k=v,k2=v2
+  std::chrono::seconds node_lock_timeout{300};      // --node-lock-timeout (Go duration)
+  std::chrono::milliseconds node_lock_retry_timeout{28000};  // --node-lock-retry-timeout
+  bool force_overwrite_default_scheduler = true;    // --force-overwrite-default-scheduler
+  std::chrono::seconds health_check_interval{15};   // --health-check-interval (ours)
+  std::chrono::seconds handshake_timeout{60};       // --handshake-timeout (ours)
+  // Kubernetes client.
+  std::string kubeconfig;                           // --kubeconfig
+  double kube_qps = 5;                              // --kube-qps
+  int kube_burst = 10;                              // --kube-burst
+  std::chrono::seconds kube_timeout{0};             // --kube-timeout (seconds, 0 = none)
+  // Leader election (observes kube-scheduler's Lease).
+  bool leader_elect = false;                        // --leader-elect
+  std::string leader_elect_resource_name;           // --leader-elect-resource-name
+  std::string leader_elect_resource_namespace;      // --leader-elect-resource-namespace
+  bool legacy_metrics = false;                      // --legacy-metrics
+  std::string log_level = "info";                   // --log-level, or klog's -v
+  // Vendors, keyed by HAMi section name: nvidia, cambricon, hygon, mthreads.
+  std::map<std::string, VendorSettings, std::less<>> vendors;
+  // Files read, in order (for messages and --print-config).
+  std::vector<std::string> sources;
+  // Non-fatal notes for the log (ignored HAMi sections and no-op flags).
+  std::vector<std::string> warnings;
+};
+
+// Reads one YAML document into `cfg`, overriding what it sets. Problems are appended as
+// "<file>:<line>: <what is wrong; what is expected>"; nothing is dropped silently.
+void ApplyYaml(const std::string& text, const std::string& source_name, Config& cfg,
+               std::vector<std::string>& problems);
+// Same, from a file; a file that cannot be read is a problem too.
+void ApplyYamlFile(const std::string& path, Config& cfg, std::vector<std::string>& problems);
+
+// The effective configuration as YAML, in the same shape the file takes (round-trips through ApplyYaml).
+std::string ToYaml(const Config& cfg);
+
+// Go duration ("300ms", "28s", "5m", "1h30m") or a bare number of seconds.
+Result<std::chrono::milliseconds> ParseDuration(std::string_view text);
+
+// Joins problems into one message: "N problem(s) in configuration:\n  - ...".
+Error ProblemsError(const std::vector<std::string>& problems);
+
+}  // namespace hami::config

@@ -1,0 +1,65 @@
+#include "core/backend.h"
+
+#include <algorithm>
+
+namespace hami {
+
+std::string_view ToString(Discovery d) {
+  switch (d) {
+    case Discovery::kJsonAnnotation:
+      return "json-annotation";
+    case Discovery::kLegacyAnnotation:
+      return "legacy-annotation";
+    case Discovery::kNodeCapacity:
+      return "node-capacity";
+  }
+  return "unknown";
+}
+
+std::string_view ToString(HealthRule h) {
+  switch (h) {
+    case HealthRule::kAlwaysHealthy:
+      return "always-healthy";
+    case HealthRule::kHandshake:
+      return "handshake";
+    case HealthRule::kHandshakeAndDeviceChecks:
+      return "handshake+device-checks";
+  }
+  return "unknown";
+}
+
+Backends::Backends(std::vector<BackendPtr> backends) : list_(std::move(backends)) {
+  std::sort(list_.begin(), list_.end(), [](const BackendPtr& a, const BackendPtr& b) { return a->Vendor() < b->Vendor(); });
+}
+
+int Backends::IndexOf(std::string_view vendor) const {
+  for (std::size_t i = 0; i < list_.size(); ++i) {
+    if (list_[i]->Vendor() == vendor) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const Backend* Backends::Find(std::string_view vendor) const {
+  const int i = IndexOf(vendor);
+  return i < 0 ? nullptr : list_[static_cast<std::size_t>(i)].get();
+}
+
+Result<void> BackendRegistry::Register(std::string name, BackendFactory factory) {
+  auto [it, inserted] = factories_.emplace(std::move(name), std::move(factory));
+  if (!inserted) return Error{"backend '" + it->first + "' registered twice"};
+  return {};
+}
+
+Result<BackendPtr> BackendRegistry::Create(std::string_view name, const VendorSettings& settings) const {
+  auto it = factories_.find(name);
+  if (it == factories_.end()) return Error{"unknown backend '" + std::string(name) + "'"};
+  return it->second(settings);
+}
+
+std::vector<std::string> BackendRegistry::Names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, f] : factories_) out.push_back(name);
+  return out;
+}
+
+}  // namespace hami

@@ -1,0 +1,163 @@
+#pragma once
+// The vendor seam. A Backend decodes a node's devices, turns a container's resources into a request, writes
+// the pod annotations of an allocation and mutates pods at admission. It is pure: no I/O, no clock (time is
+// passed in). Everything else it contributes is data (BackendSpec) that the shared core reads: protocol keys,
+// resource names, discovery mode, health rule and fit rules. Registration is explicit (BackendRegistry, filled
+// by backends/builtin.cc from main).
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/model.h"
+#include "core/result.h"
+
+namespace hami {
+
+enum class Discovery { kJsonAnnotation, kLegacyAnnotation, kNodeCapacity };
+enum class HealthRule { kAlwaysHealthy, kHandshake, kHandshakeAndDeviceChecks };
+
+std::string_view ToString(Discovery d);
+std::string_view ToString(HealthRule h);
+
+// Every protocol key one backend uses. Defaults come from PROTOCOL.md §1; each can be overridden in config.
+struct BackendKeys {
+  std::string register_annotation;  // node annotation with the device list ("" for capacity discovery)
+  std::string score_annotation;     // node annotation with topology pair scores ("" = none)
+  std::string handshake;            // node handshake annotation ("" = no handshake)
+  std::string allocated;            // pod annotation: devices chosen per container
+  std::string to_allocate;          // pod annotation: devices the device plugin still has to set up
+  std::string node_lock;            // node lock annotation ("" = the vendor takes no lock)
+  std::string use_uuid, nouse_uuid;  // pod annotations restricting device UUIDs
+  std::string use_type, nouse_type;  // pod annotations restricting card types ("" = not supported)
+};
+
+struct ResourceNames {
+  std::string count;              // e.g. nvidia.com/gpu (the Allocatable gate of the health check)
+  std::string memory;             // e.g. nvidia.com/gpumem
+  std::string memory_percentage;  // NVIDIA only
+  std::string cores;              // e.g. nvidia.com/gpucores
+  std::string priority;           // NVIDIA only
+  std::int64_t memory_factor = 1;  // MiB per unit of the memory resource
+};
+
+// Rules the shared fit skeleton applies on top of its common checks.
+struct FitRules {
+  bool cordon = false;                // honours node annotation hami.io/device-cordon
+  std::string numa_bind_annotation;   // pod annotation that keeps a request within one NUMA node
+  std::string mode_annotation;        // pod annotation restricting device modes (substring match)
+  bool quota_in_fit = false;          // ResourceQuota checked per candidate device
+  bool topology = false;              // "topology-aware" uses pair scores
+  bool mig = false;                   // MIG-mode devices are split into instances
+  bool same_device_across_containers = false;  // later containers must sit on the earlier ones' device
+};
+
+struct NodeLockRule {
+  bool owner_aware = true;  // value carries <ns>,<pod>; false = bare timestamp (Cambricon)
+  std::optional<std::chrono::seconds> fixed_expiry;  // nullopt: the configured --node-lock-timeout
+};
+
+struct BackendSpec {
+  std::string vendor;          // vendor key written in pod annotations and used as request type: "NVIDIA"
+  std::string config_section;  // HAMi device-config section: "nvidia"
+  std::string display_name;    // "NVIDIA GPU"
+  Discovery discovery = Discovery::kJsonAnnotation;
+  HealthRule health = HealthRule::kAlwaysHealthy;
+  BackendKeys keys;
+  ResourceNames resources;
+  FitRules fit;
+  NodeLockRule lock;
+};
+
+// A MIG profile allow-list entry from config (HAMi's nvidia.migProfileAllowlist).
+struct MigAllowEntry {
+  std::vector<std::string> models;
+  std::vector<std::string> profiles;
+};
+
+// One vendor's section of the configuration, already validated for shape by config/. Unset = default.
+struct VendorSettings {
+  bool enabled = true;
+  std::optional<std::string> resource_count, resource_memory, resource_memory_percentage, resource_cores,
+      resource_priority;
+  std::optional<std::int64_t> memory_factor, default_memory, default_cores, default_gpu_num;
+  std::optional<bool> overwrite_env;
+  std::optional<std::string> gpu_core_policy, runtime_class_name;
+  std::vector<MigAllowEntry> mig_profile_allowlist;
+  // Protocol key overrides (this project's extension; HAMi hard-codes them).
+  std::optional<std::string> register_key, score_key, handshake_key, allocated_key, to_allocate_key, node_lock_key;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const BackendSpec& Spec() const = 0;
+  const std::string& Vendor() const { return Spec().vendor; }
+
+  // The node's devices of this vendor. Error when the node publishes none or publishes them malformed;
+  // the message names the annotation or resource and what was expected.
+  virtual Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const = 0;
+
+  // What the container asks of this vendor: nullopt when it asks nothing, an error when a value cannot be read
+  // (PROTOCOL.md D7: e.g. `nvidia.com/gpumem: 16Gi` is not a MiB count).
+  virtual Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& container) const = 0;
+
+  // Adds the pod annotations for this vendor's part of an allocation (`devices` is index-aligned with the
+  // pod's containers, init first, and holds at least one device). `written` holds what was decided so far
+  // (hami.io/vgpu-node...).
+  virtual void Annotate(const PodVendorDevices& devices, const Annotations& written, TimePoint now,
+                        Annotations& out) const = 0;
+
+  // Admission: may rewrite the container (and pod); true when the container uses this vendor's resources.
+  virtual Result<bool> Admit(ContainerView& container, PodView& pod) const = 0;
+
+  // Whether a MIG profile may be used on a card of `model` (config allow-list; empty list = all).
+  virtual bool MigProfileAllowed(std::string_view model, std::string_view profile) const {
+    (void)model;
+    (void)profile;
+    return true;
+  }
+};
+
+using BackendPtr = std::unique_ptr<Backend>;
+using BackendFactory = std::function<Result<BackendPtr>(const VendorSettings&)>;
+
+// The backends in use, sorted by vendor key (the order node locks are taken in). Owned by main.
+class Backends {
+ public:
+  Backends() = default;
+  explicit Backends(std::vector<BackendPtr> backends);
+  Backends(Backends&&) = default;
+  Backends& operator=(Backends&&) = default;
+
+  std::size_t size() const { return list_.size(); }
+  const Backend& at(std::size_t i) const { return *list_[i]; }
+  // Index of the backend with this vendor key, or -1.
+  int IndexOf(std::string_view vendor) const;
+  const Backend* Find(std::string_view vendor) const;
+  auto begin() const { return list_.begin(); }
+  auto end() const { return list_.end(); }
+
+ private:
+  std::vector<BackendPtr> list_;
+};
+
+// Name -> factory. Filled explicitly (backends/builtin.cc); a duplicate name is a startup error.
+class BackendRegistry {
+ public:
+  Result<void> Register(std::string name, BackendFactory factory);
+  Result<BackendPtr> Create(std::string_view name, const VendorSettings& settings) const;
+  std::vector<std::string> Names() const;
+
+ private:
+  std::map<std::string, BackendFactory, std::less<>> factories_;
+};
+
+}  // namespace hami

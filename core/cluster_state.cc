@@ -1,0 +1,243 @@
+#include "core/cluster_state.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/keys.h"
+#include "core/strings.h"
+
+namespace hami {
+
+ClusterState::ClusterState(const Backends& backends) : backends_(&backends), quotas_(backends) {}
+
+void ClusterState::UpsertNode(const NodeView& node) {
+  auto [it, inserted] = nodes_.try_emplace(node.name);
+  NodeEntry& entry = it->second;
+  entry.node = node;
+  const std::size_t nb = backends_->size();
+  if (inserted) {
+    entry.vendor_range.assign(nb, {0, 0});
+    entry.discovery_error.assign(nb, "");
+  }
+  std::vector<std::vector<DeviceInfo>> per_backend(nb);
+  for (std::size_t b = 0; b < nb; ++b) {
+    const auto [begin, end] = entry.vendor_range[b];
+    auto discovered = backends_->at(b).Discover(node);
+    if (discovered) {
+      per_backend[b] = std::move(*discovered);
+      entry.discovery_error[b].clear();
+    } else {
+      // Keep what we had: a plugin writing a bad value must not make running pods' devices vanish.
+      per_backend[b].assign(entry.devices.begin() + begin, entry.devices.begin() + end);
+      entry.discovery_error[b] = discovered.error().message;
+    }
+  }
+  RebuildLayout(entry, std::move(per_backend));
+}
+
+void ClusterState::RemoveVendorDevices(std::string_view node, std::size_t backend) {
+  auto it = nodes_.find(std::string(node));
+  if (it == nodes_.end()) return;
+  NodeEntry& entry = it->second;
+  std::vector<std::vector<DeviceInfo>> per_backend(backends_->size());
+  for (std::size_t b = 0; b < backends_->size(); ++b) {
+    if (b == backend) continue;
+    const auto [begin, end] = entry.vendor_range[b];
+    per_backend[b].assign(entry.devices.begin() + begin, entry.devices.begin() + end);
+  }
+  RebuildLayout(entry, std::move(per_backend));
+}
+
+void ClusterState::RebuildLayout(NodeEntry& entry, std::vector<std::vector<DeviceInfo>> per_backend) {
+  std::vector<DeviceInfo> devices;
+  std::vector<int> backend_of;
+  for (std::size_t b = 0; b < per_backend.size(); ++b) {
+    const int begin = static_cast<int>(devices.size());
+    for (auto& d : per_backend[b]) {
+      d.vendor = backends_->at(b).Vendor();
+      devices.push_back(std::move(d));
+      backend_of.push_back(static_cast<int>(b));
+    }
+    entry.vendor_range[b] = {begin, static_cast<int>(devices.size())};
+  }
+  const bool unchanged = devices == entry.devices;
+  entry.devices = std::move(devices);
+  entry.backend_of = std::move(backend_of);
+  entry.by_uuid.clear();
+  entry.has_mig = false;
+  for (std::size_t i = 0; i < entry.devices.size(); ++i) {
+    entry.by_uuid.emplace(entry.devices[i].id, static_cast<int>(i));
+    entry.has_mig = entry.has_mig || entry.devices[i].mode == "mig";
+  }
+  // Cordons are read from the live node object (PROTOCOL.md D6).
+  entry.cordoned.assign(entry.devices.size(), 0);
+  if (auto c = entry.node.annotations.find(keys::kDeviceCordon); c != entry.node.annotations.end()) {
+    for (std::string_view raw : Split(c->second, ',')) {
+      const std::string_view id = Trim(raw);
+      if (id.empty()) continue;
+      if (auto d = entry.by_uuid.find(std::string(id)); d != entry.by_uuid.end()) {
+        entry.cordoned[static_cast<std::size_t>(d->second)] = 1;
+      }
+    }
+  }
+  if (!unchanged || entry.usage.size() != entry.devices.size()) ReapplyUsage(entry);
+}
+
+void ClusterState::ReapplyUsage(NodeEntry& entry) {
+  entry.usage.assign(entry.devices.size(), DeviceUsage{});
+  entry.mig_in_use.assign(entry.devices.size(), {});
+  entry.unknown_device_charges = 0;
+  auto pods = pods_by_node_.find(entry.node.name);
+  if (pods == pods_by_node_.end()) return;
+  for (const auto& uid : pods->second) {
+    auto p = pods_.find(uid);
+    if (p != pods_.end()) Apply(entry, p->second, +1);
+  }
+}
+
+void ClusterState::RemoveNode(std::string_view node) { nodes_.erase(std::string(node)); }
+
+const NodeEntry* ClusterState::FindNode(std::string_view node) const {
+  auto it = nodes_.find(std::string(node));
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> ClusterState::NodeNames() const {
+  std::vector<std::string> out;
+  out.reserve(nodes_.size());
+  for (const auto& [name, e] : nodes_) out.push_back(name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void ClusterState::Apply(NodeEntry& entry, const PodRecord& record, int sign) {
+  for (const auto& c : record.charges) {
+    auto d = entry.by_uuid.find(c.uuid);
+    if (d == entry.by_uuid.end() || entry.devices[static_cast<std::size_t>(d->second)].vendor != c.vendor) {
+      entry.unknown_device_charges += sign;
+      continue;
+    }
+    auto& u = entry.usage[static_cast<std::size_t>(d->second)];
+    u.used += sign * c.slots;
+    u.mem += MiB(sign * c.mem.value());
+    u.cores += Cores(sign * c.cores.value());
+  }
+  for (const auto& m : record.allocation.mig) {
+    auto d = entry.by_uuid.find(m.gpu_uuid);
+    if (d == entry.by_uuid.end()) continue;
+    auto& slots = entry.mig_in_use[static_cast<std::size_t>(d->second)];
+    if (sign > 0) {
+      slots.push_back(MigInUse{m.profile, m.placement});
+    } else {
+      auto it = std::find_if(slots.begin(), slots.end(), [&](const MigInUse& s) {
+        return s.profile == m.profile && s.placement == m.placement;
+      });
+      if (it != slots.end()) slots.erase(it);
+    }
+  }
+}
+
+bool ClusterState::AddPod(PodAllocation allocation) {
+  const std::string uid = allocation.uid;
+  if (auto existing = pods_.find(uid); existing != pods_.end()) {
+    if (existing->second.allocation.node == allocation.node &&
+        existing->second.allocation.devices == allocation.devices) {
+      return false;
+    }
+    RemovePod(uid);
+  }
+  PodRecord record;
+  record.charges = codec::CollapseDevices(allocation.devices, allocation.num_init);
+  record.allocation = std::move(allocation);
+  const std::string node = record.allocation.node;
+  quotas_.AddUsage(record.allocation.ns, record.charges);
+  auto [it, inserted] = pods_.emplace(uid, std::move(record));
+  pods_by_node_[node].insert(uid);
+  if (auto n = nodes_.find(node); n != nodes_.end()) {
+    n->second.pods.insert(uid);
+    Apply(n->second, it->second, +1);
+  }
+  return true;
+}
+
+std::optional<PodAllocation> ClusterState::RemovePod(std::string_view uid) {
+  auto it = pods_.find(std::string(uid));
+  if (it == pods_.end()) return std::nullopt;
+  PodRecord record = std::move(it->second);
+  pods_.erase(it);
+  const std::string& node = record.allocation.node;
+  if (auto n = nodes_.find(node); n != nodes_.end()) {
+    n->second.pods.erase(std::string(uid));
+    Apply(n->second, record, -1);
+  }
+  if (auto p = pods_by_node_.find(node); p != pods_by_node_.end()) {
+    p->second.erase(std::string(uid));
+    if (p->second.empty()) pods_by_node_.erase(p);
+  }
+  quotas_.RemoveUsage(record.allocation.ns, record.charges);
+  return std::move(record.allocation);
+}
+
+const PodAllocation* ClusterState::FindPod(std::string_view uid) const {
+  auto it = pods_.find(std::string(uid));
+  return it == pods_.end() ? nullptr : &it->second.allocation;
+}
+
+const std::vector<DeviceCharge>* ClusterState::ChargesOf(std::string_view uid) const {
+  auto it = pods_.find(std::string(uid));
+  return it == pods_.end() ? nullptr : &it->second.charges;
+}
+
+void ClusterState::ReleaseInitContainers(std::string_view uid) {
+  auto it = pods_.find(std::string(uid));
+  if (it == pods_.end() || it->second.init_released) return;
+  PodRecord& record = it->second;
+  auto n = nodes_.find(record.allocation.node);
+  if (n != nodes_.end()) Apply(n->second, record, -1);
+  quotas_.RemoveUsage(record.allocation.ns, record.charges);
+  record.charges = codec::AppOnlyCharges(record.allocation.devices, record.allocation.num_init);
+  record.init_released = true;
+  quotas_.AddUsage(record.allocation.ns, record.charges);
+  if (n != nodes_.end()) Apply(n->second, record, +1);
+}
+
+Result<std::optional<PodAllocation>> AllocationFromAnnotations(const PodView& pod, const Backends& backends) {
+  auto node = pod.annotations.find(keys::kAssignedNode);
+  if (node == pod.annotations.end()) return std::optional<PodAllocation>();
+  PodAllocation a;
+  a.uid = pod.uid;
+  a.ns = pod.ns;
+  a.name = pod.name;
+  a.node = node->second;
+  a.num_init = pod.init_containers.size();
+  for (const auto& b : backends) {
+    const auto& key = b->Spec().keys.allocated;
+    auto v = pod.annotations.find(key);
+    if (key.empty() || v == pod.annotations.end()) continue;
+    auto devices = codec::DecodePodDevices(v->second);
+    if (!devices) {
+      return Error{fmt::format("pod {}: annotation {}: {}", pod.Key(), key, devices.error().message)};
+    }
+    bool any = false;
+    for (auto& ctr : *devices) {
+      for (auto& d : ctr) {
+        any = true;
+        if (d.vendor != b->Vendor()) {
+          // The vendor field is informational for the device plugin; accounting follows the annotation key.
+          d.vendor = b->Vendor();
+        }
+      }
+    }
+    if (any) a.devices[b->Vendor()] = std::move(*devices);
+  }
+  if (auto m = pod.annotations.find(keys::kMigAllocations); m != pod.annotations.end() && !m->second.empty()) {
+    auto mig = codec::DecodeMigAllocations(m->second);
+    if (!mig) return Error{fmt::format("pod {}: annotation {}: {}", pod.Key(), keys::kMigAllocations,
+                                       mig.error().message)};
+    a.mig = std::move(*mig);
+  }
+  return std::optional<PodAllocation>(std::move(a));
+}
+
+}  // namespace hami

@@ -1,0 +1,111 @@
+#pragma once
+// The node registry and the usage ledger: every node's devices (all vendors) with their usage counters, and
+// every pod that holds devices. Updated incrementally: adding or removing a pod touches only its devices;
+// a node whose devices change has its usage re-applied from the pods on that node alone. Decisions read it,
+// they never rebuild it.
+//
+// Thread rule: owned by the event loop; no locks.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/codec/pod_devices.h"
+#include "core/model.h"
+#include "core/policy.h"
+#include "core/quota.h"
+
+namespace hami {
+
+struct MigInUse {
+  std::string profile;
+  MigPlacement placement;
+};
+
+// One node as the scheduler knows it.
+struct NodeEntry {
+  NodeView node;
+  std::vector<DeviceInfo> devices;  // grouped by backend, in Backends order
+  std::vector<int> backend_of;      // per device: index into Backends
+  std::vector<DeviceUsage> usage;   // per device
+  std::vector<std::vector<MigInUse>> mig_in_use;  // per device; empty unless MIG instances are held
+  std::vector<char> cordoned;       // per device: listed in hami.io/device-cordon
+  std::vector<std::pair<int, int>> vendor_range;  // per backend: [begin, end) into devices
+  std::vector<std::string> discovery_error;       // per backend: "" when discovery succeeded
+  std::unordered_map<std::string, int> by_uuid;
+  std::unordered_set<std::string> pods;           // uids of pods charged to this node
+  int unknown_device_charges = 0;                 // charges naming a UUID this node does not have
+  bool has_mig = false;
+
+  bool HasDevices() const { return !devices.empty(); }
+};
+
+// A pod's hold on devices, as decided by filter or read back from its annotations.
+struct PodAllocation {
+  std::string uid;
+  std::string ns;
+  std::string name;
+  std::string node;
+  std::size_t num_init = 0;
+  PodDevices devices;  // per vendor, per container
+  std::vector<codec::MigAllocation> mig;
+};
+
+class ClusterState {
+ public:
+  explicit ClusterState(const Backends& backends);
+
+  const Backends& backends() const { return *backends_; }
+  QuotaBook& quotas() { return quotas_; }
+  const QuotaBook& quotas() const { return quotas_; }
+
+  // --- node registry -----------------------------------------------------------------------------------
+  // Stores the node object and runs every backend's discovery on it. A vendor whose discovery fails keeps
+  // the devices it had (the error is recorded); a vendor that now reports none loses them.
+  void UpsertNode(const NodeView& node);
+  // Drops one vendor's devices (health clean-up). The node stays known.
+  void RemoveVendorDevices(std::string_view node, std::size_t backend);
+  void RemoveNode(std::string_view node);
+  const NodeEntry* FindNode(std::string_view node) const;
+  std::vector<std::string> NodeNames() const;  // sorted
+  std::size_t NodeCount() const { return nodes_.size(); }
+
+  // --- usage ledger --------------------------------------------------------------------------------------
+  // Adds (or replaces) a pod's hold; returns false if an identical hold was already recorded.
+  bool AddPod(PodAllocation allocation);
+  // Releases a pod's hold; returns the released allocation, if any.
+  std::optional<PodAllocation> RemovePod(std::string_view uid);
+  const PodAllocation* FindPod(std::string_view uid) const;
+  std::size_t PodCount() const { return pods_.size(); }
+  // Charges of a recorded pod (init containers collapsed).
+  const std::vector<DeviceCharge>* ChargesOf(std::string_view uid) const;
+  // After all init containers finished: keep only what the app containers use.
+  void ReleaseInitContainers(std::string_view uid);
+
+ private:
+  struct PodRecord {
+    PodAllocation allocation;
+    std::vector<DeviceCharge> charges;
+    bool init_released = false;
+  };
+  void SetDevices(NodeEntry& entry, std::size_t backend, std::vector<DeviceInfo> devices);
+  void RebuildLayout(NodeEntry& entry, std::vector<std::vector<DeviceInfo>> per_backend);
+  void ReapplyUsage(NodeEntry& entry);
+  void Apply(NodeEntry& entry, const PodRecord& record, int sign);
+
+  const Backends* backends_;
+  QuotaBook quotas_;
+  std::unordered_map<std::string, NodeEntry> nodes_;
+  std::unordered_map<std::string, PodRecord> pods_;
+  std::unordered_map<std::string, std::unordered_set<std::string>> pods_by_node_;  // incl. unknown nodes
+};
+
+// Reads a pod's allocation back from its annotations (hami.io/vgpu-node and every backend's allocated key).
+// nullopt when the pod carries no hami.io/vgpu-node; an error names the annotation that cannot be decoded.
+Result<std::optional<PodAllocation>> AllocationFromAnnotations(const PodView& pod, const Backends& backends);
+
+}  // namespace hami

@@ -1,0 +1,319 @@
+#include "core/codec/node_devices.h"
+
+#include <limits>
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include "core/strings.h"
+
+namespace hami::codec {
+namespace json = boost::json;
+namespace {
+
+// Reads a JSON number as an integer in [lo, hi] the way Go's encoding/json fills an int field.
+Result<std::int64_t> JsonInt(const json::value& v, std::string_view where, std::int64_t lo, std::int64_t hi) {
+  std::int64_t out = 0;
+  if (v.is_null()) return std::int64_t{0};
+  if (v.is_int64()) {
+    out = v.get_int64();
+  } else if (v.is_uint64()) {
+    if (v.get_uint64() > static_cast<std::uint64_t>(hi)) {
+      return Error{fmt::format("{}: {} is out of range [{}, {}]", where, v.get_uint64(), lo, hi)};
+    }
+    out = static_cast<std::int64_t>(v.get_uint64());
+  } else if (v.is_double()) {
+    return Error{fmt::format("{}: {} is not an integer", where, json::serialize(v))};
+  } else {
+    return Error{fmt::format("{}: expected a number, got {}", where, json::serialize(v))};
+  }
+  if (out < lo || out > hi) return Error{fmt::format("{}: {} is out of range [{}, {}]", where, out, lo, hi)};
+  return out;
+}
+
+Result<std::string> JsonString(const json::value& v, std::string_view where) {
+  if (v.is_null()) return Ok(std::string());
+  if (!v.is_string()) return Error{fmt::format("{}: expected a string, got {}", where, json::serialize(v))};
+  return Ok(std::string(v.get_string()));
+}
+
+Result<bool> JsonBool(const json::value& v, std::string_view where) {
+  if (v.is_null()) return false;
+  if (!v.is_bool()) return Error{fmt::format("{}: expected true or false, got {}", where, json::serialize(v))};
+  return v.get_bool();
+}
+
+constexpr std::int64_t kInt32Max = std::numeric_limits<std::int32_t>::max();
+constexpr std::int64_t kInt32Min = std::numeric_limits<std::int32_t>::min();
+constexpr std::int64_t kIntMax = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t kIntMin = std::numeric_limits<std::int64_t>::min();
+
+Result<MigProfile> DecodeMigProfile(const json::value& v, const std::string& where) {
+  MigProfile p;
+  if (v.is_null()) return p;
+  if (!v.is_object()) return Error{fmt::format("{}: expected an object", where)};
+  for (const auto& kv : v.get_object()) {
+    const std::string key = ToLower(kv.key());
+    const std::string at = fmt::format("{}.{}", where, std::string_view(kv.key()));
+    if (key == "name") {
+      auto s = JsonString(kv.value(), at);
+      if (!s) return s.error();
+      p.name = *s;
+    } else if (key == "memorymb") {
+      auto n = JsonInt(kv.value(), at, kIntMin, kIntMax);
+      if (!n) return n.error();
+      p.memory_mib = *n;
+    } else if (key == "core") {
+      auto n = JsonInt(kv.value(), at, kInt32Min, kInt32Max);
+      if (!n) return n.error();
+      p.core = static_cast<std::int32_t>(*n);
+    } else if (key == "slicecount") {
+      auto n = JsonInt(kv.value(), at, kInt32Min, kInt32Max);
+      if (!n) return n.error();
+      p.slice_count = static_cast<std::int32_t>(*n);
+    } else if (key == "placements") {
+      if (kv.value().is_null()) continue;
+      if (!kv.value().is_array()) return Error{fmt::format("{}: expected an array", at)};
+      int i = 0;
+      for (const auto& pv : kv.value().get_array()) {
+        const std::string pat = fmt::format("{}[{}]", at, i++);
+        if (!pv.is_object()) return Error{fmt::format("{}: expected an object", pat)};
+        MigPlacement pl;
+        for (const auto& pkv : pv.get_object()) {
+          const std::string pk = ToLower(pkv.key());
+          if (pk != "start" && pk != "size") continue;
+          auto n = JsonInt(pkv.value(), fmt::format("{}.{}", pat, pk), kIntMin / 2, kIntMax / 2);
+          if (!n) return n.error();
+          (pk == "start" ? pl.start : pl.size) = static_cast<int>(*n);
+        }
+        p.placements.push_back(pl);
+      }
+    }
+  }
+  return p;
+}
+
+Result<DeviceInfo> DecodeManifestDevice(const json::value& v, std::size_t position) {
+  const std::string where = fmt::format("device {}", position);
+  DeviceInfo d;
+  if (v.is_null()) return d;
+  if (!v.is_object()) return Error{fmt::format("{}: expected an object, got {}", where, json::serialize(v))};
+  for (const auto& kv : v.get_object()) {
+    const std::string key = ToLower(kv.key());
+    const std::string at = fmt::format("{} field \"{}\"", where, std::string_view(kv.key()));
+    const json::value& val = kv.value();
+    if (key == "id") {
+      auto s = JsonString(val, at);
+      if (!s) return s.error();
+      d.id = *s;
+    } else if (key == "index") {
+      auto n = JsonInt(val, at, 0, std::numeric_limits<std::int32_t>::max());
+      if (!n) return n.error();
+      d.index = static_cast<std::int32_t>(*n);
+    } else if (key == "count") {
+      auto n = JsonInt(val, at, kInt32Min, kInt32Max);
+      if (!n) return n.error();
+      d.count = static_cast<std::int32_t>(*n);
+    } else if (key == "devmem") {
+      auto n = JsonInt(val, at, kInt32Min, kInt32Max);
+      if (!n) return n.error();
+      d.devmem = MiB(*n);
+    } else if (key == "devcore") {
+      auto n = JsonInt(val, at, kInt32Min, kInt32Max);
+      if (!n) return n.error();
+      d.devcore = Cores(*n);
+    } else if (key == "type") {
+      auto s = JsonString(val, at);
+      if (!s) return s.error();
+      d.type = *s;
+    } else if (key == "numa") {
+      auto n = JsonInt(val, at, kIntMin, kIntMax);
+      if (!n) return n.error();
+      d.numa = static_cast<std::int32_t>(*n);
+    } else if (key == "mode") {
+      auto s = JsonString(val, at);
+      if (!s) return s.error();
+      d.mode = *s;
+    } else if (key == "health") {
+      auto b = JsonBool(val, at);
+      if (!b) return b.error();
+      d.health = *b;
+    } else if (key == "migprofiles") {
+      if (val.is_null()) continue;
+      if (!val.is_array()) return Error{fmt::format("{}: expected an array", at)};
+      std::size_t i = 0;
+      for (const auto& pv : val.get_array()) {
+        auto p = DecodeMigProfile(pv, fmt::format("{} migProfiles[{}]", where, i++));
+        if (!p) return p.error();
+        d.mig_profiles.push_back(std::move(*p));
+      }
+    }
+    // Unknown keys (devicevendor, custominfo, instanceCount, ...) are ignored, as Go does.
+  }
+  return d;
+}
+
+}  // namespace
+
+Result<std::vector<DeviceInfo>> DecodeDeviceManifest(std::string_view json_text) {
+  boost::system::error_code ec;
+  json::value root = json::parse(json_text, ec);
+  if (ec) {
+    return Error{fmt::format("device manifest is not valid JSON ({}): want a JSON array of device objects",
+                             ec.message())};
+  }
+  std::vector<DeviceInfo> out;
+  if (root.is_null()) return out;
+  if (!root.is_array()) return Error{"device manifest: want a JSON array of device objects"};
+  std::size_t i = 0;
+  for (const auto& v : root.get_array()) {
+    auto d = DecodeManifestDevice(v, i++);
+    if (!d) return d.error();
+    out.push_back(std::move(*d));
+  }
+  return out;
+}
+
+std::string EncodeDeviceManifest(const std::vector<DeviceInfo>& devices) {
+  json::array arr;
+  for (const auto& d : devices) {
+    json::object o;
+    if (!d.id.empty()) o["id"] = d.id;
+    if (d.index != 0) o["index"] = d.index;
+    if (d.count != 0) o["count"] = d.count;
+    if (d.devmem.value() != 0) o["devmem"] = d.devmem.value();
+    if (d.devcore.value() != 0) o["devcore"] = d.devcore.value();
+    if (!d.type.empty()) o["type"] = d.type;
+    if (d.numa != 0) o["numa"] = d.numa;
+    if (!d.mode.empty()) o["mode"] = d.mode;
+    if (!d.mig_profiles.empty()) {
+      json::array profiles;
+      for (const auto& p : d.mig_profiles) {
+        json::array placements;
+        for (const auto& pl : p.placements) placements.push_back(json::object{{"start", pl.start}, {"size", pl.size}});
+        profiles.push_back(json::object{{"name", p.name},
+                                        {"memoryMB", p.memory_mib},
+                                        {"core", p.core},
+                                        {"sliceCount", p.slice_count},
+                                        {"placements", std::move(placements)}});
+      }
+      o["migProfiles"] = std::move(profiles);
+    }
+    if (d.health) o["health"] = true;
+    arr.push_back(std::move(o));
+  }
+  return json::serialize(arr);
+}
+
+namespace {
+
+enum LegacyField { kId, kCount, kDevmem, kDevcore, kType, kNuma, kHealth, kIndex, kMode, kFieldsLong };
+constexpr std::size_t kFieldsShort = 7;
+
+Result<DeviceInfo> DecodeLegacyEntry(std::string_view entry) {
+  const auto f = Split(entry, ',');
+  if (f.size() != kFieldsShort && f.size() != kFieldsLong) {
+    return Error{fmt::format("device entry '{}': want 7 or 9 comma-separated fields "
+                             "(id,count,devmem,devcore,type,numa,health[,index,mode]), got {}",
+                             entry, f.size())};
+  }
+  const auto field_error = [&](std::string_view name, std::string_view value, std::string_view expected) {
+    return Error{fmt::format("device entry '{}': field {} = '{}' is not {}", entry, name, value, expected)};
+  };
+  DeviceInfo d;
+  d.id = std::string(f[kId]);
+  auto count = ParseIntInRange(f[kCount], "count", kInt32Min, kInt32Max);
+  if (!count) return field_error("count", f[kCount], "a 32-bit integer");
+  d.count = static_cast<std::int32_t>(*count);
+  auto mem = ParseIntInRange(f[kDevmem], "devmem", kInt32Min, kInt32Max);
+  if (!mem) return field_error("devmem", f[kDevmem], "a 32-bit integer (MiB)");
+  d.devmem = MiB(*mem);
+  auto core = ParseIntInRange(f[kDevcore], "devcore", kInt32Min, kInt32Max);
+  if (!core) return field_error("devcore", f[kDevcore], "a 32-bit integer");
+  d.devcore = Cores(*core);
+  d.type = std::string(f[kType]);
+  auto numa = ParseIntInRange(f[kNuma], "numa", kInt32Min, kInt32Max);
+  if (!numa) return field_error("numa", f[kNuma], "an integer");
+  d.numa = static_cast<std::int32_t>(*numa);
+  auto health = ParseGoBool(f[kHealth], "health");
+  if (!health) return field_error("health", f[kHealth], "a boolean (true or false)");
+  d.health = *health;
+  d.mode = "hami-core";
+  if (f.size() == kFieldsLong) {
+    auto index = ParseIntInRange(f[kIndex], "index", kInt32Min, kInt32Max);
+    if (!index) return field_error("index", f[kIndex], "an integer");
+    if (*index < 0) return field_error("index", f[kIndex], "a non-negative integer");
+    d.index = static_cast<std::int32_t>(*index);
+    d.mode = std::string(f[kMode]);
+  }
+  return d;
+}
+
+}  // namespace
+
+Result<std::vector<DeviceInfo>> DecodeLegacyDevices(std::string_view text) {
+  if (text.find(':') == std::string_view::npos) {
+    return Error{fmt::format("legacy device list '{}': missing the ':' after each device "
+                             "(want id,count,devmem,devcore,type,numa,health[,index,mode]:...)",
+                             text)};
+  }
+  std::vector<DeviceInfo> out;
+  for (std::string_view seg : Split(text, ':')) {
+    if (seg.empty()) continue;
+    if (seg.find(',') == std::string_view::npos) {
+      return Error{fmt::format("legacy device list: segment '{}' is not a comma-separated device entry", seg)};
+    }
+    auto d = DecodeLegacyEntry(seg);
+    if (!d) return d.error();
+    out.push_back(std::move(*d));
+  }
+  return out;
+}
+
+std::string EncodeLegacyDevices(const std::vector<DeviceInfo>& devices) {
+  std::string out;
+  for (const auto& d : devices) {
+    out += fmt::format("{},{},{},{},{},{},{},{},{}:", d.id, d.count, d.devmem.value(), d.devcore.value(), d.type,
+                       d.numa, d.health ? "true" : "false", d.index, d.mode);
+  }
+  return out;
+}
+
+Result<void> ApplyPairScores(std::string_view json_text, std::vector<DeviceInfo>& devices) {
+  boost::system::error_code ec;
+  json::value root = json::parse(json_text, ec);
+  if (ec) return Error{fmt::format("topology score annotation is not valid JSON ({})", ec.message())};
+  if (root.is_null()) return {};
+  if (!root.is_array()) return Error{"topology score annotation: want a JSON array of {uuid, score}"};
+  std::size_t i = 0;
+  for (const auto& entry : root.get_array()) {
+    const std::string where = fmt::format("topology score entry {}", i++);
+    if (!entry.is_object()) return Error{where + ": expected an object"};
+    std::string uuid;
+    const json::object* scores = nullptr;
+    for (const auto& kv : entry.get_object()) {
+      const std::string key = ToLower(kv.key());
+      if (key == "uuid") {
+        auto s = JsonString(kv.value(), where + ".uuid");
+        if (!s) return s.error();
+        uuid = *s;
+      } else if (key == "score") {
+        if (kv.value().is_null()) continue;
+        if (!kv.value().is_object()) return Error{where + ".score: expected an object of uuid -> integer"};
+        scores = &kv.value().get_object();
+      }
+    }
+    for (auto& d : devices) {
+      if (d.id != uuid || scores == nullptr) continue;
+      for (const auto& s : *scores) {
+        auto n = JsonInt(s.value(), fmt::format("{}.score[{}]", where, std::string_view(s.key())), kInt32Min,
+                         kInt32Max);
+        if (!n) return n.error();
+        d.pair_scores[std::string(s.key())] = *n;
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace hami::codec

@@ -1,0 +1,432 @@
+#include "core/fit.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "core/codec/pod_devices.h"
+#include "core/keys.h"
+#include "core/strings.h"
+
+namespace hami {
+
+std::string_view ReasonName(Reason r) {
+  switch (r) {
+    case Reason::kAllocatedCardsInsufficientRequest:
+      return "AllocatedCardsInsufficientRequest";
+    case Reason::kCardComputeUnitsExhausted:
+      return "CardComputeUnitsExhausted";
+    case Reason::kCardCordoned:
+      return "CardCordoned";
+    case Reason::kCardInsufficientCore:
+      return "CardInsufficientCore";
+    case Reason::kCardInsufficientMemory:
+      return "CardInsufficientMemory";
+    case Reason::kCardMigTopologyInfeasible:
+      return "CardMigTopologyInfeasible";
+    case Reason::kCardNotFoundCustomFilterRule:
+      return "CardNotFoundCustomFilterRule";
+    case Reason::kCardNotHealth:
+      return "CardNotHealth";
+    case Reason::kCardTimeSlicingExhausted:
+      return "CardTimeSlicingExhausted";
+    case Reason::kCardTypeMismatch:
+      return "CardTypeMismatch";
+    case Reason::kCardUuidMismatch:
+      return "CardUuidMismatch";
+    case Reason::kExclusiveDeviceAllocateConflict:
+      return "ExclusiveDeviceAllocateConflict";
+    case Reason::kNumaNotFit:
+      return "NumaNotFit";
+    case Reason::kResourceQuotaNotFit:
+      return "ResourceQuotaNotFit";
+    case Reason::kCount:
+      break;
+  }
+  return "Unknown";
+}
+
+std::string ReasonCounts::Format(int total) const {
+  std::vector<std::string> parts;
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    if (n[i] > 0) parts.push_back(fmt::format("{}/{} {}", n[i], total, ReasonName(static_cast<Reason>(i))));
+  }
+  std::sort(parts.begin(), parts.end());
+  return Join(parts, ", ");
+}
+
+bool PodRequests::Any() const {
+  return std::any_of(containers.begin(), containers.end(), [](const auto& c) { return !c.empty(); });
+}
+
+Result<PodRequests> CollectRequests(const PodView& pod, const Backends& backends) {
+  PodRequests out;
+  out.num_init = pod.init_containers.size();
+  out.containers.resize(pod.ContainerCount());
+  for (std::size_t c = 0; c < pod.ContainerCount(); ++c) {
+    const ContainerView& ctr = pod.ContainerAt(c);
+    for (std::size_t b = 0; b < backends.size(); ++b) {
+      auto r = backends.at(b).RequestFor(ctr);
+      if (!r) {
+        return Error{fmt::format("pod {}: {}container \"{}\": {}", pod.Key(), c < out.num_init ? "init " : "",
+                                 ctr.name, r.error().message)};
+      }
+      if (*r) out.containers[c].emplace_back(static_cast<int>(b), std::move(**r));
+    }
+  }
+  return out;
+}
+
+Result<PodContext> MakePodContext(const PodView& pod, const Backends& backends, const QuotaBook& quotas,
+                                  std::string_view default_gpu_policy) {
+  PodContext ctx;
+  ctx.pod = &pod;
+  const auto& a = pod.annotations;
+  auto policy = a.find(keys::kGpuPolicy);
+  ctx.gpu_policy = policy != a.end() ? policy->second : std::string(default_gpu_policy);
+  ctx.mutex = PolicyContains(ctx.gpu_policy, kPolicyMutex);
+  ctx.topology = PolicyContains(ctx.gpu_policy, kPolicyTopologyAware);
+  if (auto w = a.find(keys::kScoringWeights); w != a.end()) {
+    auto weights = ParseScoringWeights(w->second);
+    if (!weights) return Error{fmt::format("pod {}: {}", pod.Key(), weights.error().message)};
+    ctx.weights = *weights;
+  }
+  ctx.quota_active = quotas.HasLimits(pod.ns);
+  for (const auto& b : backends) {
+    const auto& spec = b->Spec();
+    PodContext::Vendor v;
+    v.uuids = ReadSelector(a, spec.keys.use_uuid, spec.keys.nouse_uuid);
+    v.types = ReadSelector(a, spec.keys.use_type, spec.keys.nouse_type);
+    if (!spec.fit.mode_annotation.empty()) {
+      if (auto m = a.find(spec.fit.mode_annotation); m != a.end()) v.mode_filter = m->second;
+    }
+    if (!spec.fit.numa_bind_annotation.empty()) {
+      if (auto n = a.find(spec.fit.numa_bind_annotation); n != a.end()) {
+        auto bind = ParseGoBool(n->second, spec.fit.numa_bind_annotation);
+        v.numa_bind = bind && *bind;
+      }
+    }
+    v.order = DeviceOrder(ctx.gpu_policy, v.numa_bind);
+    ctx.vendors.push_back(std::move(v));
+  }
+  return ctx;
+}
+
+bool NodeFitter::Fit(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, PodDevices* out,
+                     std::string* reason) {
+  if (!node.HasDevices()) {
+    if (reason) *reason = std::string(kNodeUnregistered);
+    return false;
+  }
+  const std::size_t nb = backends_->size();
+  const std::size_t nc = reqs.containers.size();
+  allocated_.resize(nb);
+  for (auto& per_backend : allocated_) {
+    per_backend.resize(nc);
+    for (auto& picks : per_backend) picks.clear();
+  }
+  app_usage_.assign(node.usage.begin(), node.usage.end());
+  if (node.has_mig) app_mig_ = node.mig_in_use;
+  for (std::size_t c = 0; c < nc; ++c) {
+    const auto& requests = reqs.containers[c];
+    if (requests.empty()) continue;
+    const bool is_init = c < reqs.num_init;
+    // Init containers run one at a time before the app containers: each is fit against the current usage alone.
+    if (is_init) {
+      init_usage_.assign(node.usage.begin(), node.usage.end());
+      if (node.has_mig) init_mig_ = node.mig_in_use;
+    }
+    auto& usage = is_init ? init_usage_ : app_usage_;
+    auto& mig = is_init ? init_mig_ : app_mig_;
+    for (const auto& [b, request] : requests) {
+      ContainerPicks& picks = allocated_[static_cast<std::size_t>(b)][c];
+      if (!FitRequest(ctx, node, b, request, c, allocated_, usage, mig, picks, reason)) return false;
+      for (const Pick& p : picks) {
+        auto& u = usage[static_cast<std::size_t>(p.device)];
+        u.used += 1;
+        u.mem += p.mem;
+        u.cores += p.cores;
+        if (p.mig) mig[static_cast<std::size_t>(p.device)].push_back(MigInUse{p.mig->profile, p.mig->placement});
+      }
+    }
+  }
+  if (out != nullptr) {
+    out->clear();
+    for (std::size_t b = 0; b < nb; ++b) {
+      bool any = false;
+      for (const auto& picks : allocated_[b]) any = any || !picks.empty();
+      if (!any) continue;
+      PodVendorDevices vendor_devices(nc);
+      for (std::size_t c = 0; c < nc; ++c) {
+        for (const Pick& p : allocated_[b][c]) {
+          const DeviceInfo& d = node.devices[static_cast<std::size_t>(p.device)];
+          vendor_devices[c].push_back(ContainerDevice{d.index, d.id, backends_->at(b).Vendor(), p.mem, p.cores, p.mig});
+        }
+      }
+      (*out)[backends_->at(b).Vendor()] = std::move(vendor_devices);
+    }
+  }
+  return true;
+}
+
+bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int backend, const DeviceRequest& request,
+                            std::size_t container, const std::vector<std::vector<ContainerPicks>>& allocated,
+                            std::vector<DeviceUsage>& usage, std::vector<std::vector<MigInUse>>& mig,
+                            ContainerPicks& picks, std::string* reason) {
+  const BackendSpec& spec = backends_->at(static_cast<std::size_t>(backend)).Spec();
+  const PodContext::Vendor& vctx = ctx.vendors[static_cast<std::size_t>(backend)];
+  const auto [begin, end] = node.vendor_range[static_cast<std::size_t>(backend)];
+  const int total = end - begin;
+
+  bool mig_request = false;
+  if (spec.fit.mig && (!vctx.mode_filter || vctx.mode_filter->find("mig") != std::string::npos)) {
+    for (int d = begin; d < end && !mig_request; ++d) mig_request = node.devices[static_cast<std::size_t>(d)].mode == "mig";
+  }
+  if (!mig_request && request.count > total) {
+    if (reason) *reason = std::string(kNodeInsufficientDevice);
+    return false;
+  }
+
+  items_.clear();
+  for (int d = begin; d < end; ++d) {
+    const auto i = static_cast<std::size_t>(d);
+    const DeviceInfo& dev = node.devices[i];
+    items_.push_back(DeviceOrder::Item{d, DeviceScore(dev, usage[i], &request, ctx.weights), dev.numa, dev.index,
+                                       usage[i].used});
+  }
+  vctx.order.Sort(items_);
+
+  ReasonCounts reasons;
+  const std::int32_t origin = request.count;
+  std::int32_t remaining = origin;
+  std::int64_t prev_numa = std::numeric_limits<std::int64_t>::min();
+  Cores cores_req = request.cores;
+  picks.clear();
+  bool done = false;
+
+  for (int i = static_cast<int>(items_.size()) - 1; i >= 0 && !done; --i) {
+    const int d = items_[static_cast<std::size_t>(i)].device;
+    const auto di = static_cast<std::size_t>(d);
+    const DeviceInfo& dev = node.devices[di];
+    const DeviceUsage& u = usage[di];
+    if (!dev.health) {
+      reasons.Add(Reason::kCardNotHealth);
+      continue;
+    }
+    if (spec.fit.cordon && node.cordoned[di]) {
+      reasons.Add(Reason::kCardCordoned);
+      continue;
+    }
+    if ((vctx.types.active() && !SelectorAllowsType(vctx.types, dev.type)) ||
+        (vctx.mode_filter && vctx.mode_filter->find(dev.mode) == std::string::npos)) {
+      reasons.Add(Reason::kCardTypeMismatch);
+      continue;
+    }
+    if (vctx.numa_bind && dev.numa != prev_numa) {
+      if (remaining != origin) reasons.Add(Reason::kNumaNotFit, static_cast<int>(picks.size()));
+      remaining = origin;
+      prev_numa = dev.numa;
+      picks.clear();
+    }
+    if (vctx.uuids.active() && !SelectorAllowsUuid(vctx.uuids, dev.id)) {
+      reasons.Add(Reason::kCardUuidMismatch);
+      continue;
+    }
+    if (dev.count <= u.used) {
+      reasons.Add(Reason::kCardTimeSlicingExhausted);
+      continue;
+    }
+    if (ctx.mutex && u.used > 0) {
+      reasons.Add(Reason::kExclusiveDeviceAllocateConflict);
+      continue;
+    }
+    if (cores_req > 100_cores) cores_req = 100_cores;
+    MiB memreq = request.memory.value() > 0 ? request.memory : MiB(0);
+    if (request.mem_percent != kPercentUnset && request.memory.value() == 0) {
+      memreq = MiB(dev.devmem.value() * request.mem_percent / 100);
+    }
+    Pick pick{d, memreq, cores_req, std::nullopt};
+    if (spec.fit.quota_in_fit && ctx.quota_active &&
+        !QuotaAllows(ctx, node, backend, container, allocated, picks, pick)) {
+      reasons.Add(Reason::kResourceQuotaNotFit);
+      continue;
+    }
+    if (dev.devmem - u.mem < memreq) {
+      reasons.Add(Reason::kCardInsufficientMemory);
+      continue;
+    }
+    if (dev.devcore - u.cores < cores_req) {
+      reasons.Add(Reason::kCardInsufficientCore);
+      continue;
+    }
+    if (dev.devcore == 100_cores && cores_req == 100_cores && u.used > 0) {
+      reasons.Add(Reason::kExclusiveDeviceAllocateConflict);
+      continue;
+    }
+    if (dev.devcore.value() != 0 && u.cores == dev.devcore && cores_req.value() == 0) {
+      reasons.Add(Reason::kCardComputeUnitsExhausted);
+      continue;
+    }
+    const bool mig_device = spec.fit.mig && dev.mode == "mig";
+    if (mig_device) {
+      static const std::vector<MigInUse> kNone;
+      const auto& in_use = node.has_mig ? mig[di] : kNone;
+      auto slot = ChooseMigSlot(node, d, memreq, in_use, picks);
+      if (!slot) {
+        reasons.Add(Reason::kCardMigTopologyInfeasible);
+        continue;
+      }
+      for (const auto& p : dev.mig_profiles) {
+        if (p.name == slot->profile) {
+          pick.mem = MiB(p.memory_mib);
+          pick.cores = Cores(p.core);
+        }
+      }
+      pick.mig = std::move(slot);
+    }
+    if (spec.fit.same_device_across_containers) {
+      bool same = true;
+      for (std::size_t c = 0; c < container && same; ++c) {
+        for (const Pick& earlier : allocated[static_cast<std::size_t>(backend)][c]) {
+          same = same && earlier.device == d;
+        }
+      }
+      if (!same) {
+        reasons.Add(Reason::kCardNotFoundCustomFilterRule);
+        continue;
+      }
+    }
+    if (remaining > 0) {
+      if (!ctx.topology || !spec.fit.topology) --remaining;
+      picks.push_back(std::move(pick));
+    }
+    if (remaining == 0 && !(ctx.topology && spec.fit.topology)) {
+      done = true;
+      break;
+    }
+    if (mig_device) ++i;  // a MIG GPU may host another instance of the same request
+  }
+  if (done) return true;
+  if (ctx.topology && spec.fit.topology) {
+    if (static_cast<std::int32_t>(picks.size()) == origin) return true;
+    if (static_cast<std::int32_t>(picks.size()) > origin) {
+      ChooseTopology(node, origin, picks);
+      return true;
+    }
+  }
+  if (!picks.empty()) reasons.Set(Reason::kAllocatedCardsInsufficientRequest, static_cast<int>(picks.size()));
+  if (reason) *reason = reasons.Format(total);
+  picks.clear();
+  return false;
+}
+
+bool NodeFitter::QuotaAllows(const PodContext& ctx, const NodeEntry& node, int backend, std::size_t container,
+                             const std::vector<std::vector<ContainerPicks>>& allocated, const ContainerPicks& tmp,
+                             const Pick& candidate) const {
+  const std::string& vendor = backends_->at(static_cast<std::size_t>(backend)).Vendor();
+  PodVendorDevices hypothetical(container + 1);
+  const auto add = [&](std::size_t c, const Pick& p) {
+    hypothetical[c].push_back(
+        ContainerDevice{0, node.devices[static_cast<std::size_t>(p.device)].id, vendor, p.mem, p.cores, std::nullopt});
+  };
+  for (std::size_t c = 0; c < container; ++c) {
+    for (const Pick& p : allocated[static_cast<std::size_t>(backend)][c]) add(c, p);
+  }
+  for (const Pick& p : tmp) add(container, p);
+  add(container, candidate);
+  PodDevices pd;
+  pd[vendor] = std::move(hypothetical);
+  MiB mem;
+  Cores cores;
+  for (const auto& charge : codec::CollapseDevices(pd, ctx.pod->init_containers.size())) {
+    mem += charge.mem;
+    cores += charge.cores;
+  }
+  return quotas_->Fits(ctx.pod->ns, vendor, mem, cores);
+}
+
+std::optional<MigSlot> NodeFitter::ChooseMigSlot(const NodeEntry& node, int device, MiB memreq,
+                                                 const std::vector<MigInUse>& in_use, const ContainerPicks& tmp) const {
+  const DeviceInfo& dev = node.devices[static_cast<std::size_t>(device)];
+  const Backend& backend = backends_->at(static_cast<std::size_t>(node.backend_of[static_cast<std::size_t>(device)]));
+  std::vector<const MigProfile*> profiles;
+  for (const auto& p : dev.mig_profiles) {
+    if (p.memory_mib >= memreq.value() && backend.MigProfileAllowed(dev.type, p.name)) profiles.push_back(&p);
+  }
+  std::stable_sort(profiles.begin(), profiles.end(), [](const MigProfile* a, const MigProfile* b) {
+    if (a->memory_mib != b->memory_mib) return a->memory_mib < b->memory_mib;
+    return a->slice_count < b->slice_count;
+  });
+  const auto overlaps = [](const MigPlacement& a, const MigPlacement& b) {
+    return a.start < b.start + b.size && b.start < a.start + a.size;
+  };
+  for (const MigProfile* p : profiles) {
+    std::vector<MigPlacement> order = p->placements;
+    const bool high_first = p->name.starts_with("1g.") || p->name.starts_with("3g.");
+    std::stable_sort(order.begin(), order.end(), [&](const MigPlacement& a, const MigPlacement& b) {
+      return high_first ? a.start > b.start : a.start < b.start;
+    });
+    for (const auto& pl : order) {
+      bool free = true;
+      for (const auto& used : in_use) free = free && !overlaps(pl, used.placement);
+      for (const Pick& t : tmp) {
+        if (t.device == device && t.mig) free = free && !overlaps(pl, t.mig->placement);
+      }
+      if (free) return MigSlot{p->name, pl};
+    }
+  }
+  return std::nullopt;
+}
+
+void NodeFitter::ChooseTopology(const NodeEntry& node, std::int32_t want, ContainerPicks& picks) const {
+  const auto score = [&](const Pick& a, const Pick& b) -> std::int64_t {
+    const DeviceInfo& da = node.devices[static_cast<std::size_t>(a.device)];
+    const DeviceInfo& db = node.devices[static_cast<std::size_t>(b.device)];
+    auto it = da.pair_scores.find(db.id);
+    return it == da.pair_scores.end() ? 0 : it->second;
+  };
+  const std::size_t n = picks.size();
+  if (want == 1) {
+    // The card least connected to the others keeps the well-connected ones free for multi-card pods.
+    std::size_t best = 0;
+    std::int64_t best_sum = std::numeric_limits<std::int64_t>::max();
+    for (std::size_t i = 0; i < n; ++i) {
+      std::int64_t sum = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        if (i != j) sum += score(picks[i], picks[j]);
+      }
+      if (sum < best_sum) {
+        best_sum = sum;
+        best = i;
+      }
+    }
+    picks = {picks[best]};
+    return;
+  }
+  // Highest sum of pairwise scores over all combinations, in candidate order (first maximum wins).
+  const auto k = static_cast<std::size_t>(want);
+  std::vector<std::size_t> idx(k), best;
+  for (std::size_t i = 0; i < k; ++i) idx[i] = i;
+  std::int64_t best_sum = std::numeric_limits<std::int64_t>::min();
+  for (;;) {
+    std::int64_t sum = 0;
+    for (std::size_t a = 0; a < k; ++a) {
+      for (std::size_t b = a + 1; b < k; ++b) sum += score(picks[idx[a]], picks[idx[b]]);
+    }
+    if (sum > best_sum) {
+      best_sum = sum;
+      best = idx;
+    }
+    std::size_t i = k;
+    while (i > 0 && idx[i - 1] == n - k + (i - 1)) --i;
+    if (i == 0) break;
+    ++idx[i - 1];
+    for (std::size_t j = i; j < k; ++j) idx[j] = idx[j - 1] + 1;
+  }
+  ContainerPicks chosen;
+  for (std::size_t i : best) chosen.push_back(picks[i]);
+  picks = std::move(chosen);
+}
+
+}  // namespace hami

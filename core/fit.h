@@ -1,0 +1,117 @@
+#pragma once
+// The fit engine: whether a pod fits a node, and on which devices. It follows upstream's check order and
+// reason names (reference/hami-scheduler.md §6.4-§6.7) and is deterministic. It reads ClusterState and never
+// changes it; scratch buffers are reused between nodes so a decision over thousands of nodes allocates little.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/cluster_state.h"
+#include "core/policy.h"
+
+namespace hami {
+
+enum class Reason : std::uint8_t {
+  kAllocatedCardsInsufficientRequest,
+  kCardComputeUnitsExhausted,
+  kCardCordoned,
+  kCardInsufficientCore,
+  kCardInsufficientMemory,
+  kCardMigTopologyInfeasible,
+  kCardNotFoundCustomFilterRule,
+  kCardNotHealth,
+  kCardTimeSlicingExhausted,
+  kCardTypeMismatch,
+  kCardUuidMismatch,
+  kExclusiveDeviceAllocateConflict,
+  kNumaNotFit,
+  kResourceQuotaNotFit,
+  kCount
+};
+std::string_view ReasonName(Reason r);
+
+inline constexpr std::string_view kNodeInsufficientDevice = "NodeInsufficientDevice";
+inline constexpr std::string_view kNodeUnregistered = "node unregistered";
+
+// Per-reason device counts of one failed request, formatted like upstream: "1/2 CardInsufficientMemory, ..."
+// (entries sorted as strings).
+struct ReasonCounts {
+  std::array<int, static_cast<std::size_t>(Reason::kCount)> n{};
+  void Add(Reason r, int k = 1) { n[static_cast<std::size_t>(r)] += k; }
+  void Set(Reason r, int k) { n[static_cast<std::size_t>(r)] = k; }
+  std::string Format(int total) const;
+};
+
+// What every container of the pod asks, per backend (init containers first).
+struct PodRequests {
+  std::size_t num_init = 0;
+  std::vector<std::vector<std::pair<int, DeviceRequest>>> containers;  // (backend index, request)
+  bool Any() const;
+};
+// Collects requests from every container; an unreadable resource value is an error naming the container.
+Result<PodRequests> CollectRequests(const PodView& pod, const Backends& backends);
+
+// Pod-level inputs computed once per decision.
+struct PodContext {
+  const PodView* pod = nullptr;
+  std::string gpu_policy;
+  bool mutex = false;
+  bool topology = false;
+  ScoringWeights weights;
+  bool quota_active = false;
+  struct Vendor {
+    Selector uuids;
+    Selector types;
+    std::optional<std::string> mode_filter;
+    bool numa_bind = false;
+    DeviceOrder order{"spread", false};
+  };
+  std::vector<Vendor> vendors;  // per backend
+};
+// Reads the pod's policy annotations; an invalid hami.io/device-scoring-weights is an error.
+Result<PodContext> MakePodContext(const PodView& pod, const Backends& backends, const QuotaBook& quotas,
+                                  std::string_view default_gpu_policy);
+
+class NodeFitter {
+ public:
+  NodeFitter(const Backends& backends, const QuotaBook& quotas) : backends_(&backends), quotas_(&quotas) {}
+
+  // Whether the pod fits `node`. On success and when `out` is given, fills the per-vendor, per-container
+  // devices (index-aligned with the pod's containers). On failure `reason` says why.
+  bool Fit(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, PodDevices* out,
+           std::string* reason);
+
+ private:
+  struct Pick {
+    int device = 0;
+    MiB mem;
+    Cores cores;
+    std::optional<MigSlot> mig;
+  };
+  using ContainerPicks = std::vector<Pick>;
+
+  bool FitRequest(const PodContext& ctx, const NodeEntry& node, int backend, const DeviceRequest& request,
+                  std::size_t container, const std::vector<std::vector<ContainerPicks>>& allocated,
+                  std::vector<DeviceUsage>& usage, std::vector<std::vector<MigInUse>>& mig, ContainerPicks& picks,
+                  std::string* reason);
+  bool QuotaAllows(const PodContext& ctx, const NodeEntry& node, int backend, std::size_t container,
+                   const std::vector<std::vector<ContainerPicks>>& allocated, const ContainerPicks& tmp,
+                   const Pick& candidate) const;
+  std::optional<MigSlot> ChooseMigSlot(const NodeEntry& node, int device, MiB memreq,
+                                       const std::vector<MigInUse>& in_use, const ContainerPicks& tmp) const;
+  void ChooseTopology(const NodeEntry& node, std::int32_t want, ContainerPicks& picks) const;
+
+  const Backends* backends_;
+  const QuotaBook* quotas_;
+  // Scratch, reused between calls.
+  std::vector<DeviceUsage> app_usage_, init_usage_;
+  std::vector<std::vector<MigInUse>> app_mig_, init_mig_;
+  std::vector<DeviceOrder::Item> items_;
+  std::vector<std::vector<ContainerPicks>> allocated_;  // [backend][container]
+};
+
+}  // namespace hami

@@ -1,0 +1,21 @@
+#pragma once
+// Protocol keys shared by every backend (vendor-specific keys live in each backend's BackendSpec).
+#include <string_view>
+
+namespace hami::keys {
+
+inline constexpr std::string_view kAssignedNode = "hami.io/vgpu-node";  // pod annotation and label
+inline constexpr std::string_view kDecisionTime = "hami.io/vgpu-time";
+inline constexpr std::string_view kBindPhase = "hami.io/bind-phase";
+inline constexpr std::string_view kBindTime = "hami.io/bind-time";
+inline constexpr std::string_view kBindPhaseAllocating = "allocating";
+inline constexpr std::string_view kBindPhaseSuccess = "success";
+inline constexpr std::string_view kBindPhaseFailed = "failed";
+inline constexpr std::string_view kMigAllocations = "hami.io/vgpu-mig-allocations";
+inline constexpr std::string_view kDeviceCordon = "hami.io/device-cordon";        // node annotation
+inline constexpr std::string_view kNodePolicy = "hami.io/node-scheduler-policy";  // pod annotation
+inline constexpr std::string_view kGpuPolicy = "hami.io/gpu-scheduler-policy";    // pod annotation
+inline constexpr std::string_view kScoringWeights = "hami.io/device-scoring-weights";
+inline constexpr std::string_view kPodGroupLabel = "scheduling.x-k8s.io/pod-group";
+
+}  // namespace hami::keys

@@ -1,0 +1,164 @@
+#pragma once
+// The domain model: Kubernetes objects as the scheduler sees them (views, no JSON), devices, requests and
+// allocations. Plain data; every field is in the units the protocol uses.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/units.h"
+
+namespace hami {
+
+using StringMap = std::map<std::string, std::string, std::less<>>;
+using Annotations = StringMap;
+using Labels = StringMap;
+using ResourceList = StringMap;  // resource name -> quantity text as written in the object
+
+// --- Kubernetes views -------------------------------------------------------------------------------------
+
+struct EnvVar {
+  std::string name;
+  std::string value;
+  friend bool operator==(const EnvVar&, const EnvVar&) = default;
+};
+
+struct ContainerView {
+  std::string name;
+  ResourceList limits;
+  ResourceList requests;
+  bool privileged = false;
+  std::vector<EnvVar> env;
+};
+
+struct ContainerStatusView {
+  std::string name;
+  bool terminated = false;
+  int exit_code = 0;
+};
+
+struct NodeView {
+  std::string name;
+  std::string uid;
+  std::string resource_version;
+  Labels labels;
+  Annotations annotations;
+  ResourceList capacity;
+  ResourceList allocatable;
+};
+
+struct PodView {
+  std::string ns;
+  std::string name;
+  std::string uid;
+  std::string resource_version;
+  std::string node_name;       // spec.nodeName
+  std::string phase;           // status.phase
+  std::string scheduler_name;  // spec.schedulerName
+  std::optional<std::string> runtime_class_name;
+  std::string pod_group;       // label scheduling.x-k8s.io/pod-group or spec.schedulingGroup.podGroupName
+  bool terminating = false;    // metadata.deletionTimestamp set
+  Labels labels;
+  Annotations annotations;
+  std::vector<ContainerView> init_containers;
+  std::vector<ContainerView> containers;
+  std::vector<ContainerStatusView> init_container_statuses;
+
+  std::string Key() const { return ns + "/" + name; }
+  std::size_t ContainerCount() const { return init_containers.size() + containers.size(); }
+  // Container i in annotation order: init containers first, then regular containers.
+  const ContainerView& ContainerAt(std::size_t i) const {
+    return i < init_containers.size() ? init_containers[i] : containers[i - init_containers.size()];
+  }
+};
+
+struct ResourceQuotaView {
+  std::string ns;
+  std::string name;
+  ResourceList hard;  // spec.hard
+};
+
+// --- Devices ------------------------------------------------------------------------------------------------
+
+struct MigPlacement {
+  int start = 0;
+  int size = 0;
+  friend bool operator==(const MigPlacement&, const MigPlacement&) = default;
+};
+
+struct MigProfile {
+  std::string name;  // e.g. "1g.10gb"
+  std::int64_t memory_mib = 0;
+  std::int32_t core = 0;
+  std::int32_t slice_count = 0;
+  std::vector<MigPlacement> placements;
+  friend bool operator==(const MigProfile&, const MigProfile&) = default;
+};
+
+// One device as registered by its device plugin (or synthesized from node capacity).
+struct DeviceInfo {
+  std::string id;  // UUID
+  std::int32_t index = 0;
+  std::int32_t count = 0;  // split count: how many tasks may share it
+  MiB devmem;
+  Cores devcore;
+  std::string type;  // card model
+  std::int32_t numa = 0;
+  std::string mode;  // hami-core | mig | mps | ""
+  bool health = false;
+  std::vector<MigProfile> mig_profiles;
+  std::string vendor;                                   // backend vendor key that discovered it
+  std::map<std::string, std::int64_t, std::less<>> pair_scores;  // topology score to other device UUIDs
+  friend bool operator==(const DeviceInfo&, const DeviceInfo&) = default;
+};
+
+// --- Requests and allocations ------------------------------------------------------------------------------
+
+// Memory-percentage sentinel meaning "not given" (HAMi's 101).
+inline constexpr std::int32_t kPercentUnset = 101;
+
+// What one container asks of one vendor.
+struct DeviceRequest {
+  std::string vendor;
+  std::int32_t count = 0;
+  MiB memory;                               // per device, already scaled by the memory factor
+  std::int32_t mem_percent = kPercentUnset;  // 0..100, or kPercentUnset
+  Cores cores;                              // per device
+  friend bool operator==(const DeviceRequest&, const DeviceRequest&) = default;
+};
+
+struct MigSlot {
+  std::string profile;
+  MigPlacement placement;
+  friend bool operator==(const MigSlot&, const MigSlot&) = default;
+};
+
+// One device given to one container.
+struct ContainerDevice {
+  std::int32_t index = 0;  // device index on the node (not encoded)
+  std::string uuid;
+  std::string vendor;
+  MiB mem;
+  Cores cores;
+  std::optional<MigSlot> mig;  // MIG instance chosen on a MIG-mode GPU
+  friend bool operator==(const ContainerDevice&, const ContainerDevice&) = default;
+};
+
+using ContainerDevices = std::vector<ContainerDevice>;
+// One vendor's devices, one entry per container (init containers first), index-aligned with the pod.
+using PodVendorDevices = std::vector<ContainerDevices>;
+// vendor key -> per-container devices.
+using PodDevices = std::map<std::string, PodVendorDevices, std::less<>>;
+
+// What a pod consumes on one device once init containers are collapsed: max(sum(app), max(init)).
+struct DeviceCharge {
+  std::string vendor;
+  std::string uuid;
+  MiB mem;
+  Cores cores;
+  std::int32_t slots = 1;
+  friend bool operator==(const DeviceCharge&, const DeviceCharge&) = default;
+};
+
+}  // namespace hami

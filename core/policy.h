@@ -1,0 +1,81 @@
+#pragma once
+// Scheduling policies: device scoring weights, device ordering by GPU policy, node policy, and the
+// use/nouse selectors of pod annotations.
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/model.h"
+#include "core/result.h"
+
+namespace hami {
+
+inline constexpr std::string_view kPolicyBinpack = "binpack";
+inline constexpr std::string_view kPolicySpread = "spread";
+inline constexpr std::string_view kPolicyTopologyAware = "topology-aware";
+inline constexpr std::string_view kPolicyMutex = "mutex";
+inline constexpr std::string_view kPolicyNuma = "numa";
+
+// hami.io/device-scoring-weights: "slot=a,core=b,memory=c".
+struct ScoringWeights {
+  double slot = 1;
+  double core = 1;
+  double memory = 1;
+};
+Result<ScoringWeights> ParseScoringWeights(std::string_view value);
+
+// True when the comma-separated policy contains `name` (trimmed, exact).
+bool PolicyContains(std::string_view policy, std::string_view name);
+
+// How devices are ordered for one request; Fit walks the list from the end, so the last is preferred.
+class DeviceOrder {
+ public:
+  DeviceOrder(std::string_view gpu_policy, bool numa_bind);
+
+  struct Item {
+    int device = 0;  // caller's handle
+    double score = 0;
+    std::int32_t numa = 0;
+    std::int32_t index = 0;
+    std::int32_t used = 0;
+  };
+  // Sorts ascending by the policy; ties end on device index, so the order is deterministic.
+  void Sort(std::vector<Item>& items) const;
+
+ private:
+  enum class Key { kBinpack, kSpread, kNuma };
+  enum class Mode { kChain, kMutex, kBinpackNuma, kSpreadNuma, kBinpack, kSpread };
+  bool Less(const Item& a, const Item& b) const;
+  Mode mode_;
+  std::vector<Key> chain_;
+};
+
+// Usage counters of one device.
+struct DeviceUsage {
+  std::int32_t used = 0;  // tasks (slots)
+  MiB mem;
+  Cores cores;
+  friend bool operator==(const DeviceUsage&, const DeviceUsage&) = default;
+};
+
+// 10 * (ws*(req+used)/count + wc*(cores+usedcores)/devcore + wm*(mem+usedmem)/devmem); 0 for a device with a
+// zero count, core or memory capacity.
+double DeviceScore(const DeviceInfo& device, const DeviceUsage& usage, const DeviceRequest* request,
+                   const ScoringWeights& w);
+
+// Node score before the pod: 10 * (Σused/Σcount + Σcores/Σdevcore + Σmem/Σdevmem), 0 if a denominator is 0.
+double NodeScore(const std::vector<DeviceInfo>& devices, const std::vector<DeviceUsage>& usage);
+
+// Comma lists of pod annotations: empty or whitespace-only = no constraint; empty members ignored.
+struct Selector {
+  std::vector<std::string> use;    // trimmed members
+  std::vector<std::string> nouse;  // trimmed members
+  bool active() const { return !use.empty() || !nouse.empty(); }
+};
+Selector ReadSelector(const Annotations& annotations, std::string_view use_key, std::string_view nouse_key);
+// UUIDs: exact match.
+bool SelectorAllowsUuid(const Selector& s, std::string_view uuid);
+// Card types: case-insensitive substring of the card type.
+bool SelectorAllowsType(const Selector& s, std::string_view card_type);
+
+}  // namespace hami

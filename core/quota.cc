@@ -1,0 +1,106 @@
+#include "core/quota.h"
+
+#include <algorithm>
+
+#include "core/quantity.h"
+
+namespace hami {
+namespace {
+constexpr std::string_view kLimitsPrefix = "limits.";
+}
+
+void QuotaBook::UpsertQuota(const ResourceQuotaView& quota) {
+  RemoveQuota(quota.ns, quota.name);
+  auto& ns = by_ns_[quota.ns];
+  for (const auto& [key, text] : quota.hard) {
+    if (!std::string_view(key).starts_with(kLimitsPrefix)) continue;
+    const std::string resource = key.substr(kLimitsPrefix.size());
+    bool tracked = false;
+    for (const auto& b : *backends_) {
+      const auto& r = b->Spec().resources;
+      tracked = tracked || (!r.memory.empty() && r.memory == resource) || (!r.cores.empty() && r.cores == resource);
+    }
+    if (!tracked) continue;
+    auto q = Quantity::Parse(text);
+    if (!q) continue;  // the API server validates quantities; nothing sensible to enforce otherwise
+    auto v = q->AsInt64();
+    if (!v) continue;
+    ns[resource].limits[quota.name] = *v;
+  }
+}
+
+void QuotaBook::RemoveQuota(std::string_view ns, std::string_view name) {
+  auto it = by_ns_.find(ns);
+  if (it == by_ns_.end()) return;
+  for (auto& [resource, state] : it->second) {
+    if (auto l = state.limits.find(name); l != state.limits.end()) state.limits.erase(l);
+  }
+}
+
+void QuotaBook::Charge(std::string_view ns, const std::vector<DeviceCharge>& charges, int sign) {
+  for (const auto& c : charges) {
+    const Backend* b = backends_->Find(c.vendor);
+    if (b == nullptr) continue;
+    const auto& r = b->Spec().resources;
+    auto& resources = by_ns_[std::string(ns)];
+    if (!r.memory.empty()) {
+      auto& s = resources[r.memory];
+      s.used = std::max<std::int64_t>(0, s.used + sign * c.mem.value());
+    }
+    if (!r.cores.empty()) {
+      auto& s = resources[r.cores];
+      s.used = std::max<std::int64_t>(0, s.used + sign * c.cores.value());
+    }
+  }
+}
+
+void QuotaBook::AddUsage(std::string_view ns, const std::vector<DeviceCharge>& charges) { Charge(ns, charges, 1); }
+void QuotaBook::RemoveUsage(std::string_view ns, const std::vector<DeviceCharge>& charges) {
+  Charge(ns, charges, -1);
+}
+
+std::optional<std::int64_t> QuotaBook::Limit(const ResourceState& s) const {
+  std::optional<std::int64_t> out;
+  for (const auto& [name, v] : s.limits) out = out ? std::min(*out, v) : v;
+  return out;
+}
+
+bool QuotaBook::HasLimits(std::string_view ns) const {
+  auto it = by_ns_.find(ns);
+  if (it == by_ns_.end()) return false;
+  return std::any_of(it->second.begin(), it->second.end(), [](const auto& kv) { return !kv.second.limits.empty(); });
+}
+
+bool QuotaBook::Fits(std::string_view ns, std::string_view vendor, MiB mem, Cores cores) const {
+  const Backend* b = backends_->Find(vendor);
+  if (b == nullptr) return true;
+  auto it = by_ns_.find(ns);
+  if (it == by_ns_.end()) return true;
+  const auto& r = b->Spec().resources;
+  if (!r.memory.empty()) {
+    if (auto s = it->second.find(r.memory); s != it->second.end()) {
+      if (auto limit = Limit(s->second)) {
+        const std::int64_t factor = r.memory_factor > 1 ? r.memory_factor : 1;
+        if (s->second.used + mem.value() > *limit * factor) return false;
+      }
+    }
+  }
+  if (!r.cores.empty()) {
+    if (auto s = it->second.find(r.cores); s != it->second.end()) {
+      if (auto limit = Limit(s->second)) {
+        if (s->second.used + cores.value() > *limit) return false;
+      }
+    }
+  }
+  return true;
+}
+
+std::vector<QuotaBook::Entry> QuotaBook::Entries() const {
+  std::vector<Entry> out;
+  for (const auto& [ns, resources] : by_ns_) {
+    for (const auto& [resource, s] : resources) out.push_back(Entry{ns, resource, s.used, Limit(s)});
+  }
+  return out;
+}
+
+}  // namespace hami

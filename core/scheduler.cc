@@ -1,0 +1,93 @@
+#include "core/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/keys.h"
+
+namespace hami {
+
+Scheduler::Scheduler(ClusterState& state, SchedulerOptions options)
+    : state_(&state), options_(std::move(options)), fitter_(state.backends(), state.quotas()) {}
+
+FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::string>& candidates, TimePoint now) {
+  FilterOutcome out;
+  const Backends& backends = state_->backends();
+  auto requests = CollectRequests(pod, backends);
+  if (!requests) {
+    out.error = requests.error().message;
+    return out;
+  }
+  if (!requests->Any()) {
+    out.kind = FilterOutcome::Kind::kPassThrough;
+    return out;
+  }
+  auto ctx = MakePodContext(pod, backends, state_->quotas(), options_.gpu_policy);
+  if (!ctx) {
+    out.error = ctx.error().message;
+    return out;
+  }
+  auto np = pod.annotations.find(keys::kNodePolicy);
+  const bool spread = (np != pod.annotations.end() ? np->second : options_.node_policy) == kPolicySpread;
+
+  std::vector<std::pair<std::size_t, double>> fitting;
+  fitting.reserve(candidates.size());
+  std::string reason;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const NodeEntry* node = state_->FindNode(candidates[i]);
+    if (node == nullptr) {
+      out.failed_nodes[candidates[i]] = std::string(kNodeUnregistered);
+      continue;
+    }
+    if (!fitter_.Fit(*ctx, *requests, *node, nullptr, &reason)) {
+      out.failed_nodes[candidates[i]] = reason;
+      continue;
+    }
+    fitting.emplace_back(i, NodeScore(node->devices, node->usage));
+  }
+  out.fitting_count = fitting.size();
+  if (fitting.empty()) {
+    out.kind = FilterOutcome::Kind::kUnschedulable;
+    return out;
+  }
+  // binpack: the most used node first; spread: the least used. Ties go to the smaller node name.
+  const auto better = [&](const std::pair<std::size_t, double>& a, const std::pair<std::size_t, double>& b) {
+    if (a.second != b.second) return spread ? a.second < b.second : a.second > b.second;
+    return candidates[a.first] < candidates[b.first];
+  };
+  const std::size_t top = std::min<std::size_t>(10, fitting.size());
+  std::partial_sort(fitting.begin(), fitting.begin() + static_cast<std::ptrdiff_t>(top), fitting.end(), better);
+  for (std::size_t i = 0; i < top; ++i) out.best.emplace_back(candidates[fitting[i].first], fitting[i].second);
+
+  out.node = candidates[fitting.front().first];
+  const NodeEntry* chosen = state_->FindNode(out.node);
+  fitter_.Fit(*ctx, *requests, *chosen, &out.devices, nullptr);
+  out.kind = FilterOutcome::Kind::kScheduled;
+  out.annotations[std::string(keys::kAssignedNode)] = out.node;
+  out.annotations[std::string(keys::kDecisionTime)] =
+      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count());
+  for (const auto& b : backends) {
+    auto d = out.devices.find(b->Vendor());
+    if (d == out.devices.end()) continue;
+    const Annotations written = out.annotations;
+    b->Annotate(d->second, written, now, out.annotations);
+  }
+  return out;
+}
+
+void Scheduler::Reserve(const PodView& pod, const FilterOutcome& outcome) {
+  if (outcome.kind != FilterOutcome::Kind::kScheduled) return;
+  PodAllocation a;
+  a.uid = pod.uid.empty() ? pod.Key() : pod.uid;
+  a.ns = pod.ns;
+  a.name = pod.name;
+  a.node = outcome.node;
+  a.num_init = pod.init_containers.size();
+  a.devices = outcome.devices;
+  for (const auto& [vendor, containers] : outcome.devices) {
+    for (auto& m : codec::MigAllocationsOf(containers)) a.mig.push_back(std::move(m));
+  }
+  state_->AddPod(std::move(a));
+}
+
+}  // namespace hami

@@ -1,0 +1,30 @@
+#pragma once
+// Small string helpers shared by the codecs. Pure, allocation-light.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+
+namespace hami {
+
+// Splits on `sep`, keeping empty pieces ("a,,b" -> {"a","","b"}; "" -> {""}).
+std::vector<std::string_view> Split(std::string_view s, char sep);
+std::string_view Trim(std::string_view s);
+std::string ToLower(std::string_view s);
+std::string ToUpper(std::string_view s);
+bool ContainsIgnoreCase(std::string_view haystack, std::string_view needle);
+bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+
+// Strict decimal integer parse (optional leading '-' or '+', no spaces); errors name `field` and `input`.
+Result<std::int64_t> ParseInt64(std::string_view input, std::string_view field);
+// Integer parse that also checks [lo, hi].
+Result<std::int64_t> ParseIntInRange(std::string_view input, std::string_view field, std::int64_t lo,
+                                     std::int64_t hi);
+// Go strconv.ParseBool: 1,t,T,TRUE,true,True,0,f,F,FALSE,false,False.
+Result<bool> ParseGoBool(std::string_view input, std::string_view field);
+
+std::string Join(const std::vector<std::string>& parts, std::string_view sep);
+
+}  // namespace hami

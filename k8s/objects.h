@@ -1,0 +1,35 @@
+#pragma once
+// Kubernetes JSON <-> core views. Only the fields the scheduler reads are kept. Errors name the object and
+// the field path ("Pod default/p: spec.containers[0].resources.limits: expected an object").
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/json/value.hpp>
+
+#include "core/model.h"
+#include "core/result.h"
+
+namespace hami::k8s {
+
+Result<NodeView> NodeFromJson(const boost::json::value& v);
+Result<PodView> PodFromJson(const boost::json::value& v);
+Result<ResourceQuotaView> ResourceQuotaFromJson(const boost::json::value& v);
+
+// The objects of a `kubectl get ... -o json|yaml` document: a List (or NodeList, PodList...) or single objects.
+struct ObjectSet {
+  std::vector<NodeView> nodes;
+  std::vector<PodView> pods;
+  std::vector<ResourceQuotaView> quotas;
+  std::vector<std::string> skipped;  // "Kind ns/name" of objects of other kinds (Services, ...)
+};
+// Adds the objects of one document; `source` names the file in errors.
+Result<void> CollectObjects(const boost::json::value& document, std::string_view source, ObjectSet& out);
+
+// Parses text that is JSON, or YAML with one or more documents, into JSON values (one per document).
+Result<std::vector<boost::json::value>> ParseDocuments(std::string_view text, std::string_view source);
+
+// Reads a file, or standard input for "-".
+Result<std::string> ReadInput(const std::string& path);
+
+}  // namespace hami::k8s

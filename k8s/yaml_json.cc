@@ -1,0 +1,86 @@
+#include "k8s/yaml_json.h"
+
+#include <charconv>
+#include <string>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+namespace hami::k8s {
+namespace json = boost::json;
+namespace {
+
+json::value Scalar(const YAML::Node& n) {
+  const std::string& s = n.Scalar();
+  if (n.Tag() == "!") return json::value(s);  // quoted: always a string
+  if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL") return nullptr;
+  if (s == "true" || s == "True" || s == "TRUE") return true;
+  if (s == "false" || s == "False" || s == "FALSE") return false;
+  {
+    std::int64_t v = 0;
+    const char* end = s.data() + s.size();
+    auto [p, ec] = std::from_chars(s.data() + (s[0] == '+' ? 1 : 0), end, v);
+    if (ec == std::errc() && p == end) return v;
+  }
+  {
+    double d = 0;
+    const char* end = s.data() + s.size();
+    auto [p, ec] = std::from_chars(s.data(), end, d);
+    const bool looks_numeric = s.find_first_not_of("0123456789.eE+-") == std::string::npos;
+    if (looks_numeric && ec == std::errc() && p == end) return d;
+  }
+  return json::value(s);
+}
+
+Result<json::value> Convert(const YAML::Node& n, std::string_view source) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return json::value(nullptr);
+    case YAML::NodeType::Scalar:
+      return Scalar(n);
+    case YAML::NodeType::Sequence: {
+      json::array a;
+      for (const auto& item : n) {
+        auto v = Convert(item, source);
+        if (!v) return v;
+        a.push_back(std::move(*v));
+      }
+      return json::value(std::move(a));
+    }
+    case YAML::NodeType::Map: {
+      json::object o;
+      for (const auto& kv : n) {
+        if (!kv.first.IsScalar()) {
+          return Error{fmt::format("{}:{}: mapping keys must be plain strings", source, kv.first.Mark().line + 1)};
+        }
+        auto v = Convert(kv.second, source);
+        if (!v) return v;
+        o[kv.first.Scalar()] = std::move(*v);
+      }
+      return json::value(std::move(o));
+    }
+  }
+  return json::value(nullptr);
+}
+
+}  // namespace
+
+Result<std::vector<json::value>> YamlToJson(std::string_view text, std::string_view source) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return Error{fmt::format("{}:{}: not valid YAML or JSON: {}", source, e.mark.line + 1, e.msg)};
+  }
+  std::vector<json::value> out;
+  for (const auto& d : docs) {
+    if (d.IsNull()) continue;
+    auto v = Convert(d, source);
+    if (!v) return v.error();
+    out.push_back(std::move(*v));
+  }
+  return out;
+}
+
+}  // namespace hami::k8s

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of hami-scheduler on Debian 12 (bookworm), by exact package name.
+# Boost is pinned to 1.81: libboost-all-dev / libboost-dev are 1.74 and conflict with it.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential g++ cmake ninja-build ccache pkg-config git
+  libboost1.81-dev libboost-json1.81-dev libboost-container1.81-dev libboost-system1.81-dev
+  libyaml-cpp-dev libcxxopts-dev libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libssl-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

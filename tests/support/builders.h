@@ -1,0 +1,80 @@
+#pragma once
+// Builders for test fixtures: devices, nodes as device plugins publish them, pods as users write them, and the
+// built-in backends with chosen settings.
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/builtin.h"
+#include "core/backend.h"
+#include "core/codec/node_devices.h"
+#include "core/model.h"
+
+namespace hami::testing {
+
+inline DeviceInfo Gpu(std::string id, std::int32_t index, std::int64_t mem = 8000, std::int32_t count = 10,
+                      std::string type = "NVIDIA", std::int32_t numa = 0) {
+  DeviceInfo d;
+  d.id = std::move(id);
+  d.index = index;
+  d.count = count;
+  d.devmem = MiB(mem);
+  d.devcore = Cores(100);
+  d.type = std::move(type);
+  d.numa = numa;
+  d.mode = "hami-core";
+  d.health = true;
+  return d;
+}
+
+// A node whose NVIDIA device plugin registered `gpus` (and whose kubelet advertises them).
+inline NodeView NvidiaNode(std::string name, const std::vector<DeviceInfo>& gpus) {
+  NodeView n;
+  n.name = std::move(name);
+  n.annotations["hami.io/node-nvidia-register"] = codec::EncodeDeviceManifest(gpus);
+  n.allocatable["nvidia.com/gpu"] = std::to_string(gpus.size() * 10);
+  n.capacity["nvidia.com/gpu"] = std::to_string(gpus.size() * 10);
+  return n;
+}
+
+inline ContainerView Ctr(std::string name, std::map<std::string, std::string> limits) {
+  ContainerView c;
+  c.name = std::move(name);
+  for (auto& [k, v] : limits) c.limits[k] = v;
+  return c;
+}
+
+inline PodView Pod(std::string name, std::vector<ContainerView> containers, std::vector<ContainerView> init = {},
+                   std::map<std::string, std::string> annotations = {}, std::string ns = "default") {
+  PodView p;
+  p.ns = std::move(ns);
+  p.name = std::move(name);
+  p.uid = "uid-" + p.name;
+  p.containers = std::move(containers);
+  p.init_containers = std::move(init);
+  for (auto& [k, v] : annotations) p.annotations[k] = v;
+  return p;
+}
+
+inline ContainerView GpuCtr(std::string name, int count, std::int64_t mem, int cores) {
+  std::map<std::string, std::string> limits{{"nvidia.com/gpu", std::to_string(count)}};
+  if (mem > 0) limits["nvidia.com/gpumem"] = std::to_string(mem);
+  limits["nvidia.com/gpucores"] = std::to_string(cores);
+  return Ctr(std::move(name), std::move(limits));
+}
+
+// The four built-in backends; `settings` by config section ("nvidia", ...).
+inline Backends BuiltinBackends(const std::map<std::string, VendorSettings>& settings = {}) {
+  BackendRegistry registry;
+  backends::RegisterBuiltinBackends(registry).value();
+  std::vector<BackendPtr> list;
+  for (const auto& name : registry.Names()) {
+    auto it = settings.find(name);
+    list.push_back(registry.Create(name, it == settings.end() ? VendorSettings{} : it->second).value());
+  }
+  return Backends(std::move(list));
+}
+
+}  // namespace hami::testing

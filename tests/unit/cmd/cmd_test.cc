@@ -1,0 +1,223 @@
+#include "cmd/app.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+namespace hami::cmd {
+namespace {
+namespace json = boost::json;
+
+const std::string kExamples = std::string(HAMI_SOURCE_DIR) + "/examples/";
+
+struct Ran {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Ran Exec(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  const int code = Run(args, out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+json::object ResultFor(const json::value& doc, std::string_view pod) {
+  for (const auto& r : doc.at("results").as_array()) {
+    if (r.at("pod").as_string() == pod) return r.as_object();
+  }
+  ADD_FAILURE() << "no result for " << pod;
+  return {};
+}
+
+class SimulateExamples : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ran_ = new Ran(Exec({"simulate", "--cluster", kExamples + "cluster.yaml", "--pods", kExamples + "pods.yaml",
+                         "--now", "2026-11-29T12:00:00Z"}));
+    ASSERT_EQ(ran_->code, 0) << ran_->err;
+    doc_ = new json::value(json::parse(ran_->out));
+  }
+  static void TearDownTestSuite() {
+    delete ran_;
+    delete doc_;
+  }
+  static std::string NodeOf(std::string_view pod) {
+    auto r = ResultFor(*doc_, pod);
+    return r.at("node").is_null() ? "" : std::string(r.at("node").as_string());
+  }
+  static std::string Annotation(std::string_view pod, std::string_view key) {
+    auto r = ResultFor(*doc_, pod);
+    auto* v = r.at("annotations").as_object().if_contains(key);
+    return v ? std::string(v->as_string()) : "";
+  }
+  static inline Ran* ran_ = nullptr;
+  static inline json::value* doc_ = nullptr;
+};
+
+TEST_F(SimulateExamples, PlacesEveryPodWithTheExpectedOutcome) {
+  // The pending pod of the cluster file comes first, then the --pods file in order.
+  const auto& results = doc_->at("results").as_array();
+  ASSERT_EQ(results.size(), 16u);
+  EXPECT_EQ(results[0].at("pod").as_string(), "default/notebook");
+  EXPECT_EQ(ResultFor(*doc_, "default/notebook").at("outcome").as_string(), "scheduled");
+  // Binpack (default node policy) keeps filling the node that already runs training-0.
+  EXPECT_EQ(NodeOf("default/notebook"), "gpu-a100-1");
+  EXPECT_EQ(NodeOf("default/shared-gpu"), "gpu-a100-1");
+  EXPECT_EQ(NodeOf("default/v100-only"), "gpu-v100-1");
+  EXPECT_EQ(NodeOf("default/mlu-slice"), "mlu-370-1");
+  EXPECT_EQ(NodeOf("default/mthreads-slice"), "mthreads-s4000-1");
+  EXPECT_EQ(NodeOf("default/dcu-slice"), "dcu-k100-1");
+  EXPECT_EQ(ResultFor(*doc_, "team-a/quota-ok").at("outcome").as_string(), "scheduled");
+  EXPECT_EQ(ResultFor(*doc_, "team-a/quota-exceeded").at("outcome").as_string(), "unschedulable");
+  EXPECT_EQ(ResultFor(*doc_, "default/too-big").at("outcome").as_string(), "unschedulable");
+  EXPECT_EQ(ResultFor(*doc_, "default/cpu-only").at("outcome").as_string(), "no-device-request");
+  auto bad = ResultFor(*doc_, "default/bad-memory-unit");
+  EXPECT_EQ(bad.at("outcome").as_string(), "error");
+  EXPECT_NE(std::string(bad.at("error").as_string()).find("nvidia.com/gpumem"), std::string::npos);
+}
+
+TEST_F(SimulateExamples, ReasonsAndAnnotations) {
+  auto too_big = ResultFor(*doc_, "default/too-big");
+  EXPECT_EQ(too_big.at("failedNodes").at("gpu-a100-1").as_string(), "4/4 CardInsufficientMemory");
+  EXPECT_EQ(too_big.at("failedNodes").at("mlu-370-1").as_string(), "NodeInsufficientDevice");
+  auto quota = ResultFor(*doc_, "team-a/quota-exceeded");
+  EXPECT_NE(std::string(quota.at("failedNodes").at("gpu-a100-1").as_string()).find("ResourceQuotaNotFit"),
+            std::string::npos);
+  EXPECT_EQ(Annotation("default/shared-gpu", "hami.io/vgpu-time"), "1764417600");
+  EXPECT_NE(Annotation("default/shared-gpu", "hami.io/vgpu-devices-to-allocate").find(",NVIDIA,3000,30:;"),
+            std::string::npos);
+  // init + log-shipper + server: three entries, the sidecar's empty.
+  const std::string init = Annotation("default/init-and-sidecar", "hami.io/vgpu-devices-allocated");
+  EXPECT_NE(init.find(",NVIDIA,6000,20:;;"), std::string::npos) << init;
+  EXPECT_NE(init.find(",NVIDIA,4000,20:;"), std::string::npos) << init;
+  // The cordoned V100 is never used.
+  EXPECT_EQ(ran_->out.find("GPU-v100-broken,NVIDIA"), std::string::npos);
+  // NUMA pair: both on one NUMA node (A100 0/1 are NUMA 0, 2/3 NUMA 1).
+  const std::string numa = Annotation("default/numa-pair", "hami.io/vgpu-devices-allocated");
+  const bool low = numa.find("GPU-a100-0") != std::string::npos && numa.find("GPU-a100-1") != std::string::npos;
+  const bool high = numa.find("GPU-a100-2") != std::string::npos && numa.find("GPU-a100-3") != std::string::npos;
+  EXPECT_TRUE(low || high) << numa;
+  EXPECT_EQ(Annotation("default/mlu-slice", "CAMBRICON_DSMLU_ASSIGNED"), "false");
+  EXPECT_EQ(Annotation("default/mthreads-slice", "mthreads.com/predicate-node"), "mthreads-s4000-1");
+  EXPECT_NE(Annotation("default/dcu-slice", "hami.io/hcu-devices-to-allocate").find(",DCU,2000,60:;"),
+            std::string::npos);
+}
+
+TEST_F(SimulateExamples, DeviceUsageNeverExceedsCapacity) {
+  for (const auto& d : doc_->at("devices").as_array()) {
+    EXPECT_LE(d.at("used").as_int64(), d.at("count").as_int64()) << json::serialize(d);
+    EXPECT_LE(d.at("usedmem").as_int64(), d.at("devmem").as_int64()) << json::serialize(d);
+    EXPECT_LE(d.at("usedcores").as_int64(), d.at("devcore").as_int64()) << json::serialize(d);
+  }
+}
+
+TEST(Simulate, TableOutputAndBadInput) {
+  auto table = Exec({"simulate", "--cluster", kExamples + "cluster.yaml", "-o", "table"});
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("default/notebook"), std::string::npos);
+  EXPECT_NE(table.out.find("GPU-a100-0"), std::string::npos);
+
+  auto missing = Exec({"simulate"});
+  EXPECT_EQ(missing.code, kExitUsage);
+  EXPECT_NE(missing.err.find("--cluster"), std::string::npos);
+  auto no_file = Exec({"simulate", "--cluster", "/nonexistent.yaml"});
+  EXPECT_EQ(no_file.code, kExitUsage);
+  EXPECT_NE(no_file.err.find("/nonexistent.yaml"), std::string::npos);
+  const std::string bad = WriteTemp("bad-cluster.json",
+                                    R"({"kind":"List","items":[{"kind":"Node","metadata":{"name":"n","annotations":[]}}]})");
+  auto bad_run = Exec({"simulate", "--cluster", bad});
+  EXPECT_EQ(bad_run.code, kExitUsage);
+  EXPECT_NE(bad_run.err.find("Node n: metadata.annotations"), std::string::npos) << bad_run.err;
+  auto bad_output = Exec({"simulate", "--cluster", kExamples + "cluster.yaml", "-o", "xml"});
+  EXPECT_EQ(bad_output.code, kExitUsage);
+}
+
+TEST(Inspect, Node) {
+  auto r = Exec({"inspect", "node", kExamples + "inspect-node.json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto doc = json::parse(r.out);
+  EXPECT_EQ(doc.at("node").as_string(), "gpu-node-7");
+  const auto& devices = doc.at("devices").as_array();
+  ASSERT_EQ(devices.size(), 3u);
+  EXPECT_EQ(devices[0].at("vendor").as_string(), "DCU");
+  EXPECT_EQ(devices[1].at("vendor").as_string(), "NVIDIA");
+  EXPECT_EQ(devices[1].at("id").as_string(), "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec");
+  EXPECT_EQ(devices[2].at("index").as_int64(), 1);
+  EXPECT_EQ(doc.at("errors").as_array().size(), 0u);
+
+  const std::string broken = WriteTemp("broken-node.yaml", R"(kind: Node
+metadata:
+  name: b
+  annotations:
+    hami.io/node-nvidia-register: '[{"id":"GPU-0","devmem":"lots"}]'
+)");
+  auto b = Exec({"inspect", "node", broken});
+  ASSERT_EQ(b.code, 0) << b.err;
+  auto bdoc = json::parse(b.out);
+  ASSERT_EQ(bdoc.at("errors").as_array().size(), 1u);
+  EXPECT_EQ(bdoc.at("errors").at(0).at("vendor").as_string(), "NVIDIA");
+  EXPECT_NE(std::string(bdoc.at("errors").at(0).at("error").as_string()).find("devmem"), std::string::npos);
+}
+
+TEST(Inspect, Pod) {
+  auto r = Exec({"inspect", "pod", kExamples + "inspect-pod.yaml"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto doc = json::parse(r.out);
+  EXPECT_EQ(doc.at("pod").as_string(), "default/gpu-pod");
+  EXPECT_EQ(doc.at("node").as_string(), "node-1");
+  EXPECT_EQ(doc.at("bindPhase").as_string(), "allocating");
+  const auto& nvidia = doc.at("allocated").at("NVIDIA").as_array();
+  ASSERT_EQ(nvidia.size(), 1u);  // one container
+  EXPECT_EQ(nvidia[0].at(0).at("uuid").as_string(), "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448");
+  EXPECT_EQ(nvidia[0].at(0).at("usedmem").as_int64(), 3000);
+  EXPECT_EQ(nvidia[0].at(0).at("type").as_string(), "NVIDIA");
+  EXPECT_EQ(doc.at("toAllocate").at("NVIDIA").as_array().size(), 1u);
+  EXPECT_EQ(doc.at("requests").at(0).at("devices").at("NVIDIA").at("memory").as_int64(), 3000);
+}
+
+TEST(Inspect, Usage) {
+  EXPECT_EQ(Exec({"inspect"}).code, kExitUsage);
+  EXPECT_EQ(Exec({"inspect", "service", "x"}).code, kExitUsage);
+  auto two = Exec({"inspect", "pod", kExamples + "cluster.yaml"});
+  EXPECT_EQ(two.code, kExitUsage);
+  EXPECT_NE(two.err.find("want exactly one"), std::string::npos);
+}
+
+TEST(Commands, VersionHelpAndConfig) {
+  auto v = Exec({"version"});
+  EXPECT_EQ(v.code, 0);
+  EXPECT_NE(v.out.find("hami-scheduler"), std::string::npos);
+  EXPECT_EQ(Exec({"--help"}).code, 0);
+  EXPECT_EQ(Exec({"bogus"}).code, kExitUsage);
+  auto cfg = Exec({"--print-config", "--gpu-scheduler-policy=binpack"});
+  ASSERT_EQ(cfg.code, 0) << cfg.err;
+  EXPECT_NE(cfg.out.find("binpack"), std::string::npos);
+  auto bad = Exec({"config", "--kube-burst=ten", "--node-scheduler-policy=random"});
+  EXPECT_EQ(bad.code, kExitUsage);
+  EXPECT_NE(bad.err.find("kube-burst"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("node-scheduler-policy"), std::string::npos) << bad.err;
+}
+
+TEST(Commands, VendorConfigChangesKeys) {
+  const std::string cfg = WriteTemp("vendor.yaml", R"(
+hygon:
+  annotations: {toAllocate: hami.io/dcu-devices-to-allocate}
+)");
+  auto r = Exec({"simulate", "--cluster", kExamples + "cluster.yaml", "--pods", kExamples + "pods.yaml", "--config",
+                 cfg, "--now", "2026-11-29T12:00:00Z"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("hami.io/dcu-devices-to-allocate"), std::string::npos);
+  EXPECT_EQ(r.out.find("hami.io/hcu-devices-to-allocate"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hami::cmd

@@ -1,0 +1,142 @@
+#include "core/cluster_state.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/support/builders.h"
+
+namespace hami {
+namespace {
+
+using testing::Gpu;
+
+PodAllocation Hold(std::string uid, std::string node, std::vector<std::tuple<std::string, int, int>> per_container,
+                   std::size_t num_init = 0) {
+  PodAllocation a;
+  a.uid = uid;
+  a.ns = "default";
+  a.name = uid;
+  a.node = std::move(node);
+  a.num_init = num_init;
+  PodVendorDevices v;
+  for (auto& [uuid, mem, cores] : per_container) {
+    v.push_back({ContainerDevice{0, uuid, "NVIDIA", MiB(mem), Cores(cores), std::nullopt}});
+  }
+  a.devices["NVIDIA"] = v;
+  return a;
+}
+
+class Ledger : public ::testing::Test {
+ protected:
+  Ledger() : backends_(testing::BuiltinBackends()), state_(backends_) {
+    state_.UpsertNode(testing::NvidiaNode("n1", {Gpu("g0", 0), Gpu("g1", 1)}));
+  }
+  const DeviceUsage& Usage(std::string_view node, int device) { return state_.FindNode(node)->usage.at(device); }
+  Backends backends_;
+  ClusterState state_;
+};
+
+TEST_F(Ledger, AddAndRemoveTouchOnlyThePodsDevices) {
+  EXPECT_TRUE(state_.AddPod(Hold("a", "n1", {{"g0", 1000, 10}})));
+  EXPECT_TRUE(state_.AddPod(Hold("b", "n1", {{"g0", 500, 5}, {"g1", 300, 3}})));
+  EXPECT_EQ(Usage("n1", 0), (DeviceUsage{2, MiB(1500), Cores(15)}));
+  EXPECT_EQ(Usage("n1", 1), (DeviceUsage{1, MiB(300), Cores(3)}));
+  EXPECT_FALSE(state_.AddPod(Hold("a", "n1", {{"g0", 1000, 10}})));  // same hold again: no double count
+  EXPECT_EQ(Usage("n1", 0).used, 2);
+  auto removed = state_.RemovePod("a");
+  ASSERT_TRUE(removed);
+  EXPECT_EQ(removed->node, "n1");
+  EXPECT_EQ(Usage("n1", 0), (DeviceUsage{1, MiB(500), Cores(5)}));
+  EXPECT_FALSE(state_.RemovePod("a"));
+  state_.RemovePod("b");
+  EXPECT_EQ(Usage("n1", 0), DeviceUsage{});
+  EXPECT_EQ(Usage("n1", 1), DeviceUsage{});
+}
+
+TEST_F(Ledger, ReplacingAHoldMovesIt) {
+  state_.AddPod(Hold("a", "n1", {{"g0", 1000, 10}}));
+  state_.AddPod(Hold("a", "n1", {{"g1", 2000, 20}}));
+  EXPECT_EQ(Usage("n1", 0), DeviceUsage{});
+  EXPECT_EQ(Usage("n1", 1), (DeviceUsage{1, MiB(2000), Cores(20)}));
+}
+
+TEST_F(Ledger, PodOnUnknownNodeAppliesWhenTheNodeArrives) {
+  state_.AddPod(Hold("early", "n2", {{"h0", 700, 7}}));
+  EXPECT_EQ(state_.FindNode("n2"), nullptr);
+  state_.UpsertNode(testing::NvidiaNode("n2", {Gpu("h0", 0)}));
+  EXPECT_EQ(Usage("n2", 0), (DeviceUsage{1, MiB(700), Cores(7)}));
+}
+
+TEST_F(Ledger, DeviceListChangeReappliesUsageFromThatNodesPods) {
+  state_.AddPod(Hold("a", "n1", {{"g1", 1000, 10}}));
+  // The plugin re-registers with g1 first and a new g2: usage follows the UUID, not the position.
+  state_.UpsertNode(testing::NvidiaNode("n1", {Gpu("g1", 0), Gpu("g0", 1), Gpu("g2", 2)}));
+  EXPECT_EQ(Usage("n1", 0), (DeviceUsage{1, MiB(1000), Cores(10)}));
+  EXPECT_EQ(Usage("n1", 1), DeviceUsage{});
+  // g1 disappears: its charge is counted as unknown until it comes back.
+  state_.UpsertNode(testing::NvidiaNode("n1", {Gpu("g0", 0)}));
+  EXPECT_EQ(state_.FindNode("n1")->unknown_device_charges, 1);
+  EXPECT_EQ(Usage("n1", 0), DeviceUsage{});
+  state_.RemovePod("a");
+  EXPECT_EQ(state_.FindNode("n1")->unknown_device_charges, 0);
+}
+
+TEST_F(Ledger, MalformedRegistrationKeepsDevices) {
+  state_.AddPod(Hold("a", "n1", {{"g0", 1000, 10}}));
+  NodeView broken = testing::NvidiaNode("n1", {});
+  broken.annotations["hami.io/node-nvidia-register"] = "[{not json";
+  state_.UpsertNode(broken);
+  const NodeEntry* n = state_.FindNode("n1");
+  EXPECT_EQ(n->devices.size(), 2u);
+  EXPECT_NE(n->discovery_error[static_cast<std::size_t>(backends_.IndexOf("NVIDIA"))].find("not valid JSON"),
+            std::string::npos);
+  EXPECT_EQ(Usage("n1", 0).mem, 1000_MiB);
+}
+
+TEST_F(Ledger, CordonIsReadFromTheLiveNode) {
+  NodeView n = testing::NvidiaNode("n1", {Gpu("g0", 0), Gpu("g1", 1)});
+  n.annotations["hami.io/device-cordon"] = " g1 ,";
+  state_.UpsertNode(n);
+  EXPECT_EQ(state_.FindNode("n1")->cordoned, (std::vector<char>{0, 1}));
+}
+
+TEST_F(Ledger, InitContainersReleasedAfterTheyFinish) {
+  // init 999/99 and apps 100/10 + 200/20 on g0: charged 999/99 until init finishes, then 300/30.
+  auto a = Hold("p", "n1", {{"g0", 999, 99}, {"g0", 100, 10}, {"g0", 200, 20}}, 1);
+  state_.AddPod(a);
+  EXPECT_EQ(Usage("n1", 0), (DeviceUsage{2, MiB(999), Cores(99)}));
+  state_.ReleaseInitContainers("p");
+  EXPECT_EQ(Usage("n1", 0), (DeviceUsage{2, MiB(300), Cores(30)}));
+  state_.ReleaseInitContainers("p");  // idempotent
+  EXPECT_EQ(Usage("n1", 0), (DeviceUsage{2, MiB(300), Cores(30)}));
+}
+
+TEST_F(Ledger, RemovingAVendorDropsOnlyItsDevices) {
+  NodeView n = testing::NvidiaNode("n1", {Gpu("g0", 0)});
+  n.annotations["hami.io/node-dcu-register"] = "DCU-1,4,16384,100,DCU-K100,0,true:";
+  state_.UpsertNode(n);
+  EXPECT_EQ(state_.FindNode("n1")->devices.size(), 2u);
+  state_.RemoveVendorDevices("n1", static_cast<std::size_t>(backends_.IndexOf("NVIDIA")));
+  ASSERT_EQ(state_.FindNode("n1")->devices.size(), 1u);
+  EXPECT_EQ(state_.FindNode("n1")->devices[0].vendor, "DCU");
+}
+
+TEST(AllocationFromAnnotations, ReadsEveryVendorsAllocatedKey) {
+  Backends backends = testing::BuiltinBackends();
+  PodView p = testing::Pod("p", {testing::Ctr("a", {}), testing::Ctr("b", {})});
+  EXPECT_FALSE(AllocationFromAnnotations(p, backends).value());
+  p.annotations["hami.io/vgpu-node"] = "n1";
+  p.annotations["hami.io/vgpu-devices-allocated"] = "GPU-0,NVIDIA,3000,0:;;";
+  p.annotations["hami.io/dcu-devices-allocated"] = ";DCU-1,DCU,1000,100:;";
+  auto a = AllocationFromAnnotations(p, backends).value();
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->node, "n1");
+  EXPECT_EQ(a->devices.at("NVIDIA")[0][0].uuid, "GPU-0");
+  EXPECT_EQ(a->devices.at("DCU")[1][0].mem, 1000_MiB);
+  p.annotations["hami.io/vgpu-devices-allocated"] = "GPU-0,NVIDIA,x,0:;";
+  auto bad = AllocationFromAnnotations(p, backends);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("hami.io/vgpu-devices-allocated"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hami

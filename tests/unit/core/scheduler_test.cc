@@ -1,0 +1,232 @@
+#include "core/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include "core/codec/pod_devices.h"
+#include "core/keys.h"
+#include "tests/support/builders.h"
+
+namespace hami {
+namespace {
+
+using testing::Ctr;
+using testing::Gpu;
+using testing::Pod;
+
+const TimePoint kNow = std::chrono::system_clock::from_time_t(1716199325);
+
+// reference/hami-scheduler.md §11.1: two nodes of two 8000 MiB GPUs, custom resource names.
+class PolicyMatrix : public ::testing::Test {
+ protected:
+  PolicyMatrix()
+      : backends_(testing::BuiltinBackends({{"nvidia", Settings()}})), state_(backends_) {
+    state_.UpsertNode(testing::NvidiaNode("node1", {Gpu("device1", 0), Gpu("device2", 1)}));
+    state_.UpsertNode(testing::NvidiaNode("node2", {Gpu("device3", 0), Gpu("device4", 1)}));
+    Hold("pod1", "node1", "device1", 2000, 25);
+    Hold("pod2", "node2", "device4", 6000, 75);
+  }
+  static VendorSettings Settings() {
+    VendorSettings s;
+    s.resource_count = "hami.io/gpu";
+    s.resource_memory = "hami.io/gpumem";
+    s.resource_cores = "hami.io/gpucores";
+    return s;
+  }
+  void Hold(std::string pod, std::string node, std::string uuid, std::int64_t mem, std::int64_t cores) {
+    PodAllocation a;
+    a.uid = pod;
+    a.ns = "default";
+    a.name = pod;
+    a.node = node;
+    a.devices["NVIDIA"] = {{ContainerDevice{0, uuid, "NVIDIA", MiB(mem), Cores(cores), std::nullopt}}};
+    state_.AddPod(a);
+  }
+  static ContainerView Want(std::string name, int mem, int cores) {
+    return Ctr(std::move(name), {{"hami.io/gpu", "1"}, {"hami.io/gpumem", std::to_string(mem)},
+                                 {"hami.io/gpucores", std::to_string(cores)}});
+  }
+  FilterOutcome Decide(const PodView& pod, std::string node_policy, std::string gpu_policy) {
+    Scheduler s(state_, SchedulerOptions{gpu_policy, node_policy});
+    return s.Filter(pod, {"node1", "node2"}, kNow);
+  }
+
+  Backends backends_;
+  ClusterState state_;
+};
+
+TEST_F(PolicyMatrix, NodeAndGpuPolicies) {
+  const PodView pod = Pod("new", {Want("c", 1000, 20)});
+  struct Case {
+    const char* node_policy;
+    const char* gpu_policy;
+    const char* node;
+    const char* device;
+  };
+  for (const Case& c : {Case{"binpack", "binpack", "node2", "device4"}, Case{"binpack", "spread", "node2", "device3"},
+                        Case{"spread", "binpack", "node1", "device1"}, Case{"spread", "spread", "node1", "device2"}}) {
+    auto out = Decide(pod, c.node_policy, c.gpu_policy);
+    ASSERT_EQ(out.kind, FilterOutcome::Kind::kScheduled) << c.node_policy << "/" << c.gpu_policy;
+    EXPECT_EQ(out.node, c.node) << c.node_policy << "/" << c.gpu_policy;
+    EXPECT_EQ(out.devices.at("NVIDIA").at(0).at(0).uuid, c.device) << c.node_policy << "/" << c.gpu_policy;
+  }
+}
+
+TEST_F(PolicyMatrix, PodAnnotationsOverrideDefaults) {
+  const PodView pod = Pod("new", {Want("c", 1000, 20)}, {},
+                          {{"hami.io/node-scheduler-policy", "spread"}, {"hami.io/gpu-scheduler-policy", "binpack"}});
+  auto out = Decide(pod, "binpack", "spread");
+  EXPECT_EQ(out.node, "node1");
+  EXPECT_EQ(out.devices.at("NVIDIA")[0][0].uuid, "device1");
+}
+
+TEST_F(PolicyMatrix, ScoresReportedBestFirst) {
+  auto out = Decide(Pod("new", {Want("c", 1000, 20)}), "binpack", "binpack");
+  ASSERT_EQ(out.best.size(), 2u);
+  EXPECT_EQ(out.best[0].first, "node2");
+  EXPECT_DOUBLE_EQ(out.best[0].second, 8.0);
+  EXPECT_DOUBLE_EQ(out.best[1].second, 3.0);
+  EXPECT_EQ(out.fitting_count, 2u);
+}
+
+TEST_F(PolicyMatrix, InitContainerMaxLogic) {
+  // §11.2: init cannot fit device4's 2000 MiB free; the app prefers device4 but 4000 > 2000.
+  const PodView pod = Pod("new", {Want("app", 4000, 20)}, {Want("init", 5000, 20)});
+  auto out = Decide(pod, "binpack", "binpack");
+  ASSERT_EQ(out.kind, FilterOutcome::Kind::kScheduled);
+  EXPECT_EQ(out.node, "node2");
+  const auto& d = out.devices.at("NVIDIA");
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].at(0).uuid, "device3");
+  EXPECT_EQ(d[1].at(0).uuid, "device3");
+}
+
+TEST_F(PolicyMatrix, AnnotationsWrittenForWinner) {
+  auto out = Decide(Pod("new", {Want("c", 1000, 20)}), "binpack", "binpack");
+  EXPECT_EQ(out.annotations.at("hami.io/vgpu-node"), "node2");
+  EXPECT_EQ(out.annotations.at("hami.io/vgpu-time"), "1716199325");
+  EXPECT_EQ(out.annotations.at("hami.io/vgpu-devices-allocated"), "device4,NVIDIA,1000,20:;");
+  EXPECT_EQ(out.annotations.at("hami.io/vgpu-devices-to-allocate"), "device4,NVIDIA,1000,20:;");
+  EXPECT_EQ(out.annotations.size(), 4u);
+}
+
+TEST_F(PolicyMatrix, ReserveIsSeenByTheNextDecision) {
+  Scheduler s(state_, SchedulerOptions{"binpack", "binpack"});
+  // Four pods of 1000 MiB: device4 has 2000 MiB free, so two land there, then device3.
+  std::vector<std::string> uuids;
+  for (int i = 0; i < 4; ++i) {
+    PodView p = Pod("p" + std::to_string(i), {Want("c", 1000, 5)});
+    auto out = s.Filter(p, {"node2"}, kNow);
+    ASSERT_EQ(out.kind, FilterOutcome::Kind::kScheduled);
+    s.Reserve(p, out);
+    uuids.push_back(out.devices.at("NVIDIA")[0][0].uuid);
+  }
+  EXPECT_EQ(uuids, (std::vector<std::string>{"device4", "device4", "device3", "device3"}));
+  const NodeEntry* n = state_.FindNode("node2");
+  EXPECT_EQ(n->usage[1].mem, 8000_MiB);
+  EXPECT_EQ(n->usage[1].used, 3);
+}
+
+TEST_F(PolicyMatrix, RefilterFreesTheEarlierReservation) {
+  Scheduler s(state_, SchedulerOptions{"binpack", "binpack"});
+  PodView p = Pod("again", {Want("c", 2000, 5)});
+  auto first = s.Filter(p, {"node2"}, kNow);
+  s.Reserve(p, first);
+  EXPECT_EQ(state_.FindNode("node2")->usage[1].mem, 8000_MiB);
+  auto second = s.Filter(p, {"node2"}, kNow);  // still fits only because nothing double-counts once reserved again
+  s.Reserve(p, second);
+  EXPECT_EQ(state_.PodCount(), 3u);
+  EXPECT_EQ(state_.FindNode("node2")->usage[1].mem + state_.FindNode("node2")->usage[0].mem, 8000_MiB);
+}
+
+TEST_F(PolicyMatrix, UnschedulableReasonsPerNode) {
+  auto out = Decide(Pod("big", {Want("c", 9000, 20)}), "binpack", "binpack");
+  ASSERT_EQ(out.kind, FilterOutcome::Kind::kUnschedulable);
+  EXPECT_EQ(out.failed_nodes.at("node1"), "2/2 CardInsufficientMemory");
+  EXPECT_EQ(out.failed_nodes.at("node2"), "2/2 CardInsufficientMemory");
+  Scheduler s(state_, SchedulerOptions{});
+  auto missing = s.Filter(Pod("x", {Want("c", 100, 1)}), {"node1", "ghost"}, kNow);
+  EXPECT_EQ(missing.failed_nodes.at("ghost"), "node unregistered");
+  auto too_many = s.Filter(Pod("x", {Ctr("c", {{"hami.io/gpu", "3"}})}), {"node1"}, kNow);
+  EXPECT_EQ(too_many.failed_nodes.at("node1"), "NodeInsufficientDevice");
+}
+
+TEST_F(PolicyMatrix, PodsWithoutDeviceRequestsPassThrough) {
+  Scheduler s(state_, SchedulerOptions{});
+  auto out = s.Filter(Pod("cpu", {Ctr("c", {{"cpu", "1"}})}), {"node1"}, kNow);
+  EXPECT_EQ(out.kind, FilterOutcome::Kind::kPassThrough);
+}
+
+TEST_F(PolicyMatrix, InvalidInputIsAnError) {
+  Scheduler s(state_, SchedulerOptions{});
+  auto bad_mem = s.Filter(Pod("bad", {Ctr("main", {{"hami.io/gpu", "1"}, {"hami.io/gpumem", "16Gi"}})}), {"node1"}, kNow);
+  ASSERT_EQ(bad_mem.kind, FilterOutcome::Kind::kError);
+  EXPECT_NE(bad_mem.error.find("hami.io/gpumem"), std::string::npos) << bad_mem.error;
+  EXPECT_NE(bad_mem.error.find("\"main\""), std::string::npos) << bad_mem.error;
+  auto bad_weights = s.Filter(Pod("w", {Want("c", 100, 1)}, {}, {{"hami.io/device-scoring-weights", "slot=1"}}),
+                              {"node1"}, kNow);
+  ASSERT_EQ(bad_weights.kind, FilterOutcome::Kind::kError);
+  EXPECT_NE(bad_weights.error.find("expected slot, core, and memory"), std::string::npos);
+}
+
+TEST(Scheduler, InitPlaceholderAlignment) {
+  // §11.3: init0 none, init1 and app one GPU each -> [[], [uuid1], [uuid1]].
+  Backends backends = testing::BuiltinBackends();
+  ClusterState state(backends);
+  state.UpsertNode(testing::NvidiaNode("n", {Gpu("uuid1", 0, 8000, 10, "NVIDIA-A100")}));
+  Scheduler s(state, SchedulerOptions{});
+  PodView p = Pod("p", {testing::GpuCtr("app", 1, 1000, 30)},
+                  {Ctr("init0", {{"cpu", "1"}}), testing::GpuCtr("init1", 1, 1000, 30)});
+  auto out = s.Filter(p, {"n"}, kNow);
+  ASSERT_EQ(out.kind, FilterOutcome::Kind::kScheduled);
+  const auto& d = out.devices.at("NVIDIA");
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_TRUE(d[0].empty());
+  EXPECT_EQ(d[1].at(0).uuid, "uuid1");
+  EXPECT_EQ(d[2].at(0).uuid, "uuid1");
+  EXPECT_EQ(out.annotations.at("hami.io/vgpu-devices-allocated"), ";uuid1,NVIDIA,1000,30:;uuid1,NVIDIA,1000,30:;");
+  // With real model names the list still lines up (PROTOCOL.md D5): a first container without a GPU.
+  PodView q = Pod("q", {Ctr("sidecar", {{"cpu", "1"}}), testing::GpuCtr("main", 1, 1000, 30)});
+  auto out2 = s.Filter(q, {"n"}, kNow);
+  EXPECT_EQ(out2.annotations.at("hami.io/vgpu-devices-allocated"), ";uuid1,NVIDIA,1000,30:;");
+  // Accounting collapses init + app on the shared device: max(1000, 1000) MiB, one slot.
+  s.Reserve(p, out);
+  EXPECT_EQ(state.FindNode("n")->usage[0].mem, 1000_MiB);
+  EXPECT_EQ(state.FindNode("n")->usage[0].used, 1);
+}
+
+TEST(Scheduler, MultiVendorPodGetsOneAnnotationPairPerVendor) {
+  Backends backends = testing::BuiltinBackends();
+  ClusterState state(backends);
+  NodeView n = testing::NvidiaNode("mixed", {Gpu("GPU-0", 0, 16000, 10, "NVIDIA-A10")});
+  n.annotations["hami.io/node-dcu-register"] = "DCU-0001,4,16384,100,DCU-K100,0,true:";
+  n.capacity["cambricon.com/mlu.smlu.vcore"] = "200";
+  n.capacity["cambricon.com/mlu.smlu.vmemory"] = "128";
+  state.UpsertNode(n);
+  Scheduler s(state, SchedulerOptions{});
+  PodView p = Pod("multi", {testing::GpuCtr("cuda", 1, 2000, 10),
+                            Ctr("dcu", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcumem", "1000"}}),
+                            Ctr("mlu", {{"cambricon.com/vmlu", "1"}, {"cambricon.com/mlu.smlu.vmemory", "4"},
+                                        {"cambricon.com/mlu.smlu.vcore", "10"}})});
+  auto out = s.Filter(p, {"mixed"}, kNow);
+  ASSERT_EQ(out.kind, FilterOutcome::Kind::kScheduled) << out.error;
+  EXPECT_EQ(out.annotations.at("hami.io/vgpu-devices-allocated"), "GPU-0,NVIDIA,2000,10:;;;");
+  EXPECT_EQ(out.annotations.at("hami.io/dcu-devices-allocated"), ";DCU-0001,DCU,1000,100:;;");
+  EXPECT_EQ(out.annotations.at("hami.io/hcu-devices-to-allocate"), ";DCU-0001,DCU,1000,100:;;");
+  EXPECT_EQ(out.annotations.at("hami.io/cambricon-mlu-devices-allocated"), ";;mixed-cambricon-mlu-1,MLU,1024,10:;");
+  EXPECT_EQ(out.annotations.at("CAMBRICON_DSMLU_PROFILE"), "1_10_4");
+  EXPECT_FALSE(out.annotations.contains("hami.io/mthreads-vgpu-devices-allocated"));
+}
+
+TEST(Scheduler, TieBreakIsDeterministic) {
+  Backends backends = testing::BuiltinBackends();
+  ClusterState state(backends);
+  for (const char* name : {"b", "c", "a"}) state.UpsertNode(testing::NvidiaNode(name, {Gpu(std::string(name) + "-0", 0)}));
+  Scheduler s(state, SchedulerOptions{});
+  for (int i = 0; i < 3; ++i) {
+    auto out = s.Filter(Pod("p", {testing::GpuCtr("c", 1, 100, 1)}), {"c", "b", "a"}, kNow);
+    EXPECT_EQ(out.node, "a");
+  }
+}
+
+}  // namespace
+}  // namespace hami

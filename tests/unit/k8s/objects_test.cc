@@ -1,0 +1,135 @@
+#include "k8s/objects.h"
+
+#include <gtest/gtest.h>
+
+namespace hami::k8s {
+namespace {
+
+ObjectSet Collect(std::string_view text) {
+  ObjectSet out;
+  auto docs = ParseDocuments(text, "test").value();
+  for (const auto& d : docs) CollectObjects(d, "test", out).value();
+  return out;
+}
+
+TEST(Objects, NodeFromJson) {
+  auto set = Collect(R"({"kind":"Node","metadata":{"name":"n1","uid":"u","resourceVersion":"7",
+    "labels":{"gpu":"on"},"annotations":{"hami.io/node-handshake":"Requesting_2024-01-01 00:00:00"}},
+    "status":{"capacity":{"nvidia.com/gpu":"40"},"allocatable":{"nvidia.com/gpu":"40","cpu":"63500m"}}})");
+  ASSERT_EQ(set.nodes.size(), 1u);
+  const NodeView& n = set.nodes[0];
+  EXPECT_EQ(n.name, "n1");
+  EXPECT_EQ(n.resource_version, "7");
+  EXPECT_EQ(n.labels.at("gpu"), "on");
+  EXPECT_EQ(n.allocatable.at("cpu"), "63500m");
+  EXPECT_EQ(n.capacity.at("nvidia.com/gpu"), "40");
+}
+
+TEST(Objects, PodFromYamlList) {
+  auto set = Collect(R"(
+apiVersion: v1
+kind: PodList
+items:
+- metadata:
+    name: p
+    namespace: team
+    labels: {scheduling.x-k8s.io/pod-group: g1}
+    annotations: {a: "1", b: yes-string}
+    deletionTimestamp: "2026-01-01T00:00:00Z"
+  spec:
+    nodeName: n1
+    schedulerName: hami-scheduler
+    runtimeClassName: nvidia
+    initContainers:
+    - name: init
+      resources: {limits: {nvidia.com/gpu: 1}}
+    containers:
+    - name: main
+      env: [{name: A, value: b}]
+      securityContext: {privileged: true}
+      resources:
+        limits: {nvidia.com/gpu: 2, nvidia.com/gpumem: "3000"}
+        requests: {cpu: 500m}
+  status:
+    phase: Running
+    initContainerStatuses:
+    - name: init
+      state: {terminated: {exitCode: 0}}
+)");
+  ASSERT_EQ(set.pods.size(), 1u);
+  const PodView& p = set.pods[0];
+  EXPECT_EQ(p.Key(), "team/p");
+  EXPECT_EQ(p.node_name, "n1");
+  EXPECT_EQ(p.phase, "Running");
+  EXPECT_TRUE(p.terminating);
+  EXPECT_EQ(p.pod_group, "g1");
+  EXPECT_EQ(p.runtime_class_name, "nvidia");
+  EXPECT_EQ(p.annotations.at("a"), "1");
+  ASSERT_EQ(p.init_containers.size(), 1u);
+  EXPECT_EQ(p.init_containers[0].limits.at("nvidia.com/gpu"), "1");  // YAML number kept as its text
+  EXPECT_EQ(p.containers[0].limits.at("nvidia.com/gpumem"), "3000");
+  EXPECT_EQ(p.containers[0].requests.at("cpu"), "500m");
+  EXPECT_TRUE(p.containers[0].privileged);
+  EXPECT_EQ(p.containers[0].env, (std::vector<EnvVar>{{"A", "b"}}));
+  ASSERT_EQ(p.init_container_statuses.size(), 1u);
+  EXPECT_TRUE(p.init_container_statuses[0].terminated);
+  EXPECT_EQ(p.ContainerAt(1).name, "main");
+}
+
+TEST(Objects, MultiDocumentYamlAndMixedList) {
+  auto set = Collect(R"(
+kind: Pod
+metadata: {name: a}
+spec: {containers: [{name: c}]}
+---
+kind: List
+items:
+- {kind: Node, metadata: {name: n}}
+- {kind: ResourceQuota, metadata: {name: q, namespace: t}, spec: {hard: {limits.nvidia.com/gpumem: "100"}}}
+- {kind: Service, metadata: {name: s, namespace: t}}
+)");
+  EXPECT_EQ(set.pods.size(), 1u);
+  EXPECT_EQ(set.pods[0].ns, "default");
+  EXPECT_EQ(set.nodes.size(), 1u);
+  ASSERT_EQ(set.quotas.size(), 1u);
+  EXPECT_EQ(set.quotas[0].hard.at("limits.nvidia.com/gpumem"), "100");
+  EXPECT_EQ(set.skipped, (std::vector<std::string>{"Service t/s"}));
+}
+
+TEST(Objects, ErrorsNameObjectAndField) {
+  ObjectSet out;
+  auto docs = ParseDocuments(R"({"kind":"Pod","metadata":{"name":"p","namespace":"ns"},
+      "spec":{"containers":[{"name":"c","resources":{"limits":["x"]}}]}})", "f.json").value();
+  auto r = CollectObjects(docs[0], "f.json", out);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("Pod ns/p"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("spec.containers[0].resources.limits"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("f.json"), std::string::npos);
+
+  auto no_kind = CollectObjects(ParseDocuments(R"({"metadata":{"name":"x"}})", "f").value()[0], "f", out);
+  ASSERT_FALSE(no_kind);
+  EXPECT_NE(no_kind.error().message.find("no \"kind\""), std::string::npos);
+  auto node_name = CollectObjects(ParseDocuments(R"({"kind":"Node","metadata":{}})", "f").value()[0], "f", out);
+  ASSERT_FALSE(node_name);
+  EXPECT_NE(node_name.error().message.find("metadata.name"), std::string::npos);
+}
+
+TEST(Objects, BadDocuments) {
+  auto truncated = ParseDocuments(R"({"kind":"Node","metadata":{"name":)", "t.json");
+  ASSERT_FALSE(truncated);
+  EXPECT_NE(truncated.error().message.find("t.json"), std::string::npos);
+  auto bad_yaml = ParseDocuments("a: [1, 2\nb: c", "t.yaml");
+  ASSERT_FALSE(bad_yaml);
+  EXPECT_NE(bad_yaml.error().message.find("t.yaml:"), std::string::npos) << bad_yaml.error().message;
+  EXPECT_FALSE(ReadInput("/nonexistent/file.json"));
+}
+
+TEST(Objects, ConcatenatedJsonObjects) {
+  auto docs = ParseDocuments(R"({"kind":"Node","metadata":{"name":"a"}} {"kind":"Node","metadata":{"name":"b"}})",
+                             "s")
+                  .value();
+  EXPECT_EQ(docs.size(), 2u);
+}
+
+}  // namespace
+}  // namespace hami::k8s
