@@ -1,5 +1,7 @@
 #include "backends/common.h"
 
+#include <cctype>
+
 #include <fmt/format.h>
 
 #include "core/codec/pod_devices.h"
@@ -30,7 +32,9 @@ Result<std::optional<std::int64_t>> IntegerResource(const ContainerView& c, cons
     return Error{fmt::format("{}: \"{}\" is not a whole number of {}", name, (*q)->text(), unit)};
   }
   if (*v < lo || *v > hi) {
-    return Error{fmt::format("{}: {} is out of range (want {} to {} {})", name, *v, lo, hi, unit)};
+    const bool suffixed = !(*q)->text().empty() && !std::isdigit(static_cast<unsigned char>((*q)->text().back()));
+    return Error{fmt::format("{}: \"{}\" is {}, out of range (want {} to {} {}){}", name, (*q)->text(), *v, lo, hi,
+                             unit, suffixed ? "; give the number of units without a suffix" : "")};
   }
   return std::optional<std::int64_t>(*v);
 }

@@ -50,7 +50,7 @@ PodAllocation Running(int node, int k) {
   a.node = fmt::format("node-{:05}", node);
   const int gpu = (node + k) % 8;
   a.devices["NVIDIA"] = {{ContainerDevice{gpu, fmt::format("GPU-{:05}-{}", node, gpu), "NVIDIA",
-                                          MiB(4000 + 1000 * (k % 3)), Cores(10 + (node % 7)), std::nullopt}}};
+                                          MiB(4000 + 1000 * (k % 3)), Cores(2 + (node % 7)), std::nullopt}}};
   return a;
 }
 

@@ -64,7 +64,8 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   if (command == "config" || command.starts_with("-")) {
     // `config [flags]`, or bare flags such as `--print-config`: load, validate, print.
     std::vector<std::string> flag_args{"hami-scheduler"};
-    flag_args.insert(flag_args.end(), command == "config" ? rest.begin() : args.begin(), args.end());
+    const std::vector<std::string>& flags = command == "config" ? rest : args;
+    flag_args.insert(flag_args.end(), flags.begin(), flags.end());
     auto loaded = config::LoadConfig(flag_args);
     if (!loaded) {
       err << "hami-scheduler: " << loaded.error().message << "\n";

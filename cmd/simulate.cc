@@ -144,7 +144,7 @@ json::array DevicesJson(const ClusterState& state) {
 }
 
 void PrintTable(const std::vector<PodResult>& results, const ClusterState& state, std::ostream& out) {
-  out << fmt::format("{:<36} {:<14} {:<16} {}\n", "POD", "RESULT", "NODE", "DEVICES / REASON");
+  out << fmt::format("{:<36} {:<18} {:<16} {}\n", "POD", "RESULT", "NODE", "DEVICES / REASON");
   for (const auto& r : results) {
     std::string detail;
     if (r.outcome.kind == FilterOutcome::Kind::kScheduled) {
@@ -164,7 +164,7 @@ void PrintTable(const std::vector<PodResult>& results, const ClusterState& state
     } else {
       detail = "asks for no managed device; any node";
     }
-    out << fmt::format("{:<36} {:<14} {:<16} {}\n", r.pod->Key(), OutcomeName(r.outcome.kind),
+    out << fmt::format("{:<36} {:<18} {:<16} {}\n", r.pod->Key(), OutcomeName(r.outcome.kind),
                        r.outcome.node.empty() ? "-" : r.outcome.node, detail);
   }
   out << "\n"

@@ -65,6 +65,14 @@ std::string ToYaml(const Config& cfg);
 // Go duration ("300ms", "28s", "5m", "1h30m") or a bare number of seconds.
 Result<std::chrono::milliseconds> ParseDuration(std::string_view text);
 
+// Value rules shared by the YAML reader and the flag parser: each returns "" when the value is fine, else what
+// is wrong and what is expected.
+std::string GpuPolicyProblem(std::string_view value);
+std::string NodePolicyProblem(std::string_view value);
+std::string LogLevelProblem(std::string_view value);
+// Checks that only make sense on the whole configuration (e.g. cert_file without key_file).
+void ValidateConfig(const Config& cfg, std::vector<std::string>& problems);
+
 // Joins problems into one message: "N problem(s) in configuration:\n  - ...".
 Error ProblemsError(const std::vector<std::string>& problems);
 

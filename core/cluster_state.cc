@@ -65,10 +65,17 @@ void ClusterState::RebuildLayout(NodeEntry& entry, std::vector<std::vector<Devic
   entry.devices = std::move(devices);
   entry.backend_of = std::move(backend_of);
   entry.by_uuid.clear();
+  entry.caps.clear();
   entry.has_mig = false;
+  entry.totals.count = entry.totals.cores = entry.totals.mem = 0;
   for (std::size_t i = 0; i < entry.devices.size(); ++i) {
-    entry.by_uuid.emplace(entry.devices[i].id, static_cast<int>(i));
-    entry.has_mig = entry.has_mig || entry.devices[i].mode == "mig";
+    const DeviceInfo& d = entry.devices[i];
+    entry.by_uuid.emplace(d.id, static_cast<int>(i));
+    entry.caps.push_back(DeviceCaps::Of(d));
+    entry.has_mig = entry.has_mig || entry.caps.back().mig;
+    entry.totals.count += d.count;
+    entry.totals.cores += d.devcore.value();
+    entry.totals.mem += d.devmem.value();
   }
   // Cordons are read from the live node object (PROTOCOL.md D6).
   entry.cordoned.assign(entry.devices.size(), 0);
@@ -78,6 +85,7 @@ void ClusterState::RebuildLayout(NodeEntry& entry, std::vector<std::vector<Devic
       if (id.empty()) continue;
       if (auto d = entry.by_uuid.find(std::string(id)); d != entry.by_uuid.end()) {
         entry.cordoned[static_cast<std::size_t>(d->second)] = 1;
+        entry.caps[static_cast<std::size_t>(d->second)].cordoned = true;
       }
     }
   }
@@ -88,6 +96,7 @@ void ClusterState::ReapplyUsage(NodeEntry& entry) {
   entry.usage.assign(entry.devices.size(), DeviceUsage{});
   entry.mig_in_use.assign(entry.devices.size(), {});
   entry.unknown_device_charges = 0;
+  entry.totals.used = entry.totals.used_cores = entry.totals.used_mem = 0;
   auto pods = pods_by_node_.find(entry.node.name);
   if (pods == pods_by_node_.end()) return;
   for (const auto& uid : pods->second) {
@@ -99,7 +108,7 @@ void ClusterState::ReapplyUsage(NodeEntry& entry) {
 void ClusterState::RemoveNode(std::string_view node) { nodes_.erase(std::string(node)); }
 
 const NodeEntry* ClusterState::FindNode(std::string_view node) const {
-  auto it = nodes_.find(std::string(node));
+  auto it = nodes_.find(node);
   return it == nodes_.end() ? nullptr : &it->second;
 }
 
@@ -122,6 +131,9 @@ void ClusterState::Apply(NodeEntry& entry, const PodRecord& record, int sign) {
     u.used += sign * c.slots;
     u.mem += MiB(sign * c.mem.value());
     u.cores += Cores(sign * c.cores.value());
+    entry.totals.used += sign * c.slots;
+    entry.totals.used_mem += sign * c.mem.value();
+    entry.totals.used_cores += sign * c.cores.value();
   }
   for (const auto& m : record.allocation.mig) {
     auto d = entry.by_uuid.find(m.gpu_uuid);

@@ -31,9 +31,11 @@ struct NodeEntry {
   NodeView node;
   std::vector<DeviceInfo> devices;  // grouped by backend, in Backends order
   std::vector<int> backend_of;      // per device: index into Backends
+  std::vector<DeviceCaps> caps;     // per device: what the decision path reads, packed
   std::vector<DeviceUsage> usage;   // per device
+  NodeTotals totals;                // capacity and usage sums for the node score
   std::vector<std::vector<MigInUse>> mig_in_use;  // per device; empty unless MIG instances are held
-  std::vector<char> cordoned;       // per device: listed in hami.io/device-cordon
+  std::vector<char> cordoned;       // per device: listed in hami.io/device-cordon (also in caps)
   std::vector<std::pair<int, int>> vendor_range;  // per backend: [begin, end) into devices
   std::vector<std::string> discovery_error;       // per backend: "" when discovery succeeded
   std::unordered_map<std::string, int> by_uuid;
@@ -53,6 +55,12 @@ struct PodAllocation {
   std::size_t num_init = 0;
   PodDevices devices;  // per vendor, per container
   std::vector<codec::MigAllocation> mig;
+};
+
+// Lets node lookups take a string_view without building a std::string.
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
 };
 
 class ClusterState {
@@ -99,7 +107,7 @@ class ClusterState {
 
   const Backends* backends_;
   QuotaBook quotas_;
-  std::unordered_map<std::string, NodeEntry> nodes_;
+  std::unordered_map<std::string, NodeEntry, StringHash, std::equal_to<>> nodes_;
   std::unordered_map<std::string, PodRecord> pods_;
   std::unordered_map<std::string, std::unordered_set<std::string>> pods_by_node_;  // incl. unknown nodes
 };

@@ -181,7 +181,7 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
 
   bool mig_request = false;
   if (spec.fit.mig && (!vctx.mode_filter || vctx.mode_filter->find("mig") != std::string::npos)) {
-    for (int d = begin; d < end && !mig_request; ++d) mig_request = node.devices[static_cast<std::size_t>(d)].mode == "mig";
+    for (int d = begin; d < end && !mig_request; ++d) mig_request = node.caps[static_cast<std::size_t>(d)].mig;
   }
   if (!mig_request && request.count > total) {
     if (reason) *reason = std::string(kNodeInsufficientDevice);
@@ -191,7 +191,7 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
   items_.clear();
   for (int d = begin; d < end; ++d) {
     const auto i = static_cast<std::size_t>(d);
-    const DeviceInfo& dev = node.devices[i];
+    const DeviceCaps& dev = node.caps[i];
     items_.push_back(DeviceOrder::Item{d, DeviceScore(dev, usage[i], &request, ctx.weights), dev.numa, dev.index,
                                        usage[i].used});
   }
@@ -208,18 +208,19 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
   for (int i = static_cast<int>(items_.size()) - 1; i >= 0 && !done; --i) {
     const int d = items_[static_cast<std::size_t>(i)].device;
     const auto di = static_cast<std::size_t>(d);
-    const DeviceInfo& dev = node.devices[di];
+    const DeviceCaps& dev = node.caps[di];
     const DeviceUsage& u = usage[di];
     if (!dev.health) {
       reasons.Add(Reason::kCardNotHealth);
       continue;
     }
-    if (spec.fit.cordon && node.cordoned[di]) {
+    if (spec.fit.cordon && dev.cordoned) {
       reasons.Add(Reason::kCardCordoned);
       continue;
     }
-    if ((vctx.types.active() && !SelectorAllowsType(vctx.types, dev.type)) ||
-        (vctx.mode_filter && vctx.mode_filter->find(dev.mode) == std::string::npos)) {
+    // Selectors need the device's strings; only read them when the pod has selectors.
+    if ((vctx.types.active() && !SelectorAllowsType(vctx.types, node.devices[di].type)) ||
+        (vctx.mode_filter && vctx.mode_filter->find(node.devices[di].mode) == std::string::npos)) {
       reasons.Add(Reason::kCardTypeMismatch);
       continue;
     }
@@ -229,7 +230,7 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
       prev_numa = dev.numa;
       picks.clear();
     }
-    if (vctx.uuids.active() && !SelectorAllowsUuid(vctx.uuids, dev.id)) {
+    if (vctx.uuids.active() && !SelectorAllowsUuid(vctx.uuids, node.devices[di].id)) {
       reasons.Add(Reason::kCardUuidMismatch);
       continue;
     }
@@ -244,7 +245,7 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
     if (cores_req > 100_cores) cores_req = 100_cores;
     MiB memreq = request.memory.value() > 0 ? request.memory : MiB(0);
     if (request.mem_percent != kPercentUnset && request.memory.value() == 0) {
-      memreq = MiB(dev.devmem.value() * request.mem_percent / 100);
+      memreq = MiB(dev.devmem * request.mem_percent / 100);
     }
     Pick pick{d, memreq, cores_req, std::nullopt};
     if (spec.fit.quota_in_fit && ctx.quota_active &&
@@ -252,23 +253,23 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
       reasons.Add(Reason::kResourceQuotaNotFit);
       continue;
     }
-    if (dev.devmem - u.mem < memreq) {
+    if (MiB(dev.devmem) - u.mem < memreq) {
       reasons.Add(Reason::kCardInsufficientMemory);
       continue;
     }
-    if (dev.devcore - u.cores < cores_req) {
+    if (Cores(dev.devcore) - u.cores < cores_req) {
       reasons.Add(Reason::kCardInsufficientCore);
       continue;
     }
-    if (dev.devcore == 100_cores && cores_req == 100_cores && u.used > 0) {
+    if (dev.devcore == 100 && cores_req == 100_cores && u.used > 0) {
       reasons.Add(Reason::kExclusiveDeviceAllocateConflict);
       continue;
     }
-    if (dev.devcore.value() != 0 && u.cores == dev.devcore && cores_req.value() == 0) {
+    if (dev.devcore != 0 && u.cores.value() == dev.devcore && cores_req.value() == 0) {
       reasons.Add(Reason::kCardComputeUnitsExhausted);
       continue;
     }
-    const bool mig_device = spec.fit.mig && dev.mode == "mig";
+    const bool mig_device = spec.fit.mig && dev.mig;
     if (mig_device) {
       static const std::vector<MigInUse> kNone;
       const auto& in_use = node.has_mig ? mig[di] : kNone;
@@ -277,7 +278,7 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
         reasons.Add(Reason::kCardMigTopologyInfeasible);
         continue;
       }
-      for (const auto& p : dev.mig_profiles) {
+      for (const auto& p : node.devices[di].mig_profiles) {
         if (p.name == slot->profile) {
           pick.mem = MiB(p.memory_mib);
           pick.cores = Cores(p.core);

@@ -116,37 +116,32 @@ void DeviceOrder::Sort(std::vector<Item>& items) const {
   std::sort(items.begin(), items.end(), [this](const Item& a, const Item& b) { return Less(a, b); });
 }
 
-double DeviceScore(const DeviceInfo& d, const DeviceUsage& u, const DeviceRequest* r, const ScoringWeights& w) {
-  if (d.count == 0 || d.devcore.value() == 0 || d.devmem.value() == 0) return 0;
+DeviceCaps DeviceCaps::Of(const DeviceInfo& d) {
+  return DeviceCaps{d.devmem.value(), d.devcore.value(), d.count, d.index, d.numa, d.health, d.mode == "mig", false};
+}
+
+double DeviceScore(const DeviceCaps& d, const DeviceUsage& u, const DeviceRequest* r, const ScoringWeights& w) {
+  if (d.count == 0 || d.devcore == 0 || d.devmem == 0) return 0;
   double req = 0, cores = 0, mem = 0;
   if (r != nullptr) {
     req = 1;  // one slot per request entry, whatever its count
     cores = static_cast<double>(r->cores.value());
     if (r->mem_percent != 0 && r->mem_percent != kPercentUnset) {
-      mem = static_cast<double>(d.devmem.value() * r->mem_percent / 100);
+      mem = static_cast<double>(d.devmem * r->mem_percent / 100);
     } else {
       mem = static_cast<double>(r->memory.value());
     }
   }
-  return 10 * (w.slot * (req + u.used) / d.count + w.core * (cores + static_cast<double>(u.cores.value())) /
-                                                        static_cast<double>(d.devcore.value()) +
-               w.memory * (mem + static_cast<double>(u.mem.value())) / static_cast<double>(d.devmem.value()));
+  return 10 * (w.slot * (req + u.used) / d.count +
+               w.core * (cores + static_cast<double>(u.cores.value())) / static_cast<double>(d.devcore) +
+               w.memory * (mem + static_cast<double>(u.mem.value())) / static_cast<double>(d.devmem));
 }
 
-double NodeScore(const std::vector<DeviceInfo>& devices, const std::vector<DeviceUsage>& usage) {
-  std::int64_t used = 0, count = 0, ucores = 0, cores = 0, umem = 0, mem = 0;
-  for (std::size_t i = 0; i < devices.size(); ++i) {
-    used += usage[i].used;
-    count += devices[i].count;
-    ucores += usage[i].cores.value();
-    cores += devices[i].devcore.value();
-    umem += usage[i].mem.value();
-    mem += devices[i].devmem.value();
-  }
+double NodeTotals::Score() const {
   if (count == 0 || cores == 0 || mem == 0) return 0;
   return 10 * (static_cast<double>(used) / static_cast<double>(count) +
-               static_cast<double>(ucores) / static_cast<double>(cores) +
-               static_cast<double>(umem) / static_cast<double>(mem));
+               static_cast<double>(used_cores) / static_cast<double>(cores) +
+               static_cast<double>(used_mem) / static_cast<double>(mem));
 }
 
 namespace {

@@ -58,13 +58,35 @@ struct DeviceUsage {
   friend bool operator==(const DeviceUsage&, const DeviceUsage&) = default;
 };
 
+// The fields of a device the decision path reads, packed so a node's devices share a few cache lines.
+struct DeviceCaps {
+  std::int64_t devmem = 0;
+  std::int64_t devcore = 0;
+  std::int32_t count = 0;
+  std::int32_t index = 0;
+  std::int32_t numa = 0;
+  bool health = false;
+  bool mig = false;       // mode == "mig"
+  bool cordoned = false;  // listed in the node's hami.io/device-cordon
+  static DeviceCaps Of(const DeviceInfo& d);
+};
+
 // 10 * (ws*(req+used)/count + wc*(cores+usedcores)/devcore + wm*(mem+usedmem)/devmem); 0 for a device with a
 // zero count, core or memory capacity.
-double DeviceScore(const DeviceInfo& device, const DeviceUsage& usage, const DeviceRequest* request,
+double DeviceScore(const DeviceCaps& device, const DeviceUsage& usage, const DeviceRequest* request,
                    const ScoringWeights& w);
+inline double DeviceScore(const DeviceInfo& device, const DeviceUsage& usage, const DeviceRequest* request,
+                          const ScoringWeights& w) {
+  return DeviceScore(DeviceCaps::Of(device), usage, request, w);
+}
 
-// Node score before the pod: 10 * (Σused/Σcount + Σcores/Σdevcore + Σmem/Σdevmem), 0 if a denominator is 0.
-double NodeScore(const std::vector<DeviceInfo>& devices, const std::vector<DeviceUsage>& usage);
+// Sums over a node's devices, kept up to date incrementally for the node score.
+struct NodeTotals {
+  std::int64_t count = 0, cores = 0, mem = 0;            // capacity
+  std::int64_t used = 0, used_cores = 0, used_mem = 0;  // usage
+  // Node score before the pod: 10 * (Σused/Σcount + Σcores/Σdevcore + Σmem/Σdevmem), 0 if a denominator is 0.
+  double Score() const;
+};
 
 // Comma lists of pod annotations: empty or whitespace-only = no constraint; empty members ignored.
 struct Selector {

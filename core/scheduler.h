@@ -48,6 +48,7 @@ class Scheduler {
   ClusterState* state_;
   SchedulerOptions options_;
   NodeFitter fitter_;
+  std::vector<const NodeEntry*> resolved_;  // scratch: candidates resolved to registry entries
 };
 
 }  // namespace hami

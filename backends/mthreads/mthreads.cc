@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "backends/common.h"
 #include "core/keys.h"
@@ -71,9 +72,9 @@ class MthreadsBackend final : public BasicBackend {
     BasicBackend::Annotate(devices, written, now, out);  // PROTOCOL.md D3: the to-allocate key is written too
     for (const auto& ctr : devices) {
       if (ctr.empty()) continue;
-      std::string indexes;
-      for (const auto& d : ctr) indexes += (indexes.empty() ? "" : ",") + std::to_string(d.index);
-      out["mthreads.com/gpu-index"] = indexes;
+      std::vector<std::int32_t> indexes;
+      for (const auto& d : ctr) indexes.push_back(d.index);
+      out["mthreads.com/gpu-index"] = fmt::format("{}", fmt::join(indexes, ","));
     }
     out["mthreads.com/predicate-node"] = node;
     out["mthreads.com/predicate-time"] =

@@ -92,7 +92,7 @@ TEST_F(SimulateExamples, ReasonsAndAnnotations) {
   auto quota = ResultFor(*doc_, "team-a/quota-exceeded");
   EXPECT_NE(std::string(quota.at("failedNodes").at("gpu-a100-1").as_string()).find("ResourceQuotaNotFit"),
             std::string::npos);
-  EXPECT_EQ(Annotation("default/shared-gpu", "hami.io/vgpu-time"), "1764417600");
+  EXPECT_EQ(Annotation("default/shared-gpu", "hami.io/vgpu-time"), "1795953600");
   EXPECT_NE(Annotation("default/shared-gpu", "hami.io/vgpu-devices-to-allocate").find(",NVIDIA,3000,30:;"),
             std::string::npos);
   // init + log-shipper + server: three entries, the sidecar's empty.

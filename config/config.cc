@@ -1,0 +1,911 @@
+#include "config/config.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <span>
+#include <sstream>
+#include <string_view>
+#include <system_error>
+
+#include "core/policy.h"
+#include "core/strings.h"
+
+namespace hami::config {
+
+// Value rules shared with flags.cc (declared there; kept out of config.h's public API). Each returns what is
+// wrong with the value, or "" when it is fine.
+namespace {
+
+constexpr std::array<std::string_view, 5> kGpuPolicies = {kPolicyBinpack, kPolicySpread, kPolicyTopologyAware,
+                                                          kPolicyMutex, kPolicyNuma};
+constexpr std::array<std::string_view, 2> kNodePolicies = {kPolicyBinpack, kPolicySpread};
+constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
+                                                        "error", "critical", "off"};
+
+// The vendor sections this scheduler implements, and HAMi's others (accepted with a warning).
+constexpr std::array<std::string_view, 4> kVendorSections = {"nvidia", "cambricon", "hygon", "mthreads"};
+constexpr std::array<std::string_view, 11> kForeignSections = {"metax",     "iluvatars", "enflame", "kunlun",
+                                                               "awsneuron", "amd",       "vastai",  "biren",
+                                                               "vnpus",     "iluvatar",  "ascend"};
+
+constexpr std::int64_t kInt32Min = std::numeric_limits<std::int32_t>::min();
+constexpr std::int64_t kInt32Max = std::numeric_limits<std::int32_t>::max();
+
+template <std::size_t N>
+bool Contains(const std::array<std::string_view, N>& list, std::string_view value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+
+template <std::size_t N>
+std::string JoinViews(const std::array<std::string_view, N>& list, std::string_view sep) {
+  std::string out;
+  for (std::size_t i = 0; i < N; ++i) {
+    if (i) out += sep;
+    out += list[i];
+  }
+  return out;
+}
+
+// ---- Durations ----
+
+constexpr std::string_view kDurationWant =
+    "want a Go duration such as 300ms, 28s, 5m or 1h30m, or a whole number of seconds";
+
+Error DurationError(std::string_view text, std::string_view why) {
+  return Error{fmt::format("'{}' is not a duration: {} ({})", text, why, kDurationWant)};
+}
+
+std::string FormatDuration(std::chrono::milliseconds d) {
+  std::int64_t ms = d.count();
+  if (ms == 0) return "0s";
+  std::string out;
+  if (ms < 0) {
+    out += '-';
+    ms = -ms;
+  }
+  const std::int64_t h = ms / 3'600'000;
+  const std::int64_t m = ms / 60'000 % 60;
+  const std::int64_t s = ms / 1000 % 60;
+  const std::int64_t rest = ms % 1000;
+  if (h) out += fmt::format("{}h", h);
+  if (m) out += fmt::format("{}m", m);
+  if (s) out += fmt::format("{}s", s);
+  if (rest) out += fmt::format("{}ms", rest);
+  return out;
+}
+
+// ---- YAML reading ----
+
+std::string Describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return fmt::format("'{}'", n.Scalar());
+    case YAML::NodeType::Null:
+      return "nothing";
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+// Lowercase without '_' and '-': "http_bind", "HttpBind" and "httpbind" all compare equal.
+std::string Loose(std::string_view s) {
+  std::string out;
+  for (char c : ToLower(s))
+    if (c != '_' && c != '-') out += c;
+  return out;
+}
+
+// Edit distance, for "did you mean" on misspelt keys.
+std::size_t Distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// A known key `key` was probably meant as: same letters ignoring case, '_' and '-', or one or two edits away.
+bool LooksLike(std::string_view key, std::string_view known) {
+  const std::string a = Loose(key);
+  const std::string b = Loose(known);
+  if (a == b) return true;
+  return b.size() >= 4 && Distance(a, b) <= (b.size() >= 8 ? 2u : 1u);
+}
+
+// One key/value pair being read, with its dotted path for messages ("scheduler.kubeBurst").
+struct Item {
+  YAML::Node key;  // where messages point (for list entries: the entry itself)
+  YAML::Node value;
+  std::string path;
+};
+
+class Reader {
+ public:
+  Reader(const std::string& source, std::vector<std::string>& problems)
+      : source_(source), problems_(problems) {}
+
+  const std::string& source() const { return source_; }
+
+  std::string Where(const YAML::Node& at) const {
+    const YAML::Mark mark = at.Mark();
+    if (mark.is_null()) return source_;
+    return fmt::format("{}:{}", source_, mark.line + 1);
+  }
+
+  void Problem(const YAML::Node& at, std::string_view path, std::string_view what) {
+    if (path.empty()) {
+      problems_.push_back(fmt::format("{}: {}", Where(at), what));
+    } else {
+      problems_.push_back(fmt::format("{}: {}: {}", Where(at), path, what));
+    }
+  }
+
+  // The scalar text of the item; nullopt (and a problem unless it is null) when the value is not a scalar.
+  // A null value (`key:` or `key: ~`) means "not set": the current value is kept.
+  std::optional<std::string> Scalar(const Item& it, std::string_view want) {
+    if (it.value.IsNull()) return std::nullopt;
+    if (!it.value.IsScalar()) {
+      Problem(it.key, it.path, fmt::format("expected {}, got {}", want, Describe(it.value)));
+      return std::nullopt;
+    }
+    return it.value.Scalar();
+  }
+
+  void String(const Item& it, std::string& out) {
+    if (auto s = Scalar(it, "a string")) out = *s;
+  }
+  void String(const Item& it, std::optional<std::string>& out) {
+    if (auto s = Scalar(it, "a string")) out = *s;
+  }
+
+  std::optional<bool> Bool(const Item& it) {
+    auto s = Scalar(it, "true or false");
+    if (!s) return std::nullopt;
+    bool v = false;
+    if (!YAML::convert<bool>::decode(it.value, v)) {
+      Problem(it.key, it.path, fmt::format("'{}' is not a boolean (want true or false)", *s));
+      return std::nullopt;
+    }
+    return v;
+  }
+  void Bool(const Item& it, bool& out) {
+    if (auto v = Bool(it)) out = *v;
+  }
+  void Bool(const Item& it, std::optional<bool>& out) {
+    if (auto v = Bool(it)) out = *v;
+  }
+
+  std::optional<std::int64_t> Int(const Item& it, std::int64_t lo, std::int64_t hi, std::string_view want) {
+    auto s = Scalar(it, want);
+    if (!s) return std::nullopt;
+    auto v = ParseInt64(Trim(*s), "value");
+    if (!v) {
+      Problem(it.key, it.path, fmt::format("'{}' is not an integer (want {})", *s, want));
+      return std::nullopt;
+    }
+    if (*v < lo || *v > hi) {
+      Problem(it.key, it.path, fmt::format("{} is out of range (want {})", *v, want));
+      return std::nullopt;
+    }
+    return *v;
+  }
+
+  std::optional<double> PositiveNumber(const Item& it) {
+    constexpr std::string_view kWant = "a number > 0";
+    auto s = Scalar(it, kWant);
+    if (!s) return std::nullopt;
+    const std::string_view text = Trim(*s);
+    double v = 0;
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v)) {
+      Problem(it.key, it.path, fmt::format("'{}' is not a number ({})", *s, kWant));
+      return std::nullopt;
+    }
+    if (v <= 0) {
+      Problem(it.key, it.path, fmt::format("{} is not {}", *s, kWant));
+      return std::nullopt;
+    }
+    return v;
+  }
+
+  // A duration; `min` is the smallest accepted value, `whole_seconds` rejects fractions of a second.
+  std::optional<std::chrono::milliseconds> Duration(const Item& it, std::chrono::milliseconds min,
+                                                    bool whole_seconds) {
+    auto s = Scalar(it, "a duration");
+    if (!s) return std::nullopt;
+    auto d = ParseDuration(Trim(*s));
+    if (!d) {
+      Problem(it.key, it.path, d.error().message);
+      return std::nullopt;
+    }
+    if (*d < min) {
+      Problem(it.key, it.path, fmt::format("'{}' is too short (want at least {})", *s, FormatDuration(min)));
+      return std::nullopt;
+    }
+    if (whole_seconds && d->count() % 1000 != 0) {
+      Problem(it.key, it.path, fmt::format("'{}' is not a whole number of seconds", *s));
+      return std::nullopt;
+    }
+    return *d;
+  }
+  void Seconds(const Item& it, std::chrono::seconds min, std::chrono::seconds& out) {
+    if (auto d = Duration(it, min, true)) out = std::chrono::duration_cast<std::chrono::seconds>(*d);
+  }
+
+  std::optional<std::vector<std::string>> StringList(const Item& it) {
+    if (it.value.IsNull()) return std::vector<std::string>{};
+    if (!it.value.IsSequence()) {
+      Problem(it.key, it.path, fmt::format("expected a list of strings, got {}", Describe(it.value)));
+      return std::nullopt;
+    }
+    std::vector<std::string> out;
+    bool ok = true;
+    std::size_t i = 0;
+    for (const auto& entry : it.value) {
+      if (!entry.IsScalar()) {
+        Problem(entry, fmt::format("{}[{}]", it.path, i),
+                fmt::format("expected a string, got {}", Describe(entry)));
+        ok = false;
+      } else {
+        out.push_back(entry.Scalar());
+      }
+      ++i;
+    }
+    if (!ok) return std::nullopt;
+    return out;
+  }
+
+  std::optional<std::map<std::string, std::string>> StringMap(const Item& it) {
+    if (it.value.IsNull()) return std::map<std::string, std::string>{};
+    if (!it.value.IsMap()) {
+      Problem(it.key, it.path,
+              fmt::format("expected a map of strings (key: value), got {}", Describe(it.value)));
+      return std::nullopt;
+    }
+    std::map<std::string, std::string> out;
+    bool ok = true;
+    for (const auto& kv : it.value) {
+      if (!kv.first.IsScalar()) {
+        Problem(kv.first, it.path, fmt::format("keys must be strings, got {}", Describe(kv.first)));
+        ok = false;
+        continue;
+      }
+      const std::string key = kv.first.Scalar();
+      const std::string path = fmt::format("{}.{}", it.path, key);
+      if (out.count(key)) {
+        Problem(kv.first, path, "duplicate key");
+        ok = false;
+        continue;
+      }
+      if (kv.second.IsNull()) {
+        out[key] = "";
+      } else if (!kv.second.IsScalar()) {
+        Problem(kv.first, path, fmt::format("expected a string, got {}", Describe(kv.second)));
+        ok = false;
+      } else {
+        out[key] = kv.second.Scalar();
+      }
+    }
+    if (!ok) return std::nullopt;
+    return out;
+  }
+
+ private:
+  const std::string& source_;
+  std::vector<std::string>& problems_;
+};
+
+template <class T>
+struct Field {
+  std::string_view key;
+  void (*read)(Reader&, const Item&, T&);
+};
+
+// "did you mean 'httpBind'?" when a known key matches loosely, else the list of known keys.
+template <class T>
+std::string UnknownKeyHint(std::string_view key, std::span<const Field<T>> fields) {
+  for (const auto& f : fields)
+    if (Loose(f.key) == Loose(key)) return fmt::format("did you mean '{}'?", f.key);
+  for (const auto& f : fields)
+    if (LooksLike(key, f.key)) return fmt::format("did you mean '{}'?", f.key);
+  std::string known;
+  for (const auto& f : fields) {
+    if (!known.empty()) known += ", ";
+    known += f.key;
+  }
+  return fmt::format("expected one of: {}", known);
+}
+
+// Reads a map section: every key must be known (or in `ignored`); each known key is read by its field.
+template <class T>
+void ReadMap(Reader& r, const Item& section, std::span<const Field<T>> fields,
+             std::span<const std::string_view> ignored, T& target) {
+  if (section.value.IsNull()) return;
+  if (!section.value.IsMap()) {
+    r.Problem(section.key, section.path,
+              fmt::format("expected a map of settings, got {}", Describe(section.value)));
+    return;
+  }
+  std::map<std::string, int> seen;  // key -> line
+  for (const auto& kv : section.value) {
+    if (!kv.first.IsScalar()) {
+      r.Problem(kv.first, section.path, fmt::format("keys must be strings, got {}", Describe(kv.first)));
+      continue;
+    }
+    const std::string key = kv.first.Scalar();
+    const std::string path = section.path.empty() ? key : fmt::format("{}.{}", section.path, key);
+    if (auto [it, fresh] = seen.emplace(key, kv.first.Mark().line + 1); !fresh) {
+      r.Problem(kv.first, path, fmt::format("duplicate key (first set on line {})", it->second));
+      continue;
+    }
+    if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
+    const auto field =
+        std::find_if(fields.begin(), fields.end(), [&](const Field<T>& f) { return f.key == key; });
+    if (field == fields.end()) {
+      r.Problem(kv.first, "", fmt::format("unknown key '{}'; {}", path, UnknownKeyHint(key, fields)));
+      continue;
+    }
+    field->read(r, Item{kv.first, kv.second, path}, target);
+  }
+}
+
+// ---- The scheduler: section ----
+
+void ReadGpuPolicy(Reader& r, const Item& it, Config& c) {
+  auto s = r.Scalar(it, "a GPU scheduler policy");
+  if (!s) return;
+  if (auto p = GpuPolicyProblem(*s); !p.empty()) return r.Problem(it.key, it.path, p);
+  c.policies.gpu_policy = *s;
+}
+
+void ReadNodePolicy(Reader& r, const Item& it, Config& c) {
+  auto s = r.Scalar(it, "a node scheduler policy");
+  if (!s) return;
+  if (auto p = NodePolicyProblem(*s); !p.empty()) return r.Problem(it.key, it.path, p);
+  c.policies.node_policy = *s;
+}
+
+void ReadLogLevel(Reader& r, const Item& it, Config& c) {
+  auto s = r.Scalar(it, "a log level");
+  if (!s) return;
+  if (auto p = LogLevelProblem(*s); !p.empty()) return r.Problem(it.key, it.path, p);
+  c.log_level = *s;
+}
+
+void ReadLabelSelector(Reader& r, const Item& it, Config& c) {
+  if (auto m = r.StringMap(it)) c.node_label_selector = std::move(*m);
+}
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr Field<Config> kSchedulerFields[] = {
+    {"httpBind", [](Reader& r, const Item& it, Config& c) { r.String(it, c.http_bind); }},
+    {"certFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.cert_file); }},
+    {"keyFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.key_file); }},
+    {"schedulerName", [](Reader& r, const Item& it, Config& c) { r.String(it, c.scheduler_name); }},
+    {"metricsBindAddress",
+     [](Reader& r, const Item& it, Config& c) { r.String(it, c.metrics_bind_address); }},
+    {"profiling", [](Reader& r, const Item& it, Config& c) { r.Bool(it, c.profiling); }},
+    {"gpuSchedulerPolicy", &ReadGpuPolicy},
+    {"nodeSchedulerPolicy", &ReadNodePolicy},
+    {"nodeLabelSelector", &ReadLabelSelector},
+    {"nodeLockTimeout",
+     [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(1), c.node_lock_timeout); }},
+    {"nodeLockRetryTimeout",
+     [](Reader& r, const Item& it, Config& c) {
+       if (auto d = r.Duration(it, milliseconds(0), false)) c.node_lock_retry_timeout = *d;
+     }},
+    {"forceOverwriteDefaultScheduler",
+     [](Reader& r, const Item& it, Config& c) { r.Bool(it, c.force_overwrite_default_scheduler); }},
+    {"healthCheckInterval",
+     [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(1), c.health_check_interval); }},
+    {"handshakeTimeout",
+     [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(1), c.handshake_timeout); }},
+    {"kubeconfig", [](Reader& r, const Item& it, Config& c) { r.String(it, c.kubeconfig); }},
+    {"kubeQPS",
+     [](Reader& r, const Item& it, Config& c) {
+       if (auto v = r.PositiveNumber(it)) c.kube_qps = *v;
+     }},
+    {"kubeBurst",
+     [](Reader& r, const Item& it, Config& c) {
+       if (auto v = r.Int(it, 1, kInt32Max, "an integer >= 1")) c.kube_burst = static_cast<int>(*v);
+     }},
+    {"kubeTimeout", [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(0), c.kube_timeout); }},
+    {"leaderElect", [](Reader& r, const Item& it, Config& c) { r.Bool(it, c.leader_elect); }},
+    {"leaderElectResourceName",
+     [](Reader& r, const Item& it, Config& c) { r.String(it, c.leader_elect_resource_name); }},
+    {"leaderElectResourceNamespace",
+     [](Reader& r, const Item& it, Config& c) { r.String(it, c.leader_elect_resource_namespace); }},
+    {"legacyMetrics", [](Reader& r, const Item& it, Config& c) { r.Bool(it, c.legacy_metrics); }},
+    {"logLevel", &ReadLogLevel},
+};
+
+// ---- Vendor sections ----
+
+void ReadInt32(Reader& r, const Item& it, std::optional<std::int64_t>& out) {
+  if (auto v = r.Int(it, kInt32Min, kInt32Max, "a 32-bit integer")) out = *v;
+}
+
+constexpr Field<MigAllowEntry> kMigEntryFields[] = {
+    {"models",
+     [](Reader& r, const Item& it, MigAllowEntry& e) {
+       if (auto l = r.StringList(it)) e.models = std::move(*l);
+     }},
+    {"profiles",
+     [](Reader& r, const Item& it, MigAllowEntry& e) {
+       if (auto l = r.StringList(it)) e.profiles = std::move(*l);
+     }},
+};
+
+void ReadMigAllowlist(Reader& r, const Item& it, VendorSettings& v) {
+  if (it.value.IsNull()) {
+    v.mig_profile_allowlist.clear();
+    return;
+  }
+  if (!it.value.IsSequence()) {
+    r.Problem(
+        it.key, it.path,
+        fmt::format("expected a list of {{models: [...], profiles: [...]}}, got {}", Describe(it.value)));
+    return;
+  }
+  std::vector<MigAllowEntry> list;
+  std::size_t i = 0;
+  for (const auto& entry : it.value) {
+    const Item item{entry, entry, fmt::format("{}[{}]", it.path, i++)};
+    if (!entry.IsMap()) {
+      r.Problem(entry, item.path,
+                fmt::format("expected a map with models and profiles, got {}", Describe(entry)));
+      continue;
+    }
+    MigAllowEntry e;
+    ReadMap<MigAllowEntry>(r, item, kMigEntryFields, {}, e);
+    for (std::string_view required : {"models", "profiles"})
+      if (!entry[std::string(required)])
+        r.Problem(entry, item.path, fmt::format("'{}' is missing", required));
+    list.push_back(std::move(e));
+  }
+  v.mig_profile_allowlist = std::move(list);
+}
+
+constexpr Field<VendorSettings> kAnnotationFields[] = {
+    {"register", [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.register_key); }},
+    {"score", [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.score_key); }},
+    {"handshake", [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.handshake_key); }},
+    {"allocated", [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.allocated_key); }},
+    {"toAllocate", [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.to_allocate_key); }},
+    {"nodeLock", [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.node_lock_key); }},
+};
+
+void ReadEnabled(Reader& r, const Item& it, VendorSettings& v) { r.Bool(it, v.enabled); }
+void ReadAnnotations(Reader& r, const Item& it, VendorSettings& v) {
+  ReadMap<VendorSettings>(r, it, kAnnotationFields, {}, v);
+}
+void ReadCountName(Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.resource_count); }
+void ReadMemoryName(Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.resource_memory); }
+void ReadCoreName(Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.resource_cores); }
+void ReadMemoryFactor(Reader& r, const Item& it, VendorSettings& v) { ReadInt32(r, it, v.memory_factor); }
+
+constexpr Field<VendorSettings> kNvidiaFields[] = {
+    {"enabled", &ReadEnabled},
+    {"annotations", &ReadAnnotations},
+    {"resourceCountName", &ReadCountName},
+    {"resourceMemoryName", &ReadMemoryName},
+    {"resourceCoreName", &ReadCoreName},
+    {"resourceMemoryPercentageName",
+     [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.resource_memory_percentage); }},
+    {"resourcePriorityName",
+     [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.resource_priority); }},
+    {"overwriteEnv", [](Reader& r, const Item& it, VendorSettings& v) { r.Bool(it, v.overwrite_env); }},
+    {"defaultMemory",
+     [](Reader& r, const Item& it, VendorSettings& v) { ReadInt32(r, it, v.default_memory); }},
+    {"defaultCores", [](Reader& r, const Item& it, VendorSettings& v) { ReadInt32(r, it, v.default_cores); }},
+    {"defaultGPUNum",
+     [](Reader& r, const Item& it, VendorSettings& v) { ReadInt32(r, it, v.default_gpu_num); }},
+    {"memoryFactor", &ReadMemoryFactor},
+    {"gpuCorePolicy", [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.gpu_core_policy); }},
+    {"runtimeClassName",
+     [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.runtime_class_name); }},
+    {"migProfileAllowlist", &ReadMigAllowlist},
+};
+// Keys HAMi's device plugin reads from the same file; the scheduler has no use for them.
+constexpr std::array<std::string_view, 8> kNvidiaPluginKeys = {
+    "deviceSplitCount", "deviceMemoryScaling", "deviceCoreScaling", "preConfiguredDeviceMemory",
+    "libCudaLogLevel",  "enableNumaTopology",  "disableCoreLimit",  "knownMigGeometries"};
+
+constexpr Field<VendorSettings> kBasicVendorFields[] = {
+    {"enabled", &ReadEnabled},
+    {"annotations", &ReadAnnotations},
+    {"resourceCountName", &ReadCountName},
+    {"resourceMemoryName", &ReadMemoryName},
+    {"resourceCoreName", &ReadCoreName},
+};
+
+constexpr Field<VendorSettings> kHygonFields[] = {
+    {"enabled", &ReadEnabled},
+    {"annotations", &ReadAnnotations},
+    {"resourceCountName", &ReadCountName},
+    {"resourceMemoryName", &ReadMemoryName},
+    {"resourceCoreName", &ReadCoreName},
+    {"memoryFactor", &ReadMemoryFactor},
+};
+
+void ReadVendor(Reader& r, const Item& it, VendorSettings& v) {
+  const std::string& name = it.path;
+  if (name == "nvidia") return ReadMap<VendorSettings>(r, it, kNvidiaFields, kNvidiaPluginKeys, v);
+  if (name == "hygon") return ReadMap<VendorSettings>(r, it, kHygonFields, {}, v);
+  return ReadMap<VendorSettings>(r, it, kBasicVendorFields, {}, v);
+}
+
+// ---- YAML writing ----
+
+// True when a plain scalar with this text would read back as something other than this string in YAML
+// (empty, null, a boolean such as "on", a number).
+bool NeedsQuotes(const std::string& value) {
+  if (value.empty() || YAML::IsNullString(value)) return true;
+  bool b = false;
+  if (YAML::convert<bool>::decode(YAML::Node(value), b)) return true;
+  double d = 0;
+  const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), d);
+  return ec == std::errc() && ptr == value.data() + value.size();
+}
+
+void EmitString(YAML::Emitter& out, std::string_view key, const std::string& value) {
+  out << YAML::Key << std::string(key) << YAML::Value;
+  if (NeedsQuotes(value)) {
+    out << YAML::DoubleQuoted << value;
+  } else {
+    out << value;
+  }
+}
+
+void EmitVendor(YAML::Emitter& out, const VendorSettings& v) {
+  out << YAML::BeginMap;
+  out << YAML::Key << "enabled" << YAML::Value << v.enabled;
+  const auto str = [&](std::string_view key, const std::optional<std::string>& value) {
+    if (value) EmitString(out, key, *value);
+  };
+  const auto num = [&](std::string_view key, const std::optional<std::int64_t>& value) {
+    if (value) out << YAML::Key << std::string(key) << YAML::Value << *value;
+  };
+  str("resourceCountName", v.resource_count);
+  str("resourceMemoryName", v.resource_memory);
+  str("resourceCoreName", v.resource_cores);
+  str("resourceMemoryPercentageName", v.resource_memory_percentage);
+  str("resourcePriorityName", v.resource_priority);
+  if (v.overwrite_env) out << YAML::Key << "overwriteEnv" << YAML::Value << *v.overwrite_env;
+  num("defaultMemory", v.default_memory);
+  num("defaultCores", v.default_cores);
+  num("defaultGPUNum", v.default_gpu_num);
+  num("memoryFactor", v.memory_factor);
+  str("gpuCorePolicy", v.gpu_core_policy);
+  str("runtimeClassName", v.runtime_class_name);
+  if (!v.mig_profile_allowlist.empty()) {
+    out << YAML::Key << "migProfileAllowlist" << YAML::Value << YAML::BeginSeq;
+    for (const auto& e : v.mig_profile_allowlist) {
+      out << YAML::BeginMap;
+      out << YAML::Key << "models" << YAML::Value << YAML::Flow << e.models;
+      out << YAML::Key << "profiles" << YAML::Value << YAML::Flow << e.profiles;
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
+  if (v.register_key || v.score_key || v.handshake_key || v.allocated_key || v.to_allocate_key ||
+      v.node_lock_key) {
+    out << YAML::Key << "annotations" << YAML::Value << YAML::BeginMap;
+    str("register", v.register_key);
+    str("score", v.score_key);
+    str("handshake", v.handshake_key);
+    str("allocated", v.allocated_key);
+    str("toAllocate", v.to_allocate_key);
+    str("nodeLock", v.node_lock_key);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+}
+
+}  // namespace
+
+
+
+std::string GpuPolicyProblem(std::string_view value) {
+  std::vector<std::string> bad;
+  for (std::string_view part : Split(value, ',')) {
+    const std::string_view name = Trim(part);
+    if (!Contains(kGpuPolicies, name)) bad.push_back(fmt::format("'{}'", name));
+  }
+  if (bad.empty()) return "";
+  return fmt::format("'{}' has unknown policy {} (want one of {}, or a comma-separated list of them)", value,
+                     Join(bad, ", "), JoinViews(kGpuPolicies, ", "));
+}
+
+std::string NodePolicyProblem(std::string_view value) {
+  if (Contains(kNodePolicies, value)) return "";
+  return fmt::format("'{}' is not a node policy (want {})", value, JoinViews(kNodePolicies, " or "));
+}
+
+std::string LogLevelProblem(std::string_view value) {
+  if (Contains(kLogLevels, value)) return "";
+  return fmt::format("'{}' is not a log level (want one of {})", value, JoinViews(kLogLevels, ", "));
+}
+
+void ValidateConfig(const Config& cfg, std::vector<std::string>& problems) {
+  const auto check = [&](std::string_view what, const std::string& problem) {
+    if (!problem.empty()) problems.push_back(fmt::format("{}: {}", what, problem));
+  };
+  check("gpu scheduler policy (--gpu-scheduler-policy, scheduler.gpuSchedulerPolicy)",
+        GpuPolicyProblem(cfg.policies.gpu_policy));
+  check("node scheduler policy (--node-scheduler-policy, scheduler.nodeSchedulerPolicy)",
+        NodePolicyProblem(cfg.policies.node_policy));
+  check("log level (--log-level, scheduler.logLevel)", LogLevelProblem(cfg.log_level));
+  if (!(cfg.kube_qps > 0) || !std::isfinite(cfg.kube_qps))
+    problems.push_back(fmt::format("--kube-qps (scheduler.kubeQPS): {} is not a number > 0", cfg.kube_qps));
+  if (cfg.kube_burst < 1)
+    problems.push_back(
+        fmt::format("--kube-burst (scheduler.kubeBurst): {} is not an integer >= 1", cfg.kube_burst));
+  if (cfg.kube_timeout.count() < 0)
+    problems.push_back("--kube-timeout (scheduler.kubeTimeout): must not be negative");
+  if (cfg.node_lock_timeout.count() <= 0)
+    problems.push_back("--node-lock-timeout (scheduler.nodeLockTimeout): must be > 0");
+  if (cfg.node_lock_retry_timeout.count() < 0)
+    problems.push_back("--node-lock-retry-timeout (scheduler.nodeLockRetryTimeout): must not be negative");
+  if (cfg.health_check_interval.count() <= 0)
+    problems.push_back("--health-check-interval (scheduler.healthCheckInterval): must be > 0");
+  if (cfg.handshake_timeout.count() <= 0)
+    problems.push_back("--handshake-timeout (scheduler.handshakeTimeout): must be > 0");
+  if (cfg.cert_file.empty() != cfg.key_file.empty()) {
+    problems.push_back(
+        fmt::format("TLS needs both a certificate and a key (--cert_file/scheduler.certFile and "
+                    "--key_file/scheduler.keyFile); "
+                    "only {} is set",
+                    cfg.cert_file.empty() ? "the key" : "the certificate"));
+  }
+  if (cfg.http_bind.empty()) problems.push_back("--http_bind (scheduler.httpBind): must not be empty");
+}
+
+
+
+Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
+  const std::string_view orig = text;
+  if (text.empty()) return DurationError(orig, "it is empty");
+  // A bare integer is a number of seconds (and "0" is zero in Go's syntax too).
+  if (std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    std::int64_t secs = 0;
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), secs);
+    if (ec != std::errc() || ptr != text.data() + text.size() ||
+        secs > std::numeric_limits<std::int64_t>::max() / 1000)
+      return DurationError(orig, "it is too large");
+    return std::chrono::milliseconds(secs * 1000);
+  }
+  if (text.front() == '-') return DurationError(orig, "it is negative");
+  if (text.front() == '+') text.remove_prefix(1);
+  if (text.empty()) return DurationError(orig, "it has no number");
+
+  constexpr std::uint64_t kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  std::uint64_t total_ns = 0;
+  while (!text.empty()) {
+    if (!(text.front() == '.' || is_digit(text.front())))
+      return DurationError(orig, fmt::format("expected a number at '{}'", text));
+    // Integer part.
+    std::uint64_t whole = 0;
+    bool pre = false;
+    while (!text.empty() && is_digit(text.front())) {
+      const std::uint64_t digit = static_cast<std::uint64_t>(text.front() - '0');
+      if (whole > (kMax - digit) / 10) return DurationError(orig, "it is too large");
+      whole = whole * 10 + digit;
+      pre = true;
+      text.remove_prefix(1);
+    }
+    // Fraction.
+    std::uint64_t frac = 0;
+    double scale = 1;
+    bool post = false;
+    if (!text.empty() && text.front() == '.') {
+      text.remove_prefix(1);
+      bool overflow = false;
+      while (!text.empty() && is_digit(text.front())) {
+        post = true;
+        if (!overflow) {
+          const std::uint64_t digit = static_cast<std::uint64_t>(text.front() - '0');
+          if (frac > (kMax - digit) / 10) {
+            overflow = true;  // further digits cannot matter
+          } else {
+            frac = frac * 10 + digit;
+            scale *= 10;
+          }
+        }
+        text.remove_prefix(1);
+      }
+    }
+    if (!pre && !post) return DurationError(orig, "a '.' needs digits");
+    // Unit.
+    std::size_t unit_len = 0;
+    while (unit_len < text.size() && text[unit_len] != '.' && !is_digit(text[unit_len])) ++unit_len;
+    const std::string_view unit = text.substr(0, unit_len);
+    text.remove_prefix(unit_len);
+    std::uint64_t unit_ns = 0;
+    if (unit == "ns") {
+      unit_ns = 1;
+    } else if (unit == "us" || unit == "\xC2\xB5s" || unit == "\xCE\xBCs") {
+      unit_ns = 1'000;
+    } else if (unit == "ms") {
+      unit_ns = 1'000'000;
+    } else if (unit == "s") {
+      unit_ns = 1'000'000'000;
+    } else if (unit == "m") {
+      unit_ns = 60'000'000'000;
+    } else if (unit == "h") {
+      unit_ns = 3'600'000'000'000;
+    } else if (unit.empty()) {
+      return DurationError(orig, "a number is missing its unit (ns, us, ms, s, m or h)");
+    } else {
+      return DurationError(orig, fmt::format("unknown unit '{}'", unit));
+    }
+    if (whole > kMax / unit_ns) return DurationError(orig, "it is too large");
+    std::uint64_t v = whole * unit_ns;
+    if (frac > 0) {
+      v += static_cast<std::uint64_t>(static_cast<double>(frac) * (static_cast<double>(unit_ns) / scale));
+      if (v > kMax) return DurationError(orig, "it is too large");
+    }
+    if (total_ns > kMax - v) return DurationError(orig, "it is too large");
+    total_ns += v;
+  }
+  if (total_ns % 1'000'000 != 0)
+    return Error{fmt::format("'{}' is finer than a millisecond, the resolution this setting takes", orig)};
+  return std::chrono::milliseconds(static_cast<std::int64_t>(total_ns / 1'000'000));
+}
+
+void ApplyYaml(const std::string& text, const std::string& source_name, Config& cfg,
+               std::vector<std::string>& problems) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::Exception& e) {
+    if (e.mark.is_null()) {
+      problems.push_back(fmt::format("{}: invalid YAML: {}", source_name, e.msg));
+    } else {
+      problems.push_back(fmt::format("{}:{}: invalid YAML: {}", source_name, e.mark.line + 1, e.msg));
+    }
+    return;
+  }
+  Reader r(source_name, problems);
+  if (docs.empty()) return;
+  for (std::size_t i = 1; i < docs.size(); ++i)
+    r.Problem(docs[i], "", "a second YAML document; the configuration must be a single document");
+  const YAML::Node& root = docs[0];
+  if (root.IsNull()) return;
+  if (!root.IsMap()) {
+    r.Problem(root, "",
+              fmt::format("expected a map of sections (scheduler, {}), got {}",
+                          JoinViews(kVendorSections, ", "), Describe(root)));
+    return;
+  }
+  std::map<std::string, int> seen;
+  for (const auto& kv : root) {
+    if (!kv.first.IsScalar()) {
+      r.Problem(kv.first, "", fmt::format("section names must be strings, got {}", Describe(kv.first)));
+      continue;
+    }
+    const std::string key = kv.first.Scalar();
+    if (auto [it, fresh] = seen.emplace(key, kv.first.Mark().line + 1); !fresh) {
+      r.Problem(kv.first, key, fmt::format("duplicate section (first on line {})", it->second));
+      continue;
+    }
+    const Item item{kv.first, kv.second, key};
+    if (key == "scheduler") {
+      ReadMap<Config>(r, item, kSchedulerFields, {}, cfg);
+    } else if (Contains(kVendorSections, key)) {
+      ReadVendor(r, item, cfg.vendors[key]);
+    } else if (Contains(kForeignSections, key)) {
+      cfg.warnings.push_back(
+          fmt::format("{}: section '{}' is a HAMi vendor this scheduler does not implement; ignored",
+                      r.Where(kv.first), key));
+    } else {
+      std::string hint;
+      for (std::string_view known : kVendorSections)
+        if (LooksLike(key, known)) hint = fmt::format("; did you mean '{}'?", known);
+      if (LooksLike(key, "scheduler")) hint = "; did you mean 'scheduler'?";
+      if (hint.empty())
+        hint = fmt::format("; expected scheduler, {} (or one of HAMi's other vendor sections)",
+                           JoinViews(kVendorSections, ", "));
+      r.Problem(kv.first, "", fmt::format("unknown top-level key '{}'{}", key, hint));
+    }
+  }
+}
+
+void ApplyYamlFile(const std::string& path, Config& cfg, std::vector<std::string>& problems) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    problems.push_back(fmt::format("{}: cannot read the configuration file: it is a directory", path));
+    return;
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    problems.push_back(fmt::format("{}: cannot read the configuration file: {}", path, std::strerror(errno)));
+    return;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    problems.push_back(fmt::format("{}: cannot read the configuration file: {}", path, std::strerror(errno)));
+    return;
+  }
+  cfg.sources.push_back(path);
+  ApplyYaml(text.str(), path, cfg, problems);
+}
+
+std::string ToYaml(const Config& cfg) {
+  YAML::Emitter out;
+  out.SetIndent(2);
+  if (!cfg.sources.empty()) out << YAML::Comment("read from: " + Join(cfg.sources, ", "));
+  out << YAML::BeginMap;
+  out << YAML::Key << "scheduler" << YAML::Value << YAML::BeginMap;
+  EmitString(out, "httpBind", cfg.http_bind);
+  EmitString(out, "certFile", cfg.cert_file);
+  EmitString(out, "keyFile", cfg.key_file);
+  EmitString(out, "schedulerName", cfg.scheduler_name);
+  EmitString(out, "metricsBindAddress", cfg.metrics_bind_address);
+  out << YAML::Key << "profiling" << YAML::Value << cfg.profiling;
+  EmitString(out, "gpuSchedulerPolicy", cfg.policies.gpu_policy);
+  EmitString(out, "nodeSchedulerPolicy", cfg.policies.node_policy);
+  out << YAML::Key << "nodeLabelSelector" << YAML::Value;
+  if (cfg.node_label_selector.empty()) out << YAML::Flow;
+  out << YAML::BeginMap;
+  for (const auto& [k, v] : cfg.node_label_selector) EmitString(out, k, v);
+  out << YAML::EndMap;
+  out << YAML::Key << "nodeLockTimeout" << YAML::Value << FormatDuration(cfg.node_lock_timeout);
+  out << YAML::Key << "nodeLockRetryTimeout" << YAML::Value << FormatDuration(cfg.node_lock_retry_timeout);
+  out << YAML::Key << "forceOverwriteDefaultScheduler" << YAML::Value
+      << cfg.force_overwrite_default_scheduler;
+  out << YAML::Key << "healthCheckInterval" << YAML::Value << FormatDuration(cfg.health_check_interval);
+  out << YAML::Key << "handshakeTimeout" << YAML::Value << FormatDuration(cfg.handshake_timeout);
+  EmitString(out, "kubeconfig", cfg.kubeconfig);
+  out << YAML::Key << "kubeQPS" << YAML::Value << fmt::format("{}", cfg.kube_qps);
+  out << YAML::Key << "kubeBurst" << YAML::Value << cfg.kube_burst;
+  out << YAML::Key << "kubeTimeout" << YAML::Value << FormatDuration(cfg.kube_timeout);
+  out << YAML::Key << "leaderElect" << YAML::Value << cfg.leader_elect;
+  EmitString(out, "leaderElectResourceName", cfg.leader_elect_resource_name);
+  EmitString(out, "leaderElectResourceNamespace", cfg.leader_elect_resource_namespace);
+  out << YAML::Key << "legacyMetrics" << YAML::Value << cfg.legacy_metrics;
+  EmitString(out, "logLevel", cfg.log_level);
+  out << YAML::EndMap;
+  for (const auto& [name, settings] : cfg.vendors) {
+    out << YAML::Key << name << YAML::Value;
+    EmitVendor(out, settings);
+  }
+  out << YAML::EndMap;
+  std::string text = out.c_str();
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  return text;
+}
+
+Error ProblemsError(const std::vector<std::string>& problems) {
+  return Error{
+      fmt::format("{} problem(s) in configuration:\n  - {}", problems.size(), Join(problems, "\n  - "))};
+}
+
+}  // namespace hami::config

@@ -1,0 +1,669 @@
+#include "config/flags.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cxxopts.hpp>
+#include <optional>
+#include <string_view>
+#include <system_error>
+
+#include "core/strings.h"
+
+namespace hami::config {
+
+// Defined in config.cc: the value rules shared by the YAML reader and these flags.
+namespace {
+
+using Problems = std::vector<std::string>;
+
+// 300000ms -> "5m", 28000ms -> "28s" (Go's spelling, without the zero parts).
+std::string GoDuration(std::chrono::milliseconds d) {
+  const std::int64_t ms = d.count();
+  if (ms == 0) return "0s";
+  std::string out;
+  if (ms / 3'600'000) out += fmt::format("{}h", ms / 3'600'000);
+  if (ms / 60'000 % 60) out += fmt::format("{}m", ms / 60'000 % 60);
+  if (ms / 1000 % 60) out += fmt::format("{}s", ms / 1000 % 60);
+  if (ms % 1000) out += fmt::format("{}ms", ms % 1000);
+  return out;
+}
+
+// What one flag does to the configuration. `flag` is "--name" (for messages), `value` the text given.
+using ApplyFn = void (*)(const std::string& flag, const std::string& value, LoadedConfig& out,
+                         Problems& problems);
+using ShowDefaultFn = std::string (*)(const Config& defaults);
+
+enum class Group { kServer, kScheduling, kKube, kLeader, kFiles, kLogging, kHami, kHelp };
+
+struct FlagDef {
+  std::string_view name;  // long name; "v" and "h" are single-letter (klog's -v, -h)
+  Group group;
+  bool boolean;                // true: `--flag` alone means true, a value goes after '='
+  std::string_view arg;        // placeholder in the help ("ADDR"); "" for booleans
+  std::string_view help;       // one line
+  ApplyFn apply;               // nullptr: handled by LoadConfig itself (files, help, print-config)
+  ShowDefaultFn show_default;  // nullptr: no default worth showing
+};
+
+// ---- Value parsers; each reports "<flag>: <what is wrong>" ----
+
+std::optional<bool> Bool(const std::string& flag, const std::string& value, Problems& problems) {
+  auto v = ParseGoBool(value, flag + ":");
+  if (!v) {
+    problems.push_back(v.error().message);
+    return std::nullopt;
+  }
+  return *v;
+}
+
+std::optional<std::int64_t> Int(const std::string& flag, const std::string& value, std::int64_t lo,
+                                std::int64_t hi, std::string_view want, Problems& problems) {
+  auto v = ParseInt64(Trim(value), flag + ":");
+  if (!v) {
+    problems.push_back(fmt::format("{}: '{}' is not an integer ({})", flag, value, want));
+    return std::nullopt;
+  }
+  if (*v < lo || *v > hi) {
+    problems.push_back(fmt::format("{}: {} is out of range ({})", flag, *v, want));
+    return std::nullopt;
+  }
+  return *v;
+}
+
+std::optional<std::chrono::milliseconds> Duration(const std::string& flag, const std::string& value,
+                                                  std::chrono::milliseconds min, bool whole_seconds,
+                                                  Problems& problems) {
+  auto d = ParseDuration(Trim(value));
+  if (!d) {
+    problems.push_back(fmt::format("{}: {}", flag, d.error().message));
+    return std::nullopt;
+  }
+  if (*d < min) {
+    problems.push_back(fmt::format("{}: '{}' is too short (want at least {})", flag, value, GoDuration(min)));
+    return std::nullopt;
+  }
+  if (whole_seconds && d->count() % 1000 != 0) {
+    problems.push_back(fmt::format("{}: '{}' is not a whole number of seconds", flag, value));
+    return std::nullopt;
+  }
+  return *d;
+}
+
+void Seconds(const std::string& flag, const std::string& value, std::chrono::seconds min,
+             std::chrono::seconds& out, Problems& problems) {
+  if (auto d = Duration(flag, value, min, true, problems))
+    out = std::chrono::duration_cast<std::chrono::seconds>(*d);
+}
+
+void Checked(const std::string& flag, const std::string& value, std::string (*check)(std::string_view),
+             std::string& out, Problems& problems) {
+  if (auto p = check(value); !p.empty()) {
+    problems.push_back(fmt::format("{}: {}", flag, p));
+    return;
+  }
+  out = value;
+}
+
+// "k=v,k2=v2" (pflag's StringToString); "" clears the selector.
+void LabelSelector(const std::string& flag, const std::string& value, Config& cfg, Problems& problems) {
+  std::map<std::string, std::string> selector;
+  bool ok = true;
+  if (!Trim(value).empty()) {
+    for (std::string_view pair : Split(value, ',')) {
+      const std::string_view item = Trim(pair);
+      const auto eq = item.find('=');
+      if (eq == std::string_view::npos || Trim(item.substr(0, eq)).empty()) {
+        problems.push_back(fmt::format("{}: '{}' is not a key=value pair (want k=v,k2=v2)", flag, item));
+        ok = false;
+        continue;
+      }
+      selector[std::string(Trim(item.substr(0, eq)))] = std::string(Trim(item.substr(eq + 1)));
+    }
+  }
+  if (ok) cfg.node_label_selector = std::move(selector);
+}
+
+std::string Quote(const std::string& s) { return s.empty() ? "none" : s; }
+std::string ShowBool(bool b) { return b ? "true" : "false"; }
+std::string ShowSeconds(std::chrono::seconds s) { return GoDuration(s); }
+
+// A flag HAMi registers but whose value never reaches the scheduler (vendor resource names come from the
+// device config). Accepted so the chart's command line works; a warning says where the setting lives.
+void NoOpVendorFlag(const std::string& flag, const std::string& value, LoadedConfig& out, Problems&) {
+  out.config.warnings.push_back(
+      fmt::format("{}={} has no effect: HAMi takes vendor resource names from the device config "
+                  "(--device-config-file), and so does this scheduler",
+                  flag, value));
+}
+
+void IgnoredFlag(const std::string&, const std::string&, LoadedConfig&, Problems&) {}
+
+void UnsupportedVendorSwitch(const std::string& flag, const std::string& value, LoadedConfig& out,
+                             Problems& problems) {
+  auto v = Bool(flag, value, problems);
+  if (v && *v)
+    out.config.warnings.push_back(
+        fmt::format("{}: this scheduler does not implement that vendor; the flag is ignored", flag));
+}
+
+template <std::string Config::*Member>
+void SetString(const std::string&, const std::string& value, LoadedConfig& out, Problems&) {
+  out.config.*Member = value;
+}
+
+template <bool Config::*Member>
+void SetBool(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
+  if (auto v = Bool(flag, value, problems)) out.config.*Member = *v;
+}
+
+// A duration in whole seconds of at least `Min` seconds.
+template <std::chrono::seconds Config::*Member, int Min>
+void SetSeconds(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
+  Seconds(flag, value, std::chrono::seconds(Min), out.config.*Member, problems);
+}
+
+void SetGpuPolicy(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
+  Checked(flag, value, &GpuPolicyProblem, out.config.policies.gpu_policy, problems);
+}
+void SetNodePolicy(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
+  Checked(flag, value, &NodePolicyProblem, out.config.policies.node_policy, problems);
+}
+void SetLogLevel(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
+  Checked(flag, value, &LogLevelProblem, out.config.log_level, problems);
+}
+void SetLabelSelector(const std::string& flag, const std::string& value, LoadedConfig& out,
+                      Problems& problems) {
+  LabelSelector(flag, value, out.config, problems);
+}
+void SetRetryTimeout(const std::string& flag, const std::string& value, LoadedConfig& out,
+                     Problems& problems) {
+  if (auto v = Duration(flag, value, std::chrono::milliseconds(0), false, problems))
+    out.config.node_lock_retry_timeout = *v;
+}
+void SetKubeQps(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
+  const std::string_view text = Trim(value);
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v)) {
+    problems.push_back(fmt::format("{}: '{}' is not a number (want a number > 0)", flag, value));
+  } else if (v <= 0) {
+    problems.push_back(fmt::format("{}: {} is not a number > 0", flag, value));
+  } else {
+    out.config.kube_qps = v;
+  }
+}
+void SetKubeBurst(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
+  if (auto v = Int(flag, value, 1, 2147483647, "want an integer >= 1", problems))
+    out.config.kube_burst = static_cast<int>(*v);
+}
+// klog's -v: 0-1 info, 2-3 debug, 4 and up trace.
+void SetVerbosity(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
+  if (auto v = Int(flag, value, 0, 2147483647, "want a verbosity >= 0", problems))
+    out.config.log_level = *v >= 4 ? "trace" : *v >= 2 ? "debug" : "info";
+}
+// HAMi parses --debug and never reads it; only its value is checked.
+void CheckBoolOnly(const std::string& flag, const std::string& value, LoadedConfig&, Problems& problems) {
+  (void)Bool(flag, value, problems);
+}
+
+template <std::string Config::*Member>
+std::string ShowString(const Config& d) {
+  return Quote(d.*Member);
+}
+template <bool Config::*Member>
+std::string ShowBoolMember(const Config& d) {
+  return ShowBool(d.*Member);
+}
+template <std::chrono::seconds Config::*Member>
+std::string ShowSecondsMember(const Config& d) {
+  return ShowSeconds(d.*Member);
+}
+std::string ShowNone(const Config&) { return "none"; }
+std::string ShowZero(const Config&) { return "0"; }
+std::string ShowGpuPolicy(const Config& d) { return d.policies.gpu_policy; }
+std::string ShowNodePolicy(const Config& d) { return d.policies.node_policy; }
+std::string ShowRetryTimeout(const Config& d) { return GoDuration(d.node_lock_retry_timeout); }
+std::string ShowKubeQps(const Config& d) { return fmt::format("{}", d.kube_qps); }
+std::string ShowKubeBurst(const Config& d) { return fmt::format("{}", d.kube_burst); }
+std::string ShowKubeTimeout(const Config& d) { return fmt::format("{}", d.kube_timeout.count()); }
+
+// The single table behind parsing, applying and the help text. Order within a group is the help order, and
+// flags are applied in table order (so --log-level, after -v, wins over it).
+const FlagDef kFlags[] = {
+    // Extender server.
+    {"http_bind", Group::kServer, false, "ADDR",
+     "listen address of the extender (filter, bind, webhook, healthz)", &SetString<&Config::http_bind>,
+     &ShowString<&Config::http_bind>},
+    {"cert_file", Group::kServer, false, "FILE", "TLS certificate; TLS is on when both cert and key are set",
+     &SetString<&Config::cert_file>, &ShowString<&Config::cert_file>},
+    {"key_file", Group::kServer, false, "FILE", "TLS private key", &SetString<&Config::key_file>,
+     &ShowString<&Config::key_file>},
+    {"scheduler-name", Group::kServer, false, "NAME",
+     "schedulerName the webhook writes on pods, and the source of pod events",
+     &SetString<&Config::scheduler_name>, &ShowString<&Config::scheduler_name>},
+    {"metrics-bind-address", Group::kServer, false, "ADDR",
+     "listen address of the Prometheus /metrics server", &SetString<&Config::metrics_bind_address>,
+     &ShowString<&Config::metrics_bind_address>},
+    {"legacy-metrics", Group::kServer, true, "", "also export HAMi's legacy metric names",
+     &SetBool<&Config::legacy_metrics>, &ShowBoolMember<&Config::legacy_metrics>},
+    {"profiling", Group::kServer, true, "", "enable the profiling endpoints (/debug/pprof) on the extender",
+     &SetBool<&Config::profiling>, &ShowBoolMember<&Config::profiling>},
+    // Scheduling.
+    {"gpu-scheduler-policy", Group::kScheduling, false, "POLICY",
+     "default device policy: binpack, spread, topology-aware, mutex, numa, or a comma list", &SetGpuPolicy,
+     &ShowGpuPolicy},
+    {"node-scheduler-policy", Group::kScheduling, false, "POLICY", "default node policy: binpack or spread",
+     &SetNodePolicy, &ShowNodePolicy},
+    {"node-label-selector", Group::kScheduling, false, "K=V,...",
+     "only nodes with all these labels are considered", &SetLabelSelector, &ShowNone},
+    {"node-lock-timeout", Group::kScheduling, false, "DURATION", "a node lock older than this is stale",
+     &SetSeconds<&Config::node_lock_timeout, 1>, &ShowSecondsMember<&Config::node_lock_timeout>},
+    {"node-lock-retry-timeout", Group::kScheduling, false, "DURATION",
+     "how long bind retries a busy node lock (0 = no retry; keep below the extender httpTimeout)",
+     &SetRetryTimeout, &ShowRetryTimeout},
+    {"force-overwrite-default-scheduler", Group::kScheduling, true, "",
+     "the webhook also takes pods that name default-scheduler",
+     &SetBool<&Config::force_overwrite_default_scheduler>,
+     &ShowBoolMember<&Config::force_overwrite_default_scheduler>},
+    {"health-check-interval", Group::kScheduling, false, "DURATION", "how often node handshakes are checked",
+     &SetSeconds<&Config::health_check_interval, 1>, &ShowSecondsMember<&Config::health_check_interval>},
+    {"handshake-timeout", Group::kScheduling, false, "DURATION",
+     "a node whose device plugin has not answered the handshake for this long is unhealthy",
+     &SetSeconds<&Config::handshake_timeout, 1>, &ShowSecondsMember<&Config::handshake_timeout>},
+    // Kubernetes client.
+    {"kubeconfig", Group::kKube, false, "FILE",
+     "kubeconfig file (none: $KUBECONFIG, else the in-cluster service account)",
+     &SetString<&Config::kubeconfig>, nullptr},
+    {"kube-qps", Group::kKube, false, "QPS", "API requests per second", &SetKubeQps, &ShowKubeQps},
+    {"kube-burst", Group::kKube, false, "N", "API request burst", &SetKubeBurst, &ShowKubeBurst},
+    {"kube-timeout", Group::kKube, false, "SECONDS",
+     "API request timeout in seconds (or a duration); 0 = none", &SetSeconds<&Config::kube_timeout, 0>,
+     &ShowKubeTimeout},
+    // Leader election.
+    {"leader-elect", Group::kLeader, true, "",
+     "follow kube-scheduler's leader Lease; only the leader's replica serves",
+     &SetBool<&Config::leader_elect>, &ShowBoolMember<&Config::leader_elect>},
+    {"leader-elect-resource-name", Group::kLeader, false, "NAME", "name of the Lease",
+     &SetString<&Config::leader_elect_resource_name>, &ShowString<&Config::leader_elect_resource_name>},
+    {"leader-elect-resource-namespace", Group::kLeader, false, "NAMESPACE", "namespace of the Lease",
+     &SetString<&Config::leader_elect_resource_namespace>,
+     &ShowString<&Config::leader_elect_resource_namespace>},
+    // Files.
+    {"config", Group::kFiles, false, "FILE",
+     "YAML configuration: a scheduler: section and HAMi vendor sections", nullptr, &ShowNone},
+    {"device-config-file", Group::kFiles, false, "FILE",
+     "HAMi's device-config.yaml (same format as --config; read after it)", nullptr, &ShowNone},
+    {"print-config", Group::kFiles, true, "", "print the effective configuration as YAML and exit", nullptr,
+     nullptr},
+    // Logging.
+    {"v", Group::kLogging, false, "N", "klog verbosity: 0-1 info, 2-3 debug, 4 and up trace", &SetVerbosity,
+     &ShowZero},
+    {"log-level", Group::kLogging, false, "LEVEL",
+     "trace, debug, info, warn, error, critical or off (wins over -v)", &SetLogLevel,
+     &ShowString<&Config::log_level>},
+    {"logtostderr", Group::kLogging, true, "", "klog flag, accepted and ignored (logs always go to stderr)",
+     &IgnoredFlag, nullptr},
+    {"alsologtostderr", Group::kLogging, true, "", "klog flag, accepted and ignored", &IgnoredFlag, nullptr},
+    {"log_dir", Group::kLogging, false, "DIR", "klog flag, accepted and ignored", &IgnoredFlag, nullptr},
+    {"log_file", Group::kLogging, false, "FILE", "klog flag, accepted and ignored", &IgnoredFlag, nullptr},
+    {"vmodule", Group::kLogging, false, "SPEC", "klog flag, accepted and ignored", &IgnoredFlag, nullptr},
+    {"stderrthreshold", Group::kLogging, false, "LEVEL", "klog flag, accepted and ignored", &IgnoredFlag,
+     nullptr},
+    {"skip_headers", Group::kLogging, true, "", "klog flag, accepted and ignored", &IgnoredFlag, nullptr},
+    {"add_dir_header", Group::kLogging, true, "", "klog flag, accepted and ignored", &IgnoredFlag, nullptr},
+    // HAMi compatibility.
+    {"debug", Group::kHami, true, "", "accepted and ignored (HAMi's scheduler does not use it either)",
+     &CheckBoolOnly, nullptr},
+    {"enable-ascend", Group::kHami, true, "", "Ascend NPUs are not implemented; true gives a warning",
+     &UnsupportedVendorSwitch, nullptr},
+    {"enable-iluvatar", Group::kHami, true, "", "Iluvatar GPUs are not implemented; true gives a warning",
+     &UnsupportedVendorSwitch, nullptr},
+    {"cambricon-mlu-name", Group::kHami, false, "NAME", "no effect: set cambricon.resourceCountName",
+     &NoOpVendorFlag, nullptr},
+    {"cambricon-mlu-memory", Group::kHami, false, "NAME", "no effect: set cambricon.resourceMemoryName",
+     &NoOpVendorFlag, nullptr},
+    {"cambricon-mlu-cores", Group::kHami, false, "NAME", "no effect: set cambricon.resourceCoreName",
+     &NoOpVendorFlag, nullptr},
+    {"dcu-name", Group::kHami, false, "NAME", "no effect: set hygon.resourceCountName", &NoOpVendorFlag,
+     nullptr},
+    {"dcu-memory", Group::kHami, false, "NAME", "no effect: set hygon.resourceMemoryName", &NoOpVendorFlag,
+     nullptr},
+    {"dcu-cores", Group::kHami, false, "NAME", "no effect: set hygon.resourceCoreName", &NoOpVendorFlag,
+     nullptr},
+    {"mthreads-name", Group::kHami, false, "NAME", "no effect: set mthreads.resourceCountName",
+     &NoOpVendorFlag, nullptr},
+    {"mthreads-memory", Group::kHami, false, "NAME", "no effect: set mthreads.resourceMemoryName",
+     &NoOpVendorFlag, nullptr},
+    {"mthreads-cores", Group::kHami, false, "NAME", "no effect: set mthreads.resourceCoreName",
+     &NoOpVendorFlag, nullptr},
+    {"metax-name", Group::kHami, false, "NAME", "no effect: MetaX is not implemented", &NoOpVendorFlag,
+     nullptr},
+    {"metax-vcount", Group::kHami, false, "NAME", "no effect: MetaX is not implemented", &NoOpVendorFlag,
+     nullptr},
+    {"metax-vcore", Group::kHami, false, "NAME", "no effect: MetaX is not implemented", &NoOpVendorFlag,
+     nullptr},
+    {"metax-vmemory", Group::kHami, false, "NAME", "no effect: MetaX is not implemented", &NoOpVendorFlag,
+     nullptr},
+    {"sgpu-topology-aware", Group::kHami, true, "", "no effect: MetaX is not implemented", &NoOpVendorFlag,
+     nullptr},
+    {"kunlun-name", Group::kHami, false, "NAME", "no effect: Kunlun is not implemented", &NoOpVendorFlag,
+     nullptr},
+    {"kunlun-vcount", Group::kHami, false, "NAME", "no effect: Kunlun is not implemented", &NoOpVendorFlag,
+     nullptr},
+    {"kunlun-vmemory", Group::kHami, false, "NAME", "no effect: Kunlun is not implemented", &NoOpVendorFlag,
+     nullptr},
+    {"enflame-gcu-resource-name", Group::kHami, false, "NAME", "no effect: Enflame is not implemented",
+     &NoOpVendorFlag, nullptr},
+    {"enflame-drs-gcu-resource-name", Group::kHami, false, "NAME", "no effect: Enflame is not implemented",
+     &NoOpVendorFlag, nullptr},
+    {"enflame-gcu-memory-resource-name", Group::kHami, false, "NAME", "no effect: Enflame is not implemented",
+     &NoOpVendorFlag, nullptr},
+    {"enflame-gcu-core-resource-name", Group::kHami, false, "NAME", "no effect: Enflame is not implemented",
+     &NoOpVendorFlag, nullptr},
+    {"enflame-vgcu-resource-name", Group::kHami, false, "NAME", "no effect: Enflame is not implemented",
+     &NoOpVendorFlag, nullptr},
+    {"enflame-vgcu-legacy-resource-name", Group::kHami, false, "NAME",
+     "no effect: Enflame is not implemented", &NoOpVendorFlag, nullptr},
+    {"enflame-vgcu-percentage-resource-name", Group::kHami, false, "NAME",
+     "no effect: Enflame is not implemented", &NoOpVendorFlag, nullptr},
+    // Help.
+    {"help", Group::kHelp, true, "", "show this help", nullptr, nullptr},
+};
+
+const FlagDef* Find(std::string_view name) {
+  if (name == "h") name = "help";
+  for (const auto& f : kFlags)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+// How the flag is written: "--name", or "-v" for the single-letter klog flag.
+std::string Spelled(const FlagDef& f) {
+  return f.name.size() == 1 ? fmt::format("-{}", f.name) : fmt::format("--{}", f.name);
+}
+
+// Lowercase without '_' and '-'.
+std::string Loose(std::string_view s) {
+  std::string out;
+  for (char c : ToLower(s))
+    if (c != '_' && c != '-') out += c;
+  return out;
+}
+
+// Edit distance, for "did you mean" on misspelt flags.
+std::size_t Distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// "--http-bind" -> "; did you mean --http_bind?", "--kube-brust" -> "; did you mean --kube-burst?"
+std::string Suggest(std::string_view name) {
+  const std::string loose = Loose(name);
+  for (const auto& f : kFlags)
+    if (Loose(f.name) == loose) return fmt::format("; did you mean {}?", Spelled(f));
+  for (const auto& f : kFlags) {
+    const std::string known = Loose(f.name);
+    if (known.size() >= 4 && Distance(loose, known) <= (known.size() >= 8 ? 2u : 1u))
+      return fmt::format("; did you mean {}?", Spelled(f));
+  }
+  return "";
+}
+
+bool LooksBool(std::string_view s) { return static_cast<bool>(ParseGoBool(s, "")); }
+
+// Go-style arguments to what cxxopts understands, and the problems cxxopts would stop at (unknown flags, a
+// missing value) collected instead:
+//   -http_bind=x -> --http_bind=x     -v=4, --v=4, --v 4, -v4 -> -v 4     -help -> --help
+std::vector<std::string> Normalize(const std::vector<std::string>& args, Problems& problems) {
+  std::vector<std::string> out;
+  out.push_back(args.empty() ? std::string("hami-scheduler") : args[0]);
+  bool rest = false;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (rest || a.size() < 2 || a[0] != '-') {
+      out.push_back(a);  // positional: cxxopts reports it as unmatched
+      continue;
+    }
+    if (a == "--") {
+      rest = true;
+      out.push_back(a);
+      continue;
+    }
+    const bool dashdash = a[1] == '-';
+    const std::string body = a.substr(dashdash ? 2 : 1);
+    const auto eq = body.find('=');
+    const std::string name = body.substr(0, eq);
+    const bool has_value = eq != std::string::npos;
+    const std::string value = has_value ? body.substr(eq + 1) : std::string();
+    const bool has_next = i + 1 < args.size();
+
+    // klog's -v in every spelling.
+    const bool v_digits =
+        !dashdash && name.size() > 1 && name[0] == 'v' &&
+        std::all_of(name.begin() + 1, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (name == "v" || v_digits) {
+      out.push_back("-v");
+      if (v_digits) {
+        out.push_back(name.substr(1));
+      } else if (has_value) {
+        out.push_back(value);
+      } else if (has_next) {
+        out.push_back(args[++i]);
+      } else {
+        out.pop_back();
+        problems.push_back("-v: needs a value (e.g. -v=4)");
+      }
+      continue;
+    }
+    if (name == "h" && !dashdash && !has_value) {
+      out.push_back("--help");
+      continue;
+    }
+    const FlagDef* def = Find(name);
+    if (def == nullptr || def->name.size() == 1) {
+      problems.push_back(fmt::format("unknown flag '{}{}'{}", dashdash ? "--" : "-", name, Suggest(name)));
+      // `--unknown value`: the value belongs to it, not to the positional arguments.
+      if (!has_value && has_next && (args[i + 1].empty() || args[i + 1][0] != '-')) ++i;
+      continue;
+    }
+    const std::string flag = "--" + std::string(def->name);
+    if (def->boolean) {
+      if (!has_value && has_next && LooksBool(args[i + 1])) {
+        problems.push_back(
+            fmt::format("{}: a boolean flag takes its value after '=' ({}={})", flag, flag, args[i + 1]));
+        ++i;
+        continue;
+      }
+      out.push_back(has_value ? flag + "=" + value : flag);
+      continue;
+    }
+    if (has_value) {
+      out.push_back(flag + "=" + value);
+    } else if (has_next) {
+      out.push_back(flag + "=" + args[++i]);
+    } else {
+      problems.push_back(fmt::format("{}: needs a value", flag));
+    }
+  }
+  return out;
+}
+
+// The flags given, in table order, each with its last value.
+std::vector<std::pair<const FlagDef*, std::string>> ParseFlags(const std::vector<std::string>& args,
+                                                               Problems& problems) {
+  const std::vector<std::string> normalized = Normalize(args, problems);
+  cxxopts::Options options(normalized[0]);
+  options.allow_unrecognised_options();
+  auto add = options.add_options();
+  for (const auto& f : kFlags) {
+    const std::string spec = f.name == "help" ? std::string("h,help") : std::string(f.name);
+    if (f.boolean) {
+      add(spec, std::string(f.help), cxxopts::value<std::string>()->implicit_value("true"));
+    } else {
+      add(spec, std::string(f.help), cxxopts::value<std::string>());
+    }
+  }
+  std::vector<const char*> argv;
+  argv.reserve(normalized.size());
+  for (const auto& a : normalized) argv.push_back(a.c_str());
+  std::vector<std::pair<const FlagDef*, std::string>> given;
+  try {
+    const auto result = options.parse(static_cast<int>(argv.size()), argv.data());
+    for (const auto& f : kFlags) {
+      const std::string key(f.name);
+      if (result.count(key) > 0) given.emplace_back(&f, result[key].as<std::string>());
+    }
+    for (const auto& extra : result.unmatched()) {
+      if (extra == "--") continue;
+      if (!extra.empty() && extra[0] == '-') {
+        problems.push_back(fmt::format("unknown flag '{}'", extra));
+      } else {
+        problems.push_back(fmt::format("unexpected argument '{}' (only flags are accepted here)", extra));
+      }
+    }
+  } catch (const cxxopts::exceptions::exception& e) {
+    problems.push_back(fmt::format("flags: {}", e.what()));
+  }
+  return given;
+}
+
+std::string_view GroupTitle(Group g) {
+  switch (g) {
+    case Group::kServer:
+      return "Extender server";
+    case Group::kScheduling:
+      return "Scheduling";
+    case Group::kKube:
+      return "Kubernetes client";
+    case Group::kLeader:
+      return "Leader election";
+    case Group::kFiles:
+      return "Files";
+    case Group::kLogging:
+      return "Logging";
+    case Group::kHami:
+      return "HAMi compatibility (accepted so HAMi's command line works unchanged)";
+    case Group::kHelp:
+      return "Help";
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args) {
+  LoadedConfig loaded;
+  Problems problems;
+  const auto given = ParseFlags(args, problems);
+  const auto value_of = [&](std::string_view name) -> const std::string* {
+    for (const auto& [def, value] : given)
+      if (def->name == name) return &value;
+    return nullptr;
+  };
+  const auto bool_flag = [&](std::string_view name) {
+    const std::string* v = value_of(name);
+    if (v == nullptr) return false;
+    auto b = Bool(fmt::format("--{}", name), *v, problems);
+    return b.value_or(false);
+  };
+
+  if (bool_flag("help")) {
+    loaded.help = true;
+    loaded.help_text = FlagsHelp(args.empty() ? std::string("hami-scheduler") : args[0]);
+    return loaded;
+  }
+  loaded.print_config = bool_flag("print-config");
+
+  // Defaults, then the files, then the flags given on the command line.
+  for (std::string_view file_flag : {"config", "device-config-file"}) {
+    const std::string* path = value_of(file_flag);
+    if (path == nullptr) continue;
+    if (path->empty()) {
+      problems.push_back(fmt::format("--{}: needs a file path", file_flag));
+      continue;
+    }
+    ApplyYamlFile(*path, loaded.config, problems);
+  }
+  for (const auto& [def, value] : given)
+    if (def->apply != nullptr) def->apply(Spelled(*def), value, loaded, problems);
+
+  // Values given in a file or a flag were checked as they were read (a bad one is not applied), so this adds
+  // only what no single setting shows: the rules across settings.
+  ValidateConfig(loaded.config, problems);
+  if (!problems.empty()) return ProblemsError(problems);
+  return loaded;
+}
+
+std::string FlagsHelp(const std::string& program) {
+  const Config defaults;
+  const auto left = [](const FlagDef& f) {
+    std::string s = f.name == "help" ? std::string("-h, --help") : Spelled(f);
+    if (!f.boolean) {
+      s += f.name.size() == 1 ? ' ' : '=';
+      s += f.arg;
+    }
+    return s;
+  };
+  constexpr std::size_t kWidth = 36;  // flag column; longer flags get a line of their own
+  constexpr std::size_t kLine = 110;
+
+  std::string out = fmt::format("Usage: {} [flags]\n\n", program);
+  out +=
+      "HAMi's scheduler flag names are accepted as they are (also Go's -flag=value and klog's -v=4).\n"
+      "Settings come from the built-in defaults, then --config, then --device-config-file, then the flags\n"
+      "given here: a flag overrides the files. Durations are Go durations (300ms, 28s, 5m, 1h30m) or a "
+      "whole\n"
+      "number of seconds.\n";
+  for (Group g : {Group::kServer, Group::kScheduling, Group::kKube, Group::kLeader, Group::kFiles,
+                  Group::kLogging, Group::kHami, Group::kHelp}) {
+    out += fmt::format("\n{}:\n", GroupTitle(g));
+    for (const auto& f : kFlags) {
+      if (f.group != g) continue;
+      // Words of the description; the default stays in one piece.
+      std::vector<std::string> words;
+      for (std::string_view w : Split(f.help, ' ')) words.emplace_back(w);
+      if (f.show_default != nullptr) {
+        words.push_back(fmt::format("(default: {})", f.show_default(defaults)));
+      } else if (f.boolean && f.apply != &IgnoredFlag && f.name != "help") {
+        words.emplace_back("(default: false)");
+      }
+      const std::string l = left(f);
+      const std::string indent(kWidth + 4, ' ');
+      if (l.size() > kWidth) {
+        out += fmt::format("  {}\n{}", l, indent);
+      } else {
+        out += fmt::format("  {:<{}}  ", l, kWidth);
+      }
+      std::size_t col = 0;
+      for (const auto& word : words) {
+        if (col > 0 && col + 1 + word.size() > kLine - kWidth - 4) {
+          out += "\n" + indent;
+          col = 0;
+        }
+        if (col > 0) {
+          out += ' ';
+          ++col;
+        }
+        out += word;
+        col += word.size();
+      }
+      out += '\n';
+    }
+  }
+  return out;
+}
+
+}  // namespace hami::config

@@ -1,0 +1,733 @@
+#include "config/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace hami::config {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+// 1-based line of the first line of `text` that contains `needle` (0 when absent).
+int LineOf(const std::string& text, const std::string& needle) {
+  int line = 1;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = text.find('\n', start);
+    const std::string current =
+        text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (current.find(needle) != std::string::npos) return line;
+    if (end == std::string::npos) break;
+    start = end + 1;
+    ++line;
+  }
+  return 0;
+}
+
+std::string At(const std::string& file, const std::string& text, const std::string& needle) {
+  return file + ":" + std::to_string(LineOf(text, needle)) + ": ";
+}
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/config_test_" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// HAMi's chart device-config.yaml (charts/hami/templates/scheduler/device-configmap.yaml), abridged: the
+// NVIDIA section with its device-plugin keys and MIG tables, the other three vendors we implement, and two we
+// do not.
+const std::string kHamiDeviceConfig = R"(nvidia:
+  resourceCountName: nvidia.com/gpu
+  resourceMemoryName: nvidia.com/gpumem
+  resourceMemoryPercentageName: nvidia.com/gpumem-percentage
+  resourceCoreName: nvidia.com/gpucores
+  resourcePriorityName: nvidia.com/priority
+  overwriteEnv: false
+  defaultMemory: 0
+  defaultCores: 0
+  defaultGPUNum: 1
+  memoryFactor: 1
+  deviceSplitCount: 10
+  deviceMemoryScaling: 1
+  deviceCoreScaling: 1
+  gpuCorePolicy: default
+  libCudaLogLevel: 1
+  runtimeClassName: ""
+  knownMigGeometries:
+  - models: [ "A30" ]
+    allowedGeometries:
+      -
+        - name: 1g.6gb
+          memory: 6144
+          count: 4
+      -
+        - name: 2g.12gb
+          memory: 12288
+          count: 2
+      -
+        - name: 4g.24gb
+          memory: 24576
+          count: 1
+  - models: [ "A100-SXM4-40GB", "A100-40GB-PCIe", "A100-PCIE-40GB", "A100-SXM4-40GB" ]
+    allowedGeometries:
+      -
+        - name: 1g.5gb
+          memory: 5120
+          count: 7
+      -
+        - name: 2g.10gb
+          memory: 10240
+          count: 3
+        - name: 1g.5gb
+          memory: 5120
+          count: 1
+  migProfileAllowlist:
+  - models: ["A30"]
+    profiles: ["1g.6gb", "2g.12gb", "4g.24gb"]
+  - models: ["A100-SXM4-40GB", "A100-40GB-PCIe"]
+    profiles: ["1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb"]
+cambricon:
+  resourceCountName: cambricon.com/vmlu
+  resourceMemoryName: cambricon.com/mlu.smlu.vmemory
+  resourceCoreName: cambricon.com/mlu.smlu.vcore
+hygon:
+  resourceCountName: hygon.com/dcunum
+  resourceMemoryName: hygon.com/dcumem
+  resourceCoreName: hygon.com/dcucores
+  memoryFactor: 1
+metax:
+  gpu:
+    resourceCountName: "metax-tech.com/gpu"
+  sgpu:
+    resourceCountName: "metax-tech.com/sgpu"
+    resourceVMemoryName: "metax-tech.com/vmemory"
+    resourceVCoreName: "metax-tech.com/vcore"
+mthreads:
+  resourceCountName: "mthreads.com/vgpu"
+  resourceMemoryName: "mthreads.com/sgpu-memory"
+  resourceCoreName: "mthreads.com/sgpu-core"
+vnpus:
+- chipName: 910B
+  commonWord: Ascend910A
+  resourceName: huawei.com/Ascend910A
+  resourceMemoryName: huawei.com/Ascend910A-memory
+)";
+
+TEST(ConfigDefaults, EmptyDocumentKeepsDefaults) {
+  for (const std::string text : {"", "\n", "# only a comment\n", "---\n", "~\n"}) {
+    Config cfg;
+    std::vector<std::string> problems;
+    ApplyYaml(text, "empty.yaml", cfg, problems);
+    EXPECT_THAT(problems, IsEmpty()) << text;
+    EXPECT_THAT(cfg.warnings, IsEmpty());
+    EXPECT_EQ(cfg.http_bind, "127.0.0.1:8080");
+    EXPECT_EQ(cfg.scheduler_name, "hami-scheduler");
+    EXPECT_EQ(cfg.metrics_bind_address, ":9395");
+    EXPECT_EQ(cfg.policies.gpu_policy, "spread");
+    EXPECT_EQ(cfg.policies.node_policy, "binpack");
+    EXPECT_EQ(cfg.node_lock_timeout, seconds(300));
+    EXPECT_EQ(cfg.node_lock_retry_timeout, milliseconds(28000));
+    EXPECT_TRUE(cfg.force_overwrite_default_scheduler);
+    EXPECT_EQ(cfg.health_check_interval, seconds(15));
+    EXPECT_EQ(cfg.handshake_timeout, seconds(60));
+    EXPECT_EQ(cfg.kube_qps, 5);
+    EXPECT_EQ(cfg.kube_burst, 10);
+    EXPECT_EQ(cfg.kube_timeout, seconds(0));
+    EXPECT_FALSE(cfg.leader_elect);
+    EXPECT_EQ(cfg.log_level, "info");
+    EXPECT_TRUE(cfg.vendors.empty());
+  }
+}
+
+TEST(ConfigYaml, FullSchedulerSection) {
+  const std::string text = R"(scheduler:
+  httpBind: 0.0.0.0:443
+  certFile: /tls/tls.crt
+  keyFile: /tls/tls.key
+  schedulerName: my-scheduler
+  metricsBindAddress: ":9400"
+  profiling: true
+  gpuSchedulerPolicy: binpack,topology-aware
+  nodeSchedulerPolicy: spread
+  nodeLabelSelector:
+    gpu: "on"
+    zone: a
+  nodeLockTimeout: 2m
+  nodeLockRetryTimeout: 1.5s
+  forceOverwriteDefaultScheduler: false
+  healthCheckInterval: 30
+  handshakeTimeout: 1h30m
+  kubeconfig: /root/.kube/config
+  kubeQPS: 50.5
+  kubeBurst: 100
+  kubeTimeout: 10s
+  leaderElect: yes
+  leaderElectResourceName: hami-scheduler
+  leaderElectResourceNamespace: kube-system
+  legacyMetrics: true
+  logLevel: debug
+)";
+  Config cfg;
+  std::vector<std::string> problems;
+  ApplyYaml(text, "full.yaml", cfg, problems);
+  ASSERT_THAT(problems, IsEmpty());
+  EXPECT_EQ(cfg.http_bind, "0.0.0.0:443");
+  EXPECT_EQ(cfg.cert_file, "/tls/tls.crt");
+  EXPECT_EQ(cfg.key_file, "/tls/tls.key");
+  EXPECT_EQ(cfg.scheduler_name, "my-scheduler");
+  EXPECT_EQ(cfg.metrics_bind_address, ":9400");
+  EXPECT_TRUE(cfg.profiling);
+  EXPECT_EQ(cfg.policies.gpu_policy, "binpack,topology-aware");
+  EXPECT_EQ(cfg.policies.node_policy, "spread");
+  EXPECT_EQ(cfg.node_label_selector, (std::map<std::string, std::string>{{"gpu", "on"}, {"zone", "a"}}));
+  EXPECT_EQ(cfg.node_lock_timeout, seconds(120));
+  EXPECT_EQ(cfg.node_lock_retry_timeout, milliseconds(1500));
+  EXPECT_FALSE(cfg.force_overwrite_default_scheduler);
+  EXPECT_EQ(cfg.health_check_interval, seconds(30));
+  EXPECT_EQ(cfg.handshake_timeout, seconds(5400));
+  EXPECT_EQ(cfg.kubeconfig, "/root/.kube/config");
+  EXPECT_DOUBLE_EQ(cfg.kube_qps, 50.5);
+  EXPECT_EQ(cfg.kube_burst, 100);
+  EXPECT_EQ(cfg.kube_timeout, seconds(10));
+  EXPECT_TRUE(cfg.leader_elect);
+  EXPECT_EQ(cfg.leader_elect_resource_name, "hami-scheduler");
+  EXPECT_EQ(cfg.leader_elect_resource_namespace, "kube-system");
+  EXPECT_TRUE(cfg.legacy_metrics);
+  EXPECT_EQ(cfg.log_level, "debug");
+}
+
+TEST(ConfigYaml, HamiChartDeviceConfig) {
+  Config cfg;
+  std::vector<std::string> problems;
+  ApplyYaml(kHamiDeviceConfig, "/device-config.yaml", cfg, problems);
+  ASSERT_THAT(problems, IsEmpty());
+
+  ASSERT_EQ(cfg.vendors.size(), 4u);
+  const VendorSettings& nv = cfg.vendors.at("nvidia");
+  EXPECT_TRUE(nv.enabled);
+  EXPECT_EQ(nv.resource_count, "nvidia.com/gpu");
+  EXPECT_EQ(nv.resource_memory, "nvidia.com/gpumem");
+  EXPECT_EQ(nv.resource_memory_percentage, "nvidia.com/gpumem-percentage");
+  EXPECT_EQ(nv.resource_cores, "nvidia.com/gpucores");
+  EXPECT_EQ(nv.resource_priority, "nvidia.com/priority");
+  EXPECT_EQ(nv.overwrite_env, false);
+  EXPECT_EQ(nv.default_memory, 0);
+  EXPECT_EQ(nv.default_cores, 0);
+  EXPECT_EQ(nv.default_gpu_num, 1);
+  EXPECT_EQ(nv.memory_factor, 1);
+  EXPECT_EQ(nv.gpu_core_policy, "default");
+  EXPECT_EQ(nv.runtime_class_name, "");
+  ASSERT_THAT(nv.mig_profile_allowlist, SizeIs(2));
+  EXPECT_THAT(nv.mig_profile_allowlist[0].models, ElementsAre("A30"));
+  EXPECT_THAT(nv.mig_profile_allowlist[0].profiles, ElementsAre("1g.6gb", "2g.12gb", "4g.24gb"));
+  EXPECT_THAT(nv.mig_profile_allowlist[1].models, ElementsAre("A100-SXM4-40GB", "A100-40GB-PCIe"));
+  EXPECT_THAT(nv.mig_profile_allowlist[1].profiles, SizeIs(4));
+  EXPECT_FALSE(nv.register_key.has_value());
+
+  const VendorSettings& mlu = cfg.vendors.at("cambricon");
+  EXPECT_EQ(mlu.resource_count, "cambricon.com/vmlu");
+  EXPECT_EQ(mlu.resource_memory, "cambricon.com/mlu.smlu.vmemory");
+  EXPECT_EQ(mlu.resource_cores, "cambricon.com/mlu.smlu.vcore");
+  EXPECT_FALSE(mlu.memory_factor.has_value());
+
+  const VendorSettings& dcu = cfg.vendors.at("hygon");
+  EXPECT_EQ(dcu.resource_count, "hygon.com/dcunum");
+  EXPECT_EQ(dcu.resource_memory, "hygon.com/dcumem");
+  EXPECT_EQ(dcu.resource_cores, "hygon.com/dcucores");
+  EXPECT_EQ(dcu.memory_factor, 1);
+
+  const VendorSettings& mt = cfg.vendors.at("mthreads");
+  EXPECT_EQ(mt.resource_count, "mthreads.com/vgpu");
+  EXPECT_EQ(mt.resource_memory, "mthreads.com/sgpu-memory");
+  EXPECT_EQ(mt.resource_cores, "mthreads.com/sgpu-core");
+
+  EXPECT_THAT(cfg.warnings,
+              ElementsAre(At("/device-config.yaml", kHamiDeviceConfig, "metax:") +
+                              "section 'metax' is a HAMi vendor this scheduler does not implement; ignored",
+                          At("/device-config.yaml", kHamiDeviceConfig, "vnpus:") +
+                              "section 'vnpus' is a HAMi vendor this scheduler does not implement; ignored"));
+}
+
+TEST(ConfigYaml, EveryForeignHamiSectionIsAWarning) {
+  const std::string text =
+      "metax: {}\niluvatars: []\nenflame: {}\nkunlun: {}\nawsneuron: {}\namd: {}\nvastai: {}\nbiren: {}\n"
+      "vnpus: []\niluvatar: {}\nascend: {}\n";
+  Config cfg;
+  std::vector<std::string> problems;
+  ApplyYaml(text, "f.yaml", cfg, problems);
+  EXPECT_THAT(problems, IsEmpty());
+  ASSERT_THAT(cfg.warnings, SizeIs(11));
+  EXPECT_EQ(cfg.warnings[10],
+            "f.yaml:11: section 'ascend' is a HAMi vendor this scheduler does not implement; ignored");
+  EXPECT_TRUE(cfg.vendors.empty());
+}
+
+TEST(ConfigYaml, OurExtensionsInVendorSections) {
+  const std::string text = R"(nvidia:
+  enabled: false
+  annotations:
+    register: example.com/node-nvidia-register
+    score: example.com/node-nvidia-score
+    handshake: example.com/node-handshake
+    allocated: example.com/vgpu-devices-allocated
+    toAllocate: example.com/vgpu-devices-to-allocate
+    nodeLock: example.com/mutex.lock
+hygon:
+mthreads: {}
+)";
+  Config cfg;
+  std::vector<std::string> problems;
+  ApplyYaml(text, "ext.yaml", cfg, problems);
+  ASSERT_THAT(problems, IsEmpty());
+  const VendorSettings& nv = cfg.vendors.at("nvidia");
+  EXPECT_FALSE(nv.enabled);
+  EXPECT_EQ(nv.register_key, "example.com/node-nvidia-register");
+  EXPECT_EQ(nv.score_key, "example.com/node-nvidia-score");
+  EXPECT_EQ(nv.handshake_key, "example.com/node-handshake");
+  EXPECT_EQ(nv.allocated_key, "example.com/vgpu-devices-allocated");
+  EXPECT_EQ(nv.to_allocate_key, "example.com/vgpu-devices-to-allocate");
+  EXPECT_EQ(nv.node_lock_key, "example.com/mutex.lock");
+  // Null and empty sections are fine and set nothing.
+  EXPECT_TRUE(cfg.vendors.at("hygon").enabled);
+  EXPECT_FALSE(cfg.vendors.at("hygon").resource_count.has_value());
+  EXPECT_TRUE(cfg.vendors.at("mthreads").enabled);
+}
+
+TEST(ConfigYaml, UnknownKeysEverywhereReportedTogetherWithLines) {
+  const std::string text = R"(scheduler:
+  httpBind: 0.0.0.0:80
+  httpbind: 0.0.0.0:81
+  kubeBurstiness: 3
+nvidia:
+  resourceCountName: nvidia.com/gpu
+  resourceVCountName: nvidia.com/vgpu
+  annotations:
+    lock: x
+cambricon:
+  memoryFactor: 2
+intel:
+  resourceCountName: gpu.intel.com/i915
+Scheduler: {}
+)";
+  Config cfg;
+  std::vector<std::string> problems;
+  ApplyYaml(text, "c.yaml", cfg, problems);
+  ASSERT_THAT(problems, SizeIs(7)) << ProblemsError(problems).message;
+  EXPECT_EQ(problems[0],
+            At("c.yaml", text, "httpbind:") + "unknown key 'scheduler.httpbind'; did you mean 'httpBind'?");
+  EXPECT_THAT(problems[1],
+              AllOf(HasSubstr(At("c.yaml", text, "kubeBurstiness")),
+                    HasSubstr("unknown key 'scheduler.kubeBurstiness'; expected one of: httpBind,"),
+                    HasSubstr("kubeBurst,")));
+  EXPECT_THAT(problems[2], AllOf(HasSubstr(At("c.yaml", text, "resourceVCountName")),
+                                 HasSubstr("unknown key 'nvidia.resourceVCountName'")));
+  EXPECT_THAT(problems[3],
+              AllOf(HasSubstr(At("c.yaml", text, "lock: x")),
+                    HasSubstr("unknown key 'nvidia.annotations.lock'; expected one of: register, score,")));
+  // memoryFactor is a Hygon/NVIDIA key, not a Cambricon one (HAMi's MLU memory unit is fixed).
+  EXPECT_THAT(problems[4], AllOf(HasSubstr(At("c.yaml", text, "memoryFactor")),
+                                 HasSubstr("unknown key 'cambricon.memoryFactor'")));
+  EXPECT_THAT(problems[5],
+              AllOf(HasSubstr(At("c.yaml", text, "intel:")), HasSubstr("unknown top-level key 'intel'")));
+  EXPECT_EQ(problems[6], At("c.yaml", text, "Scheduler:") +
+                             "unknown top-level key 'Scheduler'; did you mean 'scheduler'?");
+  // What was valid is still applied.
+  EXPECT_EQ(cfg.http_bind, "0.0.0.0:80");
+  EXPECT_EQ(cfg.vendors.at("nvidia").resource_count, "nvidia.com/gpu");
+}
+
+TEST(ConfigYaml, WrongTypesNameFileLinePathAndExpectation) {
+  const std::string text = R"(scheduler:
+  kubeBurst: {a: 1}
+  profiling: abc
+  kubeQPS: -1
+  kubeTimeout: -5
+  gpuSchedulerPolicy: spread,fastest
+  nodeSchedulerPolicy: topology-aware
+  logLevel: loud
+  nodeLabelSelector: [a, b]
+  httpBind: [0.0.0.0]
+  healthCheckInterval: 0
+  nodeLockTimeout: 1500ms
+nvidia:
+  defaultMemory: lots
+  memoryFactor: 4294967296
+  overwriteEnv: maybe
+  migProfileAllowlist: A30
+hygon:
+  memoryFactor: 1.5
+mthreads: [a]
+)";
+  Config cfg;
+  std::vector<std::string> problems;
+  ApplyYaml(text, "t.yaml", cfg, problems);
+  const std::vector<std::string> want = {
+      At("t.yaml", text, "kubeBurst") + "scheduler.kubeBurst: expected an integer >= 1, got a map",
+      At("t.yaml", text, "profiling") + "scheduler.profiling: 'abc' is not a boolean (want true or false)",
+      At("t.yaml", text, "kubeQPS") + "scheduler.kubeQPS: -1 is not a number > 0",
+      At("t.yaml", text, "kubeTimeout") +
+          "scheduler.kubeTimeout: '-5' is not a duration: it is negative (want a "
+          "Go duration such as 300ms, 28s, 5m or 1h30m, or a whole number of seconds)",
+      At("t.yaml", text, "gpuSchedulerPolicy") +
+          "scheduler.gpuSchedulerPolicy: 'spread,fastest' has unknown policy 'fastest' (want one of binpack, "
+          "spread, "
+          "topology-aware, mutex, numa, or a comma-separated list of them)",
+      At("t.yaml", text, "nodeSchedulerPolicy") +
+          "scheduler.nodeSchedulerPolicy: 'topology-aware' is not a node policy (want binpack or spread)",
+      At("t.yaml", text, "logLevel") +
+          "scheduler.logLevel: 'loud' is not a log level (want one of trace, debug, info, warn, error, "
+          "critical, off)",
+      At("t.yaml", text, "nodeLabelSelector") +
+          "scheduler.nodeLabelSelector: expected a map of strings (key: value), got a list",
+      At("t.yaml", text, "httpBind") + "scheduler.httpBind: expected a string, got a list",
+      At("t.yaml", text, "healthCheckInterval") +
+          "scheduler.healthCheckInterval: '0' is too short (want at least 1s)",
+      At("t.yaml", text, "nodeLockTimeout") +
+          "scheduler.nodeLockTimeout: '1500ms' is not a whole number of seconds",
+      At("t.yaml", text, "defaultMemory") +
+          "nvidia.defaultMemory: 'lots' is not an integer (want a 32-bit integer)",
+      At("t.yaml", text, "memoryFactor: 4294967296") +
+          "nvidia.memoryFactor: 4294967296 is out of range (want a 32-bit integer)",
+      At("t.yaml", text, "overwriteEnv") +
+          "nvidia.overwriteEnv: 'maybe' is not a boolean (want true or false)",
+      At("t.yaml", text, "migProfileAllowlist") +
+          "nvidia.migProfileAllowlist: expected a list of {models: [...], profiles: [...]}, got 'A30'",
+      At("t.yaml", text, "memoryFactor: 1.5") +
+          "hygon.memoryFactor: '1.5' is not an integer (want a 32-bit integer)",
+      At("t.yaml", text, "mthreads:") + "mthreads: expected a map of settings, got a list",
+  };
+  EXPECT_EQ(problems, want) << ProblemsError(problems).message;
+  // Nothing wrong was applied.
+  EXPECT_EQ(cfg.kube_burst, 10);
+  EXPECT_EQ(cfg.policies.gpu_policy, "spread");
+  EXPECT_EQ(cfg.health_check_interval, seconds(15));
+}
+
+TEST(ConfigYaml, MigAllowlistEntriesAreChecked) {
+  const std::string text = R"(nvidia:
+  migProfileAllowlist:
+  - models: [A30]
+  - profiles: [1g.5gb]
+    model: [A100]
+  - [A30]
+  - models: [[A30]]
+    profiles: []
+)";
+  Config cfg;
+  std::vector<std::string> problems;
+  ApplyYaml(text, "m.yaml", cfg, problems);
+  EXPECT_THAT(
+      problems,
+      ElementsAre(
+          At("m.yaml", text, "- models: [A30]") + "nvidia.migProfileAllowlist[0]: 'profiles' is missing",
+          HasSubstr("unknown key 'nvidia.migProfileAllowlist[1].model'; did you mean 'models'?"),
+          At("m.yaml", text, "- profiles: [1g.5gb]") + "nvidia.migProfileAllowlist[1]: 'models' is missing",
+          At("m.yaml", text, "- [A30]") +
+              "nvidia.migProfileAllowlist[2]: expected a map with models and profiles, got a list",
+          HasSubstr("nvidia.migProfileAllowlist[3].models[0]: expected a string, got a list")));
+}
+
+TEST(ConfigYaml, DuplicateKeysAreProblems) {
+  const std::string text = "scheduler:\n  kubeBurst: 1\n  kubeBurst: 2\nnvidia: {}\nnvidia: {}\n";
+  Config cfg;
+  std::vector<std::string> problems;
+  ApplyYaml(text, "d.yaml", cfg, problems);
+  EXPECT_THAT(problems, ElementsAre("d.yaml:3: scheduler.kubeBurst: duplicate key (first set on line 2)",
+                                    "d.yaml:5: nvidia: duplicate section (first on line 4)"));
+}
+
+TEST(ConfigYaml, InvalidYamlNamesTheLine) {
+  Config cfg;
+  std::vector<std::string> problems;
+  ApplyYaml("scheduler:\n  httpBind: [unclosed\n  kubeBurst: 3\n", "bad.yaml", cfg, problems);
+  ASSERT_THAT(problems, SizeIs(1));
+  EXPECT_THAT(problems[0], AllOf(HasSubstr("bad.yaml:"), HasSubstr(": invalid YAML: ")));
+
+  problems.clear();
+  ApplyYaml("- just\n- a list\n", "list.yaml", cfg, problems);
+  EXPECT_THAT(problems, ElementsAre(HasSubstr("list.yaml:1: expected a map of sections (scheduler, nvidia")));
+
+  problems.clear();
+  ApplyYaml("scheduler: {}\n---\nnvidia: {}\n", "two.yaml", cfg, problems);
+  EXPECT_THAT(problems, ElementsAre(HasSubstr("two.yaml:3: a second YAML document")));
+}
+
+TEST(ConfigYaml, LaterFileOverridesOnlyWhatItSets) {
+  Config cfg;
+  std::vector<std::string> problems;
+  ApplyYaml(
+      "scheduler:\n  kubeBurst: 20\n  httpBind: a:1\nnvidia:\n  resourceCountName: x/gpu\n  memoryFactor: "
+      "2\n",
+      "one.yaml", cfg, problems);
+  ApplyYaml("scheduler:\n  kubeBurst: 30\nnvidia:\n  memoryFactor: 4\n", "two.yaml", cfg, problems);
+  ASSERT_THAT(problems, IsEmpty());
+  EXPECT_EQ(cfg.kube_burst, 30);
+  EXPECT_EQ(cfg.http_bind, "a:1");
+  EXPECT_EQ(cfg.vendors.at("nvidia").resource_count, "x/gpu");
+  EXPECT_EQ(cfg.vendors.at("nvidia").memory_factor, 4);
+}
+
+TEST(ConfigYaml, NullValueKeepsTheCurrentSetting) {
+  Config cfg;
+  std::vector<std::string> problems;
+  ApplyYaml("scheduler:\n  httpBind:\n  kubeBurst: ~\nnvidia:\n  resourceCountName:\n", "n.yaml", cfg,
+            problems);
+  ASSERT_THAT(problems, IsEmpty());
+  EXPECT_EQ(cfg.http_bind, "127.0.0.1:8080");
+  EXPECT_EQ(cfg.kube_burst, 10);
+  EXPECT_FALSE(cfg.vendors.at("nvidia").resource_count.has_value());
+}
+
+TEST(ConfigFile, ReadsAndRecordsTheSource) {
+  const std::string path = WriteTemp("reads.yaml", "scheduler:\n  schedulerName: from-file\n");
+  Config cfg;
+  std::vector<std::string> problems;
+  ApplyYamlFile(path, cfg, problems);
+  EXPECT_THAT(problems, IsEmpty());
+  EXPECT_EQ(cfg.scheduler_name, "from-file");
+  EXPECT_THAT(cfg.sources, ElementsAre(path));
+}
+
+TEST(ConfigFile, ProblemsNameTheFile) {
+  const std::string path = WriteTemp("bad.yaml", "scheduler:\n  kubeBurst: ten\n");
+  Config cfg;
+  std::vector<std::string> problems;
+  ApplyYamlFile(path, cfg, problems);
+  EXPECT_THAT(problems,
+              ElementsAre(path + ":2: scheduler.kubeBurst: 'ten' is not an integer (want an integer >= 1)"));
+}
+
+TEST(ConfigFile, MissingFileIsAProblemNamingThePath) {
+  const std::string path = ::testing::TempDir() + "/config_test_does_not_exist.yaml";
+  Config cfg;
+  std::vector<std::string> problems;
+  ApplyYamlFile(path, cfg, problems);
+  ASSERT_THAT(problems, SizeIs(1));
+  EXPECT_THAT(problems[0], AllOf(HasSubstr(path), HasSubstr("cannot read")));
+  EXPECT_TRUE(cfg.sources.empty());
+
+  problems.clear();
+  ApplyYamlFile(::testing::TempDir(), cfg, problems);
+  EXPECT_THAT(problems, ElementsAre(HasSubstr("is a directory")));
+}
+
+TEST(ParseDuration, AcceptsGoDurationsAndSeconds) {
+  const std::vector<std::pair<std::string, milliseconds>> cases = {
+      {"0", milliseconds(0)},
+      {"0s", milliseconds(0)},
+      {"30", milliseconds(30'000)},
+      {"300ms", milliseconds(300)},
+      {"28s", milliseconds(28'000)},
+      {"5m", milliseconds(300'000)},
+      {"1h30m", milliseconds(5'400'000)},
+      {"1.5s", milliseconds(1500)},
+      {".5s", milliseconds(500)},
+      {"1.s", milliseconds(1000)},
+      {"2h45m10s5ms", milliseconds(9'910'005)},
+      {"1000us", milliseconds(1)},
+      {"1000\xC2\xB5s", milliseconds(1)},
+      {"1000\xCE\xBCs", milliseconds(1)},
+      {"2000000ns", milliseconds(2)},
+      {"+5s", milliseconds(5000)},
+      {"0.25h", milliseconds(900'000)},
+  };
+  for (const auto& [text, want] : cases) {
+    auto got = ParseDuration(text);
+    ASSERT_TRUE(got) << text << ": " << got.error().message;
+    EXPECT_EQ(*got, want) << text;
+  }
+}
+
+TEST(ParseDuration, RejectsWithAReason) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "it is empty"},
+      {"abc", "expected a number at 'abc'"},
+      {"5", ""},  // valid: placeholder so the table reads in order
+      {"5x", "unknown unit 'x'"},
+      {"1h30", "a number is missing its unit"},
+      {"-5s", "it is negative"},
+      {"1.5", "a number is missing its unit"},
+      {".s", "a '.' needs digits"},
+      {"5 s", "unknown unit ' s'"},
+      {"99999999999999999999s", "it is too large"},
+      {"3000000h", "it is too large"},
+  };
+  for (const auto& [text, why] : cases) {
+    auto got = ParseDuration(text);
+    if (why.empty()) {
+      EXPECT_TRUE(got) << text;
+      continue;
+    }
+    ASSERT_FALSE(got) << text;
+    EXPECT_THAT(got.error().message, AllOf(HasSubstr("'" + text + "' is not a duration"), HasSubstr(why),
+                                           HasSubstr("want a Go duration such as 300ms")))
+        << text;
+  }
+  auto fine = ParseDuration("1ns");
+  ASSERT_FALSE(fine);
+  EXPECT_EQ(fine.error().message, "'1ns' is finer than a millisecond, the resolution this setting takes");
+}
+
+Config RichConfig() {
+  Config cfg;
+  cfg.http_bind = "0.0.0.0:443";
+  cfg.cert_file = "/tls/tls.crt";
+  cfg.key_file = "/tls/tls.key";
+  cfg.scheduler_name = "true";  // a string that looks like a boolean must stay a string
+  cfg.metrics_bind_address = ":9395";
+  cfg.profiling = true;
+  cfg.policies.gpu_policy = "binpack,numa";
+  cfg.policies.node_policy = "spread";
+  cfg.node_label_selector = {{"gpu", "on"}, {"zone", ""}, {"rack", "12"}};
+  cfg.node_lock_timeout = seconds(5400);
+  cfg.node_lock_retry_timeout = milliseconds(1500);
+  cfg.force_overwrite_default_scheduler = false;
+  cfg.health_check_interval = seconds(7);
+  cfg.handshake_timeout = seconds(90);
+  cfg.kubeconfig = "~";  // null in plain YAML
+  cfg.kube_qps = 12.25;
+  cfg.kube_burst = 33;
+  cfg.kube_timeout = seconds(45);
+  cfg.leader_elect = true;
+  cfg.leader_elect_resource_name = "hami-scheduler";
+  cfg.leader_elect_resource_namespace = "kube-system";
+  cfg.legacy_metrics = true;
+  cfg.log_level = "warn";
+  VendorSettings nv;
+  nv.resource_count = "nvidia.com/gpu";
+  nv.resource_memory = "nvidia.com/gpumem";
+  nv.resource_memory_percentage = "nvidia.com/gpumem-percentage";
+  nv.resource_cores = "nvidia.com/gpucores";
+  nv.resource_priority = "nvidia.com/priority";
+  nv.overwrite_env = true;
+  nv.default_memory = 1024;
+  nv.default_cores = 0;
+  nv.default_gpu_num = 1;
+  nv.memory_factor = 1;
+  nv.gpu_core_policy = "force";
+  nv.runtime_class_name = "";
+  nv.mig_profile_allowlist = {{{"A30"}, {"1g.6gb", "2g.12gb"}}, {{"A100-SXM4-40GB", "H100"}, {"7g.40gb"}}};
+  nv.register_key = "hami.io/node-nvidia-register";
+  nv.node_lock_key = "hami.io/mutex.lock";
+  cfg.vendors["nvidia"] = nv;
+  VendorSettings dcu;
+  dcu.enabled = false;
+  dcu.memory_factor = 1024;
+  cfg.vendors["hygon"] = dcu;
+  cfg.vendors["mthreads"] = VendorSettings{};
+  return cfg;
+}
+
+void ExpectSameVendor(const VendorSettings& a, const VendorSettings& b) {
+  EXPECT_EQ(a.enabled, b.enabled);
+  EXPECT_EQ(a.resource_count, b.resource_count);
+  EXPECT_EQ(a.resource_memory, b.resource_memory);
+  EXPECT_EQ(a.resource_memory_percentage, b.resource_memory_percentage);
+  EXPECT_EQ(a.resource_cores, b.resource_cores);
+  EXPECT_EQ(a.resource_priority, b.resource_priority);
+  EXPECT_EQ(a.memory_factor, b.memory_factor);
+  EXPECT_EQ(a.default_memory, b.default_memory);
+  EXPECT_EQ(a.default_cores, b.default_cores);
+  EXPECT_EQ(a.default_gpu_num, b.default_gpu_num);
+  EXPECT_EQ(a.overwrite_env, b.overwrite_env);
+  EXPECT_EQ(a.gpu_core_policy, b.gpu_core_policy);
+  EXPECT_EQ(a.runtime_class_name, b.runtime_class_name);
+  ASSERT_EQ(a.mig_profile_allowlist.size(), b.mig_profile_allowlist.size());
+  for (std::size_t i = 0; i < a.mig_profile_allowlist.size(); ++i) {
+    EXPECT_EQ(a.mig_profile_allowlist[i].models, b.mig_profile_allowlist[i].models);
+    EXPECT_EQ(a.mig_profile_allowlist[i].profiles, b.mig_profile_allowlist[i].profiles);
+  }
+  EXPECT_EQ(a.register_key, b.register_key);
+  EXPECT_EQ(a.score_key, b.score_key);
+  EXPECT_EQ(a.handshake_key, b.handshake_key);
+  EXPECT_EQ(a.allocated_key, b.allocated_key);
+  EXPECT_EQ(a.to_allocate_key, b.to_allocate_key);
+  EXPECT_EQ(a.node_lock_key, b.node_lock_key);
+}
+
+TEST(ConfigToYaml, RoundTripsThroughApplyYaml) {
+  const Config want = RichConfig();
+  const std::string yaml = ToYaml(want);
+  Config got;
+  std::vector<std::string> problems;
+  ApplyYaml(yaml, "printed.yaml", got, problems);
+  ASSERT_THAT(problems, IsEmpty()) << yaml;
+  EXPECT_EQ(got.http_bind, want.http_bind);
+  EXPECT_EQ(got.cert_file, want.cert_file);
+  EXPECT_EQ(got.key_file, want.key_file);
+  EXPECT_EQ(got.scheduler_name, want.scheduler_name);
+  EXPECT_EQ(got.metrics_bind_address, want.metrics_bind_address);
+  EXPECT_EQ(got.profiling, want.profiling);
+  EXPECT_EQ(got.policies.gpu_policy, want.policies.gpu_policy);
+  EXPECT_EQ(got.policies.node_policy, want.policies.node_policy);
+  EXPECT_EQ(got.node_label_selector, want.node_label_selector);
+  EXPECT_EQ(got.node_lock_timeout, want.node_lock_timeout);
+  EXPECT_EQ(got.node_lock_retry_timeout, want.node_lock_retry_timeout);
+  EXPECT_EQ(got.force_overwrite_default_scheduler, want.force_overwrite_default_scheduler);
+  EXPECT_EQ(got.health_check_interval, want.health_check_interval);
+  EXPECT_EQ(got.handshake_timeout, want.handshake_timeout);
+  EXPECT_EQ(got.kubeconfig, want.kubeconfig);
+  EXPECT_EQ(got.kube_qps, want.kube_qps);
+  EXPECT_EQ(got.kube_burst, want.kube_burst);
+  EXPECT_EQ(got.kube_timeout, want.kube_timeout);
+  EXPECT_EQ(got.leader_elect, want.leader_elect);
+  EXPECT_EQ(got.leader_elect_resource_name, want.leader_elect_resource_name);
+  EXPECT_EQ(got.leader_elect_resource_namespace, want.leader_elect_resource_namespace);
+  EXPECT_EQ(got.legacy_metrics, want.legacy_metrics);
+  EXPECT_EQ(got.log_level, want.log_level);
+  ASSERT_EQ(got.vendors.size(), want.vendors.size()) << yaml;
+  for (const auto& [name, settings] : want.vendors) {
+    SCOPED_TRACE(name);
+    ExpectSameVendor(got.vendors.at(name), settings);
+  }
+  // Printing again gives the same text.
+  EXPECT_EQ(ToYaml(got), yaml);
+}
+
+TEST(ConfigToYaml, DefaultsAndChartConfigRoundTrip) {
+  for (const std::string& text : {std::string(), kHamiDeviceConfig}) {
+    Config first;
+    std::vector<std::string> problems;
+    ApplyYaml(text, "in.yaml", first, problems);
+    ASSERT_THAT(problems, IsEmpty());
+    const std::string printed = ToYaml(first);
+    Config second;
+    ApplyYaml(printed, "printed.yaml", second, problems);
+    ASSERT_THAT(problems, IsEmpty()) << printed;
+    EXPECT_EQ(ToYaml(second), printed);
+  }
+}
+
+TEST(ConfigToYaml, ShapeAndDurations) {
+  Config cfg;
+  cfg.sources = {"/etc/hami/config.yaml"};
+  const std::string yaml = ToYaml(cfg);
+  EXPECT_THAT(yaml, HasSubstr("# read from: /etc/hami/config.yaml"));
+  EXPECT_THAT(yaml, HasSubstr("\nscheduler:\n  httpBind: 127.0.0.1:8080\n"));
+  EXPECT_THAT(yaml, HasSubstr("  nodeLockTimeout: 5m\n"));
+  EXPECT_THAT(yaml, HasSubstr("  nodeLockRetryTimeout: 28s\n"));
+  EXPECT_THAT(yaml, HasSubstr("  handshakeTimeout: 1m\n"));
+  EXPECT_THAT(yaml, HasSubstr("  kubeTimeout: 0s\n"));
+  EXPECT_THAT(yaml, HasSubstr("  certFile: \"\"\n"));
+  EXPECT_THAT(yaml, HasSubstr("  nodeLabelSelector: {}\n"));
+}
+
+TEST(ProblemsError, ListsEveryProblem) {
+  EXPECT_EQ(ProblemsError({"a.yaml:1: one", "--kube-burst: two"}).message,
+            "2 problem(s) in configuration:\n  - a.yaml:1: one\n  - --kube-burst: two");
+  EXPECT_EQ(ProblemsError({"only"}).message, "1 problem(s) in configuration:\n  - only");
+}
+
+}  // namespace
+}  // namespace hami::config

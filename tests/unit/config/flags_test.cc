@@ -1,0 +1,296 @@
+#include "config/flags.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace hami::config {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::AllOf;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/flags_test_" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+Result<LoadedConfig> Load(std::vector<std::string> args) {
+  args.insert(args.begin(), "hami-scheduler");
+  return LoadConfig(args);
+}
+
+// The problem lines of a failed load ("N problem(s) in configuration:\n  - a\n  - b").
+std::vector<std::string> ProblemLines(const Result<LoadedConfig>& r) {
+  std::vector<std::string> out;
+  if (r) return out;
+  const std::string& msg = r.error().message;
+  std::size_t pos = 0;
+  while ((pos = msg.find("\n  - ", pos)) != std::string::npos) {
+    pos += 5;
+    const std::size_t end = msg.find("\n  - ", pos);
+    out.push_back(msg.substr(pos, end == std::string::npos ? std::string::npos : end - pos));
+  }
+  return out;
+}
+
+TEST(Flags, NoFlagsGiveTheDefaults) {
+  auto r = Load({});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_FALSE(r->help);
+  EXPECT_FALSE(r->print_config);
+  EXPECT_EQ(r->config.http_bind, "127.0.0.1:8080");
+  EXPECT_EQ(r->config.policies.gpu_policy, "spread");
+  EXPECT_EQ(r->config.node_lock_timeout, seconds(300));
+  EXPECT_TRUE(r->config.sources.empty());
+  EXPECT_TRUE(r->config.warnings.empty());
+}
+
+TEST(Flags, HamiChartCommandLine) {
+  const std::string device_config =
+      WriteTemp("chart-device-config.yaml",
+                "nvidia:\n  resourceCountName: nvidia.com/gpu\n  deviceSplitCount: 10\n"
+                "metax:\n  gpu: {}\n");
+  auto r = Load({"--http_bind=0.0.0.0:443", "--cert_file=/tls/tls.crt", "--key_file=/tls/tls.key",
+                 "--scheduler-name=hami-scheduler", "--metrics-bind-address=:9395",
+                 "--node-scheduler-policy=binpack", "--gpu-scheduler-policy=spread",
+                 "--force-overwrite-default-scheduler=true", "--device-config-file=" + device_config,
+                 "--leader-elect=true", "--leader-elect-resource-name=hami-scheduler",
+                 "--leader-elect-resource-namespace=kube-system", "--enable-ascend=false",
+                 "--legacy-metrics=true", "--debug", "-v=4"});
+  ASSERT_TRUE(r) << r.error().message;
+  const Config& c = r->config;
+  EXPECT_EQ(c.http_bind, "0.0.0.0:443");
+  EXPECT_EQ(c.cert_file, "/tls/tls.crt");
+  EXPECT_EQ(c.key_file, "/tls/tls.key");
+  EXPECT_EQ(c.scheduler_name, "hami-scheduler");
+  EXPECT_EQ(c.metrics_bind_address, ":9395");
+  EXPECT_EQ(c.policies.node_policy, "binpack");
+  EXPECT_EQ(c.policies.gpu_policy, "spread");
+  EXPECT_TRUE(c.force_overwrite_default_scheduler);
+  EXPECT_TRUE(c.leader_elect);
+  EXPECT_EQ(c.leader_elect_resource_name, "hami-scheduler");
+  EXPECT_EQ(c.leader_elect_resource_namespace, "kube-system");
+  EXPECT_TRUE(c.legacy_metrics);
+  EXPECT_EQ(c.log_level, "trace");
+  EXPECT_EQ(c.vendors.at("nvidia").resource_count, "nvidia.com/gpu");
+  EXPECT_THAT(c.sources, ElementsAre(device_config));
+  EXPECT_THAT(c.warnings,
+              ElementsAre(device_config + ":4: section 'metax' is a HAMi vendor this scheduler does "
+                                          "not implement; ignored"));
+}
+
+TEST(Flags, GoSpellings) {
+  auto r = Load({"-http_bind=0.0.0.0:443", "-leader-elect", "-v=4", "--node-label-selector=gpu=on,zone=a",
+                 "-kube-burst", "30", "--kube-qps", "7.5", "--profiling=false",
+                 "-force-overwrite-default-scheduler=F"});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->config.http_bind, "0.0.0.0:443");
+  EXPECT_TRUE(r->config.leader_elect);
+  EXPECT_EQ(r->config.log_level, "trace");
+  EXPECT_EQ(r->config.node_label_selector,
+            (std::map<std::string, std::string>{{"gpu", "on"}, {"zone", "a"}}));
+  EXPECT_EQ(r->config.kube_burst, 30);
+  EXPECT_DOUBLE_EQ(r->config.kube_qps, 7.5);
+  EXPECT_FALSE(r->config.profiling);
+  EXPECT_FALSE(r->config.force_overwrite_default_scheduler);
+}
+
+TEST(Flags, KlogVerbosityInEverySpelling) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"-v=0"}, "info"},      {{"-v=1"}, "info"}, {{"--v=2"}, "debug"}, {{"-v", "3"}, "debug"},
+      {{"--v", "4"}, "trace"}, {{"-v5"}, "trace"}, {{"-v=10"}, "trace"},
+  };
+  for (const auto& [args, level] : cases) {
+    auto r = Load(args);
+    ASSERT_TRUE(r) << args[0] << ": " << r.error().message;
+    EXPECT_EQ(r->config.log_level, level) << args[0];
+  }
+  // --log-level is this scheduler's own flag and wins over -v whatever the order.
+  auto r = Load({"--log-level=warn", "-v=4"});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->config.log_level, "warn");
+}
+
+TEST(Flags, BooleansTakeTheirValueAfterEquals) {
+  for (const std::string v : {"true", "TRUE", "True", "t", "1"}) {
+    auto r = Load({"--leader-elect=" + v});
+    ASSERT_TRUE(r) << v;
+    EXPECT_TRUE(r->config.leader_elect) << v;
+  }
+  auto off = Load({"--force-overwrite-default-scheduler=false"});
+  ASSERT_TRUE(off);
+  EXPECT_FALSE(off->config.force_overwrite_default_scheduler);
+  // Go's flag package would take `false` as a positional argument here and quietly enable the flag.
+  auto spaced = Load({"--leader-elect", "false"});
+  EXPECT_THAT(ProblemLines(spaced),
+              ElementsAre("--leader-elect: a boolean flag takes its value after '=' (--leader-elect=false)"));
+}
+
+TEST(Flags, DurationsAndOurFlags) {
+  auto r = Load({"--node-lock-timeout=2m", "--node-lock-retry-timeout=500ms", "--kube-timeout=30",
+                 "--health-check-interval=10s", "--handshake-timeout=2m30s", "--kubeconfig=/tmp/kc",
+                 "--log-level=error", "--print-config"});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->config.node_lock_timeout, seconds(120));
+  EXPECT_EQ(r->config.node_lock_retry_timeout, milliseconds(500));
+  EXPECT_EQ(r->config.kube_timeout, seconds(30));
+  EXPECT_EQ(r->config.health_check_interval, seconds(10));
+  EXPECT_EQ(r->config.handshake_timeout, seconds(150));
+  EXPECT_EQ(r->config.kubeconfig, "/tmp/kc");
+  EXPECT_EQ(r->config.log_level, "error");
+  EXPECT_TRUE(r->print_config);
+  EXPECT_FALSE(r->help);
+}
+
+TEST(Flags, FlagsOverrideTheConfigFileWhichOverridesDefaults) {
+  const std::string config = WriteTemp("override-config.yaml",
+                                       "scheduler:\n  kubeBurst: 20\n  httpBind: 0.0.0.0:8443\n"
+                                       "  nodeLabelSelector: {pool: gpu}\n"
+                                       "nvidia:\n  resourceCountName: a/gpu\n  memoryFactor: 2\n");
+  const std::string device = WriteTemp("override-device.yaml", "nvidia:\n  memoryFactor: 4\n");
+  auto r = Load({"--kube-burst=30", "--device-config-file", device, "--config=" + config});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->config.kube_burst, 30);             // flag over file
+  EXPECT_EQ(r->config.http_bind, "0.0.0.0:8443");  // file over default
+  EXPECT_EQ(r->config.node_label_selector.at("pool"), "gpu");
+  EXPECT_EQ(r->config.vendors.at("nvidia").resource_count, "a/gpu");
+  EXPECT_EQ(r->config.vendors.at("nvidia").memory_factor, 4);  // --device-config-file after --config
+  EXPECT_THAT(r->config.sources, ElementsAre(config, device));
+
+  // A flag replaces the file's selector as a whole.
+  auto s = Load({"--config=" + config, "--node-label-selector=zone=b"});
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->config.node_label_selector, (std::map<std::string, std::string>{{"zone", "b"}}));
+}
+
+TEST(Flags, ManyBadFlagsAreReportedTogether) {
+  auto r = Load({"--kube-burst=ten", "--kube-qps=abc", "--unknown-flag=1", "--gpu-scheduler-policy=fastest",
+                 "--leader-elect=maybe", "--node-lock-timeout=5parsecs", "--node-label-selector=gpu",
+                 "-v=high", "--http-bind=0.0.0.0:80", "stray"});
+  ASSERT_FALSE(r);
+  EXPECT_THAT(r.error().message, StartsWith("10 problem(s) in configuration:\n  - "));
+  const auto lines = ProblemLines(r);
+  EXPECT_THAT(lines, Contains("--kube-burst: 'ten' is not an integer (want an integer >= 1)"));
+  EXPECT_THAT(lines, Contains("--kube-qps: 'abc' is not a number (want a number > 0)"));
+  EXPECT_THAT(lines, Contains("unknown flag '--unknown-flag'"));
+  EXPECT_THAT(lines, Contains(HasSubstr("--gpu-scheduler-policy: 'fastest' has unknown policy 'fastest'")));
+  EXPECT_THAT(lines, Contains("--leader-elect: 'maybe' is not a boolean (want true or false)"));
+  EXPECT_THAT(
+      lines,
+      Contains(HasSubstr("--node-lock-timeout: '5parsecs' is not a duration: unknown unit 'parsecs'")));
+  EXPECT_THAT(lines, Contains("--node-label-selector: 'gpu' is not a key=value pair (want k=v,k2=v2)"));
+  EXPECT_THAT(lines, Contains("-v: 'high' is not an integer (want a verbosity >= 0)"));
+  EXPECT_THAT(lines, Contains("unknown flag '--http-bind'; did you mean --http_bind?"));
+  EXPECT_THAT(lines, Contains("unexpected argument 'stray' (only flags are accepted here)"));
+}
+
+TEST(Flags, MissingValuesAndUnknownFlagValues) {
+  auto r = Load({"--unknown", "value", "--kube-burst"});
+  EXPECT_THAT(ProblemLines(r), ElementsAre("unknown flag '--unknown'", "--kube-burst: needs a value"));
+  auto typo = Load({"--kube-brust=3", "--leader-elect-namespace=x"});
+  EXPECT_THAT(ProblemLines(typo), ElementsAre("unknown flag '--kube-brust'; did you mean --kube-burst?",
+                                              "unknown flag '--leader-elect-namespace'"));
+  auto v = Load({"-v"});
+  EXPECT_THAT(ProblemLines(v), ElementsAre("-v: needs a value (e.g. -v=4)"));
+}
+
+TEST(Flags, MissingConfigFileIsAProblemNamingThePath) {
+  const std::string path = ::testing::TempDir() + "/flags_test_no_such_config.yaml";
+  auto r = Load({"--config=" + path, "--kube-burst=0"});
+  ASSERT_FALSE(r);
+  const auto lines = ProblemLines(r);
+  EXPECT_THAT(lines, Contains(AllOf(StartsWith(path + ": cannot read the configuration file"))));
+  EXPECT_THAT(lines, Contains("--kube-burst: 0 is out of range (want an integer >= 1)"));
+
+  auto empty = Load({"--device-config-file="});
+  EXPECT_THAT(ProblemLines(empty), ElementsAre("--device-config-file: needs a file path"));
+}
+
+TEST(Flags, FileProblemsAndFlagProblemsTogether) {
+  const std::string config = WriteTemp("bad-config.yaml", "scheduler:\n  kubeBurst: many\n  colour: blue\n");
+  auto r = Load({"--config", config, "--kube-qps=-1"});
+  EXPECT_THAT(ProblemLines(r),
+              ElementsAre(config + ":2: scheduler.kubeBurst: 'many' is not an integer (want an integer >= 1)",
+                          HasSubstr(config + ":3: unknown key 'scheduler.colour'"),
+                          "--kube-qps: -1 is not a number > 0"));
+}
+
+TEST(Flags, CrossSettingRulesAreCheckedOnTheFinalConfig) {
+  auto r = Load({"--cert_file=/tls/tls.crt"});
+  EXPECT_THAT(ProblemLines(r), ElementsAre(HasSubstr("TLS needs both a certificate and a key")));
+  const std::string config = WriteTemp("tls-key.yaml", "scheduler:\n  keyFile: /tls/tls.key\n");
+  auto ok = Load({"--config=" + config, "--cert_file=/tls/tls.crt"});
+  EXPECT_TRUE(ok) << ok.error().message;
+}
+
+TEST(Flags, HamiNoOpFlagsAreAcceptedWithWarnings) {
+  auto r =
+      Load({"--cambricon-mlu-name=cambricon.com/mlu", "--dcu-memory=hygon.com/dcumem", "--mthreads-cores=x",
+            "--metax-vcount=y", "--kunlun-name=z", "--sgpu-topology-aware", "--enflame-gcu-resource-name=e",
+            "--enable-ascend=true", "--enable-iluvatar", "--logtostderr", "--log_dir=/var/log",
+            "--vmodule=a=2", "--alsologtostderr=true", "--debug=false"});
+  ASSERT_TRUE(r) << r.error().message;
+  const auto& w = r->config.warnings;
+  EXPECT_EQ(w.size(), 9u);
+  EXPECT_THAT(w, Contains(HasSubstr("--cambricon-mlu-name=cambricon.com/mlu has no effect")));
+  EXPECT_THAT(w, Contains(HasSubstr("--enable-ascend: this scheduler does not implement that vendor")));
+  EXPECT_THAT(w, Contains(HasSubstr("--enable-iluvatar: this scheduler does not implement that vendor")));
+  EXPECT_THAT(w, Not(Contains(HasSubstr("log_dir"))));
+}
+
+TEST(Flags, HelpShortCircuits) {
+  for (const std::string flag : {"--help", "-h", "-help"}) {
+    auto r = Load({flag, "--kube-burst=bad"});
+    ASSERT_TRUE(r) << flag;
+    EXPECT_TRUE(r->help) << flag;
+    EXPECT_THAT(r->help_text, StartsWith("Usage: hami-scheduler [flags]")) << flag;
+  }
+}
+
+TEST(FlagsHelp, GroupsDefaultsAndIntro) {
+  const std::string help = FlagsHelp("hami-scheduler serve");
+  EXPECT_THAT(help, StartsWith("Usage: hami-scheduler serve [flags]\n"));
+  EXPECT_THAT(help, HasSubstr("HAMi's scheduler flag names are accepted"));
+  EXPECT_THAT(help, HasSubstr("a flag overrides the files"));
+  std::size_t last = 0;
+  for (const std::string group :
+       {"\nExtender server:\n", "\nScheduling:\n", "\nKubernetes client:\n", "\nLeader election:\n",
+        "\nFiles:\n", "\nLogging:\n", "\nHAMi compatibility"}) {
+    const std::size_t at = help.find(group);
+    ASSERT_NE(at, std::string::npos) << group;
+    EXPECT_GT(at, last) << group;
+    last = at;
+  }
+  EXPECT_THAT(help, HasSubstr("--http_bind=ADDR"));
+  EXPECT_THAT(help, HasSubstr("(default: 127.0.0.1:8080)"));
+  EXPECT_THAT(help, HasSubstr("(default: 5m)"));
+  EXPECT_THAT(help, HasSubstr("(default: 28s)"));
+  EXPECT_THAT(help, HasSubstr("-v N"));
+  EXPECT_THAT(help, HasSubstr("--config=FILE"));
+  EXPECT_THAT(help, HasSubstr("--print-config"));
+  EXPECT_THAT(help, HasSubstr("-h, --help"));
+  // No line is wider than 110 columns.
+  std::size_t start = 0;
+  while (start < help.size()) {
+    const std::size_t end = help.find('\n', start);
+    const std::size_t len = (end == std::string::npos ? help.size() : end) - start;
+    EXPECT_LE(len, 110u) << help.substr(start, len);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+}
+
+}  // namespace
+}  // namespace hami::config
