@@ -591,6 +591,21 @@ TEST(HygonRequest, MemoryFactor) {
             Req("DCU", 1, 1600, 0, 100));
 }
 
+TEST(AllRequests, D7CountsForEveryVendor) {
+  for (const char* section : {"nvidia", "cambricon", "mthreads", "hygon"}) {
+    auto b = Make(section);
+    const std::string& count = b->Spec().resources.count;
+    EXPECT_EQ(Request(*b, Ctr("c", {{count, "0"}})), std::nullopt) << section;
+    EXPECT_EQ(Request(*b, Requests("c", {{count, "0"}})), std::nullopt) << section;
+    EXPECT_EQ(Request(*b, Ctr("c", {{count, "3"}}))->count, 3) << section;
+    EXPECT_EQ(Request(*b, Ctr("c", {{count, "3"}}))->vendor, b->Vendor()) << section;
+    for (const char* bad : {"-1", "1.5", "4294967296", "2147483648", "many"}) {
+      const std::string e = RequestError(*b, Ctr("c", {{count, bad}}));
+      EXPECT_TRUE(Contains(e, count)) << section << " " << bad << ": " << e;
+    }
+  }
+}
+
 // --- Annotate -----------------------------------------------------------------------------------------------
 
 TEST(NvidiaAnnotate, V25BothKeys) {

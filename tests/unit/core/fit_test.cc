@@ -647,6 +647,16 @@ TEST(NvidiaMigFit, AllowlistRestrictsProfiles) {
   EXPECT_EQ(Failure(env.Run(GpuPod(1, 30000, 0))), "1/1 CardMigTopologyInfeasible");
 }
 
+TEST(NvidiaMigFit, NoProfileLargeEnough) {
+  // 60000 MiB is within the card's memory, but its largest allowed instance has 40960.
+  Env env;
+  std::vector<MigProfile> small = A100Profiles();
+  small.pop_back();
+  env.state.UpsertNode(testing::NvidiaNode("n", {MigGpu("GPU-MIG", 0, small)}));
+  EXPECT_EQ(Failure(env.Run(GpuPod(1, 60000, 0))), "1/1 CardMigTopologyInfeasible");
+  EXPECT_EQ(SlotOf(env.Run(GpuPod(1, 40000, 0))), (MigSlot{"3g.40gb", {4, 4}}));
+}
+
 TEST(NvidiaFit, V23VgpuModeSelectsDeviceModes) {
   Env env;
   DeviceInfo core = Gpu("GPU-CORE", 1, 81920, 10, "NVIDIA A100-SXM4-80GB");
@@ -984,6 +994,25 @@ TEST(NvidiaFit, ContainersMaySpreadOverDevices) {
   ASSERT_EQ(out.kind, FilterOutcome::Kind::kScheduled) << Failure(out);
   EXPECT_EQ(Uuids(out, 0), (std::vector<std::string>{"gpu-1"}));
   EXPECT_EQ(Uuids(out, 1), (std::vector<std::string>{"gpu-0"}));
+}
+
+TEST(Annotations, OnlyVendorsWithDevicesInThePodWrite) {
+  // V25/V47/V63 "empty -> no keys": on a node with all four vendors, an NVIDIA-only pod gets NVIDIA keys only.
+  Env env;
+  NodeView n = testing::NvidiaNode("n", {Gpu("gpu-0", 0)});
+  n.annotations["hami.io/node-dcu-register"] = codec::EncodeLegacyDevices({Gpu("dcu-0", 0, 16384, 4, "DCU-K100")});
+  n.capacity["cambricon.com/mlu.smlu.vcore"] = "100";
+  n.capacity["cambricon.com/mlu.smlu.vmemory"] = "64";
+  n.capacity["mthreads.com/sgpu-core"] = "16";
+  n.capacity["mthreads.com/sgpu-memory"] = "32";
+  env.state.UpsertNode(n);
+  ASSERT_EQ(env.state.FindNode("n")->devices.size(), 4u);
+  auto out = env.Run(GpuPod(1, 100, 10));
+  ASSERT_EQ(out.kind, FilterOutcome::Kind::kScheduled) << Failure(out);
+  EXPECT_EQ(out.annotations, (Annotations{{"hami.io/vgpu-devices-allocated", "gpu-0,NVIDIA,100,10:;"},
+                                          {"hami.io/vgpu-devices-to-allocate", "gpu-0,NVIDIA,100,10:;"},
+                                          {"hami.io/vgpu-node", "n"},
+                                          {"hami.io/vgpu-time", "1716199325"}}));
 }
 
 // --- reason strings -----------------------------------------------------------------------------------------------
