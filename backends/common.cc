@@ -46,6 +46,42 @@ Result<std::optional<std::int32_t>> CountResource(const ContainerView& c, const 
   return std::optional<std::int32_t>(static_cast<std::int32_t>(**n));
 }
 
+Result<std::optional<ContainerAsk>> ReadAsk(const ContainerView& c, const ResourceNames& names,
+                                            std::string_view memory_unit, std::string_view core_unit) {
+  auto count = CountResource(c, names.count);
+  if (!count) return count.error();
+  if (!*count) return std::optional<ContainerAsk>();
+  const std::int64_t factor = std::max<std::int64_t>(1, names.memory_factor);
+  auto mem = IntegerResource(c, names.memory, memory_unit, 0, kInt32Max / factor);
+  if (!mem) return mem.error();
+  auto cores = IntegerResource(c, names.cores, core_unit, 0, kInt32Max);
+  if (!cores) return cores.error();
+  return std::optional<ContainerAsk>(ContainerAsk{**count, *mem, *cores});
+}
+
+Result<std::vector<DeviceInfo>> CapacityDevices(const NodeView& node, const BackendSpec& spec,
+                                                std::int64_t cores_per_card, std::string_view id_infix) {
+  const auto& r = spec.resources;
+  auto cores = CapacityCount(node, r.cores);
+  if (!cores) return cores.error();
+  std::vector<DeviceInfo> out;
+  if (*cores == 0) return out;
+  auto mem = CapacityCount(node, r.memory);
+  if (!mem) return mem.error();
+  for (std::int64_t i = 0; i * cores_per_card < *cores; ++i) {
+    DeviceInfo d;
+    d.index = static_cast<std::int32_t>(i);
+    d.id = fmt::format("{}-{}-{}", node.name, id_infix, i);
+    d.count = 100;
+    d.devmem = MiB(static_cast<std::int32_t>(*mem * r.memory_factor * cores_per_card / *cores));
+    d.devcore = Cores(cores_per_card);
+    d.type = spec.vendor;
+    d.health = true;
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 Result<void> ApplySettings(const VendorSettings& s, bool factor_configurable, BackendSpec& spec) {
   const auto set = [](const std::optional<std::string>& from, std::string& to) {
     if (from) to = *from;

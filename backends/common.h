@@ -20,6 +20,22 @@ Result<std::optional<std::int64_t>> IntegerResource(const ContainerView& c, cons
 // The device count: nullopt when absent or 0; an error when negative, fractional or too large.
 Result<std::optional<std::int32_t>> CountResource(const ContainerView& c, const std::string& name);
 
+// The count, memory and core resources of one container, read with the errors above; nullopt when the
+// container asks for no device of this vendor. `memory` is in units of the memory resource (not yet scaled).
+struct ContainerAsk {
+  std::int32_t count = 0;
+  std::optional<std::int64_t> memory;
+  std::optional<std::int64_t> cores;
+};
+Result<std::optional<ContainerAsk>> ReadAsk(const ContainerView& c, const ResourceNames& names,
+                                            std::string_view memory_unit, std::string_view core_unit);
+
+// Devices synthesized from node capacity (Cambricon, Moore Threads): one card per `cores_per_card` of the
+// core resource, the memory resource (in units of `names.memory_factor` MiB) shared evenly, ids
+// "<node>-<id_infix>-<i>". No core capacity means no device plugin: no devices, no error.
+Result<std::vector<DeviceInfo>> CapacityDevices(const NodeView& node, const BackendSpec& spec,
+                                                std::int64_t cores_per_card, std::string_view id_infix);
+
 // Overrides keys and resource names in `spec` from `settings`; memory factor too when `factor_configurable`.
 Result<void> ApplySettings(const VendorSettings& settings, bool factor_configurable, BackendSpec& spec);
 

@@ -103,38 +103,6 @@ std::string Describe(const YAML::Node& n) {
   return "nothing";
 }
 
-// Lowercase without '_' and '-': "http_bind", "HttpBind" and "httpbind" all compare equal.
-std::string Loose(std::string_view s) {
-  std::string out;
-  for (char c : ToLower(s))
-    if (c != '_' && c != '-') out += c;
-  return out;
-}
-
-// Edit distance, for "did you mean" on misspelt keys.
-std::size_t Distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-// A known key `key` was probably meant as: same letters ignoring case, '_' and '-', or one or two edits away.
-bool LooksLike(std::string_view key, std::string_view known) {
-  const std::string a = Loose(key);
-  const std::string b = Loose(known);
-  if (a == b) return true;
-  return b.size() >= 4 && Distance(a, b) <= (b.size() >= 8 ? 2u : 1u);
-}
-
 // One key/value pair being read, with its dotted path for messages ("scheduler.kubeBurst").
 struct Item {
   YAML::Node key;  // where messages point (for list entries: the entry itself)
@@ -328,9 +296,9 @@ struct Field {
 template <class T>
 std::string UnknownKeyHint(std::string_view key, std::span<const Field<T>> fields) {
   for (const auto& f : fields)
-    if (Loose(f.key) == Loose(key)) return fmt::format("did you mean '{}'?", f.key);
+    if (FoldName(f.key) == FoldName(key)) return fmt::format("did you mean '{}'?", f.key);
   for (const auto& f : fields)
-    if (LooksLike(key, f.key)) return fmt::format("did you mean '{}'?", f.key);
+    if (LooksLikeName(key, f.key)) return fmt::format("did you mean '{}'?", f.key);
   std::string known;
   for (const auto& f : fields) {
     if (!known.empty()) known += ", ";
@@ -827,8 +795,8 @@ void ApplyYaml(const std::string& text, const std::string& source_name, Config& 
     } else {
       std::string hint;
       for (std::string_view known : kVendorSections)
-        if (LooksLike(key, known)) hint = fmt::format("; did you mean '{}'?", known);
-      if (LooksLike(key, "scheduler")) hint = "; did you mean 'scheduler'?";
+        if (LooksLikeName(key, known)) hint = fmt::format("; did you mean '{}'?", known);
+      if (LooksLikeName(key, "scheduler")) hint = "; did you mean 'scheduler'?";
       if (hint.empty())
         hint = fmt::format("; expected scheduler, {} (or one of HAMi's other vendor sections)",
                            JoinViews(kVendorSections, ", "));

@@ -385,39 +385,13 @@ std::string Spelled(const FlagDef& f) {
   return f.name.size() == 1 ? fmt::format("-{}", f.name) : fmt::format("--{}", f.name);
 }
 
-// Lowercase without '_' and '-'.
-std::string Loose(std::string_view s) {
-  std::string out;
-  for (char c : ToLower(s))
-    if (c != '_' && c != '-') out += c;
-  return out;
-}
-
-// Edit distance, for "did you mean" on misspelt flags.
-std::size_t Distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 // "--http-bind" -> "; did you mean --http_bind?", "--kube-brust" -> "; did you mean --kube-burst?"
 std::string Suggest(std::string_view name) {
-  const std::string loose = Loose(name);
+  const std::string folded = FoldName(name);
   for (const auto& f : kFlags)
-    if (Loose(f.name) == loose) return fmt::format("; did you mean {}?", Spelled(f));
+    if (FoldName(f.name) == folded) return fmt::format("; did you mean {}?", Spelled(f));
   for (const auto& f : kFlags) {
-    const std::string known = Loose(f.name);
-    if (known.size() >= 4 && Distance(loose, known) <= (known.size() >= 8 ? 2u : 1u))
-      return fmt::format("; did you mean {}?", Spelled(f));
+    if (LooksLikeName(name, f.name)) return fmt::format("; did you mean {}?", Spelled(f));
   }
   return "";
 }

@@ -101,8 +101,9 @@ class Backend {
   virtual const BackendSpec& Spec() const = 0;
   const std::string& Vendor() const { return Spec().vendor; }
 
-  // The node's devices of this vendor. Error when the node publishes none or publishes them malformed;
-  // the message names the annotation or resource and what was expected.
+  // The node's devices of this vendor: empty when the node publishes none (no device plugin of this vendor),
+  // an error when what it publishes is malformed (the message names the annotation or resource and what was
+  // expected). A registry keeps a vendor's previous devices when discovery errors.
   virtual Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const = 0;
 
   // What the container asks of this vendor: nullopt when it asks nothing, an error when a value cannot be read

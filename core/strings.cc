@@ -94,4 +94,34 @@ std::string Join(const std::vector<std::string>& parts, std::string_view sep) {
   return out;
 }
 
+std::string FoldName(std::string_view s) {
+  std::string out;
+  for (char c : ToLower(s)) {
+    if (c != '_' && c != '-') out += c;
+  }
+  return out;
+}
+
+std::size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+bool LooksLikeName(std::string_view typed, std::string_view known) {
+  const std::string a = FoldName(typed);
+  const std::string b = FoldName(known);
+  if (a == b) return true;
+  return b.size() >= 4 && EditDistance(a, b) <= (b.size() >= 8 ? 2u : 1u);
+}
+
 }  // namespace hami

@@ -27,4 +27,11 @@ Result<bool> ParseGoBool(std::string_view input, std::string_view field);
 
 std::string Join(const std::vector<std::string>& parts, std::string_view sep);
 
+// Lowercase without '_' and '-': "http_bind", "HttpBind" and "http-bind" fold to the same name.
+std::string FoldName(std::string_view s);
+// Levenshtein distance.
+std::size_t EditDistance(std::string_view a, std::string_view b);
+// Whether `typed` was probably meant as `known`: the same folded name, or one edit away (two for names of 8+).
+bool LooksLikeName(std::string_view typed, std::string_view known);
+
 }  // namespace hami

@@ -15,43 +15,19 @@ class CambriconBackend final : public BasicBackend {
   using BasicBackend::BasicBackend;
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
-    const auto& r = spec_.resources;
-    auto vcores = CapacityCount(node, r.cores);
-    if (!vcores) return vcores.error();
-    if (*vcores == 0) return std::vector<DeviceInfo>();  // no device plugin publishing capacity here
-    auto vmem_or = CapacityCount(node, r.memory);
-    if (!vmem_or) return vmem_or.error();
-    const std::int64_t vmem = *vmem_or;
-    std::vector<DeviceInfo> out;
-    for (std::int64_t i = 0; i * kCoresPerCard < *vcores; ++i) {
-      DeviceInfo d;
-      d.index = static_cast<std::int32_t>(i);
-      d.id = fmt::format("{}-cambricon-mlu-{}", node.name, i);
-      d.count = 100;
-      d.devmem = MiB(static_cast<std::int32_t>(vmem * kMiBPerUnit * kCoresPerCard / *vcores));
-      d.devcore = Cores(kCoresPerCard);
-      d.type = spec_.vendor;
-      d.health = true;
-      out.push_back(std::move(d));
-    }
-    return out;
+    return CapacityDevices(node, spec_, kCoresPerCard, "cambricon-mlu");
   }
 
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
-    const auto& r = spec_.resources;
-    auto count = CountResource(c, r.count);
-    if (!count) return count.error();
-    if (!*count) return std::optional<DeviceRequest>();
-    auto mem = IntegerResource(c, r.memory, "256 MiB units", 0, kInt32Max / kMiBPerUnit);
-    if (!mem) return mem.error();
-    auto cores = IntegerResource(c, r.cores, "percent of an MLU", 0, kInt32Max);
-    if (!cores) return cores.error();
+    auto ask = ReadAsk(c, spec_.resources, "256 MiB units", "percent of an MLU");
+    if (!ask) return ask.error();
+    if (!*ask) return std::optional<DeviceRequest>();
     DeviceRequest req;
     req.vendor = spec_.vendor;
-    req.count = **count;
-    req.memory = MiB(mem->value_or(0) * kMiBPerUnit);
+    req.count = (*ask)->count;
+    req.memory = MiB((*ask)->memory.value_or(0) * kMiBPerUnit);
     req.mem_percent = req.memory.value() == 0 ? 100 : 0;
-    req.cores = Cores(cores->value_or(kCoresPerCard));
+    req.cores = Cores((*ask)->cores.value_or(kCoresPerCard));
     return std::optional<DeviceRequest>(req);
   }
 

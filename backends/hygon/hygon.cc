@@ -22,21 +22,15 @@ class HygonBackend final : public BasicBackend {
   }
 
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
-    const auto& r = spec_.resources;
-    auto count = CountResource(c, r.count);
-    if (!count) return count.error();
-    if (!*count) return std::optional<DeviceRequest>();
-    const std::int64_t factor = std::max<std::int64_t>(1, r.memory_factor);
-    auto mem = IntegerResource(c, r.memory, "MiB", 0, kInt32Max / factor);
-    if (!mem) return mem.error();
-    auto cores = IntegerResource(c, r.cores, "percent of a DCU", 0, kInt32Max);
-    if (!cores) return cores.error();
+    auto ask = ReadAsk(c, spec_.resources, "MiB", "percent of a DCU");
+    if (!ask) return ask.error();
+    if (!*ask) return std::optional<DeviceRequest>();
     DeviceRequest req;
     req.vendor = spec_.vendor;
-    req.count = **count;
-    req.memory = MiB(mem->value_or(0) * factor);
+    req.count = (*ask)->count;
+    req.memory = MiB((*ask)->memory.value_or(0) * std::max<std::int64_t>(1, spec_.resources.memory_factor));
     req.mem_percent = req.memory.value() == 0 ? 100 : 0;
-    req.cores = Cores(cores->value_or(100));
+    req.cores = Cores((*ask)->cores.value_or(100));
     return std::optional<DeviceRequest>(req);
   }
 };

@@ -23,45 +23,21 @@ class MthreadsBackend final : public BasicBackend {
   using BasicBackend::BasicBackend;
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
-    const auto& r = spec_.resources;
-    auto cores = CapacityCount(node, r.cores);
-    if (!cores) return cores.error();
-    if (*cores == 0) return std::vector<DeviceInfo>();  // no device plugin publishing capacity here
-    auto mem_or = CapacityCount(node, r.memory);
-    if (!mem_or) return mem_or.error();
-    const std::int64_t mem = *mem_or;
-    std::vector<DeviceInfo> out;
-    for (std::int64_t i = 0; i * kCoresPerCard < *cores; ++i) {
-      DeviceInfo d;
-      d.index = static_cast<std::int32_t>(i);
-      d.id = fmt::format("{}-mthreads-{}", node.name, i);
-      d.count = 100;
-      d.devmem = MiB(mem * kMiBPerUnit * kCoresPerCard / *cores);
-      d.devcore = Cores(kCoresPerCard);
-      d.type = spec_.vendor;
-      d.health = true;
-      out.push_back(std::move(d));
-    }
-    return out;
+    return CapacityDevices(node, spec_, kCoresPerCard, "mthreads");
   }
 
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
-    const auto& r = spec_.resources;
-    auto count = CountResource(c, r.count);
-    if (!count) return count.error();
-    if (!*count) return std::optional<DeviceRequest>();
-    auto mem = IntegerResource(c, r.memory, "512 MiB units", 0, kInt32Max / kMiBPerUnit);
-    if (!mem) return mem.error();
-    auto cores = IntegerResource(c, r.cores, "cores", 0, kInt32Max);
-    if (!cores) return cores.error();
+    auto ask = ReadAsk(c, spec_.resources, "512 MiB units", "cores");
+    if (!ask) return ask.error();
+    if (!*ask) return std::optional<DeviceRequest>();
     DeviceRequest req;
     req.vendor = spec_.vendor;
-    req.count = **count;
+    req.count = (*ask)->count;
     // Moore Threads resources are pod totals: each device gets its share.
-    const std::int64_t memnum = mem->value_or(0) * kMiBPerUnit;
+    const std::int64_t memnum = (*ask)->memory.value_or(0) * kMiBPerUnit;
     req.memory = MiB(memnum / req.count);
     req.mem_percent = memnum == 0 ? 100 : 0;
-    req.cores = Cores(cores->value_or(0) / req.count);
+    req.cores = Cores((*ask)->cores.value_or(0) / req.count);
     return std::optional<DeviceRequest>(req);
   }
 

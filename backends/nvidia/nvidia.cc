@@ -55,27 +55,18 @@ class NvidiaBackend final : public BasicBackend {
 
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
     const auto& r = spec_.resources;
-    auto count = CountResource(c, r.count);
-    if (!count) return count.error();
-    if (!*count) return std::optional<DeviceRequest>();
-    DeviceRequest req;
-    req.vendor = spec_.vendor;
-    req.count = **count;
-    const std::int64_t factor = std::max<std::int64_t>(1, r.memory_factor);
-    auto mem = IntegerResource(c, r.memory, "MiB", 0, kInt32Max / factor);
-    if (!mem) return mem.error();
-    std::int64_t memnum = mem->value_or(0) * factor;
+    auto ask = ReadAsk(c, r, "MiB", "percent of a GPU");
+    if (!ask) return ask.error();
+    if (!*ask) return std::optional<DeviceRequest>();
     auto pct = IntegerResource(c, r.memory_percentage, "percent", std::numeric_limits<std::int64_t>::min(),
                                std::numeric_limits<std::int64_t>::max());
     if (!pct) return pct.error();
-    req.mem_percent = kPercentUnset;
-    if (*pct) {
-      if (**pct > 100) {
-        req.mem_percent = 100;
-      } else if (**pct > 0) {
-        req.mem_percent = static_cast<std::int32_t>(**pct);
-      }
-    }
+    DeviceRequest req;
+    req.vendor = spec_.vendor;
+    req.count = (*ask)->count;
+    std::int64_t memnum = (*ask)->memory.value_or(0) * std::max<std::int64_t>(1, r.memory_factor);
+    req.mem_percent = kPercentUnset;  // like HAMi: above 100 means 100, 0 or less means "not given"
+    if (*pct && **pct > 0) req.mem_percent = static_cast<std::int32_t>(std::min<std::int64_t>(**pct, 100));
     if (req.mem_percent == kPercentUnset && memnum == 0) {
       if (default_memory_ != 0) {
         memnum = default_memory_;
@@ -84,9 +75,7 @@ class NvidiaBackend final : public BasicBackend {
       }
     }
     req.memory = MiB(memnum);
-    auto cores = IntegerResource(c, r.cores, "percent of a GPU", 0, kInt32Max);
-    if (!cores) return cores.error();
-    req.cores = Cores(cores->value_or(default_cores_));
+    req.cores = Cores((*ask)->cores.value_or(default_cores_));
     return std::optional<DeviceRequest>(req);
   }
 

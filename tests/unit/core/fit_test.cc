@@ -166,9 +166,14 @@ class Rig {
       r.reason = "<context error: " + ctx.error().message + ">";
       return r;
     }
+    const NodeEntry* node = state_.FindNode("n");
+    if (node == nullptr) {
+      r.reason = "<no node>";
+      return r;
+    }
     NodeFitter fitter(backends_, state_.quotas());
     PodDevices out;
-    r.ok = fitter.Fit(*ctx, reqs, *state_.FindNode("n"), &out, &r.reason);
+    r.ok = fitter.Fit(*ctx, reqs, *node, &out, &r.reason);
     if (r.ok) {
       r.uuids = Uuids(out.at(v), 0);
       r.devices = out.at(v).at(0);
