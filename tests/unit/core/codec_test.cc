@@ -154,6 +154,30 @@ TEST(LegacyDevices, EncodeIsNineFieldsAndRoundTrips) {
   EXPECT_EQ(dcu[1].count, 4);
 }
 
+TEST(LegacyDevices, OlderSeedExamples) {
+  // 000 seed: two V100s and two MLU370s in the 7-field form; decoding gives the documented fields, and the
+  // canonical (9-field) encoding decodes back to the same devices.
+  const char* nvidia =
+      "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:"
+      "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448,10,32768,100,NVIDIA-Tesla V100-PCIE-32GB,0,true:";
+  const char* mlu =
+      "MLU-45013011-2257-0000-0000-000000000000,10,23308,0,MLU-MLU370-X4,0,false:"
+      "MLU-54043011-2257-0000-0000-000000000000,10,23308,0,MLU-MLU370-X4,0,false:";
+  auto v100 = DecodeLegacyDevices(nvidia).value();
+  ASSERT_EQ(v100.size(), 2u);
+  EXPECT_EQ(v100[1].id, "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448");
+  EXPECT_EQ(v100[1].devmem, 32768_MiB);
+  EXPECT_EQ(v100[1].type, "NVIDIA-Tesla V100-PCIE-32GB");
+  auto mlus = DecodeLegacyDevices(mlu).value();
+  ASSERT_EQ(mlus.size(), 2u);
+  EXPECT_EQ(mlus[0].devcore, 0_cores);
+  EXPECT_FALSE(mlus[0].health);
+  EXPECT_EQ(DecodeLegacyDevices(EncodeLegacyDevices(mlus)).value(), mlus);
+  // A JSON manifest is not the colon format and vice versa: each decoder says so rather than guessing.
+  EXPECT_FALSE(DecodeDeviceManifest(nvidia));
+  EXPECT_FALSE(DecodeLegacyDevices(kSeedManifest));
+}
+
 // --- pod device lists (V5) --------------------------------------------------------------------------------------
 
 ContainerDevice Dev(std::string uuid, std::string vendor, std::int64_t mem, std::int64_t cores) {
