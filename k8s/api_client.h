@@ -1,0 +1,153 @@
+#pragma once
+// The Kubernetes API client: authentication (bearer token re-read when its file changes, client certificates),
+// a client-side token-bucket rate limit, retries with capped exponential backoff and jitter on connection
+// errors, 429 and 5xx (honouring Retry-After), and typed errors callers can branch on (404, 409, 410...).
+// Every call is a coroutine on the caller's executor; the one event loop owns the client.
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/json/value.hpp>
+
+#include "core/result.h"
+#include "k8s/http_client.h"
+#include "k8s/rest_config.h"
+
+namespace hami::k8s {
+
+enum class ApiErrorKind {
+  kTransport,        // no HTTP answer (connect, TLS, read, timeout)
+  kBadRequest,       // 400
+  kUnauthorized,     // 401 / 403
+  kNotFound,         // 404
+  kConflict,         // 409 (Conflict or AlreadyExists: see reason)
+  kGone,             // 410, or an ERROR watch event with code 410 (Expired/Gone)
+  kInvalid,          // 422
+  kTooManyRequests,  // 429
+  kServer,           // 5xx
+  kOther,
+};
+
+struct ApiError {
+  ApiErrorKind kind = ApiErrorKind::kOther;
+  unsigned status = 0;  // HTTP status, 0 for transport errors
+  std::string reason;   // Status.reason ("NotFound", "AlreadyExists", "Expired"...)
+  std::string message;  // one line for logs: what was asked and what came back
+};
+template <class T>
+using ApiResult = boost::system::result<T, ApiError>;
+[[noreturn]] void throw_exception_from_error(const ApiError& e, const boost::source_location& where);
+ApiError ErrorFromResponse(const HttpResponse& response, std::string_view what);
+
+struct ClientOptions {
+  double qps = 5;
+  int burst = 10;
+  std::chrono::milliseconds timeout{30000};  // per attempt of a non-streaming request
+  int max_attempts = 5;
+  std::chrono::milliseconds backoff_initial{200};
+  std::chrono::milliseconds backoff_max{10000};
+  std::string user_agent = "hami-scheduler";
+  std::chrono::seconds token_reread{60};
+};
+
+// Token bucket: `qps` tokens per second, at most `burst` banked. Waits on the caller's executor.
+class RateLimiter {
+ public:
+  RateLimiter(double qps, int burst);
+  // How long the caller must wait before its request may go (and takes the token).
+  std::chrono::steady_clock::duration Reserve(std::chrono::steady_clock::time_point now);
+
+ private:
+  double qps_;
+  double burst_;
+  double tokens_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+// Capped exponential backoff with full jitter: attempt n waits a random time in [d/2, d], d = min(initial*2^n, cap).
+std::chrono::milliseconds Backoff(int attempt, std::chrono::milliseconds initial, std::chrono::milliseconds cap,
+                                  std::mt19937& rng);
+
+struct ListOptions {
+  std::string label_selector;
+  std::string field_selector;
+  std::string resource_version;  // "" = most recent, "0" = any
+  std::int64_t limit = 0;
+  std::string continue_token;
+};
+
+struct ListPage {
+  boost::json::value list;  // the List object
+  std::string resource_version;
+  std::string continue_token;
+};
+
+struct WatchOptions {
+  std::string resource_version;
+  std::string label_selector;
+  std::string field_selector;
+  std::chrono::seconds timeout{300};  // timeoutSeconds sent to the server
+  bool bookmarks = true;
+};
+
+struct WatchEvent {
+  std::string type;  // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
+  boost::json::value object;
+};
+
+// Coroutine parameters are references: pass named objects that outlive the co_await (GCC 12 destroys
+// temporaries bound to by-value coroutine parameters twice in some co_await expressions).
+class ApiClient {
+ public:
+  static Result<std::unique_ptr<ApiClient>> Create(boost::asio::any_io_executor executor, RestConfig cfg,
+                                                   ClientOptions options = {});
+
+  boost::asio::awaitable<ApiResult<boost::json::value>> Get(const std::string& path);
+  boost::asio::awaitable<ApiResult<ListPage>> List(const std::string& path, const ListOptions& options);
+  boost::asio::awaitable<ApiResult<boost::json::value>> Create(const std::string& path, const boost::json::value& object);
+  boost::asio::awaitable<ApiResult<boost::json::value>> Update(const std::string& path, const boost::json::value& object);
+  // JSON merge patch (RFC 7386): `null` deletes a key; a metadata.resourceVersion makes it compare-and-swap.
+  boost::asio::awaitable<ApiResult<boost::json::value>> MergePatch(const std::string& path, const boost::json::value& patch);
+  boost::asio::awaitable<ApiResult<boost::json::value>> Delete(const std::string& path);
+  // POST pods/<name>/binding with the pod's UID as precondition.
+  boost::asio::awaitable<ApiResult<void>> Bind(const std::string& ns, const std::string& pod, const std::string& uid,
+                                               const std::string& node);
+
+  // Streams a watch; `on_event` runs on the loop for each event as it is parsed (JSON values are framed by a
+  // streaming parser, never by lines). Returns when the server ends the stream (normally at its timeout), or
+  // with an error: HTTP errors, transport errors, or an ERROR event (410 Expired -> kGone).
+  boost::asio::awaitable<ApiResult<void>> Watch(const std::string& path, const WatchOptions& options,
+                                                const std::function<void(WatchEvent&&)>& on_event);
+
+  const RestConfig& config() const { return http_->config(); }
+  HttpClient& http() { return *http_; }
+  std::size_t requests_sent() const { return requests_; }
+
+ private:
+  ApiClient(boost::asio::any_io_executor executor, std::unique_ptr<HttpClient> http, ClientOptions options);
+  // GCC 12 mishandles braced temporaries passed by value to coroutines: callers pass named objects.
+  boost::asio::awaitable<ApiResult<HttpResponse>> Call(const HttpRequest& request, const std::string& what,
+                                                       bool idempotent);
+  boost::asio::awaitable<void> WaitForToken();
+  std::string Authorization();
+
+  boost::asio::any_io_executor executor_;
+  std::unique_ptr<HttpClient> http_;
+  ClientOptions options_;
+  RateLimiter limiter_;
+  std::mt19937 rng_;
+  std::string token_;
+  std::chrono::steady_clock::time_point token_read_{};
+  std::size_t requests_ = 0;
+};
+
+// Path helpers: "/api/v1/namespaces/<ns>/pods/<name>", "/apis/coordination.k8s.io/v1/...".
+std::string PathFor(std::string_view group_version, std::string_view resource, std::string_view ns = "",
+                    std::string_view name = "");
+std::string UrlEncode(std::string_view s);
+
+}  // namespace hami::k8s

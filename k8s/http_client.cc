@@ -1,0 +1,251 @@
+#include "k8s/http_client.h"
+
+#include <stdexcept>
+#include <variant>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <fmt/format.h>
+
+namespace hami::k8s {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+void throw_exception_from_error(const TransportError& e, const boost::source_location&) {
+  throw std::runtime_error(e.message);
+}
+
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+
+class Connection {
+ public:
+  using Plain = beast::tcp_stream;
+  using Tls = beast::ssl_stream<beast::tcp_stream>;
+
+  explicit Connection(const asio::any_io_executor& ex) : stream_(std::in_place_type<Plain>, ex) {}
+  Connection(const asio::any_io_executor& ex, asio::ssl::context& ctx) : stream_(std::in_place_type<Tls>, ex, ctx) {}
+
+  beast::tcp_stream& Lowest() {
+    return std::visit([](auto& s) -> beast::tcp_stream& { return beast::get_lowest_layer(s); }, stream_);
+  }
+  Tls* tls() { return std::get_if<Tls>(&stream_); }
+  template <class F>
+  auto Visit(F&& f) {
+    return std::visit(std::forward<F>(f), stream_);
+  }
+  beast::flat_buffer& buffer() { return buffer_; }
+  bool reused = false;
+
+ private:
+  std::variant<Plain, Tls> stream_;
+  beast::flat_buffer buffer_;
+};
+
+namespace {
+
+http::request<http::string_body> MakeRequest(const HttpRequest& r, const RestConfig& cfg) {
+  http::request<http::string_body> req{r.verb, r.target, 11};
+  req.set(http::field::host, cfg.HostHeader());
+  req.set(http::field::accept, "application/json");
+  if (!r.user_agent.empty()) req.set(http::field::user_agent, r.user_agent);
+  if (!r.authorization.empty()) req.set(http::field::authorization, r.authorization);
+  if (!r.body.empty() || r.verb == http::verb::post || r.verb == http::verb::put || r.verb == http::verb::patch) {
+    req.set(http::field::content_type, r.content_type.empty() ? "application/json" : r.content_type);
+    req.body() = r.body;
+  }
+  req.keep_alive(true);
+  req.prepare_payload();
+  return req;
+}
+
+std::optional<std::chrono::seconds> RetryAfter(const http::fields& f) {
+  auto it = f.find(http::field::retry_after);
+  if (it == f.end()) return std::nullopt;
+  try {
+    const long v = std::stol(std::string(it->value()));
+    if (v >= 0) return std::chrono::seconds(v);
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+TransportError Fail(std::string_view what, const boost::system::error_code& ec, bool sent) {
+  const bool timed_out = ec == beast::error::timeout;
+  return TransportError{fmt::format("{}: {}", what, timed_out ? "timed out" : ec.message()), sent, timed_out};
+}
+
+template <class Stream>
+asio::awaitable<TransportResult<HttpResponse>> RoundTrip(Stream& s, Connection& c,
+                                                         http::request<http::string_body>& req,
+                                                         Clock::time_point deadline, bool& keep_alive) {
+  c.Lowest().expires_at(deadline);
+  auto [wec, wn] = co_await http::async_write(s, req, kTuple);
+  (void)wn;
+  if (wec) co_return Fail("sending request", wec, false);
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(256 * 1024 * 1024);
+  auto [rec, rn] = co_await http::async_read(s, c.buffer(), parser, kTuple);
+  (void)rn;
+  if (rec) co_return Fail("reading response", rec, true);
+  auto& res = parser.get();
+  keep_alive = res.keep_alive();
+  HttpResponse out;
+  out.status = res.result_int();
+  out.body = std::move(res.body());
+  if (auto ct = res.find(http::field::content_type); ct != res.end()) out.content_type = std::string(ct->value());
+  out.retry_after = RetryAfter(res);
+  co_return out;
+}
+
+template <class Stream>
+asio::awaitable<TransportResult<HttpResponse>> StreamBody(Stream& s, Connection& c, http::request<http::string_body>& req,
+                                                          Clock::duration header_timeout, Clock::duration idle_timeout,
+                                                          const std::function<void(std::string_view)>& on_data) {
+  c.Lowest().expires_after(header_timeout);
+  auto [wec, wn] = co_await http::async_write(s, req, kTuple);
+  (void)wn;
+  if (wec) co_return Fail("sending watch request", wec, false);
+  http::response_parser<http::buffer_body> parser;
+  parser.body_limit(boost::none);
+  auto [hec, hn] = co_await http::async_read_header(s, c.buffer(), parser, kTuple);
+  (void)hn;
+  if (hec) co_return Fail("reading watch response header", hec, true);
+  HttpResponse out;
+  out.status = parser.get().result_int();
+  out.retry_after = RetryAfter(parser.get());
+  const bool ok = out.status == 200;
+  char chunk[16384];
+  while (!parser.is_done()) {
+    parser.get().body().data = chunk;
+    parser.get().body().size = sizeof(chunk);
+    c.Lowest().expires_after(idle_timeout);
+    auto [ec, n] = co_await http::async_read(s, c.buffer(), parser, kTuple);
+    (void)n;
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      if (ec == http::error::end_of_stream || ec == asio::error::eof) break;  // server closed the watch
+      co_return Fail("reading watch stream", ec, true);
+    }
+    const std::size_t got = sizeof(chunk) - parser.get().body().size;
+    if (got == 0) continue;
+    if (ok) {
+      on_data(std::string_view(chunk, got));
+    } else {
+      out.body.append(chunk, got);
+    }
+  }
+  co_return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<HttpClient>> HttpClient::Create(asio::any_io_executor executor, RestConfig cfg,
+                                                       std::size_t max_idle) {
+  std::unique_ptr<HttpClient> client(new HttpClient(std::move(executor), std::move(cfg), max_idle));
+  if (!client->cfg_.tls()) return client;
+  auto ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_client);
+  boost::system::error_code ec;
+  const RestConfig& c = client->cfg_;
+  if (c.insecure_skip_tls_verify) {
+    ctx->set_verify_mode(asio::ssl::verify_none);
+  } else {
+    ctx->set_verify_mode(asio::ssl::verify_peer);
+    if (c.ca_pem.empty()) {
+      ctx->set_default_verify_paths(ec);
+    } else {
+      ctx->add_certificate_authority(asio::buffer(c.ca_pem), ec);
+    }
+    if (ec) return Error{fmt::format("{}: certificate authority: {}", c.source, ec.message())};
+    ctx->set_verify_callback(asio::ssl::host_name_verification(c.tls_server_name.empty() ? c.host : c.tls_server_name));
+  }
+  if (!c.client_cert_pem.empty()) {
+    ctx->use_certificate_chain(asio::buffer(c.client_cert_pem), ec);
+    if (ec) return Error{fmt::format("{}: client certificate: {}", c.source, ec.message())};
+    ctx->use_private_key(asio::buffer(c.client_key_pem), asio::ssl::context::pem, ec);
+    if (ec) return Error{fmt::format("{}: client key: {}", c.source, ec.message())};
+  }
+  client->ssl_ = std::move(ctx);
+  return client;
+}
+
+HttpClient::HttpClient(asio::any_io_executor executor, RestConfig cfg, std::size_t max_idle)
+    : executor_(std::move(executor)), cfg_(std::move(cfg)), max_idle_(max_idle) {}
+
+HttpClient::~HttpClient() = default;
+
+asio::awaitable<TransportResult<std::unique_ptr<Connection>>> HttpClient::Open(Clock::time_point deadline) {
+  tcp::resolver resolver(executor_);
+  auto [rec, endpoints] = co_await resolver.async_resolve(cfg_.host, cfg_.port, kTuple);
+  if (rec) co_return Fail(fmt::format("resolving {}", cfg_.host), rec, false);
+  auto conn = cfg_.tls() ? std::make_unique<Connection>(executor_, *ssl_) : std::make_unique<Connection>(executor_);
+  conn->Lowest().expires_at(deadline);
+  auto [cec, ep] = co_await conn->Lowest().async_connect(endpoints, kTuple);
+  (void)ep;
+  if (cec) co_return Fail(fmt::format("connecting to {}", cfg_.HostHeader()), cec, false);
+  conn->Lowest().socket().set_option(tcp::no_delay(true));
+  if (auto* tls = conn->tls()) {
+    const std::string& sni = cfg_.tls_server_name.empty() ? cfg_.host : cfg_.tls_server_name;
+    if (!SSL_set_tlsext_host_name(tls->native_handle(), sni.c_str())) {
+      co_return TransportError{fmt::format("TLS: cannot set server name '{}'", sni), false, false};
+    }
+    auto [hec] = co_await tls->async_handshake(asio::ssl::stream_base::client, kTuple);
+    if (hec) co_return Fail(fmt::format("TLS handshake with {}", cfg_.HostHeader()), hec, false);
+  }
+  ++opened_;
+  co_return conn;
+}
+
+asio::awaitable<TransportResult<HttpResponse>> HttpClient::Send(const HttpRequest& request,
+                                                                std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  auto req = MakeRequest(request, cfg_);
+  for (int attempt = 0;; ++attempt) {
+    std::unique_ptr<Connection> conn;
+    if (!idle_.empty()) {
+      conn = std::move(idle_.back());
+      idle_.pop_back();
+      conn->reused = true;
+    } else {
+      auto opened = co_await Open(deadline);
+      if (!opened) co_return opened.error();
+      conn = std::move(*opened);
+    }
+    bool keep_alive = false;
+    Connection& c = *conn;
+    auto result = co_await c.Visit([&](auto& s) { return RoundTrip(s, c, req, deadline, keep_alive); });
+    if (!result) {
+      // A kept-alive connection the server has closed fails at once; try a fresh one when it is safe:
+      // nothing was sent, or the request is a read.
+      const bool safe = !result.error().request_sent || request.verb == http::verb::get;
+      if (c.reused && attempt == 0 && safe && !result.error().timed_out) continue;
+      co_return result;
+    }
+    if (keep_alive && idle_.size() < max_idle_) {
+      c.Lowest().expires_never();
+      idle_.push_back(std::move(conn));
+    }
+    co_return result;
+  }
+}
+
+asio::awaitable<TransportResult<HttpResponse>> HttpClient::Stream(const HttpRequest& request,
+                                                                  std::chrono::milliseconds header_timeout,
+                                                                  std::chrono::milliseconds idle_timeout,
+                                                                  const std::function<void(std::string_view)>& on_data) {
+  auto req = MakeRequest(request, cfg_);
+  auto opened = co_await Open(Clock::now() + header_timeout);
+  if (!opened) co_return opened.error();
+  Connection& c = **opened;
+  co_return co_await c.Visit(
+      [&](auto& s) { return StreamBody(s, c, req, header_timeout, idle_timeout, on_data); });
+}
+
+}  // namespace hami::k8s

@@ -1,0 +1,168 @@
+#include "k8s/reflector.h"
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+
+namespace hami::k8s {
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+namespace {
+const json::object* Metadata(const json::value& o) {
+  if (!o.is_object()) return nullptr;
+  const auto* md = o.get_object().if_contains("metadata");
+  return md && md->is_object() ? &md->get_object() : nullptr;
+}
+std::string Field(const json::object* md, std::string_view key) {
+  if (md == nullptr) return "";
+  const auto* v = md->if_contains(key);
+  return v && v->is_string() ? std::string(v->get_string()) : std::string();
+}
+}  // namespace
+
+std::string ObjectKeyOf(const json::value& object) {
+  const auto* md = Metadata(object);
+  const std::string ns = Field(md, "namespace");
+  const std::string name = Field(md, "name");
+  return ns.empty() ? name : ns + "/" + name;
+}
+
+std::string ResourceVersionOf(const json::value& object) { return Field(Metadata(object), "resourceVersion"); }
+
+Reflector::Reflector(ApiClient& client, Options options, Handlers handlers)
+    : client_(&client), options_(std::move(options)), handlers_(std::move(handlers)), rng_(std::random_device{}()) {}
+
+asio::awaitable<void> Reflector::Sleep(std::chrono::milliseconds d) {
+  asio::steady_timer timer(co_await asio::this_coro::executor, d);
+  co_await timer.async_wait(asio::use_awaitable);
+}
+
+asio::awaitable<ApiResult<void>> Reflector::ListAll(const std::string& rv) {
+  std::map<std::string, json::value> fresh;
+  std::string token;
+  std::string list_rv;
+  do {
+    ListOptions o;
+    o.label_selector = options_.label_selector;
+    o.field_selector = options_.field_selector;
+    o.limit = options_.page_size;
+    o.continue_token = token;
+    if (token.empty()) o.resource_version = rv;
+    auto page = co_await client_->List(options_.path, o);
+    if (!page) co_return page.error();
+    if (list_rv.empty()) list_rv = page->resource_version;
+    if (auto* items = page->list.is_object() ? page->list.get_object().if_contains("items") : nullptr;
+        items && items->is_array()) {
+      for (auto& item : items->get_array()) fresh.emplace(ObjectKeyOf(item), std::move(item));
+    }
+    token = page->continue_token;
+  } while (!token.empty());
+  ++stats_.lists;
+  // Replace: what is new is added, what changed is updated, what is gone is deleted (it vanished while we
+  // were not watching).
+  for (auto it = items_.begin(); it != items_.end();) {
+    if (fresh.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    json::value last = std::move(it->second);
+    it = items_.erase(it);
+    if (handlers_.on_delete) handlers_.on_delete(last);
+  }
+  for (auto& [key, obj] : fresh) {
+    auto it = items_.find(key);
+    if (it == items_.end()) {
+      auto& stored = items_.emplace(key, std::move(obj)).first->second;
+      if (handlers_.on_add) handlers_.on_add(stored);
+    } else if (ResourceVersionOf(it->second) != ResourceVersionOf(obj)) {
+      json::value old = std::move(it->second);
+      it->second = std::move(obj);
+      if (handlers_.on_update) handlers_.on_update(old, it->second);
+    }
+  }
+  rv_ = list_rv;
+  synced_ = true;
+  if (handlers_.on_synced) handlers_.on_synced();
+  co_return ApiResult<void>{};
+}
+
+void Reflector::Apply(WatchEvent&& ev) {
+  ++stats_.events;
+  const std::string rv = ResourceVersionOf(ev.object);
+  if (ev.type == "BOOKMARK") {
+    if (!rv.empty()) rv_ = rv;
+    return;
+  }
+  const std::string key = ObjectKeyOf(ev.object);
+  if (ev.type == "ADDED" || ev.type == "MODIFIED") {
+    auto it = items_.find(key);
+    if (it == items_.end()) {
+      auto& stored = items_.emplace(key, std::move(ev.object)).first->second;
+      if (handlers_.on_add) handlers_.on_add(stored);
+    } else {
+      json::value old = std::move(it->second);
+      it->second = std::move(ev.object);
+      if (handlers_.on_update) handlers_.on_update(old, it->second);
+    }
+  } else if (ev.type == "DELETED") {
+    auto it = items_.find(key);
+    if (it != items_.end()) {
+      items_.erase(it);
+      if (handlers_.on_delete) handlers_.on_delete(ev.object);
+    }
+  }
+  if (!rv.empty()) rv_ = rv;
+}
+
+asio::awaitable<void> Reflector::Run() {
+  int failures = 0;
+  std::string list_from = "0";  // the first list may come from the watch cache
+  for (;;) {
+    auto listed = co_await ListAll(list_from);
+    if (!listed) {
+      ++stats_.errors;
+      if (listed.error().kind == ApiErrorKind::kGone) {
+        ++stats_.expired;
+        list_from = "";  // the version we had is gone too: ask for the most recent state
+        continue;
+      }
+      co_await Sleep(Backoff(failures++, options_.backoff_initial, options_.backoff_max, rng_));
+      continue;
+    }
+    for (;;) {
+      std::uniform_int_distribution<std::int64_t> pick(options_.min_watch_timeout.count(),
+                                                       options_.max_watch_timeout.count());
+      WatchOptions w;
+      w.resource_version = rv_;
+      w.label_selector = options_.label_selector;
+      w.field_selector = options_.field_selector;
+      w.timeout = std::chrono::seconds(pick(rng_));
+      ++stats_.watches;
+      const auto started = std::chrono::steady_clock::now();
+      const std::function<void(WatchEvent&&)> apply = [this](WatchEvent&& ev) { Apply(std::move(ev)); };
+      auto watched = co_await client_->Watch(options_.path, w, apply);
+      if (std::chrono::steady_clock::now() - started > std::chrono::minutes(2)) failures = 0;
+      if (watched) {
+        failures = 0;
+        continue;  // the server ended the watch at its timeout: resume from the last version
+      }
+      ++stats_.errors;
+      const ApiErrorKind kind = watched.error().kind;
+      if (kind == ApiErrorKind::kGone) {
+        ++stats_.expired;
+        break;  // relist from the last version we saw
+      }
+      co_await Sleep(Backoff(failures++, options_.backoff_initial, options_.backoff_max, rng_));
+      if (kind == ApiErrorKind::kTransport || kind == ApiErrorKind::kTooManyRequests ||
+          kind == ApiErrorKind::kServer) {
+        continue;  // the server is busy or unreachable: re-watch without relisting
+      }
+      break;
+    }
+    list_from = rv_;
+  }
+}
+
+}  // namespace hami::k8s

@@ -1,0 +1,312 @@
+#include <map>
+#include <random>
+
+#include <boost/json.hpp>
+#include <gtest/gtest.h>
+
+#include "k8s/api_client.h"
+#include "k8s/reflector.h"
+#include "k8s/rest_config.h"
+#include "tests/support/raw_http_server.h"
+#include "tests/support/run_coro.h"
+
+namespace hami::k8s {
+namespace {
+namespace asio = boost::asio;
+namespace json = boost::json;
+using namespace std::chrono_literals;
+using testing::RawHttpServer;
+using testing::RunCoro;
+
+ConfigEnv FakeEnv(std::map<std::string, std::string> env, std::map<std::string, std::string> files) {
+  ConfigEnv e;
+  e.getenv = [env](const std::string& k) -> std::optional<std::string> {
+    auto it = env.find(k);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+  e.read_file = [files](const std::string& p) -> Result<std::string> {
+    auto it = files.find(p);
+    if (it == files.end()) return Error{"cannot read '" + p + "'"};
+    return Ok(it->second);
+  };
+  return e;
+}
+
+constexpr const char* kKubeconfig = R"(
+apiVersion: v1
+kind: Config
+current-context: dev
+contexts:
+- name: dev
+  context: {cluster: c1, user: u1, namespace: team}
+- name: ops
+  context: {cluster: c2, user: u2}
+clusters:
+- name: c1
+  cluster:
+    server: https://[fd00::1]:6443
+    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t
+- name: c2
+  cluster:
+    server: http://127.0.0.1:8080
+    insecure-skip-tls-verify: true
+users:
+- name: u1
+  user:
+    client-certificate: certs/admin.crt
+    client-key: certs/admin.key
+- name: u2
+  user:
+    tokenFile: token
+)";
+
+TEST(RestConfig, KubeconfigCurrentContext) {
+  auto env = FakeEnv({}, {{"/home/me/.kube/certs/admin.crt", "CERT"}, {"/home/me/.kube/certs/admin.key", "KEY"}});
+  auto cfg = ParseKubeconfig(kKubeconfig, "/home/me/.kube/config", env).value();
+  EXPECT_EQ(cfg.scheme, "https");
+  EXPECT_EQ(cfg.host, "fd00::1");
+  EXPECT_EQ(cfg.port, "6443");
+  EXPECT_EQ(cfg.HostHeader(), "[fd00::1]:6443");
+  EXPECT_EQ(cfg.ca_pem, "-----BEGIN CERTIFICATE-----");  // decoded in memory
+  EXPECT_EQ(cfg.client_cert_pem, "CERT");                // relative paths resolve next to the kubeconfig
+  EXPECT_EQ(cfg.client_key_pem, "KEY");
+  EXPECT_EQ(cfg.ns, "team");
+}
+
+TEST(RestConfig, KubeconfigOtherContextAndErrors) {
+  auto env = FakeEnv({}, {});
+  auto cfg = ParseKubeconfig(kKubeconfig, "/etc/kc", env, "ops").value();
+  EXPECT_EQ(cfg.scheme, "http");
+  EXPECT_EQ(cfg.token_file, "/etc/token");
+  EXPECT_TRUE(cfg.insecure_skip_tls_verify);
+  auto missing_ctx = ParseKubeconfig(kKubeconfig, "/etc/kc", env, "nope");
+  ASSERT_FALSE(missing_ctx);
+  EXPECT_NE(missing_ctx.error().message.find("context 'nope' not found"), std::string::npos);
+  auto missing_file = ParseKubeconfig(kKubeconfig, "/etc/kc", env);
+  ASSERT_FALSE(missing_file);
+  EXPECT_NE(missing_file.error().message.find("client-certificate"), std::string::npos);
+  EXPECT_FALSE(ParseKubeconfig("a: [", "/etc/kc", env));
+}
+
+TEST(RestConfig, InClusterAndResolutionOrder) {
+  const std::string dir = "/var/run/secrets/kubernetes.io/serviceaccount/";
+  auto env = FakeEnv({{"KUBERNETES_SERVICE_HOST", "10.0.0.1"}, {"KUBERNETES_SERVICE_PORT", "443"}},
+                     {{dir + "token", "tok\n"}, {dir + "ca.crt", "CA"}, {dir + "namespace", "hami-system\n"}});
+  auto cfg = InClusterConfig(env).value();
+  EXPECT_EQ(cfg.host, "10.0.0.1");
+  EXPECT_EQ(cfg.token_file, dir + "token");
+  EXPECT_EQ(cfg.ca_pem, "CA");
+  EXPECT_EQ(cfg.ns, "hami-system");
+  EXPECT_EQ(ResolveRestConfig("", env).value().source, "in-cluster service account");
+  auto none = ResolveRestConfig("", FakeEnv({}, {}));
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.error().message.find("KUBERNETES_SERVICE_HOST"), std::string::npos);
+  // $KUBECONFIG is a list: the first file that exists wins.
+  auto listed = FakeEnv({{"KUBECONFIG", "/missing:/etc/kc"}}, {{"/etc/kc", kKubeconfig}, {"/etc/token", "t"}});
+  EXPECT_EQ(ResolveRestConfig("", listed).error().message.find("context"), std::string::npos);
+}
+
+TEST(RestConfig, ServerUrlsAndBase64) {
+  RestConfig c;
+  ASSERT_TRUE(SetServer("https://api.example.com", c));
+  EXPECT_EQ(c.port, "443");
+  ASSERT_TRUE(SetServer("http://localhost:8001/base", c));
+  EXPECT_EQ(c.host, "localhost");
+  EXPECT_EQ(c.port, "8001");
+  EXPECT_FALSE(SetServer("localhost:8001", c));
+  EXPECT_FALSE(SetServer("ftp://x", c));
+  EXPECT_EQ(Base64Decode("aGFtaQ==").value(), "hami");
+  EXPECT_FALSE(Base64Decode("**"));
+}
+
+TEST(RateLimiter, BurstThenQps) {
+  RateLimiter limiter(10, 3);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(limiter.Reserve(t0), std::chrono::steady_clock::duration::zero());
+  EXPECT_EQ(limiter.Reserve(t0), std::chrono::steady_clock::duration::zero());
+  EXPECT_EQ(limiter.Reserve(t0), std::chrono::steady_clock::duration::zero());
+  const auto wait = limiter.Reserve(t0);
+  EXPECT_NEAR(std::chrono::duration<double>(wait).count(), 0.1, 1e-6);
+  const auto wait2 = limiter.Reserve(t0);
+  EXPECT_NEAR(std::chrono::duration<double>(wait2).count(), 0.2, 1e-6);
+  // After a second, tokens are back (capped at the burst).
+  EXPECT_EQ(limiter.Reserve(t0 + 2s), std::chrono::steady_clock::duration::zero());
+}
+
+TEST(Backoff, CappedExponentialWithJitter) {
+  std::mt19937 rng(7);
+  for (int attempt = 0; attempt < 12; ++attempt) {
+    const auto d = Backoff(attempt, 800ms, 30000ms, rng);
+    const std::int64_t full = std::min<std::int64_t>(800LL << attempt, 30000);
+    EXPECT_GE(d.count(), full / 2) << attempt;
+    EXPECT_LE(d.count(), full) << attempt;
+  }
+}
+
+TEST(ApiError, FromStatusBody) {
+  HttpResponse r{409, R"({"kind":"Status","status":"Failure","reason":"Conflict","message":"the object has been modified","code":409})",
+                 "application/json", std::nullopt};
+  auto e = ErrorFromResponse(r, "PATCH /api/v1/nodes/n1");
+  EXPECT_EQ(e.kind, ApiErrorKind::kConflict);
+  EXPECT_EQ(e.reason, "Conflict");
+  EXPECT_NE(e.message.find("PATCH /api/v1/nodes/n1: HTTP 409 Conflict: the object has been modified"), std::string::npos);
+  EXPECT_EQ(ErrorFromResponse({404, "not json", "", std::nullopt}, "GET x").kind, ApiErrorKind::kNotFound);
+  EXPECT_EQ(ErrorFromResponse({410, "", "", std::nullopt}, "x").kind, ApiErrorKind::kGone);
+  EXPECT_EQ(ErrorFromResponse({503, "", "", std::nullopt}, "x").kind, ApiErrorKind::kServer);
+}
+
+TEST(Paths, CoreAndGroups) {
+  EXPECT_EQ(PathFor("v1", "pods", "default", "p"), "/api/v1/namespaces/default/pods/p");
+  EXPECT_EQ(PathFor("v1", "nodes"), "/api/v1/nodes");
+  EXPECT_EQ(PathFor("coordination.k8s.io/v1", "leases", "kube-system", "l"),
+            "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l");
+  EXPECT_EQ(UrlEncode("app in (a,b)"), "app%20in%20%28a%2Cb%29");
+}
+
+// --- over loopback, against scripted answers -------------------------------------------------------------------
+
+class ScriptedServer : public ::testing::Test {
+ protected:
+  ScriptedServer() : server_(ioc_) {}
+  std::unique_ptr<ApiClient> Client(ClientOptions o = {}) {
+    RestConfig cfg;
+    cfg.scheme = "http";
+    cfg.host = "127.0.0.1";
+    cfg.port = std::to_string(server_.port());
+    cfg.token = "secret";
+    o.qps = 0;  // unlimited
+    o.backoff_initial = 1ms;
+    o.backoff_max = 5ms;
+    return ApiClient::Create(ioc_.get_executor(), cfg, o).value();
+  }
+  asio::io_context ioc_;
+  RawHttpServer server_;
+};
+
+TEST_F(ScriptedServer, RetriesServerErrorsAndHonoursRetryAfterZero) {
+  server_.Add(RawHttpServer::Json(503, R"({"kind":"Status","reason":"ServiceUnavailable","code":503})"));
+  server_.Add(RawHttpServer::Json(429, R"({"kind":"Status","reason":"TooManyRequests","code":429})", "Retry-After: 0\r\n"));
+  server_.Add(RawHttpServer::Json(200, R"({"kind":"Node","metadata":{"name":"n1"}})"));
+  auto client = Client();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    const std::string path = "/api/v1/nodes/n1";
+    auto node = co_await client->Get(path);
+    EXPECT_TRUE(node) << (node ? "" : node.error().message);
+    if (node) {
+      EXPECT_EQ(node->at("metadata").at("name").as_string(), "n1");
+    }
+  }());
+  ASSERT_EQ(server_.requests().size(), 3u);
+  EXPECT_NE(server_.requests()[0].find("Authorization: Bearer secret"), std::string::npos);
+  EXPECT_NE(server_.requests()[0].find("GET /api/v1/nodes/n1 HTTP/1.1"), std::string::npos);
+  // Keep-alive: the three requests went over one connection.
+  EXPECT_EQ(client->http().connections_opened(), 1u);
+}
+
+TEST_F(ScriptedServer, TypedErrorsAreNotRetried) {
+  server_.Add(RawHttpServer::Json(409, R"({"kind":"Status","reason":"Conflict","message":"modified","code":409})"));
+  auto client = Client();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    const std::string path = "/api/v1/nodes/n1";
+    const json::value patch = json::parse(R"({"metadata":{"resourceVersion":"1","annotations":{"a":null}}})");
+    auto r = co_await client->MergePatch(path, patch);
+    EXPECT_FALSE(r);
+    if (!r) {
+      EXPECT_EQ(r.error().kind, ApiErrorKind::kConflict);
+    }
+  }());
+  ASSERT_EQ(server_.requests().size(), 1u);
+  EXPECT_NE(server_.requests()[0].find("Content-Type: application/merge-patch+json"), std::string::npos);
+}
+
+TEST_F(ScriptedServer, WatchParsesEventsSplitAnywhere) {
+  // Two events and a bookmark, cut in the middle of values and across chunk boundaries, no newlines in one place.
+  const std::string events =
+      R"({"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a","namespace":"d","resourceVersion":"5"}}})"
+      "\n"
+      R"({"type":"MODIFIED","object":{"kind":"Pod","metadata":{"name":"a","namespace":"d","resourceVersion":"6"}}})"
+      R"({"type":"BOOKMARK","object":{"kind":"Pod","metadata":{"resourceVersion":"9"}}})";
+  std::vector<std::string> parts;
+  for (std::size_t i = 0; i < events.size(); i += 17) parts.push_back(events.substr(i, 17));
+  server_.Add(RawHttpServer::Chunked(parts));
+  auto client = Client();
+  std::vector<std::string> seen;
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    WatchOptions o;
+    o.resource_version = "4";
+    const std::string path = "/api/v1/pods";
+    const std::function<void(WatchEvent&&)> record = [&](WatchEvent&& ev) {
+      seen.push_back(ev.type + ":" + ResourceVersionOf(ev.object));
+    };
+    auto r = co_await client->Watch(path, o, record);
+    EXPECT_TRUE(r) << (r ? "" : r.error().message);
+  }());
+  EXPECT_EQ(seen, (std::vector<std::string>{"ADDED:5", "MODIFIED:6", "BOOKMARK:9"}));
+  ASSERT_EQ(server_.requests().size(), 1u);
+  EXPECT_NE(server_.requests()[0].find("watch=1&resourceVersion=4&allowWatchBookmarks=true&timeoutSeconds=300"),
+            std::string::npos);
+}
+
+TEST_F(ScriptedServer, WatchErrorEventExpiredIsGone) {
+  server_.Add(RawHttpServer::Chunked(
+      {R"json({"type":"ERROR","object":{"kind":"Status","status":"Failure","message":"too old resource version: 1 (50)","reason":"Expired","code":410}})json"}));
+  server_.Add(RawHttpServer::Json(410, R"({"kind":"Status","reason":"Gone","code":410})"));
+  auto client = Client();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    const std::string path = "/api/v1/pods";
+    const WatchOptions o;
+    const std::function<void(WatchEvent&&)> ignore = [](WatchEvent&&) {};
+    auto r = co_await client->Watch(path, o, ignore);
+    EXPECT_FALSE(r);
+    if (!r) {
+      EXPECT_EQ(r.error().kind, ApiErrorKind::kGone);
+    }
+    auto r2 = co_await client->Watch(path, o, ignore);
+    EXPECT_FALSE(r2);
+    if (!r2) {
+      EXPECT_EQ(r2.error().kind, ApiErrorKind::kGone);
+    }
+  }());
+}
+
+TEST_F(ScriptedServer, ListPagesCarryContinueTokens) {
+  server_.Add(RawHttpServer::Json(200, R"({"kind":"PodList","metadata":{"resourceVersion":"7","continue":"tok"},"items":[{"metadata":{"name":"a"}}]})"));
+  auto client = Client();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    ListOptions o;
+    o.limit = 1;
+    o.label_selector = "app=x";
+    const std::string path = "/api/v1/pods";
+    auto page = co_await client->List(path, o);
+    EXPECT_TRUE(page);
+    if (page) {
+      EXPECT_EQ(page->resource_version, "7");
+      EXPECT_EQ(page->continue_token, "tok");
+    }
+  }());
+  EXPECT_NE(server_.requests()[0].find("GET /api/v1/pods?labelSelector=app%3Dx&limit=1 HTTP/1.1"), std::string::npos);
+}
+
+TEST_F(ScriptedServer, TransportErrorWhenNothingListens) {
+  RestConfig cfg;
+  cfg.scheme = "http";
+  cfg.host = "127.0.0.1";
+  cfg.port = "1";  // nothing listens there
+  ClientOptions o;
+  o.max_attempts = 2;
+  o.backoff_initial = 1ms;
+  auto client = ApiClient::Create(ioc_.get_executor(), cfg, o).value();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    const std::string path = "/version";
+    auto r = co_await client->Get(path);
+    EXPECT_FALSE(r);
+    if (!r) {
+      EXPECT_EQ(r.error().kind, ApiErrorKind::kTransport);
+      EXPECT_NE(r.error().message.find("connecting to 127.0.0.1:1"), std::string::npos) << r.error().message;
+    }
+  }());
+}
+
+}  // namespace
+}  // namespace hami::k8s
