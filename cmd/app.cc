@@ -6,6 +6,7 @@
 
 #include "backends/builtin.h"
 #include "config/flags.h"
+#include "sim/cli.h"
 
 namespace hami::cmd {
 namespace {
@@ -17,6 +18,8 @@ Usage:
   hami-scheduler simulate --cluster FILE [--pods FILE] [-o json|table] [config flags]
                                               place pods offline against a cluster snapshot
                                               (what `kubectl get nodes,pods -A -o json` prints)
+  hami-scheduler sim-apiserver --listen HOST:PORT [--cluster FILE] [--kubeconfig-out FILE]
+                                              an in-memory Kubernetes API server (kubectl works against it)
   hami-scheduler config [flags]               print the effective configuration (same as --print-config)
   hami-scheduler version
 
@@ -61,6 +64,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   }
   if (command == "inspect") return Inspect(rest, out, err);
   if (command == "simulate") return Simulate(rest, out, err);
+  if (command == "sim-apiserver") return sim::RunApiServerCommand(rest, out, err);
   if (command == "config" || command.starts_with("-")) {
     // `config [flags]`, or bare flags such as `--print-config`: load, validate, print.
     std::vector<std::string> flag_args{"hami-scheduler"};

@@ -127,7 +127,8 @@ asio::awaitable<TransportResult<HttpResponse>> StreamBody(Stream& s, Connection&
     parser.get().body().data = chunk;
     parser.get().body().size = sizeof(chunk);
     c.Lowest().expires_after(idle_timeout);
-    auto [ec, n] = co_await http::async_read(s, c.buffer(), parser, kTuple);
+    // read_some: deliver each piece as it arrives (async_read would wait to fill the buffer).
+    auto [ec, n] = co_await http::async_read_some(s, c.buffer(), parser, kTuple);
     (void)n;
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {

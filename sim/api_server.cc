@@ -1,0 +1,887 @@
+#include "sim/api_server.h"
+
+#include <algorithm>
+#include <array>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <variant>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include "core/strings.h"
+#include "k8s/yaml_json.h"
+#include "sim/resources.h"
+#include "sim/table.h"
+
+namespace hami::sim {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr auto kUseAwaitable = asio::as_tuple(asio::use_awaitable);
+constexpr std::string_view kPatchTypes =
+    "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json";
+
+// ---------------------------------------------------------------------------------------------------------
+// Request decoding
+
+std::string PercentDecode(std::string_view s, bool plus_is_space) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '%' && i + 2 < s.size()) {
+      auto hex = [](char h) -> int {
+        if (h >= '0' && h <= '9') return h - '0';
+        if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+        if (h >= 'A' && h <= 'F') return h - 'A' + 10;
+        return -1;
+      };
+      const int hi = hex(s[i + 1]);
+      const int lo = hex(s[i + 2]);
+      if (hi >= 0 && lo >= 0) {
+        out += static_cast<char>(hi * 16 + lo);
+        i += 2;
+        continue;
+      }
+    }
+    out += (plus_is_space && c == '+') ? ' ' : c;
+  }
+  return out;
+}
+
+// The media type without parameters, lower case ("application/json; charset=utf-8" -> "application/json").
+std::string MediaType(std::string_view header) {
+  const std::size_t semi = header.find(';');
+  return ToLower(Trim(header.substr(0, semi)));
+}
+
+struct Call {
+  http::verb method = http::verb::get;
+  std::string method_name;
+  std::string path;
+  std::vector<std::string> segments;
+  std::map<std::string, std::string, std::less<>> query;
+  std::string content_type;  // media type only
+  std::string accept;
+  std::string host;
+  const std::string* body = nullptr;
+
+  std::optional<std::string> Query(std::string_view key) const {
+    auto it = query.find(key);
+    if (it == query.end()) return std::nullopt;
+    return it->second;
+  }
+  bool Flag(std::string_view key) const {
+    auto v = Query(key);
+    return v && (*v == "true" || *v == "1" || *v == "True");
+  }
+};
+
+Call Decode(const http::request<http::string_body>& req) {
+  Call c;
+  c.method = req.method();
+  c.method_name = std::string(req.method_string());
+  const std::string_view target = req.target();
+  const std::size_t q = target.find('?');
+  c.path = PercentDecode(target.substr(0, q), false);
+  for (auto part : Split(c.path, '/')) {
+    if (!part.empty()) c.segments.emplace_back(part);
+  }
+  if (q != std::string_view::npos) {
+    for (auto pair : Split(target.substr(q + 1), '&')) {
+      if (pair.empty()) continue;
+      const std::size_t eq = pair.find('=');
+      c.query[PercentDecode(pair.substr(0, eq), true)] =
+          eq == std::string_view::npos ? std::string() : PercentDecode(pair.substr(eq + 1), true);
+    }
+  }
+  c.content_type = MediaType(req[http::field::content_type]);
+  c.accept = std::string(req[http::field::accept]);
+  c.host = std::string(req[http::field::host]);
+  c.body = &req.body();
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Handler results
+
+struct Reply {
+  http::status status = http::status::ok;
+  std::string body;
+  std::string content_type = "application/json";
+  int retry_after = 0;
+};
+
+struct WatchStart {
+  std::shared_ptr<Watcher> watcher;  // null when `error` is set
+  std::optional<ApiError> error;     // sent as one ERROR event, then the stream ends
+  std::chrono::seconds timeout{0};
+};
+
+using Outcome = std::variant<Reply, WatchStart>;
+
+Reply JsonReply(http::status status, const json::object& body) {
+  return Reply{status, json::serialize(body), "application/json", 0};
+}
+
+Reply ErrorReply(const ApiError& e) {
+  Reply r{static_cast<http::status>(e.code), json::serialize(StatusJson(e)), "application/json",
+          e.retry_after_seconds};
+  return r;
+}
+
+ApiError PathNotFound() {
+  ApiError e{404, "NotFound", "the server could not find the requested resource", {}};
+  return e;
+}
+
+ApiError FaultError(const FaultRule& rule) {
+  switch (rule.status) {
+    case 429:
+      return TooManyRequests(rule.retry_after_seconds);
+    case 500:
+      return InternalError("injected fault");
+    case 503: {
+      ApiError e{503, "ServiceUnavailable", "the server is currently unable to handle the request (injected fault)",
+                 {}};
+      e.details["retryAfterSeconds"] = rule.retry_after_seconds;
+      e.retry_after_seconds = rule.retry_after_seconds;
+      return e;
+    }
+    case 504:
+      return ApiError{504, "Timeout", "the server was unable to return a response in the time allotted (injected "
+                                      "fault)", {}};
+    default:
+      return ApiError{rule.status, "InternalError", fmt::format("injected fault ({})", rule.status), {}};
+  }
+}
+
+ApiResult<json::value> ParseBody(const Call& c) {
+  const std::string& body = *c.body;
+  if (c.content_type == "application/yaml" || c.content_type == "application/x-yaml" ||
+      c.content_type == "text/yaml") {
+    auto docs = k8s::YamlToJson(body, "request body");
+    if (!docs) return BadRequest(docs.error().message);
+    if (docs->empty()) return BadRequest("request body: empty YAML document");
+    return std::move(docs->front());
+  }
+  if (!c.content_type.empty() && c.content_type != "application/json" && !c.content_type.ends_with("+json")) {
+    return UnsupportedMediaType(c.content_type, "application/json, application/yaml");
+  }
+  boost::system::error_code ec;
+  json::value v = json::parse(body, ec);
+  if (ec) return BadRequest(fmt::format("the request body is not valid JSON: {}", ec.message()));
+  return v;
+}
+
+ApiResult<json::object> ParseObjectBody(const Call& c) {
+  auto v = ParseBody(c);
+  if (!v) return v.error();
+  if (!v->is_object()) return BadRequest("the request body must be a JSON object");
+  return std::move(v->as_object());
+}
+
+ApiResult<std::int64_t> IntParam(const Call& c, std::string_view key) {
+  auto v = c.Query(key);
+  if (!v || v->empty()) return ApiResult<std::int64_t>(boost::system::in_place_value, 0);
+  auto n = ParseInt64(*v, key);
+  if (!n) return BadRequest(n.error().message);
+  return ApiResult<std::int64_t>(boost::system::in_place_value, *n);
+}
+
+bool DryRun(const Call& c) { return c.Query("dryRun").has_value() && !c.Query("dryRun")->empty(); }
+
+// Where a resource URL points.
+struct Target {
+  const ResourceType* type = nullptr;
+  std::string ns;
+  std::string name;         // empty: the collection
+  std::string subresource;  // "status", "binding", ...
+  bool watch_path = false;  // the legacy /watch/ prefix
+  bool bindings = false;    // POST /api/v1/namespaces/<ns>/bindings
+};
+
+// /api/v1/... or /apis/<group>/<version>/...; nullopt when the path is not a resource path at all.
+std::optional<ApiResult<Target>> Resolve(const Call& c) {
+  const auto& s = c.segments;
+  std::string group;
+  std::string version;
+  std::size_t i = 0;
+  if (s.size() >= 3 && s[0] == "api") {
+    version = s[1];
+    i = 2;
+  } else if (s.size() >= 4 && s[0] == "apis") {
+    group = s[1];
+    version = s[2];
+    i = 3;
+  } else {
+    return std::nullopt;
+  }
+  Target t;
+  std::vector<std::string> rest(s.begin() + static_cast<std::ptrdiff_t>(i), s.end());
+  if (!rest.empty() && rest[0] == "watch") {
+    t.watch_path = true;
+    rest.erase(rest.begin());
+  }
+  if (rest.empty()) return ApiResult<Target>(PathNotFound());
+  auto find = [&](const std::string& plural) { return FindResource(group, version, plural); };
+  // namespaces/<ns>/<plural>[/<name>[/<sub>]] for namespaced kinds.
+  if (rest.size() >= 3 && rest[0] == "namespaces") {
+    const ResourceType* type = find(rest[2]);
+    if ((type && type->namespaced) || (group.empty() && rest[2] == "bindings")) {
+      t.ns = rest[1];
+      if (!type) {
+        if (rest.size() != 3) return ApiResult<Target>(PathNotFound());
+        t.type = find("pods");
+        t.bindings = true;
+        return ApiResult<Target>(t);
+      }
+      t.type = type;
+      if (rest.size() >= 4) t.name = rest[3];
+      if (rest.size() >= 5) t.subresource = rest[4];
+      if (rest.size() > 5) return ApiResult<Target>(PathNotFound());
+      return ApiResult<Target>(t);
+    }
+  }
+  const ResourceType* type = find(rest[0]);
+  if (!type) return ApiResult<Target>(PathNotFound());
+  t.type = type;
+  if (rest.size() >= 2) {
+    if (type->namespaced) return ApiResult<Target>(PathNotFound());  // /api/v1/pods/<name>
+    t.name = rest[1];
+  }
+  if (rest.size() >= 3) t.subresource = rest[2];
+  if (rest.size() > 3) return ApiResult<Target>(PathNotFound());
+  return ApiResult<Target>(t);
+}
+
+std::string Kubeconfig(std::string_view url) {
+  return fmt::format(R"(apiVersion: v1
+kind: Config
+clusters:
+- name: hami-sim
+  cluster:
+    server: {}
+contexts:
+- name: hami-sim
+  context:
+    cluster: hami-sim
+    user: hami-sim
+    namespace: default
+current-context: hami-sim
+preferences: {{}}
+users:
+- name: hami-sim
+  user: {{}}
+)",
+                     url);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+// Server state shared by the accept loop and every connection coroutine.
+
+struct Connection {
+  explicit Connection(tcp::socket socket) : stream(std::move(socket)), wake(stream.get_executor()) {}
+  void Close() {
+    closing = true;
+    beast::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream.close();
+    wake.cancel();
+  }
+  beast::tcp_stream stream;
+  asio::steady_timer wake;  // watch notifications, latency waits
+  bool closing = false;
+};
+
+struct ApiServer::Impl {
+  Impl(asio::io_context& io, ApiServerOptions o, const Clock* clock)
+      : ioc(io), options(std::move(o)), store(options.store, clock), acceptor(io) {}
+
+  Outcome Handle(const Call& c);
+  Outcome HandleResource(const Call& c, const Target& t);
+  Outcome Collection(const Call& c, const Target& t);
+  Outcome Item(const Call& c, const Target& t);
+  Outcome Watch(const Call& c, const Target& t);
+  std::chrono::milliseconds LatencyFor(std::string_view path) const {
+    return latency.count() > 0 && path.starts_with(latency_prefix) ? latency : std::chrono::milliseconds(0);
+  }
+  std::string ServerUrl() const {
+    const std::string host = options.host == "0.0.0.0" || options.host.empty() ? "127.0.0.1"
+                             : options.host.find(':') != std::string::npos ? "[" + options.host + "]"
+                                                                             : options.host;
+    return fmt::format("http://{}:{}", host, port);
+  }
+  void CloseAll() {
+    for (auto& [id, conn] : connections) conn->Close();
+  }
+
+  asio::io_context& ioc;
+  ApiServerOptions options;
+  Store store;
+  tcp::acceptor acceptor;
+  std::uint16_t port = 0;
+  bool stopped = false;
+  bool serving = false;
+  std::exception_ptr failure;
+  std::map<std::uint64_t, Connection*> connections;
+  std::uint64_t next_connection = 1;
+  std::size_t watches = 0;
+  std::uint64_t requests = 0;
+  std::deque<FaultRule> faults;
+  std::chrono::milliseconds latency{0};
+  std::string latency_prefix;
+  int expire_watches = 0;
+  int expire_lists = 0;
+};
+
+namespace {
+
+template <class F>
+struct ScopeExit {
+  explicit ScopeExit(F f) : fn(std::move(f)) {}
+  ~ScopeExit() { fn(); }
+  ScopeExit(const ScopeExit&) = delete;
+  ScopeExit& operator=(const ScopeExit&) = delete;
+  F fn;
+};
+
+}  // namespace
+
+Outcome ApiServer::Impl::Handle(const Call& c) {
+  for (auto it = faults.begin(); it != faults.end(); ++it) {
+    if (it->count <= 0) continue;
+    if (!it->method.empty() && !EqualsIgnoreCase(it->method, c.method_name)) continue;
+    if (!c.path.starts_with(it->path_prefix)) continue;
+    const ApiError e = FaultError(*it);
+    if (--it->count <= 0) faults.erase(it);
+    return ErrorReply(e);
+  }
+  const auto& s = c.segments;
+  const bool get = c.method == http::verb::get || c.method == http::verb::head;
+  if (s.empty()) {
+    if (!get) return ErrorReply(MethodNotAllowed(c.method_name, c.path));
+    json::array paths{"/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"};
+    for (const auto& g : ApiGroups()) paths.emplace_back("/apis/" + g);
+    return JsonReply(http::status::ok, json::object{{"paths", std::move(paths)}});
+  }
+  if (s.size() == 1 && (s[0] == "healthz" || s[0] == "livez" || s[0] == "readyz")) {
+    return Reply{http::status::ok, "ok", "text/plain; charset=utf-8", 0};
+  }
+  if (s.size() == 1 && s[0] == "version") {
+    if (!get) return ErrorReply(MethodNotAllowed(c.method_name, c.path));
+    return JsonReply(http::status::ok, VersionDocument());
+  }
+  if (s[0] == "api" && s.size() <= 2) {
+    if (!get) return ErrorReply(MethodNotAllowed(c.method_name, c.path));
+    if (s.size() == 1) return JsonReply(http::status::ok, ApiVersionsDocument(c.host.empty() ? ServerUrl() : c.host));
+    json::object doc = ApiResourceListDocument("", s[1]);
+    if (doc.empty()) return ErrorReply(PathNotFound());
+    return JsonReply(http::status::ok, doc);
+  }
+  if (s[0] == "apis" && s.size() <= 3) {
+    if (!get) return ErrorReply(MethodNotAllowed(c.method_name, c.path));
+    json::object doc = s.size() == 1   ? ApiGroupListDocument()
+                       : s.size() == 2 ? ApiGroupDocument(s[1])
+                                       : ApiResourceListDocument(s[1], s[2]);
+    if (doc.empty()) return ErrorReply(PathNotFound());
+    return JsonReply(http::status::ok, doc);
+  }
+  if (s[0] == "openapi") {
+    if (!get) return ErrorReply(MethodNotAllowed(c.method_name, c.path));
+    // v2 is protobuf-only for kubectl; 404 makes it rely on v3, which declares server-side field validation.
+    if (s.size() == 2 && s[1] == "v3") return JsonReply(http::status::ok, OpenApiV3Index());
+    if (s.size() >= 4 && s[1] == "v3") {
+      json::object doc = s[2] == "api" && s.size() == 4   ? OpenApiV3Document("", s[3])
+                         : s[2] == "apis" && s.size() == 5 ? OpenApiV3Document(s[3], s[4])
+                                                           : json::object{};
+      if (!doc.empty()) return JsonReply(http::status::ok, doc);
+    }
+    return ErrorReply(PathNotFound());
+  }
+  auto target = Resolve(c);
+  if (!target) return ErrorReply(PathNotFound());
+  if (!*target) return ErrorReply(target->error());
+  return HandleResource(c, **target);
+}
+
+Outcome ApiServer::Impl::HandleResource(const Call& c, const Target& t) {
+  if (t.bindings) {
+    if (c.method != http::verb::post) return ErrorReply(MethodNotAllowed(c.method_name, c.path));
+    auto body = ParseObjectBody(c);
+    if (!body) return ErrorReply(body.error());
+    const json::value* meta = body->if_contains("metadata");
+    const json::value* name = meta && meta->is_object() ? meta->as_object().if_contains("name") : nullptr;
+    if (!name || !name->is_string()) {
+      return ErrorReply(Invalid("", "Binding", "", "metadata.name", "\"\": Required value"));
+    }
+    auto bound = store.Bind(t.ns, name->get_string(), *body);
+    if (!bound) return ErrorReply(bound.error());
+    return JsonReply(http::status::created, SuccessStatus(201));
+  }
+  if (t.name.empty()) return Collection(c, t);
+  return Item(c, t);
+}
+
+Outcome ApiServer::Impl::Collection(const Call& c, const Target& t) {
+  const ResourceType& type = *t.type;
+  if (c.method == http::verb::get || c.method == http::verb::head) {
+    if (t.watch_path || c.Flag("watch")) return Watch(c, t);
+    if (expire_lists > 0) {
+      --expire_lists;
+      return ErrorReply(Expired(fmt::format("too old resource version: {} ({})", c.Query("resourceVersion").value_or(""),
+                                            store.resource_version())));
+    }
+    ListOptions o;
+    o.label_selector = c.Query("labelSelector").value_or("");
+    o.field_selector = c.Query("fieldSelector").value_or("");
+    auto limit = IntParam(c, "limit");
+    if (!limit) return ErrorReply(limit.error());
+    o.limit = *limit;
+    o.continue_token = c.Query("continue").value_or("");
+    o.resource_version = c.Query("resourceVersion");
+    o.resource_version_match = c.Query("resourceVersionMatch").value_or("");
+    auto listed = store.List(type, t.ns, o);
+    if (!listed) return ErrorReply(listed.error());
+    if (WantsTable(c.accept)) return JsonReply(http::status::ok, TableForList(type, *listed, store.Now()));
+    return JsonReply(http::status::ok, ListDocument(type, *listed));
+  }
+  if (c.method == http::verb::post) {
+    if (type.namespaced && t.ns.empty()) return ErrorReply(MethodNotAllowed(c.method_name, c.path));
+    auto body = ParseObjectBody(c);
+    if (!body) return ErrorReply(body.error());
+    auto created = store.Create(type, t.ns, std::move(*body), WriteOptions{DryRun(c)});
+    if (!created) return ErrorReply(created.error());
+    return JsonReply(http::status::created, **created);
+  }
+  if (c.method == http::verb::delete_) {
+    ListOptions o;
+    o.label_selector = c.Query("labelSelector").value_or("");
+    o.field_selector = c.Query("fieldSelector").value_or("");
+    DeleteOptions d;
+    d.dry_run = DryRun(c);
+    auto deleted = store.DeleteCollection(type, t.ns, o, d);
+    if (!deleted) return ErrorReply(deleted.error());
+    ListResult r;
+    r.items = std::move(*deleted);
+    r.resource_version = store.resource_version();
+    return JsonReply(http::status::ok, ListDocument(type, r));
+  }
+  return ErrorReply(MethodNotAllowed(c.method_name, c.path));
+}
+
+Outcome ApiServer::Impl::Item(const Call& c, const Target& t) {
+  const ResourceType& type = *t.type;
+  Subresource sub = Subresource::kMain;
+  if (t.subresource == "binding" && type.plural == "pods") {
+    if (c.method != http::verb::post) return ErrorReply(MethodNotAllowed(c.method_name, c.path));
+    auto body = ParseObjectBody(c);
+    if (!body) return ErrorReply(body.error());
+    const json::value* meta = body->if_contains("metadata");
+    const json::value* name = meta && meta->is_object() ? meta->as_object().if_contains("name") : nullptr;
+    if (name && name->is_string() && !name->get_string().empty() && name->get_string() != t.name) {
+      return ErrorReply(BadRequest(fmt::format("the name of the object ({}) does not match the name on the URL ({})",
+                                               std::string_view(name->get_string()), t.name)));
+    }
+    auto bound = store.Bind(t.ns, t.name, *body);
+    if (!bound) return ErrorReply(bound.error());
+    return JsonReply(http::status::created, SuccessStatus(201));
+  }
+  if (t.subresource == "status" && type.has_status) {
+    sub = Subresource::kStatus;
+    if (c.method != http::verb::get && c.method != http::verb::put && c.method != http::verb::patch) {
+      return ErrorReply(MethodNotAllowed(c.method_name, c.path));
+    }
+  } else if (!t.subresource.empty()) {
+    return ErrorReply(PathNotFound());
+  }
+  switch (c.method) {
+    case http::verb::get:
+    case http::verb::head: {
+      if (t.watch_path || c.Flag("watch")) return ErrorReply(MethodNotAllowed(c.method_name, c.path));
+      auto got = store.Get(type, t.ns, t.name, c.Query("resourceVersion"));
+      if (!got) return ErrorReply(got.error());
+      if (WantsTable(c.accept)) {
+        ListResult one;
+        one.items.push_back(*got);
+        one.resource_version = store.resource_version();
+        return JsonReply(http::status::ok, TableForList(type, one, store.Now()));
+      }
+      return JsonReply(http::status::ok, **got);
+    }
+    case http::verb::put: {
+      auto body = ParseObjectBody(c);
+      if (!body) return ErrorReply(body.error());
+      auto updated = store.Update(type, t.ns, t.name, std::move(*body), sub, WriteOptions{DryRun(c)});
+      if (!updated) return ErrorReply(updated.error());
+      return JsonReply(http::status::ok, **updated);
+    }
+    case http::verb::patch: {
+      PatchType patch_type;
+      if (c.content_type == "application/json-patch+json") {
+        patch_type = PatchType::kJson;
+      } else if (c.content_type == "application/merge-patch+json") {
+        patch_type = PatchType::kMerge;
+      } else if (c.content_type == "application/strategic-merge-patch+json") {
+        patch_type = PatchType::kStrategicMerge;
+      } else {
+        return ErrorReply(UnsupportedMediaType(c.content_type, kPatchTypes));
+      }
+      boost::system::error_code ec;
+      json::value patch = json::parse(*c.body, ec);
+      if (ec) return ErrorReply(BadRequest(fmt::format("the patch is not valid JSON: {}", ec.message())));
+      auto patched = store.Patch(type, t.ns, t.name, patch_type, patch, sub, WriteOptions{DryRun(c)});
+      if (!patched) return ErrorReply(patched.error());
+      return JsonReply(http::status::ok, **patched);
+    }
+    case http::verb::delete_: {
+      DeleteOptions d;
+      d.dry_run = DryRun(c);
+      if (!c.body->empty()) {
+        auto body = ParseObjectBody(c);
+        if (!body) return ErrorReply(body.error());
+        if (const json::value* pre = body->if_contains("preconditions"); pre && pre->is_object()) {
+          if (const json::value* uid = pre->as_object().if_contains("uid"); uid && uid->is_string()) {
+            d.uid = std::string(uid->get_string());
+          }
+          if (const json::value* rv = pre->as_object().if_contains("resourceVersion"); rv && rv->is_string()) {
+            d.resource_version = std::string(rv->get_string());
+          }
+        }
+        if (const json::value* dry = body->if_contains("dryRun"); dry && dry->is_array() && !dry->as_array().empty()) {
+          d.dry_run = true;
+        }
+      }
+      auto deleted = store.Delete(type, t.ns, t.name, d);
+      if (!deleted) return ErrorReply(deleted.error());
+      if (!deleted->deleted) return JsonReply(http::status::ok, *deleted->object);
+      json::object details{{"name", t.name}, {"kind", type.plural}};
+      if (!type.group.empty()) details["group"] = type.group;
+      if (const json::value* meta = deleted->object->if_contains("metadata")) {
+        if (const json::value* uid = meta->as_object().if_contains("uid")) details["uid"] = *uid;
+      }
+      return JsonReply(http::status::ok, SuccessStatus(200, std::move(details)));
+    }
+    default:
+      return ErrorReply(MethodNotAllowed(c.method_name, c.path));
+  }
+}
+
+Outcome ApiServer::Impl::Watch(const Call& c, const Target& t) {
+  auto timeout = IntParam(c, "timeoutSeconds");
+  if (!timeout) return ErrorReply(timeout.error());
+  WatchStart start;
+  start.timeout = *timeout > 0 ? std::chrono::seconds(*timeout) : options.default_watch_timeout;
+  const auto expired = [&](ApiError e) -> Outcome {
+    if (options.expired_watch_mode == ExpiredWatchMode::kHttpStatus) return ErrorReply(e);
+    start.error = std::move(e);
+    return start;
+  };
+  if (expire_watches > 0) {
+    --expire_watches;
+    return expired(Expired(fmt::format("too old resource version: {} ({})", c.Query("resourceVersion").value_or(""),
+                                       store.resource_version())));
+  }
+  WatchOptions o;
+  o.label_selector = c.Query("labelSelector").value_or("");
+  o.field_selector = c.Query("fieldSelector").value_or("");
+  o.resource_version = c.Query("resourceVersion");
+  o.resource_version_match = c.Query("resourceVersionMatch").value_or("");
+  o.send_initial_events = c.Flag("sendInitialEvents");
+  o.allow_bookmarks = c.Flag("allowWatchBookmarks");
+  auto watcher = store.Watch(*t.type, t.ns, o);
+  if (!watcher) {
+    if (watcher.error().code == 410) return expired(watcher.error());
+    return ErrorReply(watcher.error());
+  }
+  start.watcher = std::move(*watcher);
+  return start;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Connections
+
+namespace {
+
+std::string EventChunk(const WatchEvent& e, bool table, const ResourceType& type, TimePoint now) {
+  std::string out = fmt::format("{{\"type\":\"{}\",\"object\":", ToString(e.type));
+  if (table && (e.type == EventType::kAdded || e.type == EventType::kModified || e.type == EventType::kDeleted)) {
+    ListResult one;
+    one.items.push_back(e.object);
+    out += json::serialize(TableForList(type, one, now, /*include_headers=*/false));
+  } else {
+    out += json::serialize(*e.object);
+  }
+  out += "}\n";
+  return out;
+}
+
+asio::awaitable<bool> WriteChunk(Connection& conn, std::chrono::milliseconds timeout, const std::string& payload) {
+  conn.stream.expires_after(timeout);
+  auto [ec, n] = co_await asio::async_write(conn.stream, http::make_chunk(asio::buffer(payload)), kUseAwaitable);
+  co_return !ec;
+}
+
+// Streams one watch. Returns false when the connection must close (dropped, write failed, server stopping).
+asio::awaitable<bool> StreamWatch(std::shared_ptr<ApiServer::Impl> self, Connection& conn, WatchStart start,
+                                  unsigned version, bool keep_alive, bool table) {
+  http::response<http::empty_body> res{http::status::ok, version};
+  res.set(http::field::content_type, "application/json");
+  res.set(http::field::cache_control, "no-cache, private");
+  res.keep_alive(keep_alive);
+  res.chunked(true);
+  http::response_serializer<http::empty_body> sr{res};
+  conn.stream.expires_after(self->options.write_timeout);
+  auto [hec, hn] = co_await http::async_write_header(conn.stream, sr, kUseAwaitable);
+  if (hec) co_return false;
+  const auto write_timeout = self->options.write_timeout;
+  if (start.error) {
+    const WatchEvent e{EventType::kError, std::make_shared<const json::object>(StatusJson(*start.error))};
+    if (!co_await WriteChunk(conn, write_timeout, EventChunk(e, false, *FindResource("", "v1", "pods"), {}))) {
+      co_return false;
+    }
+  } else {
+    Watcher& w = *start.watcher;
+    ++self->watches;
+    ScopeExit unregister([&] {
+      w.SetNotify(nullptr);
+      --self->watches;
+    });
+    w.SetNotify([&conn] { conn.wake.cancel(); });
+    using Clock = std::chrono::steady_clock;
+    const auto deadline = Clock::now() + start.timeout;
+    auto next_bookmark = Clock::now() + self->options.bookmark_interval;
+    for (;;) {
+      while (w.HasEvents()) {
+        const WatchEvent e = w.Pop();
+        if (!co_await WriteChunk(conn, write_timeout, EventChunk(e, table, w.type(), self->store.Now()))) {
+          co_return false;
+        }
+      }
+      if (conn.closing) co_return false;
+      if (w.end() == Watcher::End::kDropped) {
+        conn.Close();  // abrupt: no final chunk
+        co_return false;
+      }
+      if (w.end() == Watcher::End::kOverflow) break;
+      const auto now = Clock::now();
+      if (now >= deadline) break;
+      if (w.bookmarks_allowed() && (w.TakeBookmarkRequest() || now >= next_bookmark)) {
+        next_bookmark = now + self->options.bookmark_interval;
+        const WatchEvent mark = w.Bookmark(self->store.resource_version());
+        if (!co_await WriteChunk(conn, write_timeout, EventChunk(mark, false, w.type(), {}))) co_return false;
+        continue;
+      }
+      conn.wake.expires_at(w.bookmarks_allowed() ? std::min(deadline, next_bookmark) : deadline);
+      co_await conn.wake.async_wait(kUseAwaitable);
+    }
+  }
+  conn.stream.expires_after(write_timeout);
+  auto [lec, ln] = co_await asio::async_write(conn.stream, http::make_chunk_last(), kUseAwaitable);
+  co_return !lec && !conn.closing;
+}
+
+http::response<http::string_body> MakeResponse(const Reply& r, unsigned version, bool keep_alive, bool head) {
+  http::response<http::string_body> res{r.status, version};
+  res.set(http::field::content_type, r.content_type);
+  res.set(http::field::cache_control, "no-cache, private");
+  if (r.retry_after > 0) res.set(http::field::retry_after, std::to_string(r.retry_after));
+  res.keep_alive(keep_alive);
+  if (!head) res.body() = r.body;
+  res.prepare_payload();
+  if (head) res.content_length(r.body.size());
+  return res;
+}
+
+asio::awaitable<void> RunConnection(std::shared_ptr<ApiServer::Impl> self, tcp::socket socket) {
+  Connection conn(std::move(socket));
+  const std::uint64_t id = self->next_connection++;
+  self->connections[id] = &conn;
+  ScopeExit unregister([&] { self->connections.erase(id); });
+  beast::flat_buffer buffer;
+  while (!conn.closing) {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(64 * 1024);
+    parser.body_limit(self->options.body_limit);
+    conn.stream.expires_after(self->options.read_timeout);
+    auto [ec, n] = co_await http::async_read(conn.stream, buffer, parser, kUseAwaitable);
+    if (ec == http::error::body_limit || ec == http::error::header_limit) {
+      const Reply r = ErrorReply(RequestEntityTooLarge(
+          fmt::format("the request is larger than the server accepts ({} bytes of body)", self->options.body_limit)));
+      auto res = MakeResponse(r, 11, false, false);
+      conn.stream.expires_after(self->options.write_timeout);
+      co_await http::async_write(conn.stream, res, kUseAwaitable);
+      // Half-close, then discard what the client is still sending, so that closing does not reset the
+      // connection before the client has read the answer.
+      beast::error_code ignored;
+      conn.stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      conn.stream.expires_after(std::chrono::seconds(1));
+      std::array<char, 4096> sink;
+      for (;;) {
+        auto [rec, rn] = co_await conn.stream.async_read_some(asio::buffer(sink), kUseAwaitable);
+        if (rec) break;
+      }
+      break;
+    }
+    if (ec) break;  // end of stream, timeout, reset, or a malformed request: close
+    const http::request<http::string_body>& req = parser.get();
+    ++self->requests;
+    const Call call = Decode(req);
+    if (auto delay = self->LatencyFor(call.path); delay.count() > 0) {
+      conn.wake.expires_after(delay);
+      co_await conn.wake.async_wait(kUseAwaitable);
+      if (conn.closing) break;
+    }
+    const bool keep_alive = req.keep_alive();
+    Outcome outcome = self->Handle(call);
+    if (auto* reply = std::get_if<Reply>(&outcome)) {
+      auto res = MakeResponse(*reply, req.version(), keep_alive, req.method() == http::verb::head);
+      conn.stream.expires_after(self->options.write_timeout);
+      auto [wec, wn] = co_await http::async_write(conn.stream, res, kUseAwaitable);
+      if (wec) break;
+    } else {
+      const bool table = WantsTable(call.accept);
+      if (!co_await StreamWatch(self, conn, std::move(std::get<WatchStart>(outcome)), req.version(), keep_alive,
+                                table)) {
+        break;
+      }
+    }
+    if (!keep_alive) break;
+  }
+  beast::error_code ignored;
+  conn.stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+}
+
+asio::awaitable<void> AcceptLoop(std::shared_ptr<ApiServer::Impl> self) {
+  self->serving = true;
+  ScopeExit done([&] {
+    self->serving = false;
+    self->CloseAll();
+  });
+  auto executor = co_await asio::this_coro::executor;
+  while (!self->stopped) {
+    auto [ec, socket] = co_await self->acceptor.async_accept(kUseAwaitable);
+    if (ec == asio::error::operation_aborted || self->stopped) break;
+    if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+        ec == asio::error::connection_aborted) {
+      asio::steady_timer pause(executor, std::chrono::milliseconds(50));
+      co_await pause.async_wait(kUseAwaitable);
+      continue;
+    }
+    if (ec) throw boost::system::system_error(ec, "sim-apiserver accept");
+    socket.set_option(tcp::no_delay(true), ec);
+    asio::co_spawn(executor, RunConnection(self, std::move(socket)), [](std::exception_ptr) {
+      // A connection that fails ends alone; the server goes on.
+    });
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+// ApiServer
+
+ApiServer::ApiServer(asio::io_context& ioc, ApiServerOptions options, const Clock* clock)
+    : impl_(std::make_shared<Impl>(ioc, std::move(options), clock)) {}
+
+ApiServer::~ApiServer() { Stop(); }
+
+Result<std::uint16_t> ApiServer::Listen() {
+  Impl& s = *impl_;
+  if (s.acceptor.is_open()) return s.port;
+  boost::system::error_code ec;
+  const std::string host = s.options.host == "localhost" ? "127.0.0.1" : s.options.host;
+  const auto address = asio::ip::make_address(host, ec);
+  if (ec) return Error{fmt::format("sim-apiserver: '{}' is not an IP address", s.options.host)};
+  const tcp::endpoint endpoint(address, s.options.port);
+  s.acceptor.open(endpoint.protocol(), ec);
+  if (!ec) s.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) s.acceptor.bind(endpoint, ec);
+  if (!ec) s.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    boost::system::error_code ignored;
+    s.acceptor.close(ignored);
+    return Error{fmt::format("sim-apiserver: cannot listen on {}:{}: {}", s.options.host, s.options.port, ec.message())};
+  }
+  s.port = s.acceptor.local_endpoint().port();
+  s.stopped = false;
+  return s.port;
+}
+
+asio::awaitable<void> ApiServer::Serve() { return AcceptLoop(impl_); }
+
+Result<std::uint16_t> ApiServer::Start() {
+  auto port = Listen();
+  if (!port) return port;
+  std::weak_ptr<Impl> weak = impl_;
+  asio::co_spawn(impl_->ioc, AcceptLoop(impl_), [weak](std::exception_ptr e) {
+    if (auto self = weak.lock(); self && e) self->failure = e;
+  });
+  return port;
+}
+
+void ApiServer::Stop() {
+  Impl& s = *impl_;
+  s.stopped = true;
+  boost::system::error_code ignored;
+  s.acceptor.close(ignored);
+  s.CloseAll();
+}
+
+std::exception_ptr ApiServer::failure() const { return impl_->failure; }
+std::uint16_t ApiServer::port() const { return impl_->port; }
+std::string ApiServer::url() const { return impl_->ServerUrl(); }
+Store& ApiServer::store() { return impl_->store; }
+const Store& ApiServer::store() const { return impl_->store; }
+
+std::string ApiServer::Kubeconfig() const { return sim::Kubeconfig(impl_->ServerUrl()); }
+
+Result<void> ApiServer::WriteKubeconfig(const std::string& path) const {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return Error{fmt::format("cannot write kubeconfig '{}'", path)};
+  out << Kubeconfig();
+  out.close();
+  if (!out) return Error{fmt::format("cannot write kubeconfig '{}'", path)};
+  return {};
+}
+
+void ApiServer::FailNext(FaultRule rule) {
+  if (rule.count > 0) impl_->faults.push_back(std::move(rule));
+}
+void ApiServer::ClearFaults() { impl_->faults.clear(); }
+void ApiServer::SetLatency(std::chrono::milliseconds delay, std::string path_prefix) {
+  impl_->latency = delay;
+  impl_->latency_prefix = std::move(path_prefix);
+}
+void ApiServer::DropWatches() { impl_->store.DropWatchers(); }
+void ApiServer::CompactHistory() { impl_->store.Compact(); }
+void ApiServer::ExpireNextWatches(int n) { impl_->expire_watches = std::max(0, n); }
+void ApiServer::ExpireNextLists(int n) { impl_->expire_lists = std::max(0, n); }
+void ApiServer::ExpireContinueTokens() { impl_->store.ExpireContinueTokens(); }
+void ApiServer::set_expired_watch_mode(ExpiredWatchMode mode) { impl_->options.expired_watch_mode = mode; }
+void ApiServer::SendBookmarks() { impl_->store.RequestBookmarks(); }
+std::size_t ApiServer::open_watches() const { return impl_->watches; }
+std::size_t ApiServer::open_connections() const { return impl_->connections.size(); }
+std::uint64_t ApiServer::requests_served() const { return impl_->requests; }
+
+}  // namespace hami::sim

@@ -1,0 +1,106 @@
+#pragma once
+// An in-memory Kubernetes API server over plain HTTP/1.1 (Beast): the subset the scheduler, the demo, the
+// integration tests and `kubectl` use. Objects live in a sim::Store; this layer routes URLs, negotiates content
+// types, streams watches as chunked JSON events, and injects faults on request.
+//
+// Thread rule: everything (the accept loop, one coroutine per connection, the Store, the fault controls) runs
+// on the one thread that runs the io_context given at construction. Call the methods from that thread (or
+// while the io_context is not running).
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+
+#include "core/clock.h"
+#include "core/result.h"
+#include "sim/store.h"
+
+namespace hami::sim {
+
+// How a watch from a compacted resourceVersion is refused: kube-apiserver's watch cache answers 200 and one
+// ERROR event (Status 410 Expired); other paths answer HTTP 410 before streaming. Clients must handle both.
+enum class ExpiredWatchMode { kHttpStatus, kErrorEvent };
+
+struct ApiServerOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;                              // 0: the kernel picks; see ApiServer::port()
+  std::size_t body_limit = 8 * 1024 * 1024;            // larger request bodies answer 413
+  std::chrono::milliseconds read_timeout{30000};       // to receive a whole request (idle keep-alive too)
+  std::chrono::milliseconds write_timeout{30000};      // per response write / watch chunk
+  std::chrono::milliseconds bookmark_interval{60000};  // periodic BOOKMARKs on watches that allow them
+  std::chrono::seconds default_watch_timeout{1800};    // watches without timeoutSeconds end after this
+  ExpiredWatchMode expired_watch_mode = ExpiredWatchMode::kErrorEvent;
+  StoreOptions store;
+};
+
+// Fail the next `count` requests matching method and path prefix with `status` (500 InternalError, 429
+// TooManyRequests with Retry-After, 503 ServiceUnavailable with Retry-After, or any other code).
+struct FaultRule {
+  int count = 1;
+  int status = 500;
+  std::string method;       // "" matches any ("GET", "PATCH", ...)
+  std::string path_prefix;  // "" matches any ("/api/v1/namespaces/default/pods")
+  int retry_after_seconds = 1;
+};
+
+class ApiServer {
+ public:
+  // `clock` (optional) dates creationTimestamps and continue tokens; it must outlive the server.
+  explicit ApiServer(boost::asio::io_context& ioc, ApiServerOptions options = {}, const Clock* clock = nullptr);
+  ~ApiServer();  // Stop()s; coroutines still queued on the io_context keep the shared state alive
+  ApiServer(const ApiServer&) = delete;
+  ApiServer& operator=(const ApiServer&) = delete;
+
+  // Binds and listens. Returns the bound port (useful with port 0). Errors name the address.
+  Result<std::uint16_t> Listen();
+  // Accepts connections until Stop() or cancellation, then closes every connection. Requires Listen().
+  boost::asio::awaitable<void> Serve();
+  // Listen() and co_spawn(Serve()) on the io_context; failure to bind is returned, a later failure of the
+  // accept loop is kept in failure().
+  Result<std::uint16_t> Start();
+  // Stops accepting and closes every connection (open watches end abruptly). Idempotent.
+  void Stop();
+  std::exception_ptr failure() const;
+
+  std::uint16_t port() const;
+  std::string url() const;  // http://127.0.0.1:<port>
+  Store& store();
+  const Store& store() const;
+
+  // A kubeconfig (YAML) whose current context points at this server.
+  std::string Kubeconfig() const;
+  Result<void> WriteKubeconfig(const std::string& path) const;
+
+  // ---- Fault injection (test hooks).
+
+  void FailNext(FaultRule rule);  // rules are consumed in the order given
+  void ClearFaults();
+  // Delays every response whose path starts with `path_prefix` ("" = all) by `delay`; 0 removes the delay.
+  void SetLatency(std::chrono::milliseconds delay, std::string path_prefix = "");
+  // Ends every open watch by closing its connection without the final chunk.
+  void DropWatches();
+  // Forgets the event history: watches and exact lists from any older resourceVersion answer 410.
+  void CompactHistory();
+  // The next `n` watch requests answer 410 Expired (in the configured ExpiredWatchMode), whatever their
+  // resourceVersion; the next `n` list requests likewise (HTTP 410).
+  void ExpireNextWatches(int n);
+  void ExpireNextLists(int n);
+  void ExpireContinueTokens();
+  void set_expired_watch_mode(ExpiredWatchMode mode);
+  // Every open watch that allows bookmarks sends one BOOKMARK now (besides the periodic ones).
+  void SendBookmarks();
+
+  std::size_t open_watches() const;      // watch streams being served now
+  std::size_t open_connections() const;
+  std::uint64_t requests_served() const;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace hami::sim

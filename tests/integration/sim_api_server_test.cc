@@ -1,0 +1,1405 @@
+// The in-memory API server: pure pieces (selectors, patches, Store) directly, and the HTTP surface over real
+// loopback connections with a small Beast client. Every coroutine runs with a time budget; nothing sleeps.
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "k8s/objects.h"
+#include "sim/api_server.h"
+#include "sim/cli.h"
+#include "sim/patch.h"
+#include "sim/selector.h"
+#include "sim/store.h"
+
+#ifndef HAMI_SOURCE_DIR
+#define HAMI_SOURCE_DIR "."
+#endif
+
+namespace hami::sim {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace json = boost::json;
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+
+// ---------------------------------------------------------------------------------------------------------
+// Test support
+
+// Runs `body` on `ioc` to completion; fails the test instead of hanging if it takes longer than `budget`.
+void RunCoro(asio::io_context& ioc, asio::awaitable<void> body, std::chrono::milliseconds budget = 5s) {
+  std::exception_ptr error;
+  bool done = false;
+  asio::co_spawn(ioc, std::move(body), [&](std::exception_ptr e) {
+    error = e;
+    done = true;
+    ioc.stop();
+  });
+  ioc.restart();
+  ioc.run_for(budget);
+  ASSERT_TRUE(done) << "coroutine still running after " << budget.count() << " ms";
+  if (error) std::rethrow_exception(error);
+}
+
+json::value Parse(std::string_view text) {
+  boost::system::error_code ec;
+  json::value v = json::parse(text, ec);
+  return ec ? json::value() : v;
+}
+
+// Walks a path of keys and indexes ("metadata", "name"); null if anything is missing.
+const json::value* At(const json::value& v, std::initializer_list<std::string_view> path) {
+  const json::value* cur = &v;
+  for (std::string_view key : path) {
+    if (const json::object* o = cur->if_object()) {
+      cur = o->if_contains(key);
+    } else if (const json::array* a = cur->if_array()) {
+      const std::size_t i = std::stoul(std::string(key));
+      cur = i < a->size() ? &(*a)[i] : nullptr;
+    } else {
+      cur = nullptr;
+    }
+    if (!cur) return nullptr;
+  }
+  return cur;
+}
+
+std::string Str(const json::value& v, std::initializer_list<std::string_view> path) {
+  const json::value* f = At(v, path);
+  if (!f) return "<missing>";
+  if (f->is_string()) return std::string(f->get_string());
+  return json::serialize(*f);
+}
+
+std::string Str(const ObjectPtr& o, std::initializer_list<std::string_view> path) {
+  return o ? Str(json::value(*o), path) : "<null>";
+}
+
+std::vector<std::string> Names(const json::value& list) {
+  std::vector<std::string> out;
+  if (const json::value* items = At(list, {"items"}); items && items->is_array()) {
+    for (const auto& i : items->as_array()) out.push_back(Str(i, {"metadata", "name"}));
+  }
+  return out;
+}
+
+std::string Pod(std::string_view name, std::string_view labels = "{}", std::string_view node = "") {
+  return fmt::format(R"({{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{}","labels":{}}},
+      "spec":{{"containers":[{{"name":"c","image":"busybox"}}]{}}}}})",
+                     name, labels, node.empty() ? "" : fmt::format(R"(,"nodeName":"{}")", node));
+}
+
+json::object PodObject(std::string_view name, std::string_view ns = "default", std::string_view labels = "{}") {
+  json::object o = Parse(Pod(name, labels)).as_object();
+  o["metadata"].as_object()["namespace"] = ns;
+  return o;
+}
+
+struct Response {
+  unsigned status = 0;
+  std::string body;
+  std::string content_type;
+  std::string retry_after;
+  json::value Json() const { return Parse(body); }
+};
+
+// A keep-alive HTTP/1.1 client over one loopback connection.
+class Client {
+ public:
+  explicit Client(std::uint16_t port) : port_(port) {}
+
+  asio::awaitable<Response> Send(http::verb method, std::string target, std::string body = {},
+                                 std::string content_type = "application/json",
+                                 std::string accept = "application/json") {
+    if (!stream_) co_await Connect();
+    http::request<http::string_body> req{method, target, 11};
+    req.set(http::field::host, fmt::format("127.0.0.1:{}", port_));
+    req.set(http::field::accept, accept);
+    if (!body.empty() || method == http::verb::post || method == http::verb::put || method == http::verb::patch) {
+      req.set(http::field::content_type, content_type);
+      req.body() = std::move(body);
+    }
+    req.prepare_payload();
+    stream_->expires_after(5s);
+    co_await http::async_write(*stream_, req, asio::use_awaitable);
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(64 * 1024 * 1024);
+    co_await http::async_read(*stream_, buffer_, parser, asio::use_awaitable);
+    const auto& res = parser.get();
+    Response r{res.result_int(), res.body(), std::string(res[http::field::content_type]),
+               std::string(res[http::field::retry_after])};
+    if (!res.keep_alive()) stream_.reset();
+    ++requests_;
+    co_return r;
+  }
+
+  asio::awaitable<Response> Get(std::string target, std::string accept = "application/json") {
+    return Send(http::verb::get, std::move(target), {}, "application/json", std::move(accept));
+  }
+  asio::awaitable<Response> Post(std::string target, std::string body) {
+    return Send(http::verb::post, std::move(target), std::move(body));
+  }
+  asio::awaitable<Response> Put(std::string target, std::string body) {
+    return Send(http::verb::put, std::move(target), std::move(body));
+  }
+  asio::awaitable<Response> Patch(std::string target, std::string body,
+                                  std::string type = "application/merge-patch+json") {
+    return Send(http::verb::patch, std::move(target), std::move(body), std::move(type));
+  }
+  asio::awaitable<Response> Delete(std::string target, std::string body = {}) {
+    return Send(http::verb::delete_, std::move(target), std::move(body));
+  }
+
+  int connects() const { return connects_; }
+
+ private:
+  asio::awaitable<void> Connect() {
+    stream_.emplace(co_await asio::this_coro::executor);
+    stream_->expires_after(5s);
+    co_await stream_->async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_), asio::use_awaitable);
+    ++connects_;
+  }
+
+  std::uint16_t port_;
+  std::optional<beast::tcp_stream> stream_;
+  beast::flat_buffer buffer_;
+  int connects_ = 0;
+  int requests_ = 0;
+};
+
+// A watch stream: decodes the chunked body with a streaming JSON parser fed in 7-byte pieces, so events are
+// found whatever the chunk and read boundaries; records each chunk to check the framing.
+class WatchStream {
+ public:
+  asio::awaitable<void> Open(std::uint16_t port, std::string target, std::string accept = "application/json") {
+    stream_.emplace(co_await asio::this_coro::executor);
+    stream_->expires_after(5s);
+    co_await stream_->async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), asio::use_awaitable);
+    http::request<http::empty_body> req{http::verb::get, target, 11};
+    req.set(http::field::host, "127.0.0.1");
+    req.set(http::field::accept, accept);
+    co_await http::async_write(*stream_, req, asio::use_awaitable);
+    parser_.emplace();
+    parser_->body_limit(boost::none);
+    on_header_ = [this](std::uint64_t size, std::string_view, beast::error_code&) {
+      if (size > 0) chunks_.emplace_back();
+    };
+    on_body_ = [this](std::uint64_t, std::string_view body, beast::error_code&) -> std::size_t {
+      if (!chunks_.empty()) chunks_.back() += body;
+      Feed(body);
+      return body.size();
+    };
+    parser_->on_chunk_header(on_header_);
+    parser_->on_chunk_body(on_body_);
+    co_await http::async_read_header(*stream_, buffer_, *parser_, asio::use_awaitable);
+    status_ = parser_->get().result_int();
+    chunked_ = parser_->get().chunked();
+    if (!chunked_) {
+      co_await http::async_read(*stream_, buffer_, *parser_, asio::use_awaitable);
+      body_ = parser_->get().body();
+      done_ = true;
+      clean_ = true;
+    }
+  }
+
+  // The next event; nullopt once the stream has ended (clean() tells how).
+  asio::awaitable<std::optional<json::value>> Next(std::chrono::milliseconds timeout = 3s) {
+    while (events_.empty() && !done_) {
+      stream_->expires_after(timeout);
+      auto [ec, n] = co_await http::async_read_some(*stream_, buffer_, *parser_, asio::as_tuple(asio::use_awaitable));
+      if (ec) {
+        done_ = true;
+        error_ = ec;
+        break;
+      }
+      if (parser_->is_done()) {
+        done_ = true;
+        clean_ = true;
+      }
+    }
+    if (events_.empty()) co_return std::nullopt;
+    json::value e = std::move(events_.front());
+    events_.pop_front();
+    co_return e;
+  }
+
+  // After a clean end: another request on the same connection (keep-alive).
+  asio::awaitable<unsigned> Reuse(std::string target) {
+    http::request<http::empty_body> req{http::verb::get, target, 11};
+    req.set(http::field::host, "127.0.0.1");
+    stream_->expires_after(5s);
+    co_await http::async_write(*stream_, req, asio::use_awaitable);
+    http::response<http::string_body> res;
+    co_await http::async_read(*stream_, buffer_, res, asio::use_awaitable);
+    co_return res.result_int();
+  }
+
+  unsigned status() const { return status_; }
+  bool chunked() const { return chunked_; }
+  bool clean() const { return clean_; }
+  bool done() const { return done_; }
+  beast::error_code error() const { return error_; }
+  const std::string& body() const { return body_; }
+  const std::vector<std::string>& chunks() const { return chunks_; }
+  bool parse_error() const { return parse_error_; }
+
+ private:
+  void Feed(std::string_view data) {
+    while (!data.empty() && !parse_error_) {
+      std::string_view piece = data.substr(0, 7);
+      data.remove_prefix(piece.size());
+      while (!piece.empty()) {
+        boost::system::error_code ec;
+        const std::size_t used = json_.write_some(piece.data(), piece.size(), ec);
+        if (ec) {
+          parse_error_ = true;
+          return;
+        }
+        piece.remove_prefix(used);
+        if (json_.done()) {
+          events_.push_back(json_.release());
+          json_.reset();
+        }
+      }
+    }
+  }
+
+  std::optional<beast::tcp_stream> stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::response_parser<http::string_body>> parser_;
+  std::function<void(std::uint64_t, std::string_view, beast::error_code&)> on_header_;
+  std::function<std::size_t(std::uint64_t, std::string_view, beast::error_code&)> on_body_;
+  json::stream_parser json_;
+  std::deque<json::value> events_;
+  std::vector<std::string> chunks_;
+  std::string body_;
+  unsigned status_ = 0;
+  bool chunked_ = false;
+  bool done_ = false;
+  bool clean_ = false;
+  bool parse_error_ = false;
+  beast::error_code error_;
+};
+
+const TimePoint kT0 = std::chrono::sys_days(std::chrono::year(2026) / 11 / 29) + 12h;
+
+class SimApiServer : public ::testing::Test {
+ protected:
+  void SetUp() override { Restart({}); }
+  void TearDown() override {
+    if (server_) server_->Stop();
+    if (!HasFailure()) Drain();
+  }
+  void Restart(ApiServerOptions options) {
+    if (server_) {
+      server_->Stop();
+      Drain();
+    }
+    server_ = std::make_unique<ApiServer>(ioc_, std::move(options), &clock_);
+    auto port = server_->Start();
+    ASSERT_TRUE(port) << port.error().message;
+    port_ = *port;
+  }
+  void Drain() {
+    ioc_.restart();
+    ioc_.run_for(500ms);
+  }
+  void Run(asio::awaitable<void> body, std::chrono::milliseconds budget = 5s) {
+    RunCoro(ioc_, std::move(body), budget);
+  }
+  Store& store() { return server_->store(); }
+  std::string Rv() const { return std::to_string(server_->store().resource_version()); }
+
+  FixedClock clock_{kT0};
+  asio::io_context ioc_;
+  std::unique_ptr<ApiServer> server_;
+  std::uint16_t port_ = 0;
+};
+
+#define CO_ASSERT_TRUE(cond)                          \
+  do {                                                \
+    if (!(cond)) {                                    \
+      ADD_FAILURE() << "assertion failed: " #cond;    \
+      co_return;                                      \
+    }                                                 \
+  } while (false)
+
+// ---------------------------------------------------------------------------------------------------------
+// Pure pieces
+
+TEST(LabelSelector, ParsesAndMatchesEveryOperator) {
+  const json::object labels{{"app", "web"}, {"tier", "gpu"}, {"rank", "5"}};
+  auto m = [&](std::string_view sel) {
+    auto s = LabelSelector::Parse(sel);
+    EXPECT_TRUE(s) << sel << ": " << (s ? "" : s.error().message);
+    return s && s->Matches(&labels);
+  };
+  EXPECT_TRUE(m(""));
+  EXPECT_TRUE(m("app=web"));
+  EXPECT_TRUE(m("app==web,tier=gpu"));
+  EXPECT_FALSE(m("app=db"));
+  EXPECT_TRUE(m("app!=db"));
+  EXPECT_TRUE(m("missing!=x"));
+  EXPECT_TRUE(m("app in (db, web)"));
+  EXPECT_FALSE(m("app notin (db,web)"));
+  EXPECT_TRUE(m("tier notin (cpu)"));
+  EXPECT_TRUE(m("app"));
+  EXPECT_FALSE(m("!app"));
+  EXPECT_TRUE(m("!missing"));
+  EXPECT_TRUE(m("rank>4,rank<6"));
+  EXPECT_FALSE(m("rank>5"));
+  EXPECT_FALSE(LabelSelector::Parse("app in web"));
+  EXPECT_FALSE(LabelSelector::Parse("app=a=b"));
+  EXPECT_FALSE(LabelSelector::Parse("a in (x"));
+  EXPECT_FALSE(LabelSelector::Parse(",a"));
+}
+
+TEST(FieldSelector, ReadsDottedPathsAndEscapes) {
+  const json::object pod = Parse(R"({"metadata":{"name":"p,1","namespace":"ns"},"spec":{"nodeName":"n1"},
+                                     "status":{"phase":"Running"}})")
+                               .as_object();
+  auto m = [&](std::string_view sel) {
+    auto s = FieldSelector::Parse(sel);
+    EXPECT_TRUE(s) << sel;
+    return s && s->Matches(pod);
+  };
+  EXPECT_TRUE(m("metadata.name=p\\,1"));
+  EXPECT_TRUE(m("metadata.namespace==ns,spec.nodeName=n1"));
+  EXPECT_TRUE(m("status.phase!=Pending"));
+  EXPECT_FALSE(m("spec.nodeName="));
+  EXPECT_TRUE(m("spec.schedulerName="));  // missing reads as ""
+  EXPECT_FALSE(FieldSelector::Parse("spec.nodeName"));
+}
+
+TEST(JsonPointer, EscapesRoundTrip) {
+  auto p = ParseJsonPointer("/metadata/annotations/hami.io~1mutex.lock/~0x");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(*p, (std::vector<std::string>{"metadata", "annotations", "hami.io/mutex.lock", "~x"}));
+  EXPECT_EQ(EscapeJsonPointerToken("a/b~c"), "a~1b~0c");
+  EXPECT_FALSE(ParseJsonPointer("no-slash"));
+  EXPECT_FALSE(ParseJsonPointer("/bad~2"));
+}
+
+TEST(MergePatch, FollowsRfc7386) {
+  // The RFC's own example.
+  const json::value target = Parse(R"({"title":"Goodbye!","author":{"givenName":"John","familyName":"Doe"},
+                                       "tags":["example","sample"],"content":"This will be unchanged"})");
+  const json::value patch = Parse(R"({"title":"Hello!","phoneNumber":"+01-123-456-7890",
+                                      "author":{"familyName":null},"tags":["example"]})");
+  EXPECT_TRUE(JsonEqual(ApplyMergePatch(target, patch),
+                        Parse(R"({"title":"Hello!","author":{"givenName":"John"},"tags":["example"],
+                                  "content":"This will be unchanged","phoneNumber":"+01-123-456-7890"})")));
+  EXPECT_TRUE(JsonEqual(ApplyMergePatch(Parse(R"({"a":"b"})"), Parse(R"(["c"])")), Parse(R"(["c"])")));
+}
+
+TEST(JsonPatch, AppliesRfc6902OperationsAtomically) {
+  json::value doc = Parse(R"({"metadata":{"annotations":{"hami.io/lock":"x"}},"list":[1,2,3]})");
+  auto ok = ApplyJsonPatch(doc, Parse(R"([
+      {"op":"test","path":"/metadata/annotations/hami.io~1lock","value":"x"},
+      {"op":"replace","path":"/metadata/annotations/hami.io~1lock","value":"y"},
+      {"op":"add","path":"/list/1","value":9},
+      {"op":"add","path":"/list/-","value":4},
+      {"op":"remove","path":"/list/0"},
+      {"op":"copy","from":"/list","path":"/copy"},
+      {"op":"move","from":"/copy","path":"/moved"},
+      {"op":"test","path":"/moved/0","value":9.0}])"));
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_TRUE(JsonEqual(doc, Parse(R"({"metadata":{"annotations":{"hami.io/lock":"y"}},"list":[9,2,3,4],
+                                       "moved":[9,2,3,4]})")));
+  const json::value before = doc;
+  auto failed = ApplyJsonPatch(doc, Parse(R"([{"op":"remove","path":"/list/0"},
+                                             {"op":"test","path":"/metadata/annotations/hami.io~1lock","value":"x"}])"));
+  EXPECT_FALSE(failed);
+  EXPECT_TRUE(JsonEqual(doc, before)) << "a failed patch must change nothing";
+  EXPECT_FALSE(ValidateJsonPatch(Parse(R"([{"op":"frobnicate","path":"/a"}])")));
+  EXPECT_FALSE(ValidateJsonPatch(Parse(R"({"op":"add"})")));
+  EXPECT_FALSE(ApplyJsonPatch(doc, Parse(R"([{"op":"replace","path":"/nope","value":1}])")));
+}
+
+TEST(StrategicMergePatch, MergesListsByKeyAndHonoursDirectives) {
+  const json::value pod = Parse(R"({
+    "metadata":{"labels":{"a":"1","b":"2"},"finalizers":["x"]},
+    "spec":{"containers":[{"name":"c1","image":"i1","env":[{"name":"E","value":"1"}]},{"name":"c2","image":"i2"}],
+            "tolerations":[{"key":"k1"}],
+            "volumes":[{"name":"v","emptyDir":{},"hostPath":null}]},
+    "status":{"conditions":[{"type":"Ready","status":"False"},{"type":"PodScheduled","status":"True"}]}})");
+  auto r = ApplyStrategicMergePatch(pod, Parse(R"({
+    "metadata":{"labels":{"b":null,"c":"3"},"finalizers":["y"]},
+    "spec":{"$setElementOrder/containers":[{"name":"c2"},{"name":"c1"}],
+            "containers":[{"name":"c1","image":"i1b","env":[{"name":"F","value":"2"}]},{"name":"c2","$patch":"delete"}],
+            "tolerations":[{"key":"k2"}],
+            "volumes":[{"name":"v","$retainKeys":["name","configMap"],"configMap":{"name":"cm"}}]},
+    "status":{"conditions":[{"type":"Ready","status":"True"}]}})"));
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(Str(*r, {"metadata", "labels"}), R"({"a":"1","c":"3"})");
+  EXPECT_EQ(Str(*r, {"metadata", "finalizers"}), R"(["x","y"])");
+  EXPECT_EQ(Str(*r, {"spec", "containers"}),
+            R"([{"name":"c1","image":"i1b","env":[{"name":"E","value":"1"},{"name":"F","value":"2"}]}])");
+  EXPECT_EQ(Str(*r, {"spec", "tolerations"}), R"([{"key":"k2"}])") << "lists without a strategy are replaced";
+  EXPECT_EQ(Str(*r, {"spec", "volumes"}), R"([{"name":"v","configMap":{"name":"cm"}}])");
+  EXPECT_EQ(Str(*r, {"status", "conditions"}),
+            R"([{"type":"Ready","status":"True"},{"type":"PodScheduled","status":"True"}])");
+
+  auto ordered = ApplyStrategicMergePatch(pod, Parse(R"({"spec":{"$setElementOrder/containers":[{"name":"c2"},{"name":"c1"}]}})"));
+  ASSERT_TRUE(ordered);
+  EXPECT_EQ(Str(*ordered, {"spec", "containers", "0", "name"}), "c2");
+  auto replaced = ApplyStrategicMergePatch(pod, Parse(R"({"spec":{"$patch":"replace","containers":[]}})"));
+  ASSERT_TRUE(replaced);
+  EXPECT_EQ(Str(*replaced, {"spec"}), R"({"containers":[]})");
+  auto deleted = ApplyStrategicMergePatch(pod, Parse(R"({"metadata":{"$deleteFromPrimitiveList/finalizers":["x"]}})"));
+  ASSERT_TRUE(deleted);
+  EXPECT_EQ(Str(*deleted, {"metadata", "finalizers"}), "[]");
+  EXPECT_FALSE(ApplyStrategicMergePatch(pod, Parse(R"({"spec":{"$patch":"explode"}})")));
+}
+
+TEST(Store, AssignsServerMetadataAndVersions) {
+  FixedClock clock(kT0);
+  Store store({}, &clock);
+  const std::uint64_t rv0 = store.resource_version();
+  auto pod = store.Create(json::value(PodObject("p1", "team-b")));
+  ASSERT_TRUE(pod) << pod.error().message;
+  EXPECT_EQ(Str(*pod, {"metadata", "creationTimestamp"}), "2026-11-29T12:00:00Z");
+  EXPECT_EQ(Str(*pod, {"metadata", "generation"}), "1");
+  EXPECT_EQ(Str(*pod, {"metadata", "uid"}).size(), 36u);
+  EXPECT_EQ(Str(*pod, {"spec", "schedulerName"}), "default-scheduler");
+  EXPECT_EQ(Str(*pod, {"status", "phase"}), "Pending");
+  EXPECT_NE(store.Find("namespaces", "", "team-b"), nullptr) << "namespaces are created on demand";
+  EXPECT_EQ(store.resource_version(), rv0 + 2);
+  EXPECT_EQ(Str(*pod, {"metadata", "resourceVersion"}), std::to_string(rv0 + 2));
+  // A no-op update keeps the version; a spec change bumps generation; a label change does not.
+  const ResourceType& pods = *FindResource("", "v1", "pods");
+  auto same = store.Update(pods, "team-b", "p1", **pod);
+  ASSERT_TRUE(same);
+  EXPECT_EQ(*same, *pod);
+  auto relabeled = store.Patch(pods, "team-b", "p1", PatchType::kMerge, Parse(R"({"metadata":{"labels":{"x":"y"}}})"));
+  ASSERT_TRUE(relabeled);
+  EXPECT_EQ(Str(*relabeled, {"metadata", "generation"}), "1");
+  auto respecced = store.Patch(pods, "team-b", "p1", PatchType::kMerge, Parse(R"({"spec":{"priority":5}})"));
+  ASSERT_TRUE(respecced);
+  EXPECT_EQ(Str(*respecced, {"metadata", "generation"}), "2");
+  // Invalid names and label values are 422.
+  auto bad = store.Create(json::value(PodObject("Bad_Name")));
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, 422);
+  auto long_label = store.Create(
+      json::value(PodObject("p2", "default", fmt::format(R"({{"hami.io/vgpu-node":"{}"}})", std::string(64, 'n')))));
+  ASSERT_FALSE(long_label);
+  EXPECT_EQ(long_label.error().reason, "Invalid");
+}
+
+TEST(Store, ExactListReconstructsAnOlderVersion) {
+  Store store;
+  const ResourceType& pods = *FindResource("", "v1", "pods");
+  ASSERT_TRUE(store.Create(json::value(PodObject("a"))));
+  ASSERT_TRUE(store.Create(json::value(PodObject("b"))));
+  const std::string rv = std::to_string(store.resource_version());
+  ASSERT_TRUE(store.Delete(pods, "default", "a"));
+  ASSERT_TRUE(store.Patch(pods, "default", "b", PatchType::kMerge, Parse(R"({"metadata":{"labels":{"v":"2"}}})")));
+  ASSERT_TRUE(store.Create(json::value(PodObject("c"))));
+  ListOptions exact;
+  exact.resource_version = rv;
+  exact.resource_version_match = "Exact";
+  auto old = store.List(pods, "", exact);
+  ASSERT_TRUE(old) << old.error().message;
+  ASSERT_EQ(old->items.size(), 2u);
+  EXPECT_EQ(Str(old->items[0], {"metadata", "name"}), "a");
+  EXPECT_EQ(Str(old->items[1], {"metadata", "labels"}), "{}");
+  EXPECT_EQ(std::to_string(old->resource_version), rv);
+  store.Compact();
+  auto gone = store.List(pods, "", exact);
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().code, 410);
+  ListOptions future;
+  future.resource_version = std::to_string(store.resource_version() + 10);
+  auto too_new = store.List(pods, "", future);
+  ASSERT_FALSE(too_new);
+  EXPECT_EQ(too_new.error().code, 504);
+}
+
+TEST(Store, HistoryWindowExpiresOldVersions) {
+  StoreOptions options;
+  options.history_limit = 3;
+  Store store(options);
+  const ResourceType& pods = *FindResource("", "v1", "pods");
+  const std::string start = std::to_string(store.resource_version());
+  WatchOptions from_start;
+  from_start.resource_version = start;
+  ASSERT_TRUE(store.Watch(pods, "", from_start));
+  for (const char* n : {"a", "b", "c", "d"}) ASSERT_TRUE(store.Create(json::value(PodObject(n))));
+  auto expired = store.Watch(pods, "", from_start);
+  ASSERT_FALSE(expired);
+  EXPECT_EQ(expired.error().code, 410);
+  EXPECT_EQ(expired.error().reason, "Expired");
+  WatchOptions recent;
+  recent.resource_version = std::to_string(store.oldest_resource_version());
+  auto ok = store.Watch(pods, "", recent);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ((*ok)->queued(), 3u);
+}
+
+TEST(Store, LoadsTheSimulateClusterFile) {
+  auto text = k8s::ReadInput(std::string(HAMI_SOURCE_DIR) + "/examples/cluster.yaml");
+  ASSERT_TRUE(text) << text.error().message;
+  auto docs = k8s::ParseDocuments(*text, "cluster.yaml");
+  ASSERT_TRUE(docs) << docs.error().message;
+  Store store;
+  std::vector<std::string> skipped;
+  auto loaded = store.Load(*docs, &skipped);
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(store.Objects("nodes").size(), 5u);
+  EXPECT_GE(store.Objects("pods").size(), 2u);
+  EXPECT_EQ(store.Objects("resourcequotas").size(), 1u);
+  EXPECT_EQ(*loaded, store.Objects("nodes").size() + store.Objects("pods").size() +
+                         store.Objects("resourcequotas").size());
+}
+
+TEST(ApiServerCommand, HelpAndBadFlags) {
+  std::ostringstream out;
+  std::ostringstream err;
+  EXPECT_EQ(RunApiServerCommand({"--help"}, out, err), 0);
+  EXPECT_NE(out.str().find("--kubeconfig-out"), std::string::npos);
+  EXPECT_EQ(RunApiServerCommand({"--bogus"}, out, err), 2);
+  EXPECT_NE(err.str().find("unknown flag '--bogus'"), std::string::npos);
+  EXPECT_EQ(RunApiServerCommand({"--listen", "127.0.0.1:99999"}, out, err), 2);
+  EXPECT_EQ(RunApiServerCommand({"--cluster", "/nonexistent.yaml"}, out, err), 2);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// HTTP: discovery
+
+TEST_F(SimApiServer, ServesTheDiscoveryDocumentsKubectlReads) {
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    auto api = co_await c.Get("/api");
+    EXPECT_EQ(api.status, 200u);
+    EXPECT_EQ(Str(api.Json(), {"kind"}), "APIVersions");
+    EXPECT_EQ(Str(api.Json(), {"versions", "0"}), "v1");
+    auto v1 = co_await c.Get("/api/v1");
+    EXPECT_EQ(v1.content_type, "application/json");
+    std::set<std::string> names;
+    const json::value v1_doc = v1.Json();
+    for (const auto& r : At(v1_doc, {"resources"})->as_array()) names.insert(Str(r, {"name"}));
+    for (const char* want : {"pods", "pods/status", "pods/binding", "nodes", "nodes/status", "events",
+                             "resourcequotas", "namespaces", "bindings"}) {
+      EXPECT_TRUE(names.count(want)) << want;
+    }
+    auto apis = co_await c.Get("/apis");
+    EXPECT_EQ(Str(apis.Json(), {"groups", "0", "name"}), "coordination.k8s.io");
+    auto group = co_await c.Get("/apis/coordination.k8s.io");
+    EXPECT_EQ(Str(group.Json(), {"preferredVersion", "groupVersion"}), "coordination.k8s.io/v1");
+    auto leases = co_await c.Get("/apis/coordination.k8s.io/v1");
+    EXPECT_EQ(Str(leases.Json(), {"resources", "0", "name"}), "leases");
+    auto version = co_await c.Get("/version");
+    EXPECT_EQ(Str(version.Json(), {"minor"}), "32");
+    auto oapi = co_await c.Get("/openapi/v3");
+    EXPECT_EQ(Str(oapi.Json(), {"paths", "api/v1", "serverRelativeURL"}), "/openapi/v3/api/v1?hash=hami-sim-1");
+    auto oapi_v1 = co_await c.Get("/openapi/v3/api/v1?hash=hami-sim-1");
+    EXPECT_EQ(Str(oapi_v1.Json(), {"paths", "/api/v1/namespaces/{namespace}/pods/{name}", "patch",
+                                   "x-kubernetes-group-version-kind", "kind"}),
+              "Pod");
+    EXPECT_EQ((co_await c.Get("/openapi/v2")).status, 404u);
+    auto missing = co_await c.Get("/apis/apps/v1");
+    EXPECT_EQ(missing.status, 404u);
+    EXPECT_EQ(Str(missing.Json(), {"kind"}), "Status");
+    EXPECT_EQ(Str(missing.Json(), {"reason"}), "NotFound");
+    EXPECT_EQ((co_await c.Get("/healthz")).body, "ok");
+    EXPECT_EQ(c.connects(), 1) << "every request above went over one keep-alive connection";
+  }());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// HTTP: CRUD
+
+TEST_F(SimApiServer, CreateGetUpdateDelete) {
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    auto created = co_await c.Post("/api/v1/namespaces/team-a/pods", Pod("p1", R"({"app":"web"})"));
+    EXPECT_EQ(created.status, 201u);
+    const json::value pod = created.Json();
+    EXPECT_EQ(Str(pod, {"metadata", "namespace"}), "team-a") << "namespace defaults from the URL";
+    EXPECT_EQ(Str(pod, {"metadata", "uid"}).size(), 36u);
+    EXPECT_EQ(Str(pod, {"metadata", "creationTimestamp"}), "2026-11-29T12:00:00Z");
+    EXPECT_EQ(Str(pod, {"metadata", "generation"}), "1");
+    const std::string rv1 = Str(pod, {"metadata", "resourceVersion"});
+    EXPECT_EQ(rv1, Rv());
+
+    auto dup = co_await c.Post("/api/v1/namespaces/team-a/pods", Pod("p1"));
+    EXPECT_EQ(dup.status, 409u);
+    EXPECT_EQ(Str(dup.Json(), {"reason"}), "AlreadyExists");
+    EXPECT_EQ(Str(dup.Json(), {"message"}), R"(pods "p1" already exists)");
+    EXPECT_EQ(Str(dup.Json(), {"details", "name"}), "p1");
+
+    auto generated = co_await c.Post("/api/v1/namespaces/team-a/pods",
+                                     R"({"metadata":{"generateName":"worker-"},"spec":{"containers":[]}})");
+    EXPECT_EQ(generated.status, 201u);
+    EXPECT_TRUE(Str(generated.Json(), {"metadata", "name"}).starts_with("worker-"));
+    EXPECT_EQ(Str(generated.Json(), {"metadata", "name"}).size(), 12u);
+
+    auto wrong_ns = co_await c.Post("/api/v1/namespaces/team-a/pods",
+                                    R"({"metadata":{"name":"x","namespace":"other"}})");
+    EXPECT_EQ(wrong_ns.status, 400u);
+    EXPECT_EQ(Str(wrong_ns.Json(), {"reason"}), "BadRequest");
+
+    auto got = co_await c.Get("/api/v1/namespaces/team-a/pods/p1");
+    EXPECT_EQ(got.status, 200u);
+    EXPECT_EQ(Str(got.Json(), {"metadata", "labels", "app"}), "web");
+    auto missing = co_await c.Get("/api/v1/namespaces/team-a/pods/nope");
+    EXPECT_EQ(missing.status, 404u);
+    EXPECT_EQ(Str(missing.Json(), {"message"}), R"(pods "nope" not found)");
+    EXPECT_EQ(Str(missing.Json(), {"details", "kind"}), "pods");
+
+    // PUT: a stale resourceVersion is a Conflict; the current one succeeds and bumps the version.
+    json::value update = got.Json();
+    update.as_object()["spec"].as_object()["priority"] = 7;
+    update.as_object()["metadata"].as_object()["resourceVersion"] = "1";
+    auto stale = co_await c.Put("/api/v1/namespaces/team-a/pods/p1", json::serialize(update));
+    EXPECT_EQ(stale.status, 409u);
+    EXPECT_EQ(Str(stale.Json(), {"reason"}), "Conflict");
+    EXPECT_NE(Str(stale.Json(), {"message"}).find("the object has been modified"), std::string::npos);
+    update.as_object()["metadata"].as_object()["resourceVersion"] = rv1;
+    auto updated = co_await c.Put("/api/v1/namespaces/team-a/pods/p1", json::serialize(update));
+    EXPECT_EQ(updated.status, 200u);
+    EXPECT_EQ(Str(updated.Json(), {"spec", "priority"}), "7");
+    EXPECT_EQ(Str(updated.Json(), {"metadata", "generation"}), "2");
+    EXPECT_NE(Str(updated.Json(), {"metadata", "resourceVersion"}), rv1);
+    EXPECT_EQ(Str(updated.Json(), {"metadata", "uid"}), Str(pod, {"metadata", "uid"}));
+    auto renamed = co_await c.Put("/api/v1/namespaces/team-a/pods/p1", Pod("other"));
+    EXPECT_EQ(renamed.status, 400u);
+
+    // DELETE with a failing precondition, then for real.
+    auto guarded = co_await c.Delete("/api/v1/namespaces/team-a/pods/p1",
+                                     R"({"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"nope"}})");
+    EXPECT_EQ(guarded.status, 409u);
+    auto deleted = co_await c.Delete("/api/v1/namespaces/team-a/pods/p1?gracePeriodSeconds=30");
+    EXPECT_EQ(deleted.status, 200u);
+    EXPECT_EQ(Str(deleted.Json(), {"kind"}), "Status");
+    EXPECT_EQ(Str(deleted.Json(), {"status"}), "Success");
+    EXPECT_EQ(Str(deleted.Json(), {"details", "uid"}), Str(pod, {"metadata", "uid"}));
+    EXPECT_EQ((co_await c.Get("/api/v1/namespaces/team-a/pods/p1")).status, 404u);
+    EXPECT_EQ((co_await c.Delete("/api/v1/namespaces/team-a/pods/p1")).status, 404u);
+  }());
+}
+
+TEST_F(SimApiServer, ClusterScopedAndGroupedKindsUseTheirPaths) {
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    auto node = co_await c.Post("/api/v1/nodes", R"({"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"}})");
+    EXPECT_EQ(node.status, 201u);
+    EXPECT_EQ(At(node.Json(), {"metadata", "namespace"}), nullptr);
+    EXPECT_EQ((co_await c.Get("/api/v1/nodes/n1")).status, 200u);
+    EXPECT_EQ((co_await c.Get("/api/v1/namespaces/default/nodes/n1")).status, 404u);
+    EXPECT_EQ((co_await c.Get("/api/v1/pods/p1")).status, 404u) << "namespaced kinds need a namespace";
+    auto wrong_kind = co_await c.Post("/api/v1/nodes", R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"x"}})");
+    EXPECT_EQ(wrong_kind.status, 400u);
+
+    auto lease = co_await c.Post("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases", R"({
+        "apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"hami-scheduler"},
+        "spec":{"holderIdentity":"a_1","leaseDurationSeconds":15,"renewTime":"2026-11-29T12:00:00.000000Z"}})");
+    EXPECT_EQ(lease.status, 201u);
+    json::value renew = lease.Json();
+    renew.as_object()["spec"].as_object()["holderIdentity"] = "b_2";
+    auto put = co_await c.Put("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/hami-scheduler",
+                              json::serialize(renew));
+    EXPECT_EQ(put.status, 200u);
+    auto again = co_await c.Put("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/hami-scheduler",
+                                json::serialize(renew));
+    EXPECT_EQ(again.status, 409u) << "a PUT of the same old lease object loses the race";
+    auto missing_lease = co_await c.Get("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/nope");
+    EXPECT_EQ(Str(missing_lease.Json(), {"message"}), R"(leases.coordination.k8s.io "nope" not found)");
+
+    auto event = co_await c.Post("/api/v1/namespaces/default/events", R"({
+        "metadata":{"name":"p.18a2b3c4d5e6f708"},"involvedObject":{"kind":"Pod","namespace":"default","name":"p"},
+        "reason":"BindingSucceed","message":"bound","type":"Normal","count":1,
+        "source":{"component":"hami-scheduler"},"firstTimestamp":"2026-11-29T12:00:00Z",
+        "lastTimestamp":"2026-11-29T12:00:00Z"})");
+    EXPECT_EQ(event.status, 201u);
+    auto events = co_await c.Get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dp");
+    EXPECT_EQ(Names(events.Json()), std::vector<std::string>{"p.18a2b3c4d5e6f708"});
+
+    auto quota = co_await c.Post("/api/v1/namespaces/team-a/resourcequotas", R"({
+        "metadata":{"name":"gpu"},"spec":{"hard":{"limits.nvidia.com/gpumem":"20000"}}})");
+    EXPECT_EQ(quota.status, 201u);
+    auto quota_status = co_await c.Patch("/api/v1/namespaces/team-a/resourcequotas/gpu/status",
+                                         R"({"status":{"used":{"limits.nvidia.com/gpumem":"1000"}}})");
+    EXPECT_EQ(Str(quota_status.Json(), {"status", "used", "limits.nvidia.com/gpumem"}), "1000");
+
+    EXPECT_EQ((co_await c.Delete("/api/v1/namespaces/default")).status, 403u);
+    auto ns_list = co_await c.Get("/api/v1/namespaces");
+    EXPECT_EQ(Names(ns_list.Json()),
+              (std::vector<std::string>{"default", "kube-node-lease", "kube-public", "kube-system", "team-a"}));
+    EXPECT_EQ((co_await c.Delete("/api/v1/namespaces/team-a")).status, 200u);
+    EXPECT_EQ((co_await c.Get("/api/v1/namespaces/team-a/resourcequotas/gpu")).status, 404u)
+        << "deleting a namespace deletes its objects";
+    EXPECT_EQ(Names((co_await c.Get("/api/v1/namespaces")).Json()).size(), 4u);
+  }());
+}
+
+TEST_F(SimApiServer, AnswersProtocolErrorsWithStatusBodies) {
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    auto bad_json = co_await c.Post("/api/v1/namespaces/default/pods", "{not json");
+    EXPECT_EQ(bad_json.status, 400u);
+    auto no_name = co_await c.Post("/api/v1/namespaces/default/pods", "{}");
+    EXPECT_EQ(no_name.status, 422u);
+    EXPECT_EQ(Str(no_name.Json(), {"reason"}), "Invalid");
+    auto method = co_await c.Send(http::verb::put, "/api/v1/namespaces/default/pods", "{}");
+    EXPECT_EQ(method.status, 405u);
+    EXPECT_EQ(Str(method.Json(), {"reason"}), "MethodNotAllowed");
+    auto protobuf = co_await c.Send(http::verb::post, "/api/v1/namespaces/default/pods", "\x6b\x38\x73",
+                                    "application/vnd.kubernetes.protobuf");
+    EXPECT_EQ(protobuf.status, 415u);
+    EXPECT_EQ(Str(protobuf.Json(), {"reason"}), "UnsupportedMediaType");
+    auto yaml = co_await c.Send(http::verb::post, "/api/v1/namespaces/default/pods",
+                                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: from-yaml\n", "application/yaml");
+    EXPECT_EQ(yaml.status, 201u);
+    auto future = co_await c.Get("/api/v1/pods?resourceVersion=999999");
+    EXPECT_EQ(future.status, 504u);
+    EXPECT_EQ(future.retry_after, "1");
+    auto bad_selector = co_await c.Get("/api/v1/pods?labelSelector=a%20in%20b");
+    EXPECT_EQ(bad_selector.status, 400u);
+  }());
+}
+
+TEST_F(SimApiServer, RejectsBodiesOverTheLimit) {
+  ApiServerOptions options;
+  options.body_limit = 1024;
+  Restart(options);
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    auto big = co_await c.Post("/api/v1/namespaces/default/pods", std::string(4096, ' '));
+    EXPECT_EQ(big.status, 413u);
+  }());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// HTTP: lists
+
+TEST_F(SimApiServer, ListsWithLabelAndFieldSelectors) {
+  ASSERT_TRUE(store().Create(json::value(PodObject("a", "default", R"({"app":"web","tier":"gpu"})"))));
+  ASSERT_TRUE(store().Create(json::value(PodObject("b", "default", R"({"app":"db"})"))));
+  ASSERT_TRUE(store().Create(json::value(PodObject("c", "other", R"({"app":"web"})"))));
+  const ResourceType& pods = *FindResource("", "v1", "pods");
+  ASSERT_TRUE(store().Bind("default", "a", Parse(R"({"target":{"name":"n1"}})").as_object()));
+  ASSERT_TRUE(store().Patch(pods, "default", "a", PatchType::kMerge, Parse(R"({"status":{"phase":"Running"}})"),
+                            Subresource::kStatus));
+  ASSERT_TRUE(store().Patch(pods, "other", "c", PatchType::kMerge, Parse(R"({"spec":{"schedulerName":"hami-scheduler"}})")));
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    using V = std::vector<std::string>;
+    const std::vector<std::pair<std::string, V>> cases = {
+        {"/api/v1/pods", {"a", "b", "c"}},
+        {"/api/v1/namespaces/default/pods", {"a", "b"}},
+        {"/api/v1/pods?labelSelector=app%3Dweb", {"a", "c"}},
+        {"/api/v1/pods?labelSelector=app!%3Dweb", {"b"}},
+        {"/api/v1/pods?labelSelector=app+in+(db,cache)", {"b"}},
+        {"/api/v1/pods?labelSelector=app%20notin%20(db)", {"a", "c"}},
+        {"/api/v1/pods?labelSelector=tier", {"a"}},
+        {"/api/v1/pods?labelSelector=!tier", {"b", "c"}},
+        {"/api/v1/pods?fieldSelector=metadata.name%3Db", {"b"}},
+        {"/api/v1/pods?fieldSelector=metadata.namespace%3Dother", {"c"}},
+        {"/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", {"a"}},
+        {"/api/v1/pods?fieldSelector=spec.nodeName%3D", {"b", "c"}},
+        {"/api/v1/pods?fieldSelector=spec.schedulerName%3Dhami-scheduler", {"c"}},
+        {"/api/v1/pods?fieldSelector=status.phase!%3DPending", {"a"}},
+        {"/api/v1/pods?labelSelector=app%3Dweb&fieldSelector=status.phase%3DPending", {"c"}},
+    };
+    for (const auto& [target, want] : cases) {
+      auto r = co_await c.Get(target);
+      EXPECT_EQ(r.status, 200u) << target << ": " << r.body;
+      EXPECT_EQ(Names(r.Json()), want) << target;
+    }
+    auto list = co_await c.Get("/api/v1/pods");
+    EXPECT_EQ(Str(list.Json(), {"kind"}), "PodList");
+    EXPECT_EQ(Str(list.Json(), {"metadata", "resourceVersion"}), Rv());
+  }());
+}
+
+TEST_F(SimApiServer, PagesWithContinueTokensThatExpire) {
+  for (const char* n : {"p1", "p2", "p3", "p4", "p5"}) ASSERT_TRUE(store().Create(json::value(PodObject(n))));
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    auto first = co_await c.Get("/api/v1/namespaces/default/pods?limit=2");
+    EXPECT_EQ(Names(first.Json()), (std::vector<std::string>{"p1", "p2"}));
+    const std::string rv = Str(first.Json(), {"metadata", "resourceVersion"});
+    const std::string token = Str(first.Json(), {"metadata", "continue"});
+    EXPECT_EQ(Str(first.Json(), {"metadata", "remainingItemCount"}), "3");
+    // Changes between pages do not show: every page is of the first page's version.
+    EXPECT_EQ((co_await c.Post("/api/v1/namespaces/default/pods", Pod("p0"))).status, 201u);
+    EXPECT_EQ((co_await c.Delete("/api/v1/namespaces/default/pods/p4")).status, 200u);
+    auto second = co_await c.Get("/api/v1/namespaces/default/pods?limit=2&continue=" + token);
+    EXPECT_EQ(Names(second.Json()), (std::vector<std::string>{"p3", "p4"}));
+    EXPECT_EQ(Str(second.Json(), {"metadata", "resourceVersion"}), rv);
+    const std::string second_token = Str(second.Json(), {"metadata", "continue"});
+    auto last = co_await c.Get("/api/v1/namespaces/default/pods?limit=2&continue=" + second_token);
+    EXPECT_EQ(Names(last.Json()), (std::vector<std::string>{"p5"}));
+    EXPECT_EQ(At(last.Json(), {"metadata", "continue"}), nullptr);
+
+    auto with_rv = co_await c.Get("/api/v1/namespaces/default/pods?limit=2&resourceVersion=5&continue=" + token);
+    EXPECT_EQ(with_rv.status, 400u);
+    auto garbage = co_await c.Get("/api/v1/namespaces/default/pods?limit=2&continue=%21%21%21");
+    EXPECT_EQ(garbage.status, 400u);
+
+    // Tokens expire with time (5 minutes) ...
+    clock_.Advance(std::chrono::minutes(6));
+    auto old = co_await c.Get("/api/v1/namespaces/default/pods?limit=2&continue=" + token);
+    EXPECT_EQ(old.status, 410u);
+    EXPECT_EQ(Str(old.Json(), {"reason"}), "Expired");
+    // ... and on demand.
+    auto fresh = co_await c.Get("/api/v1/namespaces/default/pods?limit=1");
+    server_->ExpireContinueTokens();
+    const std::string fresh_token = Str(fresh.Json(), {"metadata", "continue"});
+    auto expired = co_await c.Get("/api/v1/namespaces/default/pods?limit=1&continue=" + fresh_token);
+    EXPECT_EQ(expired.status, 410u);
+  }());
+}
+
+TEST_F(SimApiServer, ServesTablesForKubectlGet) {
+  ASSERT_TRUE(store().Create(json::value(PodObject("p1"))));
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    auto table = co_await c.Get("/api/v1/namespaces/default/pods",
+                                "application/json;as=Table;v=v1;g=meta.k8s.io,application/json");
+    EXPECT_EQ(Str(table.Json(), {"kind"}), "Table");
+    EXPECT_EQ(Str(table.Json(), {"columnDefinitions", "2", "name"}), "Status");
+    EXPECT_EQ(Str(table.Json(), {"rows", "0", "cells"}),
+              R"(["p1","0/1","Pending","0","0s","<none>","<none>","<none>","<none>"])");
+    EXPECT_EQ(Str(table.Json(), {"rows", "0", "object", "metadata", "name"}), "p1");
+  }());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// HTTP: watches
+
+TEST_F(SimApiServer, WatchFromAVersionStreamsEveryLaterEventInOrder) {
+  const std::string from = Rv();
+  ASSERT_TRUE(store().Create(json::value(PodObject("a", "default", R"({"app":"web"})"))));
+  const ResourceType& pods = *FindResource("", "v1", "pods");
+  ASSERT_TRUE(store().Patch(pods, "default", "a", PatchType::kMerge, Parse(R"({"metadata":{"labels":{"v":"2"}}})")));
+  ASSERT_TRUE(store().Delete(pods, "default", "a"));
+  Run([&]() -> asio::awaitable<void> {
+    WatchStream w;
+    co_await w.Open(port_, "/api/v1/namespaces/default/pods?watch=true&resourceVersion=" + from);
+    CO_ASSERT_TRUE(w.status() == 200u && w.chunked());
+    std::vector<std::string> seen;
+    for (int i = 0; i < 3; ++i) {
+      auto e = co_await w.Next();
+      CO_ASSERT_TRUE(e.has_value());
+      seen.push_back(Str(*e, {"type"}) + ":" + Str(*e, {"object", "metadata", "name"}));
+    }
+    EXPECT_EQ(seen, (std::vector<std::string>{"ADDED:a", "MODIFIED:a", "DELETED:a"}));
+    // Live events follow, each one JSON object per chunk, newline-terminated.
+    auto created = store().Create(json::value(PodObject("b")));
+    CO_ASSERT_TRUE(created.has_value());
+    auto live = co_await w.Next();
+    CO_ASSERT_TRUE(live.has_value());
+    EXPECT_EQ(Str(*live, {"type"}), "ADDED");
+    EXPECT_EQ(Str(*live, {"object", "metadata", "resourceVersion"}), Str(*created, {"metadata", "resourceVersion"}));
+    auto other_ns = store().Create(json::value(PodObject("c", "elsewhere")));
+    CO_ASSERT_TRUE(other_ns.has_value());
+    CO_ASSERT_TRUE(store().Create(json::value(PodObject("d"))).has_value());
+    auto next = co_await w.Next();
+    CO_ASSERT_TRUE(next.has_value());
+    EXPECT_EQ(Str(*next, {"object", "metadata", "name"}), "d") << "other namespaces are filtered out";
+    EXPECT_EQ(w.chunks().size(), 5u);
+    for (const auto& chunk : w.chunks()) {
+      EXPECT_TRUE(chunk.ends_with("}\n")) << chunk;
+      EXPECT_TRUE(Parse(chunk).is_object()) << "one event per chunk: " << chunk;
+    }
+    EXPECT_FALSE(w.parse_error());
+    EXPECT_EQ(server_->open_watches(), 1u);
+  }());
+}
+
+TEST_F(SimApiServer, WatchWithoutVersionStartsWithSyntheticAdds) {
+  ASSERT_TRUE(store().Create(json::value(PodObject("a"))));
+  ASSERT_TRUE(store().Create(json::value(PodObject("b"))));
+  Run([&]() -> asio::awaitable<void> {
+    for (const char* rv : {"", "&resourceVersion=0"}) {
+      WatchStream w;
+      co_await w.Open(port_, std::string("/api/v1/pods?watch=1") + rv);
+      auto a = co_await w.Next();
+      auto b = co_await w.Next();
+      CO_ASSERT_TRUE(a && b);
+      EXPECT_EQ(Str(*a, {"type"}) + Str(*a, {"object", "metadata", "name"}), "ADDEDa");
+      EXPECT_EQ(Str(*b, {"type"}) + Str(*b, {"object", "metadata", "name"}), "ADDEDb");
+    }
+    // The legacy /watch/ path prefix works too.
+    WatchStream legacy;
+    co_await legacy.Open(port_, "/api/v1/watch/namespaces/default/pods");
+    auto first = co_await legacy.Next();
+    CO_ASSERT_TRUE(first.has_value());
+    EXPECT_EQ(Str(*first, {"type"}), "ADDED");
+  }());
+}
+
+TEST_F(SimApiServer, WatchSelectorTransitionsBecomeAddsAndDeletes) {
+  ASSERT_TRUE(store().Create(json::value(PodObject("a", "default", R"({"app":"web"})"))));
+  const ResourceType& pods = *FindResource("", "v1", "pods");
+  Run([&]() -> asio::awaitable<void> {
+    WatchStream w;
+    co_await w.Open(port_, "/api/v1/pods?watch=true&labelSelector=app%3Dweb&resourceVersion=" + Rv());
+    CO_ASSERT_TRUE(store().Patch(pods, "default", "a", PatchType::kMerge, Parse(R"({"metadata":{"labels":{"app":"db"}}})")).has_value());
+    CO_ASSERT_TRUE(store().Patch(pods, "default", "a", PatchType::kMerge, Parse(R"({"metadata":{"labels":{"app":"web"}}})")).has_value());
+    auto gone = co_await w.Next();
+    auto back = co_await w.Next();
+    CO_ASSERT_TRUE(gone && back);
+    EXPECT_EQ(Str(*gone, {"type"}), "DELETED");
+    EXPECT_EQ(Str(*back, {"type"}), "ADDED");
+  }());
+}
+
+TEST_F(SimApiServer, BookmarksOnRequest) {
+  Run([&]() -> asio::awaitable<void> {
+    WatchStream plain;
+    co_await plain.Open(port_, "/api/v1/pods?watch=true&resourceVersion=" + Rv());
+    WatchStream w;
+    co_await w.Open(port_, "/api/v1/pods?watch=true&allowWatchBookmarks=true&resourceVersion=" + Rv());
+    CO_ASSERT_TRUE(store().Create(json::value(PodObject("a"))).has_value());
+    auto added = co_await w.Next();
+    CO_ASSERT_TRUE(added.has_value());
+    server_->SendBookmarks();
+    auto mark = co_await w.Next();
+    CO_ASSERT_TRUE(mark.has_value());
+    EXPECT_EQ(Str(*mark, {"type"}), "BOOKMARK");
+    EXPECT_EQ(Str(*mark, {"object", "kind"}), "Pod");
+    EXPECT_EQ(Str(*mark, {"object", "metadata", "resourceVersion"}), Rv());
+    // A watch that did not ask for bookmarks gets none.
+    auto plain_first = co_await plain.Next();
+    CO_ASSERT_TRUE(plain_first.has_value());
+    EXPECT_EQ(Str(*plain_first, {"type"}), "ADDED");
+    CO_ASSERT_TRUE(store().Create(json::value(PodObject("b"))).has_value());
+    auto plain_second = co_await plain.Next();
+    CO_ASSERT_TRUE(plain_second.has_value());
+    EXPECT_EQ(Str(*plain_second, {"type"}), "ADDED");
+  }());
+}
+
+TEST_F(SimApiServer, BookmarksPeriodically) {
+  ApiServerOptions options;
+  options.bookmark_interval = 100ms;
+  Restart(options);
+  Run([&]() -> asio::awaitable<void> {
+    WatchStream w;
+    co_await w.Open(port_, "/api/v1/pods?watch=true&allowWatchBookmarks=true&resourceVersion=" + Rv());
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 2; ++i) {
+      auto mark = co_await w.Next(2s);
+      CO_ASSERT_TRUE(mark.has_value());
+      EXPECT_EQ(Str(*mark, {"type"}), "BOOKMARK");
+    }
+    EXPECT_GE(std::chrono::steady_clock::now() - start, 190ms);
+  }());
+}
+
+TEST_F(SimApiServer, StreamingListEndsInitialEventsWithAnAnnotatedBookmark) {
+  ASSERT_TRUE(store().Create(json::value(PodObject("a"))));
+  Run([&]() -> asio::awaitable<void> {
+    WatchStream w;
+    co_await w.Open(port_, "/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&"
+                           "resourceVersionMatch=NotOlderThan");
+    auto added = co_await w.Next();
+    auto mark = co_await w.Next();
+    CO_ASSERT_TRUE(added && mark);
+    EXPECT_EQ(Str(*added, {"type"}), "ADDED");
+    EXPECT_EQ(Str(*mark, {"type"}), "BOOKMARK");
+    EXPECT_EQ(Str(*mark, {"object", "metadata", "annotations", "k8s.io/initial-events-end"}), "true");
+  }());
+}
+
+TEST_F(SimApiServer, CompactedVersionAnswers410AsHttpStatus) {
+  ApiServerOptions options;
+  options.expired_watch_mode = ExpiredWatchMode::kHttpStatus;
+  Restart(options);
+  const std::string old = Rv();
+  ASSERT_TRUE(store().Create(json::value(PodObject("a"))));
+  server_->CompactHistory();
+  Run([&]() -> asio::awaitable<void> {
+    WatchStream w;
+    co_await w.Open(port_, "/api/v1/pods?watch=true&resourceVersion=" + old);
+    EXPECT_EQ(w.status(), 410u);
+    EXPECT_FALSE(w.chunked());
+    EXPECT_EQ(Str(Parse(w.body()), {"reason"}), "Expired");
+    EXPECT_EQ(Str(Parse(w.body()), {"code"}), "410");
+    // The current version still works.
+    WatchStream ok;
+    co_await ok.Open(port_, "/api/v1/pods?watch=true&resourceVersion=" + Rv());
+    EXPECT_EQ(ok.status(), 200u);
+  }());
+}
+
+TEST_F(SimApiServer, CompactedVersionAnswers410AsErrorEvent) {
+  const std::string old = Rv();
+  ASSERT_TRUE(store().Create(json::value(PodObject("a"))));
+  server_->CompactHistory();
+  Run([&]() -> asio::awaitable<void> {
+    WatchStream w;
+    co_await w.Open(port_, "/api/v1/pods?watch=true&resourceVersion=" + old);
+    EXPECT_EQ(w.status(), 200u);
+    auto error = co_await w.Next();
+    CO_ASSERT_TRUE(error.has_value());
+    EXPECT_EQ(Str(*error, {"type"}), "ERROR");
+    EXPECT_EQ(Str(*error, {"object", "kind"}), "Status");
+    EXPECT_EQ(Str(*error, {"object", "code"}), "410");
+    EXPECT_EQ(Str(*error, {"object", "reason"}), "Expired");
+    EXPECT_NE(Str(*error, {"object", "message"}).find("too old resource version: " + old), std::string::npos);
+    EXPECT_FALSE(co_await w.Next());
+    EXPECT_TRUE(w.clean()) << "the stream ends with the final chunk";
+  }());
+}
+
+TEST_F(SimApiServer, ForcedExpiryHitsTheNextWatchesAndLists) {
+  Run([&]() -> asio::awaitable<void> {
+    server_->ExpireNextWatches(1);
+    server_->ExpireNextLists(1);
+    server_->set_expired_watch_mode(ExpiredWatchMode::kHttpStatus);
+    WatchStream w;
+    co_await w.Open(port_, "/api/v1/pods?watch=true&resourceVersion=" + Rv());
+    EXPECT_EQ(w.status(), 410u);
+    WatchStream again;
+    co_await again.Open(port_, "/api/v1/pods?watch=true&resourceVersion=" + Rv());
+    EXPECT_EQ(again.status(), 200u) << "only the next one";
+    Client c(port_);
+    EXPECT_EQ((co_await c.Get("/api/v1/pods")).status, 410u);
+    EXPECT_EQ((co_await c.Get("/api/v1/pods")).status, 200u);
+  }());
+}
+
+TEST_F(SimApiServer, WatchTimeoutEndsTheStreamCleanlyAndKeepsTheConnection) {
+  Run(
+      [&]() -> asio::awaitable<void> {
+        WatchStream w;
+        co_await w.Open(port_, "/api/v1/nodes?watch=true&timeoutSeconds=1&resourceVersion=" + Rv());
+        const auto start = std::chrono::steady_clock::now();
+        EXPECT_FALSE(co_await w.Next(3s));
+        EXPECT_TRUE(w.clean());
+        EXPECT_GE(std::chrono::steady_clock::now() - start, 900ms);
+        EXPECT_EQ(co_await w.Reuse("/version"), 200u);
+        EXPECT_EQ(server_->open_watches(), 0u);
+      }(),
+      5s);
+}
+
+TEST_F(SimApiServer, DroppedWatchesEndAbruptly) {
+  Run([&]() -> asio::awaitable<void> {
+    WatchStream a;
+    WatchStream b;
+    co_await a.Open(port_, "/api/v1/pods?watch=true&resourceVersion=" + Rv());
+    co_await b.Open(port_, "/api/v1/nodes?watch=true&resourceVersion=" + Rv());
+    CO_ASSERT_TRUE(store().Create(json::value(PodObject("x"))).has_value());
+    CO_ASSERT_TRUE((co_await a.Next()).has_value());
+    EXPECT_EQ(server_->open_watches(), 2u);
+    server_->DropWatches();
+    EXPECT_FALSE(co_await a.Next());
+    EXPECT_FALSE(co_await b.Next());
+    EXPECT_FALSE(a.clean());
+    EXPECT_FALSE(b.clean());
+    EXPECT_EQ(server_->open_watches(), 0u);
+    // New watches work again.
+    WatchStream c;
+    co_await c.Open(port_, "/api/v1/pods?watch=true");
+    auto e = co_await c.Next();
+    CO_ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(Str(*e, {"object", "metadata", "name"}), "x");
+  }());
+}
+
+TEST_F(SimApiServer, WatchesDeliverTablesWhenAsked) {
+  Run([&]() -> asio::awaitable<void> {
+    WatchStream w;
+    co_await w.Open(port_, "/api/v1/namespaces/default/pods?watch=true&resourceVersion=" + Rv(),
+                    "application/json;as=Table;v=v1;g=meta.k8s.io");
+    CO_ASSERT_TRUE(store().Create(json::value(PodObject("t"))).has_value());
+    auto e = co_await w.Next();
+    CO_ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(Str(*e, {"object", "kind"}), "Table");
+    EXPECT_EQ(Str(*e, {"object", "rows", "0", "cells", "0"}), "t");
+  }());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// HTTP: patches, status, binding
+
+TEST_F(SimApiServer, MergePatchWithAndWithoutResourceVersionPrecondition) {
+  ASSERT_TRUE(store().Create(json::value(Parse(R"({"apiVersion":"v1","kind":"Node","metadata":{"name":"n1",
+      "annotations":{"hami.io/node-handshake":"Requesting_2026-11-29 12:00:00"}}})"))));
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    const std::string rv = Rv();
+    auto lock = co_await c.Patch("/api/v1/nodes/n1", fmt::format(R"({{"metadata":{{"annotations":{{
+        "hami.io/mutex.lock":"2026-11-29T12:00:00Z,default,p1"}},"resourceVersion":"{}"}}}})",
+                                                                  rv));
+    EXPECT_EQ(lock.status, 200u) << lock.body;
+    EXPECT_EQ(Str(lock.Json(), {"metadata", "annotations", "hami.io/mutex.lock"}), "2026-11-29T12:00:00Z,default,p1");
+    EXPECT_EQ(Str(lock.Json(), {"metadata", "annotations", "hami.io/node-handshake"}),
+              "Requesting_2026-11-29 12:00:00");
+    // The same compare-and-swap with the now stale version loses.
+    auto second = co_await c.Patch("/api/v1/nodes/n1", fmt::format(R"({{"metadata":{{"annotations":{{
+        "hami.io/mutex.lock":"2026-11-29T12:00:01Z,default,p2"}},"resourceVersion":"{}"}}}})",
+                                                                    rv));
+    EXPECT_EQ(second.status, 409u);
+    EXPECT_EQ(Str(second.Json(), {"reason"}), "Conflict");
+    EXPECT_EQ(Str(second.Json(), {"details", "kind"}), "nodes");
+    // Without a version it always applies; null deletes.
+    auto unlock = co_await c.Patch("/api/v1/nodes/n1", R"({"metadata":{"annotations":{"hami.io/mutex.lock":null}}})");
+    EXPECT_EQ(unlock.status, 200u);
+    EXPECT_EQ(At(unlock.Json(), {"metadata", "annotations", "hami.io/mutex.lock"}), nullptr);
+    // The main resource ignores status; the status subresource ignores everything else.
+    auto status_on_main = co_await c.Patch("/api/v1/nodes/n1", R"({"status":{"allocatable":{"cpu":"4"}}})");
+    EXPECT_EQ(At(status_on_main.Json(), {"status"}), nullptr);
+    auto status = co_await c.Patch("/api/v1/nodes/n1/status", R"({"status":{"allocatable":{"cpu":"4"}},
+                                                                  "metadata":{"labels":{"ignored":"yes"}}})");
+    EXPECT_EQ(status.status, 200u);
+    EXPECT_EQ(Str(status.Json(), {"status", "allocatable", "cpu"}), "4");
+    EXPECT_EQ(At(status.Json(), {"metadata", "labels"}), nullptr);
+    auto got_status = co_await c.Get("/api/v1/nodes/n1/status");
+    EXPECT_EQ(Str(got_status.Json(), {"status", "allocatable", "cpu"}), "4");
+    auto missing = co_await c.Patch("/api/v1/nodes/none", "{}");
+    EXPECT_EQ(missing.status, 404u);
+  }());
+}
+
+TEST_F(SimApiServer, JsonPatchTestOperationIsACompareAndSwap) {
+  ASSERT_TRUE(store().Create(json::value(PodObject("p"))));
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    const std::string type = "application/json-patch+json";
+    auto add = co_await c.Patch("/api/v1/namespaces/default/pods/p",
+                                R"([{"op":"add","path":"/metadata/annotations","value":{}},
+                                    {"op":"add","path":"/metadata/annotations/hami.io~1bind-phase","value":"allocating"}])",
+                                type);
+    EXPECT_EQ(add.status, 200u) << add.body;
+    EXPECT_EQ(Str(add.Json(), {"metadata", "annotations", "hami.io/bind-phase"}), "allocating");
+    auto swap = co_await c.Patch("/api/v1/namespaces/default/pods/p",
+                                 R"([{"op":"test","path":"/metadata/annotations/hami.io~1bind-phase","value":"allocating"},
+                                     {"op":"replace","path":"/metadata/annotations/hami.io~1bind-phase","value":"success"}])",
+                                 type);
+    EXPECT_EQ(swap.status, 200u);
+    auto lost = co_await c.Patch("/api/v1/namespaces/default/pods/p",
+                                 R"([{"op":"test","path":"/metadata/annotations/hami.io~1bind-phase","value":"allocating"},
+                                     {"op":"replace","path":"/metadata/annotations/hami.io~1bind-phase","value":"failed"}])",
+                                 type);
+    EXPECT_EQ(lost.status, 422u);
+    EXPECT_EQ(Str(lost.Json(), {"reason"}), "Invalid");
+    auto now = co_await c.Get("/api/v1/namespaces/default/pods/p");
+    EXPECT_EQ(Str(now.Json(), {"metadata", "annotations", "hami.io/bind-phase"}), "success");
+    auto rv_test = co_await c.Patch("/api/v1/namespaces/default/pods/p",
+                                    R"([{"op":"replace","path":"/metadata/resourceVersion","value":"1"}])", type);
+    EXPECT_EQ(rv_test.status, 409u) << "a resourceVersion written by the patch is a precondition";
+    auto malformed = co_await c.Patch("/api/v1/namespaces/default/pods/p", R"({"op":"add"})", type);
+    EXPECT_EQ(malformed.status, 400u);
+  }());
+}
+
+TEST_F(SimApiServer, StrategicMergePatchAndUnsupportedPatchTypes) {
+  ASSERT_TRUE(store().Create(json::value(PodObject("p", "default", R"({"a":"1"})"))));
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    auto smp = co_await c.Patch("/api/v1/namespaces/default/pods/p",
+                                R"({"metadata":{"labels":{"b":"2","a":null}},
+                                    "spec":{"$setElementOrder/containers":[{"name":"c"},{"name":"d"}],
+                                            "containers":[{"name":"d","image":"x"}]}})",
+                                "application/strategic-merge-patch+json");
+    EXPECT_EQ(smp.status, 200u) << smp.body;
+    EXPECT_EQ(Str(smp.Json(), {"metadata", "labels"}), R"({"b":"2"})");
+    EXPECT_EQ(Str(smp.Json(), {"spec", "containers", "0", "name"}), "c");
+    EXPECT_EQ(Str(smp.Json(), {"spec", "containers", "1", "name"}), "d");
+    auto conditions = co_await c.Patch("/api/v1/namespaces/default/pods/p/status",
+                                       R"({"status":{"conditions":[{"type":"Ready","status":"True"}]}})",
+                                       "application/strategic-merge-patch+json");
+    EXPECT_EQ(Str(conditions.Json(), {"status", "conditions", "0", "type"}), "Ready");
+    auto apply = co_await c.Patch("/api/v1/namespaces/default/pods/p", "{}", "application/apply-patch+yaml");
+    EXPECT_EQ(apply.status, 415u);
+    EXPECT_EQ(Str(apply.Json(), {"reason"}), "UnsupportedMediaType");
+    auto none = co_await c.Patch("/api/v1/namespaces/default/pods/p", "{}", "text/plain");
+    EXPECT_EQ(none.status, 415u);
+  }());
+}
+
+TEST_F(SimApiServer, StatusSubresourceUpdatesOnlyStatus) {
+  ASSERT_TRUE(store().Create(json::value(PodObject("p"))));
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    json::value pod = (co_await c.Get("/api/v1/namespaces/default/pods/p")).Json();
+    pod.as_object()["status"].as_object()["phase"] = "Running";
+    pod.as_object()["spec"].as_object()["nodeName"] = "sneaky";
+    auto put = co_await c.Put("/api/v1/namespaces/default/pods/p/status", json::serialize(pod));
+    EXPECT_EQ(put.status, 200u);
+    EXPECT_EQ(Str(put.Json(), {"status", "phase"}), "Running");
+    EXPECT_EQ(At(put.Json(), {"spec", "nodeName"}), nullptr);
+    pod = put.Json();
+    pod.as_object()["status"].as_object()["phase"] = "Failed";
+    auto main = co_await c.Put("/api/v1/namespaces/default/pods/p", json::serialize(pod));
+    EXPECT_EQ(main.status, 200u);
+    EXPECT_EQ(Str(main.Json(), {"status", "phase"}), "Running") << "PUT on the pod ignores status";
+    EXPECT_EQ((co_await c.Post("/api/v1/namespaces/default/pods/p/status", "{}")).status, 405u);
+    EXPECT_EQ((co_await c.Get("/api/v1/namespaces/default/pods/p/log")).status, 404u);
+  }());
+}
+
+TEST_F(SimApiServer, BindingSetsTheNodeOnceAndThenConflicts) {
+  ASSERT_TRUE(store().Create(json::value(PodObject("p"))));
+  const std::string uid = Str(store().Find("pods", "default", "p"), {"metadata", "uid"});
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    auto wrong_uid = co_await c.Post("/api/v1/namespaces/default/pods/p/binding", R"({
+        "apiVersion":"v1","kind":"Binding","metadata":{"name":"p","uid":"00000000-0000-4000-8000-000000000000"},
+        "target":{"apiVersion":"v1","kind":"Node","name":"n1"}})");
+    EXPECT_EQ(wrong_uid.status, 409u);
+    EXPECT_NE(Str(wrong_uid.Json(), {"message"}).find("Precondition failed: UID"), std::string::npos);
+    auto bound = co_await c.Post("/api/v1/namespaces/default/pods/p/binding", fmt::format(R"({{
+        "apiVersion":"v1","kind":"Binding","metadata":{{"name":"p","uid":"{}","annotations":{{"x":"y"}}}},
+        "target":{{"apiVersion":"v1","kind":"Node","name":"n1"}}}})",
+                                                                                         uid));
+    EXPECT_EQ(bound.status, 201u) << bound.body;
+    EXPECT_EQ(Str(bound.Json(), {"kind"}), "Status");
+    EXPECT_EQ(Str(bound.Json(), {"status"}), "Success");
+    auto pod = (co_await c.Get("/api/v1/namespaces/default/pods/p")).Json();
+    EXPECT_EQ(Str(pod, {"spec", "nodeName"}), "n1");
+    EXPECT_EQ(Str(pod, {"metadata", "annotations", "x"}), "y");
+    EXPECT_EQ(Str(pod, {"status", "conditions", "0", "type"}), "PodScheduled");
+    EXPECT_EQ(Str(pod, {"status", "conditions", "0", "status"}), "True");
+    auto again = co_await c.Post("/api/v1/namespaces/default/pods/p/binding",
+                                 R"({"metadata":{"name":"p"},"target":{"name":"n2"}})");
+    EXPECT_EQ(again.status, 409u);
+    EXPECT_EQ(Str(again.Json(), {"reason"}), "Conflict");
+    EXPECT_EQ(Str(again.Json(), {"message"}),
+              R"(Operation cannot be fulfilled on pods/binding "p": pod p is already assigned to node "n1")");
+    auto missing = co_await c.Post("/api/v1/namespaces/default/pods/nope/binding", R"({"target":{"name":"n1"}})");
+    EXPECT_EQ(missing.status, 404u);
+    auto no_target = co_await c.Post("/api/v1/namespaces/default/pods/p/binding", R"({"target":{}})");
+    EXPECT_EQ(no_target.status, 422u);
+    // The legacy collection form, with the pod named in the body.
+    EXPECT_EQ((co_await c.Post("/api/v1/namespaces/default/pods", Pod("q"))).status, 201u);
+    auto legacy = co_await c.Post("/api/v1/namespaces/default/bindings",
+                                  R"({"metadata":{"name":"q"},"target":{"name":"n3"}})");
+    EXPECT_EQ(legacy.status, 201u);
+    EXPECT_EQ(Str(store().Find("pods", "default", "q"), {"spec", "nodeName"}), "n3");
+  }());
+}
+
+TEST_F(SimApiServer, FinalizersDelayDeletionAndBlockBinding) {
+  ASSERT_TRUE(store().Create(json::value(Parse(R"({"apiVersion":"v1","kind":"Pod",
+      "metadata":{"name":"f","namespace":"default","finalizers":["hami.io/cleanup"]}})"))));
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    WatchStream w;
+    co_await w.Open(port_, "/api/v1/namespaces/default/pods?watch=true&resourceVersion=" + Rv());
+    auto marked = co_await c.Delete("/api/v1/namespaces/default/pods/f");
+    EXPECT_EQ(marked.status, 200u);
+    EXPECT_EQ(Str(marked.Json(), {"kind"}), "Pod");
+    EXPECT_NE(At(marked.Json(), {"metadata", "deletionTimestamp"}), nullptr);
+    auto bind = co_await c.Post("/api/v1/namespaces/default/pods/f/binding", R"({"target":{"name":"n1"}})");
+    EXPECT_EQ(bind.status, 409u);
+    EXPECT_NE(Str(bind.Json(), {"message"}).find("is being deleted"), std::string::npos);
+    auto released = co_await c.Patch("/api/v1/namespaces/default/pods/f", R"({"metadata":{"finalizers":null}})");
+    EXPECT_EQ(released.status, 200u);
+    EXPECT_EQ((co_await c.Get("/api/v1/namespaces/default/pods/f")).status, 404u);
+    auto modified = co_await w.Next();
+    auto deleted = co_await w.Next();
+    CO_ASSERT_TRUE(modified && deleted);
+    EXPECT_EQ(Str(*modified, {"type"}), "MODIFIED");
+    EXPECT_EQ(Str(*deleted, {"type"}), "DELETED");
+  }());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// HTTP: fault injection
+
+TEST_F(SimApiServer, FailsTheNextMatchingRequestsWith500) {
+  ASSERT_TRUE(store().Create(json::value(PodObject("p"))));
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    FaultRule patches;
+    patches.count = 2;
+    patches.status = 500;
+    patches.method = "PATCH";
+    patches.path_prefix = "/api/v1/namespaces/default/pods";
+    server_->FailNext(patches);
+    EXPECT_EQ((co_await c.Get("/api/v1/namespaces/default/pods/p")).status, 200u) << "GET does not match";
+    EXPECT_EQ((co_await c.Patch("/api/v1/nodes/x", "{}")).status, 404u) << "other paths do not match";
+    auto first = co_await c.Patch("/api/v1/namespaces/default/pods/p", R"({"metadata":{"labels":{"a":"b"}}})");
+    EXPECT_EQ(first.status, 500u);
+    EXPECT_EQ(Str(first.Json(), {"reason"}), "InternalError");
+    EXPECT_EQ((co_await c.Patch("/api/v1/namespaces/default/pods/p", "{}")).status, 500u);
+    EXPECT_EQ((co_await c.Patch("/api/v1/namespaces/default/pods/p", "{}")).status, 200u) << "two only";
+    EXPECT_EQ(Str(store().Find("pods", "default", "p"), {"metadata", "labels"}), "{}")
+        << "a failed request changes nothing";
+  }());
+}
+
+TEST_F(SimApiServer, FailsWith429AndRetryAfter) {
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    FaultRule throttle;
+    throttle.status = 429;
+    throttle.retry_after_seconds = 3;
+    server_->FailNext(throttle);
+    auto throttled = co_await c.Get("/api/v1/pods");
+    EXPECT_EQ(throttled.status, 429u);
+    EXPECT_EQ(throttled.retry_after, "3");
+    EXPECT_EQ(Str(throttled.Json(), {"reason"}), "TooManyRequests");
+    EXPECT_EQ(Str(throttled.Json(), {"details", "retryAfterSeconds"}), "3");
+    EXPECT_EQ((co_await c.Get("/api/v1/pods")).status, 200u);
+    FaultRule unavailable;
+    unavailable.count = 5;
+    unavailable.status = 503;
+    server_->FailNext(unavailable);
+    server_->ClearFaults();
+    EXPECT_EQ((co_await c.Get("/api/v1/pods")).status, 200u);
+  }());
+}
+
+TEST_F(SimApiServer, AddsLatencyToMatchingResponses) {
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    server_->SetLatency(300ms, "/api/v1/nodes");
+    auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ((co_await c.Get("/api/v1/nodes")).status, 200u);
+    EXPECT_GE(std::chrono::steady_clock::now() - start, 300ms);
+    start = std::chrono::steady_clock::now();
+    EXPECT_EQ((co_await c.Get("/api/v1/pods")).status, 200u);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 300ms);
+    server_->SetLatency(0ms);
+    start = std::chrono::steady_clock::now();
+    EXPECT_EQ((co_await c.Get("/api/v1/nodes")).status, 200u);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 300ms);
+  }());
+}
+
+TEST_F(SimApiServer, StopClosesEveryConnection) {
+  Run([&]() -> asio::awaitable<void> {
+    WatchStream w;
+    co_await w.Open(port_, "/api/v1/pods?watch=true");
+    Client c(port_);
+    EXPECT_EQ((co_await c.Get("/version")).status, 200u);
+    EXPECT_EQ(server_->open_connections(), 2u);
+    server_->Stop();
+    EXPECT_FALSE(co_await w.Next());
+    EXPECT_FALSE(w.clean());
+  }());
+  Drain();
+  EXPECT_EQ(server_->open_connections(), 0u);
+  EXPECT_EQ(server_->failure(), nullptr);
+}
+
+}  // namespace
+}  // namespace hami::sim
