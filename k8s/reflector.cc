@@ -39,8 +39,21 @@ asio::awaitable<void> Reflector::Sleep(std::chrono::milliseconds d) {
   co_await timer.async_wait(asio::use_awaitable);
 }
 
+json::value Reflector::Keep(json::value object) const {
+  if (options_.keep_objects) return object;
+  json::object md;
+  if (const auto* m = Metadata(object)) {
+    for (const char* key : {"name", "namespace", "resourceVersion"}) {
+      if (const auto* v = m->if_contains(key)) md[key] = *v;
+    }
+  }
+  return json::object{{"metadata", std::move(md)}};
+}
+
 asio::awaitable<ApiResult<void>> Reflector::ListAll(const std::string& rv) {
-  std::map<std::string, json::value> fresh;
+  // Handlers see each object as its page arrives, so only one page of full objects is in memory at a time.
+  // What was known before and is not listed now vanished while we were not watching: a delete.
+  std::map<std::string, json::value> next;
   std::string token;
   std::string list_rv;
   do {
@@ -55,33 +68,24 @@ asio::awaitable<ApiResult<void>> Reflector::ListAll(const std::string& rv) {
     if (list_rv.empty()) list_rv = page->resource_version;
     if (auto* items = page->list.is_object() ? page->list.get_object().if_contains("items") : nullptr;
         items && items->is_array()) {
-      for (auto& item : items->get_array()) fresh.emplace(ObjectKeyOf(item), std::move(item));
+      for (auto& item : items->get_array()) {
+        std::string key = ObjectKeyOf(item);
+        auto known = items_.find(key);
+        if (known == items_.end()) {
+          if (handlers_.on_add) handlers_.on_add(item);
+        } else if (ResourceVersionOf(known->second) != ResourceVersionOf(item)) {
+          if (handlers_.on_update) handlers_.on_update(known->second, item);
+        }
+        next.insert_or_assign(std::move(key), Keep(std::move(item)));
+      }
     }
     token = page->continue_token;
   } while (!token.empty());
   ++stats_.lists;
-  // Replace: what is new is added, what changed is updated, what is gone is deleted (it vanished while we
-  // were not watching).
-  for (auto it = items_.begin(); it != items_.end();) {
-    if (fresh.contains(it->first)) {
-      ++it;
-      continue;
-    }
-    json::value last = std::move(it->second);
-    it = items_.erase(it);
-    if (handlers_.on_delete) handlers_.on_delete(last);
+  for (auto& [key, old] : items_) {
+    if (!next.contains(key) && handlers_.on_delete) handlers_.on_delete(old);
   }
-  for (auto& [key, obj] : fresh) {
-    auto it = items_.find(key);
-    if (it == items_.end()) {
-      auto& stored = items_.emplace(key, std::move(obj)).first->second;
-      if (handlers_.on_add) handlers_.on_add(stored);
-    } else if (ResourceVersionOf(it->second) != ResourceVersionOf(obj)) {
-      json::value old = std::move(it->second);
-      it->second = std::move(obj);
-      if (handlers_.on_update) handlers_.on_update(old, it->second);
-    }
-  }
+  items_ = std::move(next);
   rv_ = list_rv;
   synced_ = true;
   if (handlers_.on_synced) handlers_.on_synced();
@@ -99,12 +103,11 @@ void Reflector::Apply(WatchEvent&& ev) {
   if (ev.type == "ADDED" || ev.type == "MODIFIED") {
     auto it = items_.find(key);
     if (it == items_.end()) {
-      auto& stored = items_.emplace(key, std::move(ev.object)).first->second;
-      if (handlers_.on_add) handlers_.on_add(stored);
+      if (handlers_.on_add) handlers_.on_add(ev.object);
+      items_.emplace(key, Keep(std::move(ev.object)));
     } else {
-      json::value old = std::move(it->second);
-      it->second = std::move(ev.object);
-      if (handlers_.on_update) handlers_.on_update(old, it->second);
+      if (handlers_.on_update) handlers_.on_update(it->second, ev.object);
+      it->second = Keep(std::move(ev.object));
     }
   } else if (ev.type == "DELETED") {
     auto it = items_.find(key);

@@ -40,6 +40,9 @@ class Reflector {
     std::chrono::seconds max_watch_timeout{600};
     std::chrono::milliseconds backoff_initial{800};
     std::chrono::milliseconds backoff_max{30000};
+    // false: after the handlers have seen an object, keep only its name, namespace and resourceVersion
+    // (enough to diff a relist and to report deletes). Typed informers keep their own views instead.
+    bool keep_objects = true;
   };
   struct Stats {
     std::size_t lists = 0;
@@ -62,6 +65,7 @@ class Reflector {
  private:
   boost::asio::awaitable<ApiResult<void>> ListAll(const std::string& rv);
   void Apply(WatchEvent&& ev);
+  boost::json::value Keep(boost::json::value object) const;
   boost::asio::awaitable<void> Sleep(std::chrono::milliseconds d);
 
   ApiClient* client_;
@@ -90,7 +94,7 @@ class Informer {
   Informer(ApiClient& client, Reflector::Options options, Convert convert, Handlers handlers = {})
       : convert_(std::move(convert)),
         handlers_(std::move(handlers)),
-        reflector_(client, std::move(options), MakeHandlers()) {}
+        reflector_(client, WithoutObjects(std::move(options)), MakeHandlers()) {}
 
   boost::asio::awaitable<void> Run() { return reflector_.Run(); }
   bool synced() const { return reflector_.synced(); }
@@ -100,6 +104,10 @@ class Informer {
   const std::string& last_conversion_error() const { return last_error_; }
 
  private:
+  static Reflector::Options WithoutObjects(Reflector::Options o) {
+    o.keep_objects = false;  // the views are the cache; raw JSON would double the memory
+    return o;
+  }
   Reflector::Handlers MakeHandlers() {
     Reflector::Handlers h;
     h.on_add = [this](const boost::json::value& o) { Upsert(o); };

@@ -10,6 +10,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -23,6 +24,7 @@
 
 #include "core/strings.h"
 #include "k8s/yaml_json.h"
+#include "sim/protobuf.h"
 #include "sim/resources.h"
 #include "sim/table.h"
 
@@ -36,6 +38,7 @@ using tcp = asio::ip::tcp;
 namespace {
 
 constexpr auto kUseAwaitable = asio::as_tuple(asio::use_awaitable);
+using namespace asio::experimental::awaitable_operators;
 constexpr std::string_view kPatchTypes =
     "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json";
 
@@ -182,6 +185,14 @@ ApiResult<json::value> ParseBody(const Call& c) {
     if (!docs) return BadRequest(docs.error().message);
     if (docs->empty()) return BadRequest("request body: empty YAML document");
     return std::move(docs->front());
+  }
+  if (c.content_type == "application/vnd.kubernetes.protobuf") {
+    auto decoded = DecodeKubernetesProtobuf(body);
+    if (!decoded) {
+      return UnsupportedMediaType(c.content_type, fmt::format("application/json, application/yaml ({})",
+                                                              decoded.error().message));
+    }
+    return json::value(std::move(*decoded));
   }
   if (!c.content_type.empty() && c.content_type != "application/json" && !c.content_type.ends_with("+json")) {
     return UnsupportedMediaType(c.content_type, "application/json, application/yaml");
@@ -670,6 +681,7 @@ asio::awaitable<bool> StreamWatch(std::shared_ptr<ApiServer::Impl> self, Connect
     w.SetNotify([&conn] { conn.wake.cancel(); });
     using Clock = std::chrono::steady_clock;
     const auto deadline = Clock::now() + start.timeout;
+    bool watch_peer = true;
     auto next_bookmark = Clock::now() + self->options.bookmark_interval;
     for (;;) {
       while (w.HasEvents()) {
@@ -693,7 +705,23 @@ asio::awaitable<bool> StreamWatch(std::shared_ptr<ApiServer::Impl> self, Connect
         continue;
       }
       conn.wake.expires_at(w.bookmarks_allowed() ? std::min(deadline, next_bookmark) : deadline);
-      co_await conn.wake.async_wait(kUseAwaitable);
+      if (watch_peer) {
+        // Also notice a client that goes away while nothing happens: its socket turns readable (EOF).
+        auto woke = co_await (conn.wake.async_wait(kUseAwaitable) ||
+                              conn.stream.socket().async_wait(tcp::socket::wait_read, kUseAwaitable));
+        if (woke.index() == 1 && !std::get<0>(std::get<1>(woke))) {
+          std::array<char, 1> peek;
+          beast::error_code pec;
+          const std::size_t n = conn.stream.socket().receive(asio::buffer(peek), tcp::socket::message_peek, pec);
+          if (pec || n == 0) {
+            conn.Close();  // the client is gone
+            co_return false;
+          }
+          watch_peer = false;  // the client sent more (pipelining): stop watching the socket, or we would spin
+        }
+      } else {
+        co_await conn.wake.async_wait(kUseAwaitable);
+      }
     }
   }
   conn.stream.expires_after(write_timeout);

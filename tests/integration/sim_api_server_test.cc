@@ -12,6 +12,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -25,6 +26,7 @@
 #include "sim/api_server.h"
 #include "sim/cli.h"
 #include "sim/patch.h"
+#include "sim/protobuf.h"
 #include "sim/selector.h"
 #include "sim/store.h"
 
@@ -253,6 +255,11 @@ class WatchStream {
     co_return res.result_int();
   }
 
+  void Close() {
+    beast::error_code ignored;
+    stream_->socket().close(ignored);
+  }
+
   unsigned status() const { return status_; }
   bool chunked() const { return chunked_; }
   bool clean() const { return clean_; }
@@ -299,6 +306,35 @@ class WatchStream {
   bool parse_error_ = false;
   beast::error_code error_;
 };
+
+// Polls `done` every few milliseconds until it holds or `budget` runs out.
+asio::awaitable<bool> Eventually(std::function<bool()> done, std::chrono::milliseconds budget = 2s) {
+  asio::steady_timer tick(co_await asio::this_coro::executor);
+  const auto until = std::chrono::steady_clock::now() + budget;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) co_return false;
+    tick.expires_after(5ms);
+    co_await tick.async_wait(asio::use_awaitable);
+  }
+  co_return true;
+}
+
+// Protobuf wire helpers for building Kubernetes protobuf bodies by hand.
+std::string Varint(std::uint64_t v) {
+  std::string out;
+  do {
+    out += static_cast<char>((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  return out;
+}
+std::string Bytes(int field, std::string_view bytes) {
+  return Varint(static_cast<std::uint64_t>(field) << 3 | 2) + Varint(bytes.size()) + std::string(bytes);
+}
+std::string Envelope(std::string_view api_version, std::string_view kind, std::string_view raw) {
+  return std::string("k8s\0", 4) + Bytes(1, Bytes(1, api_version) + Bytes(2, kind)) + Bytes(2, raw) + Bytes(3, "") +
+         Bytes(4, "");
+}
 
 const TimePoint kT0 = std::chrono::sys_days(std::chrono::year(2026) / 11 / 29) + 12h;
 
@@ -469,6 +505,23 @@ TEST(StrategicMergePatch, MergesListsByKeyAndHonoursDirectives) {
   ASSERT_TRUE(deleted);
   EXPECT_EQ(Str(*deleted, {"metadata", "finalizers"}), "[]");
   EXPECT_FALSE(ApplyStrategicMergePatch(pod, Parse(R"({"spec":{"$patch":"explode"}})")));
+}
+
+TEST(Protobuf, DecodesTheNamespacesAndQuotasKubectlCreates) {
+  const std::string meta = Bytes(1, "team-x") + Bytes(2, "") + Bytes(11, Bytes(1, "a") + Bytes(2, "b"));
+  auto ns = DecodeKubernetesProtobuf(Envelope("v1", "Namespace", Bytes(1, meta) + Bytes(2, "") + Bytes(3, "")));
+  ASSERT_TRUE(ns) << ns.error().message;
+  EXPECT_EQ(json::serialize(*ns),
+            R"({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team-x","labels":{"a":"b"}},"spec":{},)"
+            R"("status":{}})");
+  const std::string hard = Bytes(1, Bytes(1, "limits.nvidia.com/gpumem") + Bytes(2, Bytes(1, "20000")));
+  auto quota = DecodeKubernetesProtobuf(
+      Envelope("v1", "ResourceQuota", Bytes(1, Bytes(1, "q") + Bytes(3, "team-x")) + Bytes(2, hard + Bytes(2, "Scope"))));
+  ASSERT_TRUE(quota) << quota.error().message;
+  EXPECT_EQ(Str(json::value(*quota), {"spec"}), R"({"hard":{"limits.nvidia.com/gpumem":"20000"},"scopes":["Scope"]})");
+  EXPECT_FALSE(DecodeKubernetesProtobuf(Envelope("v1", "Pod", "")));
+  EXPECT_FALSE(DecodeKubernetesProtobuf("{}"));
+  EXPECT_FALSE(DecodeKubernetesProtobuf(Envelope("v1", "Namespace", "\x0a\x05ab")));  // truncated field
 }
 
 TEST(Store, AssignsServerMetadataAndVersions) {
@@ -768,6 +821,11 @@ TEST_F(SimApiServer, AnswersProtocolErrorsWithStatusBodies) {
                                     "application/vnd.kubernetes.protobuf");
     EXPECT_EQ(protobuf.status, 415u);
     EXPECT_EQ(Str(protobuf.Json(), {"reason"}), "UnsupportedMediaType");
+    auto ns = co_await c.Send(http::verb::post, "/api/v1/namespaces",
+                              Envelope("v1", "Namespace", Bytes(1, Bytes(1, "from-protobuf"))),
+                              "application/vnd.kubernetes.protobuf", "application/vnd.kubernetes.protobuf,application/json");
+    EXPECT_EQ(ns.status, 201u) << ns.body;
+    EXPECT_EQ(Str(ns.Json(), {"metadata", "name"}), "from-protobuf") << "answered in JSON";
     auto yaml = co_await c.Send(http::verb::post, "/api/v1/namespaces/default/pods",
                                 "apiVersion: v1\nkind: Pod\nmetadata:\n  name: from-yaml\n", "application/yaml");
     EXPECT_EQ(yaml.status, 201u);
@@ -1119,6 +1177,17 @@ TEST_F(SimApiServer, DroppedWatchesEndAbruptly) {
     auto e = co_await c.Next();
     CO_ASSERT_TRUE(e.has_value());
     EXPECT_EQ(Str(*e, {"object", "metadata", "name"}), "x");
+  }());
+}
+
+TEST_F(SimApiServer, AWatchWhoseClientLeavesIsClosed) {
+  Run([&]() -> asio::awaitable<void> {
+    WatchStream w;
+    co_await w.Open(port_, "/api/v1/nodes?watch=true&resourceVersion=" + Rv());
+    EXPECT_EQ(server_->open_watches(), 1u);
+    w.Close();
+    EXPECT_TRUE(co_await Eventually([&] { return server_->open_watches() == 0 && server_->open_connections() == 0; }))
+        << "the server notices the closed connection without waiting for an event or the timeout";
   }());
 }
 
