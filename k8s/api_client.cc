@@ -225,12 +225,20 @@ std::string Query(std::initializer_list<std::pair<std::string_view, std::string>
 
 }  // namespace
 
-asio::awaitable<ApiResult<json::value>> ApiClient::Get(const std::string& path) {
-  const HttpRequest request{http::verb::get, path, "", "", "", ""};
-  const std::string what = "GET " + path;
-  auto r = co_await Call(request, what, true);
+asio::awaitable<ApiResult<json::value>> ApiClient::CallJson(http::verb verb, const std::string& path,
+                                                             const std::string& body, const std::string& content_type,
+                                                             bool idempotent) {
+  const HttpRequest request{verb, path, body, content_type, "", ""};
+  const std::string what = fmt::format("{} {}", std::string_view(http::to_string(verb)), path);
+  auto r = co_await Call(request, what, idempotent);
   if (!r) co_return r.error();
-  co_return ParseBody(*r, "GET " + path);
+  co_return ParseBody(*r, what);
+}
+
+// Each call awaits CallJson with named arguments: its reference parameters must outlive the suspension.
+asio::awaitable<ApiResult<json::value>> ApiClient::Get(const std::string& path) {
+  const std::string none;
+  co_return co_await CallJson(http::verb::get, path, none, none, true);
 }
 
 asio::awaitable<ApiResult<ListPage>> ApiClient::List(const std::string& path, const ListOptions& o) {
@@ -261,35 +269,23 @@ asio::awaitable<ApiResult<ListPage>> ApiClient::List(const std::string& path, co
 }
 
 asio::awaitable<ApiResult<json::value>> ApiClient::Create(const std::string& path, const json::value& object) {
-  const HttpRequest request{http::verb::post, path, json::serialize(object), "application/json", "", ""};
-  const std::string what = "POST " + path;
-  auto r = co_await Call(request, what, false);
-  if (!r) co_return r.error();
-  co_return ParseBody(*r, "POST " + path);
+  const std::string body = json::serialize(object), type = "application/json";
+  co_return co_await CallJson(http::verb::post, path, body, type, false);
 }
 
 asio::awaitable<ApiResult<json::value>> ApiClient::Update(const std::string& path, const json::value& object) {
-  const HttpRequest request{http::verb::put, path, json::serialize(object), "application/json", "", ""};
-  const std::string what = "PUT " + path;
-  auto r = co_await Call(request, what, false);
-  if (!r) co_return r.error();
-  co_return ParseBody(*r, "PUT " + path);
+  const std::string body = json::serialize(object), type = "application/json";
+  co_return co_await CallJson(http::verb::put, path, body, type, false);
 }
 
 asio::awaitable<ApiResult<json::value>> ApiClient::MergePatch(const std::string& path, const json::value& patch) {
-  const HttpRequest request{http::verb::patch, path, json::serialize(patch), "application/merge-patch+json", "", ""};
-  const std::string what = "PATCH " + path;
-  auto r = co_await Call(request, what, false);
-  if (!r) co_return r.error();
-  co_return ParseBody(*r, "PATCH " + path);
+  const std::string body = json::serialize(patch), type = "application/merge-patch+json";
+  co_return co_await CallJson(http::verb::patch, path, body, type, false);
 }
 
 asio::awaitable<ApiResult<json::value>> ApiClient::Delete(const std::string& path) {
-  const HttpRequest request{http::verb::delete_, path, "", "", "", ""};
-  const std::string what = "DELETE " + path;
-  auto r = co_await Call(request, what, true);
-  if (!r) co_return r.error();
-  co_return ParseBody(*r, "DELETE " + path);
+  const std::string none;
+  co_return co_await CallJson(http::verb::delete_, path, none, none, true);
 }
 
 asio::awaitable<ApiResult<void>> ApiClient::Bind(const std::string& ns, const std::string& pod, const std::string& uid,

@@ -11,6 +11,7 @@
 #include <string>
 
 #include <boost/asio/awaitable.hpp>
+#include <boost/beast/http/verb.hpp>
 #include <boost/json/value.hpp>
 
 #include "core/result.h"
@@ -132,6 +133,10 @@ class ApiClient {
   // GCC 12 mishandles braced temporaries passed by value to coroutines: callers pass named objects.
   boost::asio::awaitable<ApiResult<HttpResponse>> Call(const HttpRequest& request, const std::string& what,
                                                        bool idempotent);
+  // One request whose answer is a JSON object.
+  boost::asio::awaitable<ApiResult<boost::json::value>> CallJson(boost::beast::http::verb verb, const std::string& path,
+                                                                 const std::string& body,
+                                                                 const std::string& content_type, bool idempotent);
   boost::asio::awaitable<void> WaitForToken();
   std::string Authorization();
 
