@@ -1,13 +1,9 @@
 #include "sim/api_server.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
-#include <deque>
-#include <fstream>
-#include <map>
-#include <optional>
-#include <variant>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -20,7 +16,11 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
-#include <fmt/format.h>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <variant>
 
 #include "core/strings.h"
 #include "k8s/yaml_json.h"
@@ -163,15 +163,20 @@ ApiError FaultError(const FaultRule& rule) {
     case 500:
       return InternalError("injected fault");
     case 503: {
-      ApiError e{503, "ServiceUnavailable", "the server is currently unable to handle the request (injected fault)",
+      ApiError e{503,
+                 "ServiceUnavailable",
+                 "the server is currently unable to handle the request (injected fault)",
                  {}};
       e.details["retryAfterSeconds"] = rule.retry_after_seconds;
       e.retry_after_seconds = rule.retry_after_seconds;
       return e;
     }
     case 504:
-      return ApiError{504, "Timeout", "the server was unable to return a response in the time allotted (injected "
-                                      "fault)", {}};
+      return ApiError{504,
+                      "Timeout",
+                      "the server was unable to return a response in the time allotted (injected "
+                      "fault)",
+                      {}};
     default:
       return ApiError{rule.status, "InternalError", fmt::format("injected fault ({})", rule.status), {}};
   }
@@ -189,8 +194,8 @@ ApiResult<json::value> ParseBody(const Call& c) {
   if (c.content_type == "application/vnd.kubernetes.protobuf") {
     auto decoded = DecodeKubernetesProtobuf(body);
     if (!decoded) {
-      return UnsupportedMediaType(c.content_type, fmt::format("application/json, application/yaml ({})",
-                                                              decoded.error().message));
+      return UnsupportedMediaType(
+          c.content_type, fmt::format("application/json, application/yaml ({})", decoded.error().message));
     }
     return json::value(std::move(*decoded));
   }
@@ -339,8 +344,8 @@ struct ApiServer::Impl {
   }
   std::string ServerUrl() const {
     const std::string host = options.host == "0.0.0.0" || options.host.empty() ? "127.0.0.1"
-                             : options.host.find(':') != std::string::npos ? "[" + options.host + "]"
-                                                                             : options.host;
+                             : options.host.find(':') != std::string::npos     ? "[" + options.host + "]"
+                                                                               : options.host;
     return fmt::format("http://{}:{}", host, port);
   }
   void CloseAll() {
@@ -353,7 +358,6 @@ struct ApiServer::Impl {
   tcp::acceptor acceptor;
   std::uint16_t port = 0;
   bool stopped = false;
-  bool serving = false;
   std::exception_ptr failure;
   std::map<std::uint64_t, Connection*> connections;
   std::uint64_t next_connection = 1;
@@ -405,7 +409,10 @@ Outcome ApiServer::Impl::Handle(const Call& c) {
   }
   if (s[0] == "api" && s.size() <= 2) {
     if (!get) return ErrorReply(MethodNotAllowed(c.method_name, c.path));
-    if (s.size() == 1) return JsonReply(http::status::ok, ApiVersionsDocument(c.host.empty() ? ServerUrl() : c.host));
+    if (s.size() == 1) {
+      const std::string address = c.host.empty() ? fmt::format("127.0.0.1:{}", port) : c.host;
+      return JsonReply(http::status::ok, ApiVersionsDocument(address));
+    }
     json::object doc = ApiResourceListDocument("", s[1]);
     if (doc.empty()) return ErrorReply(PathNotFound());
     return JsonReply(http::status::ok, doc);
@@ -423,7 +430,7 @@ Outcome ApiServer::Impl::Handle(const Call& c) {
     // v2 is protobuf-only for kubectl; 404 makes it rely on v3, which declares server-side field validation.
     if (s.size() == 2 && s[1] == "v3") return JsonReply(http::status::ok, OpenApiV3Index());
     if (s.size() >= 4 && s[1] == "v3") {
-      json::object doc = s[2] == "api" && s.size() == 4   ? OpenApiV3Document("", s[3])
+      json::object doc = s[2] == "api" && s.size() == 4    ? OpenApiV3Document("", s[3])
                          : s[2] == "apis" && s.size() == 5 ? OpenApiV3Document(s[3], s[4])
                                                            : json::object{};
       if (!doc.empty()) return JsonReply(http::status::ok, doc);
@@ -460,8 +467,9 @@ Outcome ApiServer::Impl::Collection(const Call& c, const Target& t) {
     if (t.watch_path || c.Flag("watch")) return Watch(c, t);
     if (expire_lists > 0) {
       --expire_lists;
-      return ErrorReply(Expired(fmt::format("too old resource version: {} ({})", c.Query("resourceVersion").value_or(""),
-                                            store.resource_version())));
+      return ErrorReply(
+          Expired(fmt::format("too old resource version: {} ({})", c.Query("resourceVersion").value_or(""),
+                              store.resource_version())));
     }
     ListOptions o;
     o.label_selector = c.Query("labelSelector").value_or("");
@@ -511,8 +519,9 @@ Outcome ApiServer::Impl::Item(const Call& c, const Target& t) {
     const json::value* meta = body->if_contains("metadata");
     const json::value* name = meta && meta->is_object() ? meta->as_object().if_contains("name") : nullptr;
     if (name && name->is_string() && !name->get_string().empty() && name->get_string() != t.name) {
-      return ErrorReply(BadRequest(fmt::format("the name of the object ({}) does not match the name on the URL ({})",
-                                               std::string_view(name->get_string()), t.name)));
+      return ErrorReply(
+          BadRequest(fmt::format("the name of the object ({}) does not match the name on the URL ({})",
+                                 std::string_view(name->get_string()), t.name)));
     }
     auto bound = store.Bind(t.ns, t.name, *body);
     if (!bound) return ErrorReply(bound.error());
@@ -575,11 +584,13 @@ Outcome ApiServer::Impl::Item(const Call& c, const Target& t) {
           if (const json::value* uid = pre->as_object().if_contains("uid"); uid && uid->is_string()) {
             d.uid = std::string(uid->get_string());
           }
-          if (const json::value* rv = pre->as_object().if_contains("resourceVersion"); rv && rv->is_string()) {
+          if (const json::value* rv = pre->as_object().if_contains("resourceVersion");
+              rv && rv->is_string()) {
             d.resource_version = std::string(rv->get_string());
           }
         }
-        if (const json::value* dry = body->if_contains("dryRun"); dry && dry->is_array() && !dry->as_array().empty()) {
+        if (const json::value* dry = body->if_contains("dryRun");
+            dry && dry->is_array() && !dry->as_array().empty()) {
           d.dry_run = true;
         }
       }
@@ -610,8 +621,8 @@ Outcome ApiServer::Impl::Watch(const Call& c, const Target& t) {
   };
   if (expire_watches > 0) {
     --expire_watches;
-    return expired(Expired(fmt::format("too old resource version: {} ({})", c.Query("resourceVersion").value_or(""),
-                                       store.resource_version())));
+    return expired(Expired(fmt::format("too old resource version: {} ({})",
+                                       c.Query("resourceVersion").value_or(""), store.resource_version())));
   }
   WatchOptions o;
   o.label_selector = c.Query("labelSelector").value_or("");
@@ -636,7 +647,8 @@ namespace {
 
 std::string EventChunk(const WatchEvent& e, bool table, const ResourceType& type, TimePoint now) {
   std::string out = fmt::format("{{\"type\":\"{}\",\"object\":", ToString(e.type));
-  if (table && (e.type == EventType::kAdded || e.type == EventType::kModified || e.type == EventType::kDeleted)) {
+  if (table &&
+      (e.type == EventType::kAdded || e.type == EventType::kModified || e.type == EventType::kDeleted)) {
     ListResult one;
     one.items.push_back(e.object);
     out += json::serialize(TableForList(type, one, now, /*include_headers=*/false));
@@ -647,9 +659,11 @@ std::string EventChunk(const WatchEvent& e, bool table, const ResourceType& type
   return out;
 }
 
-asio::awaitable<bool> WriteChunk(Connection& conn, std::chrono::milliseconds timeout, const std::string& payload) {
+asio::awaitable<bool> WriteChunk(Connection& conn, std::chrono::milliseconds timeout,
+                                 const std::string& payload) {
   conn.stream.expires_after(timeout);
-  auto [ec, n] = co_await asio::async_write(conn.stream, http::make_chunk(asio::buffer(payload)), kUseAwaitable);
+  auto [ec, n] =
+      co_await asio::async_write(conn.stream, http::make_chunk(asio::buffer(payload)), kUseAwaitable);
   co_return !ec;
 }
 
@@ -668,7 +682,8 @@ asio::awaitable<bool> StreamWatch(std::shared_ptr<ApiServer::Impl> self, Connect
   const auto write_timeout = self->options.write_timeout;
   if (start.error) {
     const WatchEvent e{EventType::kError, std::make_shared<const json::object>(StatusJson(*start.error))};
-    if (!co_await WriteChunk(conn, write_timeout, EventChunk(e, false, *FindResource("", "v1", "pods"), {}))) {
+    if (!co_await WriteChunk(conn, write_timeout,
+                             EventChunk(e, false, *FindResource("", "v1", "pods"), {}))) {
       co_return false;
     }
   } else {
@@ -712,12 +727,14 @@ asio::awaitable<bool> StreamWatch(std::shared_ptr<ApiServer::Impl> self, Connect
         if (woke.index() == 1 && !std::get<0>(std::get<1>(woke))) {
           std::array<char, 1> peek;
           beast::error_code pec;
-          const std::size_t n = conn.stream.socket().receive(asio::buffer(peek), tcp::socket::message_peek, pec);
+          const std::size_t n =
+              conn.stream.socket().receive(asio::buffer(peek), tcp::socket::message_peek, pec);
           if (pec || n == 0) {
             conn.Close();  // the client is gone
             co_return false;
           }
-          watch_peer = false;  // the client sent more (pipelining): stop watching the socket, or we would spin
+          watch_peer =
+              false;  // the client sent more (pipelining): stop watching the socket, or we would spin
         }
       } else {
         co_await conn.wake.async_wait(kUseAwaitable);
@@ -754,8 +771,8 @@ asio::awaitable<void> RunConnection(std::shared_ptr<ApiServer::Impl> self, tcp::
     conn.stream.expires_after(self->options.read_timeout);
     auto [ec, n] = co_await http::async_read(conn.stream, buffer, parser, kUseAwaitable);
     if (ec == http::error::body_limit || ec == http::error::header_limit) {
-      const Reply r = ErrorReply(RequestEntityTooLarge(
-          fmt::format("the request is larger than the server accepts ({} bytes of body)", self->options.body_limit)));
+      const Reply r = ErrorReply(RequestEntityTooLarge(fmt::format(
+          "the request is larger than the server accepts ({} bytes of body)", self->options.body_limit)));
       auto res = MakeResponse(r, 11, false, false);
       conn.stream.expires_after(self->options.write_timeout);
       co_await http::async_write(conn.stream, res, kUseAwaitable);
@@ -789,8 +806,8 @@ asio::awaitable<void> RunConnection(std::shared_ptr<ApiServer::Impl> self, tcp::
       if (wec) break;
     } else {
       const bool table = WantsTable(call.accept);
-      if (!co_await StreamWatch(self, conn, std::move(std::get<WatchStart>(outcome)), req.version(), keep_alive,
-                                table)) {
+      if (!co_await StreamWatch(self, conn, std::move(std::get<WatchStart>(outcome)), req.version(),
+                                keep_alive, table)) {
         break;
       }
     }
@@ -801,11 +818,7 @@ asio::awaitable<void> RunConnection(std::shared_ptr<ApiServer::Impl> self, tcp::
 }
 
 asio::awaitable<void> AcceptLoop(std::shared_ptr<ApiServer::Impl> self) {
-  self->serving = true;
-  ScopeExit done([&] {
-    self->serving = false;
-    self->CloseAll();
-  });
+  ScopeExit done([&] { self->CloseAll(); });
   auto executor = co_await asio::this_coro::executor;
   while (!self->stopped) {
     auto [ec, socket] = co_await self->acceptor.async_accept(kUseAwaitable);
@@ -849,7 +862,8 @@ Result<std::uint16_t> ApiServer::Listen() {
   if (ec) {
     boost::system::error_code ignored;
     s.acceptor.close(ignored);
-    return Error{fmt::format("sim-apiserver: cannot listen on {}:{}: {}", s.options.host, s.options.port, ec.message())};
+    return Error{fmt::format("sim-apiserver: cannot listen on {}:{}: {}", s.options.host, s.options.port,
+                             ec.message())};
   }
   s.port = s.acceptor.local_endpoint().port();
   s.stopped = false;

@@ -1,18 +1,17 @@
 #pragma once
 // An in-memory Kubernetes API server over plain HTTP/1.1 (Beast): the subset the scheduler, the demo, the
-// integration tests and `kubectl` use. Objects live in a sim::Store; this layer routes URLs, negotiates content
-// types, streams watches as chunked JSON events, and injects faults on request.
+// integration tests and `kubectl` use. Objects live in a sim::Store; this layer routes URLs, negotiates
+// content types, streams watches as chunked JSON events, and injects faults on request.
 //
 // Thread rule: everything (the accept loop, one coroutine per connection, the Store, the fault controls) runs
 // on the one thread that runs the io_context given at construction. Call the methods from that thread (or
 // while the io_context is not running).
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
-
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/io_context.hpp>
 
 #include "core/clock.h"
 #include "core/result.h"
@@ -49,7 +48,8 @@ struct FaultRule {
 class ApiServer {
  public:
   // `clock` (optional) dates creationTimestamps and continue tokens; it must outlive the server.
-  explicit ApiServer(boost::asio::io_context& ioc, ApiServerOptions options = {}, const Clock* clock = nullptr);
+  explicit ApiServer(boost::asio::io_context& ioc, ApiServerOptions options = {},
+                     const Clock* clock = nullptr);
   ~ApiServer();  // Stop()s; coroutines still queued on the io_context keep the shared state alive
   ApiServer(const ApiServer&) = delete;
   ApiServer& operator=(const ApiServer&) = delete;
@@ -93,7 +93,7 @@ class ApiServer {
   // Every open watch that allows bookmarks sends one BOOKMARK now (besides the periodic ones).
   void SendBookmarks();
 
-  std::size_t open_watches() const;      // watch streams being served now
+  std::size_t open_watches() const;  // watch streams being served now
   std::size_t open_connections() const;
   std::uint64_t requests_served() const;
 

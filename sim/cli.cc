@@ -1,7 +1,6 @@
 #include "sim/cli.h"
 
-#include <csignal>
-#include <ostream>
+#include <fmt/format.h>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -9,7 +8,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/json.hpp>
-#include <fmt/format.h>
+#include <csignal>
+#include <ostream>
 
 #include "core/strings.h"
 #include "k8s/objects.h"
@@ -19,18 +19,20 @@ namespace hami::sim {
 namespace asio = boost::asio;
 namespace {
 
-constexpr std::string_view kUsage = R"(Usage: hami-scheduler sim-apiserver [--listen HOST:PORT] [--cluster FILE]...
+constexpr std::string_view kUsage =
+    R"(Usage: hami-scheduler sim-apiserver [--listen HOST:PORT] [--cluster FILE]...
                                      [--kubeconfig-out FILE] [--expired-watch http|event]
                                      [--bookmark-interval SECONDS] [--history EVENTS]
 
-Serves an in-memory Kubernetes API (nodes, pods with bindings, events, leases, resource quotas, namespaces) over
-plain HTTP until SIGINT/SIGTERM. Point kubectl at it with the kubeconfig it writes.
+Serves an in-memory Kubernetes API (nodes, pods with bindings, events, leases, resource quotas,
+namespaces) over plain HTTP until SIGINT/SIGTERM. Point kubectl at it with the kubeconfig it writes.
   --listen HOST:PORT      address to listen on (default 127.0.0.1:0: a free loopback port)
   --cluster FILE          objects to start with: what `kubectl get nodes,pods,resourcequotas -A -o json|yaml`
                           prints (a List, or YAML documents); may be repeated; "-" reads standard input
   --kubeconfig-out FILE   write a kubeconfig whose current context points at this server
-  --expired-watch MODE    how a watch from a compacted resourceVersion is refused: "event" (200 + ERROR event
-                          with a 410 Status, as kube-apiserver's watch cache does; default) or "http" (HTTP 410)
+  --expired-watch MODE    how a watch from a compacted resourceVersion is refused: "event" (200 and
+                          an ERROR event with a 410 Status, as kube-apiserver's watch cache does;
+                          the default) or "http" (HTTP 410 before streaming)
   --bookmark-interval S   seconds between BOOKMARK events on watches that allow them (default 60)
   --history N             watch events kept for resuming watches (default 10000); older versions answer 410
 )";
@@ -199,6 +201,11 @@ int RunApiServerCommand(const std::vector<std::string>& args, std::ostream& out,
                    if (e) {
                      try {
                        std::rethrow_exception(e);
+                     } catch (const boost::system::system_error& x) {
+                       if (x.code() != asio::error::operation_aborted) {  // aborted: we asked it to stop
+                         err << "sim-apiserver: stopped: " << x.what() << "\n";
+                         exit_code = 1;
+                       }
                      } catch (const std::exception& x) {
                        err << "sim-apiserver: stopped: " << x.what() << "\n";
                        exit_code = 1;

@@ -1,8 +1,8 @@
 #include "sim/errors.h"
 
-#include <stdexcept>
-
 #include <fmt/format.h>
+
+#include <stdexcept>
 
 namespace hami::sim {
 namespace json = boost::json;
@@ -36,15 +36,18 @@ ApiError AlreadyExists(std::string_view group, std::string_view resource, std::s
           Details(group, resource, name)};
 }
 
-ApiError Conflict(std::string_view group, std::string_view resource, std::string_view name, std::string_view why) {
-  return {409, "Conflict",
-          fmt::format("Operation cannot be fulfilled on {} \"{}\": {}", Qualified(group, resource), name, why),
-          Details(group, resource, name)};
+ApiError Conflict(std::string_view group, std::string_view resource, std::string_view name,
+                  std::string_view why) {
+  return {
+      409, "Conflict",
+      fmt::format("Operation cannot be fulfilled on {} \"{}\": {}", Qualified(group, resource), name, why),
+      Details(group, resource, name)};
 }
 
 ApiError StaleConflict(std::string_view group, std::string_view resource, std::string_view name) {
-  return Conflict(group, resource, name,
-                  "the object has been modified; please apply your changes to the latest version and try again");
+  return Conflict(
+      group, resource, name,
+      "the object has been modified; please apply your changes to the latest version and try again");
 }
 
 ApiError Expired(std::string message) { return {410, "Expired", std::move(message), {}}; }
@@ -52,9 +55,11 @@ ApiError Expired(std::string message) { return {410, "Expired", std::move(messag
 ApiError Invalid(std::string_view group, std::string_view kind, std::string_view name, std::string_view field,
                  std::string_view detail) {
   json::object d = Details(group, kind, name);
-  d["causes"] = json::array{json::object{
-      {"reason", "FieldValueInvalid"}, {"message", fmt::format("Invalid value: {}", detail)}, {"field", field}}};
-  return {422, "Invalid", fmt::format("{} \"{}\" is invalid: {}: Invalid value: {}", kind, name, field, detail),
+  d["causes"] = json::array{json::object{{"reason", "FieldValueInvalid"},
+                                         {"message", fmt::format("Invalid value: {}", detail)},
+                                         {"field", field}}};
+  return {422, "Invalid",
+          fmt::format("{} \"{}\" is invalid: {}: Invalid value: {}", kind, name, field, detail),
           std::move(d)};
 }
 
@@ -63,16 +68,20 @@ ApiError BadRequest(std::string message) { return {400, "BadRequest", std::move(
 ApiError Forbidden(std::string message) { return {403, "Forbidden", std::move(message), {}}; }
 
 ApiError MethodNotAllowed(std::string_view method, std::string_view path) {
-  return {405, "MethodNotAllowed",
-          fmt::format("the server does not allow this method on the requested resource ({} {})", method, path),
-          {}};
+  return {
+      405,
+      "MethodNotAllowed",
+      fmt::format("the server does not allow this method on the requested resource ({} {})", method, path),
+      {}};
 }
 
 ApiError UnsupportedMediaType(std::string_view content_type, std::string_view accepted) {
-  return {415, "UnsupportedMediaType",
-          fmt::format("the body of the request was in an unknown format ({}) - accepted media types include: {}",
-                      content_type.empty() ? "none" : content_type, accepted),
-          {}};
+  return {
+      415,
+      "UnsupportedMediaType",
+      fmt::format("the body of the request was in an unknown format ({}) - accepted media types include: {}",
+                  content_type.empty() ? "none" : content_type, accepted),
+      {}};
 }
 
 ApiError NotAcceptable(std::string message) { return {406, "NotAcceptable", std::move(message), {}}; }
@@ -95,8 +104,10 @@ ApiError InternalError(std::string message) {
 }
 
 ApiError TooLargeResourceVersion(std::uint64_t requested, std::uint64_t current) {
-  ApiError e{504, "Timeout",
-             fmt::format("Timeout: Too large resource version: {}, current: {}", requested, current), {}};
+  ApiError e{504,
+             "Timeout",
+             fmt::format("Timeout: Too large resource version: {}, current: {}", requested, current),
+             {}};
   e.details["causes"] = json::array{
       json::object{{"reason", "ResourceVersionTooLarge"}, {"message", "Too large resource version"}}};
   e.details["retryAfterSeconds"] = 1;
@@ -105,7 +116,7 @@ ApiError TooLargeResourceVersion(std::uint64_t requested, std::uint64_t current)
 }
 
 json::object StatusJson(const ApiError& e) {
-  json::object s{{"kind", "Status"},  {"apiVersion", "v1"},   {"metadata", json::object{}},
+  json::object s{{"kind", "Status"},    {"apiVersion", "v1"},   {"metadata", json::object{}},
                  {"status", "Failure"}, {"message", e.message}, {"reason", e.reason}};
   if (!e.details.empty()) s["details"] = e.details;
   s["code"] = e.code;
@@ -113,7 +124,8 @@ json::object StatusJson(const ApiError& e) {
 }
 
 json::object SuccessStatus(int code, json::object details) {
-  json::object s{{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", json::object{}}, {"status", "Success"}};
+  json::object s{
+      {"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", json::object{}}, {"status", "Success"}};
   if (!details.empty()) s["details"] = std::move(details);
   s["code"] = code;
   return s;

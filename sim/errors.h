@@ -1,22 +1,22 @@
 #pragma once
 // API errors of the in-memory API server, shaped like kube-apiserver's metav1.Status failures
 // ({"kind":"Status","status":"Failure","reason":"Conflict","code":409,...}).
+#include <boost/json/object.hpp>
+#include <boost/system/result.hpp>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
-#include <boost/json/object.hpp>
-#include <boost/system/result.hpp>
-
 namespace hami::sim {
 
-// One failed API operation: HTTP code, metav1.StatusReason, message and details as the apiserver phrases them.
+// One failed API operation: HTTP code, metav1.StatusReason, message and details as the apiserver phrases
+// them.
 struct ApiError {
   int code = 500;
   std::string reason = "InternalError";
   std::string message;
-  boost::json::object details;   // {name, group, kind, causes, retryAfterSeconds}; empty when not applicable
-  int retry_after_seconds = 0;   // > 0: also sent as the Retry-After header
+  boost::json::object details;  // {name, group, kind, causes, retryAfterSeconds}; empty when not applicable
+  int retry_after_seconds = 0;  // > 0: also sent as the Retry-After header
 };
 
 // Found by Boost through ADL: ApiResult<T>::value() on an error throws std::runtime_error(message).
@@ -29,7 +29,8 @@ using ApiResult = boost::system::result<T, ApiError>;
 ApiError NotFound(std::string_view group, std::string_view resource, std::string_view name);
 ApiError AlreadyExists(std::string_view group, std::string_view resource, std::string_view name);
 // 409 "Operation cannot be fulfilled on pods "p": <why>".
-ApiError Conflict(std::string_view group, std::string_view resource, std::string_view name, std::string_view why);
+ApiError Conflict(std::string_view group, std::string_view resource, std::string_view name,
+                  std::string_view why);
 // The standard optimistic-concurrency conflict ("the object has been modified; ...").
 ApiError StaleConflict(std::string_view group, std::string_view resource, std::string_view name);
 // 410 with reason Expired (watch/list from a compacted resourceVersion, expired continue token).

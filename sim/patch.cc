@@ -1,12 +1,12 @@
 #include "sim/patch.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <boost/json.hpp>
 #include <charconv>
 #include <map>
 #include <optional>
-
-#include <boost/json.hpp>
-#include <fmt/format.h>
 
 namespace hami::sim {
 namespace json = boost::json;
@@ -47,7 +47,8 @@ Result<Location> Locate(json::value& doc, const std::vector<std::string>& tokens
     } else if (auto* a = cur->if_array()) {
       std::size_t idx = 0;
       auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), idx);
-      if (ec != std::errc{} || p != t.data() + t.size() || idx >= a->size() || (t.size() > 1 && t[0] == '0')) {
+      if (ec != std::errc{} || p != t.data() + t.size() || idx >= a->size() ||
+          (t.size() > 1 && t[0] == '0')) {
         return Error{fmt::format("path {}: array index \"{}\" out of range", pointer, t)};
       }
       cur = &(*a)[idx];
@@ -60,12 +61,13 @@ Result<Location> Locate(json::value& doc, const std::vector<std::string>& tokens
   return loc;
 }
 
-Result<std::size_t> ArrayIndex(const json::array& a, std::string_view t, std::string_view pointer, bool for_insert) {
+Result<std::size_t> ArrayIndex(const json::array& a, std::string_view t, std::string_view pointer,
+                               bool for_insert) {
   std::size_t idx = 0;
   auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), idx);
   const std::size_t limit = for_insert ? a.size() : a.size() - (a.empty() ? 0 : 1);
-  if (ec != std::errc{} || p != t.data() + t.size() || (t.size() > 1 && t[0] == '0') || (a.empty() && !for_insert) ||
-      idx > limit) {
+  if (ec != std::errc{} || p != t.data() + t.size() || (t.size() > 1 && t[0] == '0') ||
+      (a.empty() && !for_insert) || idx > limit) {
     return Error{fmt::format("path {}: array index \"{}\" out of range (size {})", pointer, t, a.size())};
   }
   return idx;
@@ -157,7 +159,8 @@ Result<void> ApplyOne(json::value& doc, const json::object& op) {
   if (name == "test") {
     auto target = Resolve(doc, path);
     if (!target) return Error{fmt::format("testing value {} failed: {}", path, target.error().message)};
-    if (!JsonEqual(**target, op.at("value"))) return Error{fmt::format("testing value {} failed: test failed", path)};
+    if (!JsonEqual(**target, op.at("value")))
+      return Error{fmt::format("testing value {} failed: test failed", path)};
     return {};
   }
   const std::string_view from = op.at("from").get_string();
@@ -179,17 +182,30 @@ Result<void> ApplyOne(json::value& doc, const json::object& op) {
 // ---------------------------------------------------------------------------------------------------------
 // Strategic merge patch
 
-// The patch strategies of the built-in kinds' lists (Go struct tags patchStrategy/patchMergeKey of core/v1 and
-// meta/v1). The empty key marks a list of primitives merged as a set.
+// The patch strategies of the built-in kinds' lists (Go struct tags patchStrategy/patchMergeKey of core/v1
+// and meta/v1). The empty key marks a list of primitives merged as a set.
 const std::map<std::string, std::string, std::less<>>& MergeLists() {
   static const std::map<std::string, std::string, std::less<>> lists{
-      {"containers", "name"},          {"initContainers", "name"},     {"ephemeralContainers", "name"},
-      {"env", "name"},                 {"ports", "containerPort"},     {"volumeMounts", "mountPath"},
-      {"volumeDevices", "devicePath"}, {"volumes", "name"},            {"imagePullSecrets", "name"},
-      {"conditions", "type"},          {"addresses", "type"},          {"taints", "key"},
-      {"ownerReferences", "uid"},      {"finalizers", ""},             {"hostAliases", "ip"},
-      {"resourceClaims", "name"},      {"topologySpreadConstraints", "topologyKey"},
-      {"readinessGates", "conditionType"}};
+      {"containers", "name"},
+      {"initContainers", "name"},
+      {"ephemeralContainers", "name"},
+      {"env", "name"},
+      {"ports", "containerPort"},
+      {"volumeMounts", "mountPath"},
+      {"volumeDevices", "devicePath"},
+      {"volumes", "name"},
+      {"imagePullSecrets", "name"},
+      {"conditions", "type"},
+      {"addresses", "type"},
+      {"ownerReferences", "uid"},
+      {"finalizers", ""},
+      {"hostAliases", "ip"},
+      {"resourceClaims", "name"},
+      {"topologySpreadConstraints", "topologyKey"},
+      {"schedulingGates", "name"},
+      {"podIPs", "ip"},
+      {"hostIPs", "ip"}};
+  // Not here on purpose (atomic in the Go types, so replaced whole): taints, tolerations, readinessGates.
   return lists;
 }
 
@@ -332,8 +348,9 @@ Result<MapFate> MergeMap(json::object& original, const json::object& patch) {
       if (auto* list = original.if_contains(key.substr(25)); list && list->is_array()) {
         auto& a = list->as_array();
         for (const auto& gone : value.as_array()) {
-          a.erase(std::remove_if(a.begin(), a.end(), [&](const json::value& v) { return JsonEqual(v, gone); }),
-                  a.end());
+          a.erase(
+              std::remove_if(a.begin(), a.end(), [&](const json::value& v) { return JsonEqual(v, gone); }),
+              a.end());
         }
       }
       continue;
@@ -376,8 +393,9 @@ Result<MapFate> MergeMap(json::object& original, const json::object& patch) {
     if (!retain->is_array()) return Error{"$retainKeys: expected a list of field names"};
     std::vector<std::string> drop;
     for (const auto& kv : original) {
-      const bool keep = std::any_of(retain->as_array().begin(), retain->as_array().end(),
-                                    [&](const json::value& k) { return k.is_string() && k.get_string() == kv.key(); });
+      const bool keep =
+          std::any_of(retain->as_array().begin(), retain->as_array().end(),
+                      [&](const json::value& k) { return k.is_string() && k.get_string() == kv.key(); });
       if (!keep) drop.emplace_back(kv.key());
     }
     for (const auto& k : drop) original.erase(k);

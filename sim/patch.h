@@ -1,11 +1,10 @@
 #pragma once
 // The three PATCH flavours kube-apiserver accepts for built-in types, applied to boost::json values:
 // JSON merge patch (RFC 7386), JSON patch (RFC 6902) and Kubernetes' strategic merge patch. Pure functions.
+#include <boost/json/value.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <boost/json/value.hpp>
 
 #include "core/result.h"
 

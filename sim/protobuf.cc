@@ -1,11 +1,11 @@
 #include "sim/protobuf.h"
 
+#include <fmt/format.h>
+
+#include <boost/json.hpp>
 #include <cstdint>
 #include <optional>
 #include <vector>
-
-#include <boost/json.hpp>
-#include <fmt/format.h>
 
 #include "core/codec/stamps.h"
 
@@ -99,9 +99,8 @@ const Message kNamespaceStatus{{{1, "phase", Kind::kString}}};
 const Message kNamespace{{{1, "metadata", Kind::kMessage, false, &kObjectMeta},
                           {2, "spec", Kind::kMessage, false, &kNamespaceSpec},
                           {3, "status", Kind::kMessage, false, &kNamespaceStatus}}};
-const Message kScopedRequirement{{{1, "scopeName", Kind::kString},
-                                  {2, "operator", Kind::kString},
-                                  {3, "values", Kind::kString, true}}};
+const Message kScopedRequirement{
+    {{1, "scopeName", Kind::kString}, {2, "operator", Kind::kString}, {3, "values", Kind::kString, true}}};
 const Message kScopeSelector{{{1, "matchExpressions", Kind::kMessage, true, &kScopedRequirement}}};
 const Message kQuotaSpec{{{1, "hard", Kind::kQuantityMap},
                           {2, "scopes", Kind::kString, true},
@@ -114,7 +113,8 @@ const Message kResourceQuota{{{1, "metadata", Kind::kMessage, false, &kObjectMet
 Result<json::object> Decode(std::string_view data, const Message& schema, std::string_view where);
 
 // A map entry {1: key, 2: value}; the value is a string or a Quantity {1: string}.
-Result<std::pair<std::string, std::string>> MapEntry(std::string_view data, bool quantity, std::string_view where) {
+Result<std::pair<std::string, std::string>> MapEntry(std::string_view data, bool quantity,
+                                                     std::string_view where) {
   Reader r(data);
   std::pair<std::string, std::string> kv;
   while (!r.done()) {
@@ -225,9 +225,9 @@ Result<json::object> Decode(std::string_view data, const Message& schema, std::s
       }
     }
     // Go's JSON omits empty strings, zero numbers and false (omitempty); protobuf writes them all.
-    if (!field->repeated && ((value.is_string() && value.get_string().empty()) ||
-                             (value.is_int64() && value.get_int64() == 0) || (value.is_bool() && !value.get_bool()) ||
-                             value.is_null())) {
+    if (!field->repeated &&
+        ((value.is_string() && value.get_string().empty()) || (value.is_int64() && value.get_int64() == 0) ||
+         (value.is_bool() && !value.get_bool()) || value.is_null())) {
       continue;
     }
     if (field->repeated) {
@@ -283,8 +283,8 @@ Result<json::object> DecodeKubernetesProtobuf(std::string_view body) {
   if (api_version == "v1" && kind == "Namespace") schema = &kNamespace;
   if (api_version == "v1" && kind == "ResourceQuota") schema = &kResourceQuota;
   if (!schema) {
-    return Error{fmt::format("protobuf bodies of kind {} ({}) are not supported; send JSON", kind.empty() ? "?" : kind,
-                             api_version.empty() ? "?" : api_version)};
+    return Error{fmt::format("protobuf bodies of kind {} ({}) are not supported; send JSON",
+                             kind.empty() ? "?" : kind, api_version.empty() ? "?" : api_version)};
   }
   auto object = Decode(raw, *schema, kind);
   if (!object) return object.error();

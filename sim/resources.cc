@@ -1,7 +1,6 @@
 #include "sim/resources.h"
 
 #include <algorithm>
-
 #include <boost/json.hpp>
 
 #include "core/strings.h"
@@ -19,7 +18,8 @@ json::array ToArray(const std::vector<std::string>& v) {
 }
 
 json::object GroupVersion(std::string_view group, std::string_view version) {
-  return json::object{{"groupVersion", std::string(group) + "/" + std::string(version)}, {"version", version}};
+  return json::object{{"groupVersion", std::string(group) + "/" + std::string(version)},
+                      {"version", version}};
 }
 
 }  // namespace
@@ -54,7 +54,8 @@ const ResourceType* FindResourceByKind(std::string_view api_version, std::string
 
 const ResourceType* FindResourceByName(std::string_view name) {
   for (const auto& t : Resources()) {
-    if (EqualsIgnoreCase(t.plural, name) || EqualsIgnoreCase(t.singular, name) || EqualsIgnoreCase(t.kind, name)) {
+    if (EqualsIgnoreCase(t.plural, name) || EqualsIgnoreCase(t.singular, name) ||
+        EqualsIgnoreCase(t.kind, name)) {
       return &t;
     }
     for (const auto& s : t.short_names) {
@@ -87,7 +88,8 @@ json::object ApiGroupDocument(std::string_view group) {
   for (const auto& t : Resources()) {
     if (t.group != group) continue;
     json::object gv = GroupVersion(group, t.version);
-    if (std::find(versions.begin(), versions.end(), json::value(gv)) == versions.end()) versions.push_back(gv);
+    if (std::find(versions.begin(), versions.end(), json::value(gv)) == versions.end())
+      versions.push_back(gv);
   }
   if (versions.empty()) return {};
   json::value preferred = versions.front();
@@ -144,7 +146,8 @@ json::object ApiResourceListDocument(std::string_view group, std::string_view ve
                                      {"kind", "Binding"},
                                      {"verbs", json::array{"create"}}});
   }
-  const std::string gv = group.empty() ? std::string(version) : std::string(group) + "/" + std::string(version);
+  const std::string gv =
+      group.empty() ? std::string(version) : std::string(group) + "/" + std::string(version);
   return json::object{{"kind", "APIResourceList"},
                       {"apiVersion", "v1"},
                       {"groupVersion", gv},
@@ -189,8 +192,8 @@ json::object OpenApiV3Document(std::string_view group, std::string_view version)
     const json::object gvk{{"group", t.group}, {"version", t.version}, {"kind", t.kind}};
     const json::object ok{{"200", json::object{{"description", "OK"}}}};
     json::object patch{{"operationId", "patch" + t.kind},
-                       {"parameters", json::array{query("dryRun"), query("fieldManager"), query("fieldValidation"),
-                                                  query("force")}},
+                       {"parameters", json::array{query("dryRun"), query("fieldManager"),
+                                                  query("fieldValidation"), query("force")}},
                        {"responses", ok},
                        {"x-kubernetes-action", "patch"},
                        {"x-kubernetes-group-version-kind", gvk}};
@@ -201,11 +204,11 @@ json::object OpenApiV3Document(std::string_view group, std::string_view version)
     paths[item] = json::object{{"get", std::move(get)}, {"patch", std::move(patch)}};
   }
   if (paths.empty()) return {};
-  return json::object{{"openapi", "3.0.0"},
-                      {"info", json::object{{"title", "Kubernetes (hami-scheduler sim-apiserver)"},
-                                            {"version", "v1.32.0"}}},
-                      {"paths", std::move(paths)},
-                      {"components", json::object{{"schemas", json::object{}}}}};
+  return json::object{
+      {"openapi", "3.0.0"},
+      {"info", json::object{{"title", "Kubernetes (hami-scheduler sim-apiserver)"}, {"version", "v1.32.0"}}},
+      {"paths", std::move(paths)},
+      {"components", json::object{{"schemas", json::object{}}}}};
 }
 
 }  // namespace hami::sim

@@ -1,11 +1,10 @@
 #pragma once
 // The resource kinds the in-memory API server serves, and the discovery documents that describe them
 // (/api, /api/v1, /apis, /apis/<group>, /apis/<group>/<version>, /version). Pure data.
+#include <boost/json/object.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <boost/json/object.hpp>
 
 namespace hami::sim {
 
@@ -14,7 +13,7 @@ struct ResourceType {
   std::string version;  // "v1"
   std::string plural;   // "pods" (the URL segment)
   std::string singular;
-  std::string kind;     // "Pod"
+  std::string kind;  // "Pod"
   bool namespaced = true;
   bool has_status = false;  // a /status subresource: the main resource ignores status changes
   std::vector<std::string> short_names;
@@ -44,12 +43,12 @@ boost::json::object ApiGroupListDocument();                                // GE
 boost::json::object ApiGroupDocument(std::string_view group);              // GET /apis/<group>; {} if unknown
 // GET /api/v1 or /apis/<group>/<version>; {} if unknown.
 boost::json::object ApiResourceListDocument(std::string_view group, std::string_view version);
-boost::json::object VersionDocument();                                     // GET /version
+boost::json::object VersionDocument();  // GET /version
 
 // A minimal OpenAPI v3: the index (GET /openapi/v3) and one document per group-version with the paths of each
-// resource, their PATCH operations tagged x-kubernetes-group-version-kind and declaring `fieldValidation`. That
-// is what kubectl (1.27+) needs to validate server-side instead of downloading the protobuf OpenAPI v2 schema
-// for client-side validation; there are no component schemas (`kubectl explain` does not work).
+// resource, their PATCH operations tagged x-kubernetes-group-version-kind and declaring `fieldValidation`.
+// That is what kubectl (1.27+) needs to validate server-side instead of downloading the protobuf OpenAPI v2
+// schema for client-side validation; there are no component schemas (`kubectl explain` does not work).
 boost::json::object OpenApiV3Index();
 boost::json::object OpenApiV3Document(std::string_view group, std::string_view version);  // {} if unknown
 

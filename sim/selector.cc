@@ -1,11 +1,11 @@
 #include "sim/selector.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <boost/json.hpp>
 #include <charconv>
 #include <optional>
-
-#include <boost/json.hpp>
-#include <fmt/format.h>
 
 namespace hami::sim {
 namespace json = boost::json;
@@ -97,8 +97,8 @@ Result<LabelSelector> LabelSelector::Parse(std::string_view text) {
   const std::vector<Token> toks = Lex(text);
   std::size_t i = 0;
   auto fail = [&](std::string_view what) {
-    return Error{fmt::format("unable to parse requirement: labelSelector \"{}\": {} (found \"{}\")", text, what,
-                             toks[i].text)};
+    return Error{fmt::format("unable to parse requirement: labelSelector \"{}\": {} (found \"{}\")", text,
+                             what, toks[i].text)};
   };
   if (toks[0].kind == Tok::kEnd) return sel;
   for (;;) {
@@ -164,7 +164,8 @@ Result<LabelSelector> LabelSelector::Parse(std::string_view text) {
 bool LabelSelector::Matches(const json::object* labels) const {
   for (const auto& r : requirements_) {
     const json::value* v = labels ? labels->if_contains(r.key) : nullptr;
-    const std::string_view value = v && v->is_string() ? std::string_view(v->get_string()) : std::string_view();
+    const std::string_view value =
+        v && v->is_string() ? std::string_view(v->get_string()) : std::string_view();
     const bool has = v && v->is_string();
     const auto in = [&] { return std::find(r.values.begin(), r.values.end(), value) != r.values.end(); };
     switch (r.op) {
@@ -232,7 +233,8 @@ Result<FieldSelector> FieldSelector::Parse(std::string_view text) {
       if (op != std::string::npos) break;
     }
     if (op == std::string::npos) {
-      return Error{fmt::format("invalid field selector \"{}\": \"{}\" has no =, == or != operator", text, part)};
+      return Error{
+          fmt::format("invalid field selector \"{}\": \"{}\" has no =, == or != operator", text, part)};
     }
     std::string_view field(part.data(), op);
     while (!field.empty() && (field.back() == ' ')) field.remove_suffix(1);

@@ -1,11 +1,10 @@
 #pragma once
-// Label and field selectors in the query-string syntax of the Kubernetes API (`labelSelector=`, `fieldSelector=`).
-// Pure; parse once per request, then match objects.
+// Label and field selectors in the query-string syntax of the Kubernetes API (`labelSelector=`,
+// `fieldSelector=`). Pure; parse once per request, then match objects.
+#include <boost/json/object.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <boost/json/object.hpp>
 
 #include "core/result.h"
 

@@ -1,12 +1,12 @@
 #include "sim/store.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <boost/json.hpp>
 #include <charconv>
 #include <cstring>
 #include <set>
-
-#include <boost/json.hpp>
-#include <fmt/format.h>
 
 #include "core/codec/stamps.h"
 #include "sim/patch.h"
@@ -69,7 +69,8 @@ bool IsDnsName(std::string_view s, bool label) {
 bool IsQualifiedPart(std::string_view s, bool allow_empty) {
   if (s.empty()) return allow_empty;
   if (s.size() > 63 || !IsAlnum(s.front()) || !IsAlnum(s.back())) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return IsAlnum(c) || c == '-' || c == '_' || c == '.'; });
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return IsAlnum(c) || c == '-' || c == '_' || c == '.'; });
 }
 
 bool IsQualifiedKey(std::string_view key) {
@@ -95,13 +96,15 @@ std::optional<ApiError> ValidateMetadata(const ResourceType& type, const json::o
     }
     for (const auto& kv : labels->get_object()) {
       if (!IsQualifiedKey(kv.key())) {
-        return Invalid(type.group, type.kind, name, "metadata.labels",
-                       fmt::format("\"{}\": name part must consist of alphanumeric characters, '-', '_' or '.', "
-                                   "at most 63 characters",
-                                   std::string_view(kv.key())));
+        return Invalid(
+            type.group, type.kind, name, "metadata.labels",
+            fmt::format("\"{}\": name part must consist of alphanumeric characters, '-', '_' or '.', "
+                        "at most 63 characters",
+                        std::string_view(kv.key())));
       }
       if (!kv.value().is_string() || !IsQualifiedPart(kv.value().get_string(), true)) {
-        return Invalid(type.group, type.kind, name, fmt::format("metadata.labels[{}]", std::string_view(kv.key())),
+        return Invalid(type.group, type.kind, name,
+                       fmt::format("metadata.labels[{}]", std::string_view(kv.key())),
                        fmt::format("{}: a valid label must be an empty string or consist of alphanumeric "
                                    "characters, '-', '_' or '.', at most 63 characters",
                                    json::serialize(kv.value())));
@@ -116,12 +119,14 @@ std::optional<ApiError> ValidateMetadata(const ResourceType& type, const json::o
     for (const auto& kv : ann->get_object()) {
       if (!kv.value().is_string()) {
         return Invalid(type.group, type.kind, name,
-                       fmt::format("metadata.annotations[{}]", std::string_view(kv.key())), "must be a string");
+                       fmt::format("metadata.annotations[{}]", std::string_view(kv.key())),
+                       "must be a string");
       }
       total += kv.key().size() + kv.value().get_string().size();
     }
     if (total > 256 * 1024) {
-      return Invalid(type.group, type.kind, name, "metadata.annotations", "Too long: must have at most 262144 bytes");
+      return Invalid(type.group, type.kind, name, "metadata.annotations",
+                     "Too long: must have at most 262144 bytes");
     }
   }
   return std::nullopt;
@@ -131,11 +136,13 @@ std::optional<ApiError> CheckTypeMeta(const ResourceType& type, const json::obje
   const std::string_view api_version = Str(&object, "apiVersion");
   const std::string_view kind = Str(&object, "kind");
   if (!api_version.empty() && api_version != type.ApiVersion()) {
-    return BadRequest(fmt::format("the API version in the data ({}) does not match the expected API version ({})",
-                                  api_version, type.ApiVersion()));
+    return BadRequest(
+        fmt::format("the API version in the data ({}) does not match the expected API version ({})",
+                    api_version, type.ApiVersion()));
   }
   if (!kind.empty() && kind != type.kind) {
-    return BadRequest(fmt::format("the kind in the data ({}) does not match the expected kind ({})", kind, type.kind));
+    return BadRequest(
+        fmt::format("the kind in the data ({}) does not match the expected kind ({})", kind, type.kind));
   }
   return std::nullopt;
 }
@@ -171,7 +178,8 @@ void ApplyDefaults(const ResourceType& type, json::object& o) {
   if (type.plural == "pods") {
     json::value& spec = o["spec"];
     if (!spec.is_object()) spec = json::object{};
-    if (Str(&spec.as_object(), "schedulerName").empty()) spec.as_object()["schedulerName"] = "default-scheduler";
+    if (Str(&spec.as_object(), "schedulerName").empty())
+      spec.as_object()["schedulerName"] = "default-scheduler";
     json::value& status = o["status"];
     if (!status.is_object()) status = json::object{};
     if (Str(&status.as_object(), "phase").empty()) status.as_object()["phase"] = "Pending";
@@ -284,10 +292,13 @@ void Watcher::Push(WatchEvent event, std::size_t limit) {
 // Store
 
 Store::Store(StoreOptions options, const Clock* clock)
-    : options_(options), clock_(clock ? clock : &system_clock_), buckets_(Resources().size()),
+    : options_(options),
+      clock_(clock ? clock : &system_clock_),
+      buckets_(Resources().size()),
       random_(std::random_device{}()) {
   for (const char* ns : {"default", "kube-system", "kube-public", "kube-node-lease"}) {
-    auto created = Create(*FindResource("", "v1", "namespaces"), "", json::object{{"metadata", {{"name", ns}}}});
+    auto created =
+        Create(*FindResource("", "v1", "namespaces"), "", json::object{{"metadata", {{"name", ns}}}});
     (void)created;
   }
   // The built-in namespaces are part of the initial state, not history.
@@ -328,9 +339,10 @@ ApiResult<std::string> Store::ResolveNamespace(const ResourceType& type, std::st
   std::string ns(Str(&metadata, "namespace"));
   if (!url_ns.empty()) {
     if (!ns.empty() && ns != url_ns) {
-      return BadRequest(fmt::format("the namespace of the provided object ({}) does not match the namespace sent on "
-                                    "the request ({})",
-                                    ns, url_ns));
+      return BadRequest(
+          fmt::format("the namespace of the provided object ({}) does not match the namespace sent on "
+                      "the request ({})",
+                      ns, url_ns));
     }
     ns = std::string(url_ns);
   }
@@ -360,7 +372,8 @@ ApiResult<ObjectPtr> Store::Create(const ResourceType& type, std::string_view ns
   const std::string generate(Str(&meta, "generateName"));
   if (Str(&meta, "name").empty()) {
     if (generate.empty()) {
-      return Invalid(type.group, type.kind, "", "metadata.name", "Required value: name or generateName is required");
+      return Invalid(type.group, type.kind, "", "metadata.name",
+                     "Required value: name or generateName is required");
     }
     meta["name"] = GenerateName(generate);
   }
@@ -450,13 +463,16 @@ ApiResult<ObjectPtr> Store::Update(const ResourceType& type, std::string_view ns
   if (auto e = CheckTypeMeta(type, object)) return *e;
   json::object& meta = Meta(object);
   if (const std::string_view n = Str(&meta, "name"); !n.empty() && n != name) {
-    return BadRequest(fmt::format("the name of the object ({}) does not match the name on the URL ({})", n, name));
+    return BadRequest(
+        fmt::format("the name of the object ({}) does not match the name on the URL ({})", n, name));
   }
   if (const std::string_view n = Str(&meta, "namespace"); type.namespaced && !n.empty() && n != ns) {
     return BadRequest(fmt::format(
-        "the namespace of the provided object ({}) does not match the namespace sent on the request ({})", n, ns));
+        "the namespace of the provided object ({}) does not match the namespace sent on the request ({})", n,
+        ns));
   }
-  if (const std::string_view rv = Str(&meta, "resourceVersion"); !rv.empty() && rv != MetaStr(*current, "resourceVersion")) {
+  if (const std::string_view rv = Str(&meta, "resourceVersion");
+      !rv.empty() && rv != MetaStr(*current, "resourceVersion")) {
     return StaleConflict(type.group, type.plural, name);
   }
   if (const std::string_view uid = Str(&meta, "uid"); !uid.empty() && uid != MetaStr(*current, "uid")) {
@@ -555,15 +571,16 @@ ApiResult<DeleteResult> Store::Delete(const ResourceType& type, std::string_view
   const ObjectPtr current = *found;
   if (options.uid && !options.uid->empty() && *options.uid != MetaStr(*current, "uid")) {
     return Conflict(type.group, type.plural, name,
-                    fmt::format("Precondition failed: UID in precondition: {}, UID in object meta: {}", *options.uid,
-                                MetaStr(*current, "uid")));
+                    fmt::format("Precondition failed: UID in precondition: {}, UID in object meta: {}",
+                                *options.uid, MetaStr(*current, "uid")));
   }
   if (options.resource_version && !options.resource_version->empty() &&
       *options.resource_version != MetaStr(*current, "resourceVersion")) {
-    return Conflict(type.group, type.plural, name,
-                    fmt::format("Precondition failed: ResourceVersion in precondition: {}, ResourceVersion in "
-                                "object meta: {}",
-                                *options.resource_version, MetaStr(*current, "resourceVersion")));
+    return Conflict(
+        type.group, type.plural, name,
+        fmt::format("Precondition failed: ResourceVersion in precondition: {}, ResourceVersion in "
+                    "object meta: {}",
+                    *options.resource_version, MetaStr(*current, "resourceVersion")));
   }
   if (type.plural == "namespaces" && (name == "default" || name == "kube-system" || name == "kube-public")) {
     return Forbidden(fmt::format("namespaces \"{}\" is forbidden: this namespace may not be deleted", name));
@@ -595,7 +612,8 @@ ApiResult<DeleteResult> Store::Delete(const ResourceType& type, std::string_view
 }
 
 ApiResult<std::vector<ObjectPtr>> Store::DeleteCollection(const ResourceType& type, std::string_view ns,
-                                                          const ListOptions& selectors, const DeleteOptions& options) {
+                                                          const ListOptions& selectors,
+                                                          const DeleteOptions& options) {
   ListOptions all = selectors;
   all.limit = 0;
   all.continue_token.clear();
@@ -629,18 +647,21 @@ ApiResult<ObjectPtr> Store::Bind(std::string_view ns, std::string_view pod, cons
   }
   if (const std::string_view rv = Str(bmeta, "resourceVersion");
       !rv.empty() && rv != MetaStr(*current, "resourceVersion")) {
-    return Conflict("", "pods/binding", pod,
-                    fmt::format("Precondition failed: ResourceVersion in precondition: {}, ResourceVersion in "
-                                "object meta: {}",
-                                rv, MetaStr(*current, "resourceVersion")));
+    return Conflict(
+        "", "pods/binding", pod,
+        fmt::format("Precondition failed: ResourceVersion in precondition: {}, ResourceVersion in "
+                    "object meta: {}",
+                    rv, MetaStr(*current, "resourceVersion")));
   }
   if (MetaOf(*current)->contains("deletionTimestamp")) {
-    return Conflict("", "pods/binding", pod, fmt::format("pod {} is being deleted, cannot be assigned to a host", pod));
+    return Conflict("", "pods/binding", pod,
+                    fmt::format("pod {} is being deleted, cannot be assigned to a host", pod));
   }
   const json::value* spec = current->if_contains("spec");
   if (const std::string_view bound = spec && spec->is_object() ? Str(&spec->as_object(), "nodeName") : "";
       !bound.empty()) {
-    return Conflict("", "pods/binding", pod, fmt::format("pod {} is already assigned to node \"{}\"", pod, bound));
+    return Conflict("", "pods/binding", pod,
+                    fmt::format("pod {} is already assigned to node \"{}\"", pod, bound));
   }
   json::object next = *current;
   json::value& next_spec = next["spec"];
@@ -708,18 +729,20 @@ ApiResult<ListResult> Store::List(const ResourceType& type, std::string_view ns,
     if (snap == snapshots_.end() || clock_->Now() - snap->second.created > options_.continue_ttl) {
       if (snap != snapshots_.end()) snapshots_.erase(snap);
       return Expired(
-          "The provided continue parameter is too old to display a consistent list result. You can start a new list "
+          "The provided continue parameter is too old to display a consistent list result. You can start a "
+          "new list "
           "without the continue parameter.");
     }
     const auto offset = static_cast<std::size_t>(off->get_int64());
     const Snapshot& s = snap->second;
     result.resource_version = s.rv;
-    const std::size_t end =
-        options.limit > 0 ? std::min(s.items.size(), offset + static_cast<std::size_t>(options.limit)) : s.items.size();
+    const std::size_t end = options.limit > 0
+                                ? std::min(s.items.size(), offset + static_cast<std::size_t>(options.limit))
+                                : s.items.size();
     for (std::size_t i = std::min(offset, s.items.size()); i < end; ++i) result.items.push_back(s.items[i]);
     if (end < s.items.size()) {
-      result.continue_token = Base64UrlEncode(json::serialize(json::object{
-          {"rv", s.rv}, {"id", id->get_int64()}, {"off", static_cast<std::int64_t>(end)}}));
+      result.continue_token = Base64UrlEncode(json::serialize(
+          json::object{{"rv", s.rv}, {"id", id->get_int64()}, {"off", static_cast<std::int64_t>(end)}}));
       result.remaining_items = static_cast<std::int64_t>(s.items.size() - end);
     }
     return result;
@@ -731,7 +754,8 @@ ApiResult<ListResult> Store::List(const ResourceType& type, std::string_view ns,
     auto rv = ParseRv(*options.resource_version);
     if (!rv) return BadRequest(fmt::format("invalid resource version \"{}\"", *options.resource_version));
     if (*rv > rv_) return TooLargeResourceVersion(*rv, rv_);
-    exact = options.resource_version_match == "Exact" || (options.resource_version_match.empty() && options.limit > 0);
+    exact = options.resource_version_match == "Exact" ||
+            (options.resource_version_match.empty() && options.limit > 0);
     if (exact) {
       if (*rv < compacted_rv_) {
         return Expired(fmt::format("too old resource version: {} ({})", *rv, compacted_rv_));
@@ -739,8 +763,9 @@ ApiResult<ListResult> Store::List(const ResourceType& type, std::string_view ns,
       at = *rv;
     }
   } else if (options.resource_version_match == "Exact") {
-    return BadRequest("resourceVersionMatch: Forbidden: resourceVersionMatch \"Exact\" is forbidden for "
-                      "resourceVersion \"0\" or unset");
+    return BadRequest(
+        "resourceVersionMatch: Forbidden: resourceVersionMatch \"Exact\" is forbidden for "
+        "resourceVersion \"0\" or unset");
   }
   const std::size_t idx = IndexOf(type);
   const Bucket state = at == rv_ ? Bucket() : StateAt(idx, at);
@@ -756,7 +781,8 @@ ApiResult<ListResult> Store::List(const ResourceType& type, std::string_view ns,
   result.resource_version = at;
   if (options.limit > 0 && items.size() > static_cast<std::size_t>(options.limit)) {
     const auto limit = static_cast<std::size_t>(options.limit);
-    while (snapshots_.size() >= options_.max_snapshots && !snapshots_.empty()) snapshots_.erase(snapshots_.begin());
+    while (snapshots_.size() >= options_.max_snapshots && !snapshots_.empty())
+      snapshots_.erase(snapshots_.begin());
     const std::uint64_t id = next_snapshot_++;
     Snapshot& s = snapshots_[id];
     s.rv = at;
@@ -820,7 +846,8 @@ ApiResult<std::shared_ptr<Watcher>> Store::Watch(const ResourceType& type, std::
     auto rv = ParseRv(rv_text);
     if (!rv) return BadRequest(fmt::format("invalid resource version \"{}\"", rv_text));
     if (*rv > rv_) return TooLargeResourceVersion(*rv, rv_);
-    if (*rv < compacted_rv_) return Expired(fmt::format("too old resource version: {} ({})", *rv, compacted_rv_));
+    if (*rv < compacted_rv_)
+      return Expired(fmt::format("too old resource version: {} ({})", *rv, compacted_rv_));
     for (const auto& h : history_) {
       if (h.rv <= *rv || h.resource != idx) continue;
       const bool now = h.type != EventType::kDeleted && w->Matches(*h.object);
@@ -917,8 +944,8 @@ const ResourceType* TypeOf(const json::value& object, std::string* what) {
   const std::string_view kind = Str(o, "kind");
   const ResourceType* type = FindResourceByKind(api_version, kind);
   if (!type) {
-    *what = fmt::format("{} {}/{} ({})", kind.empty() ? "object" : kind, MetaStr(*o, "namespace"), MetaStr(*o, "name"),
-                        api_version.empty() ? "no apiVersion" : api_version);
+    *what = fmt::format("{} {}/{} ({})", kind.empty() ? "object" : kind, MetaStr(*o, "namespace"),
+                        MetaStr(*o, "name"), api_version.empty() ? "no apiVersion" : api_version);
   }
   return type;
 }
@@ -951,7 +978,8 @@ ApiResult<ObjectPtr> Store::Upsert(json::value object) {
   return Commit(*type, current, std::move(o), {});
 }
 
-Result<std::size_t> Store::Load(const std::vector<json::value>& documents, std::vector<std::string>* skipped) {
+Result<std::size_t> Store::Load(const std::vector<json::value>& documents,
+                                std::vector<std::string>* skipped) {
   std::size_t loaded = 0;
   std::vector<const json::value*> objects;
   for (const auto& doc : documents) {
@@ -973,7 +1001,8 @@ Result<std::size_t> Store::Load(const std::vector<json::value>& documents, std::
     json::object o = v->as_object();
     const std::string created(MetaStr(o, "creationTimestamp"));
     const std::string uid(MetaStr(o, "uid"));
-    if (type->plural == "namespaces" && Lookup(*type, "", MetaStr(o, "name"))) continue;  // built-in namespaces
+    if (type->plural == "namespaces" && Lookup(*type, "", MetaStr(o, "name")))
+      continue;  // built-in namespaces
     auto stored = Create(*type, "", std::move(o));
     if (!stored) {
       return Error{fmt::format("{} {}/{}: {}", type->kind, MetaStr(v->as_object(), "namespace"),

@@ -4,6 +4,8 @@
 // and watch subscriptions. Pure and synchronous: no I/O, no threads; the HTTP layer adapts it.
 //
 // Thread rule: not thread-safe; everything runs on the one io_context thread that owns the server.
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -15,9 +17,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <boost/json/object.hpp>
-#include <boost/json/value.hpp>
 
 #include "core/clock.h"
 #include "core/result.h"
@@ -36,18 +35,19 @@ std::string_view ToString(EventType type);  // "ADDED", "MODIFIED", ...
 
 struct WatchEvent {
   EventType type = EventType::kAdded;
-  ObjectPtr object;  // the object; a Status for kError; {kind, apiVersion, metadata{resourceVersion}} for kBookmark
+  ObjectPtr
+      object;  // the object; a Status for kError; {kind, apiVersion, metadata{resourceVersion}} for kBookmark
 };
 
 enum class PatchType { kJson, kMerge, kStrategicMerge };
 enum class Subresource { kMain, kStatus };
 
 struct StoreOptions {
-  std::size_t history_limit = 10000;            // events kept for watch resume and exact-version lists
-  std::chrono::seconds continue_ttl{300};       // a continue token older than this answers 410
-  std::size_t max_snapshots = 256;              // paged lists in progress; the oldest is dropped first
-  std::size_t watch_queue_limit = 100000;       // a watcher this far behind is closed (the client re-watches)
-  bool auto_create_namespaces = true;           // creating into a missing namespace creates it (else 404)
+  std::size_t history_limit = 10000;       // events kept for watch resume and exact-version lists
+  std::chrono::seconds continue_ttl{300};  // a continue token older than this answers 410
+  std::size_t max_snapshots = 256;         // paged lists in progress; the oldest is dropped first
+  std::size_t watch_queue_limit = 100000;  // a watcher this far behind is closed (the client re-watches)
+  bool auto_create_namespaces = true;      // creating into a missing namespace creates it (else 404)
 };
 
 struct ListOptions {
@@ -62,8 +62,8 @@ struct ListOptions {
 struct ListResult {
   std::vector<ObjectPtr> items;
   std::uint64_t resource_version = 0;
-  std::string continue_token;                    // empty on the last page
-  std::optional<std::int64_t> remaining_items;   // set when continue_token is
+  std::string continue_token;                   // empty on the last page
+  std::optional<std::int64_t> remaining_items;  // set when continue_token is
 };
 
 struct WatchOptions {
@@ -71,8 +71,8 @@ struct WatchOptions {
   std::string field_selector;
   std::optional<std::string> resource_version;  // unset or "0": synthetic ADDED for the current state first
   std::string resource_version_match;
-  bool send_initial_events = false;  // streaming list: ADDED for the current state, then an initial-events-end
-                                     // BOOKMARK
+  bool send_initial_events = false;  // streaming list: ADDED for the current state, then an
+                                     // initial-events-end BOOKMARK
   bool allow_bookmarks = false;
 };
 
@@ -87,8 +87,8 @@ struct DeleteOptions {
 };
 
 struct DeleteResult {
-  ObjectPtr object;      // the final state (deleted) or the object now marked for deletion (finalizers)
-  bool deleted = true;   // false: metadata.finalizers keep it until they are removed
+  ObjectPtr object;     // the final state (deleted) or the object now marked for deletion (finalizers)
+  bool deleted = true;  // false: metadata.finalizers keep it until they are removed
 };
 
 // One watch subscription. The Store appends events as they happen; the reader drains them. Shared by the
@@ -176,9 +176,11 @@ class Store {
   ApiResult<ObjectPtr> Create(boost::json::value object);
   // Creates, or replaces (keeping uid and creationTimestamp) if it exists.
   ApiResult<ObjectPtr> Upsert(boost::json::value object);
-  // Loads the documents `simulate --cluster` accepts: Lists (any *List kind) and single objects. Server fields
-  // (resourceVersion, uid, managedFields) are dropped. Objects of kinds not served are named in `skipped`.
-  Result<std::size_t> Load(const std::vector<boost::json::value>& documents, std::vector<std::string>* skipped);
+  // Loads the documents `simulate --cluster` accepts: Lists (any *List kind) and single objects. Server
+  // fields (resourceVersion, uid, managedFields) are dropped. Objects of kinds not served are named in
+  // `skipped`.
+  Result<std::size_t> Load(const std::vector<boost::json::value>& documents,
+                           std::vector<std::string>* skipped);
   // By plural/singular/short name/kind ("pods", "pod", "Pod"); nullptr if missing.
   ObjectPtr Find(std::string_view resource, std::string_view ns, std::string_view name) const;
   // Every object of a resource, ordered by namespace/name.

@@ -1,7 +1,8 @@
 #include "sim/table.h"
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+
+#include <boost/json.hpp>
 
 #include "core/codec/stamps.h"
 #include "core/strings.h"
@@ -45,18 +46,20 @@ std::string Age(const json::object& obj, TimePoint now) {
 
 std::vector<Column> Columns(const ResourceType& type) {
   constexpr const char* kNameDoc = "Name must be unique within a namespace.";
-  constexpr const char* kAgeDoc = "CreationTimestamp is a timestamp representing the server time when this object "
-                                  "was created.";
+  constexpr const char* kAgeDoc =
+      "CreationTimestamp is a timestamp representing the server time when this object "
+      "was created.";
   if (type.plural == "pods") {
-    return {{"Name", "string", "name", 0, kNameDoc},
-            {"Ready", "string", "", 0, "The aggregate readiness state of this pod for accepting traffic."},
-            {"Status", "string", "", 0, "The aggregate status of the containers in this pod."},
-            {"Restarts", "string", "", 0, "The number of times the containers in this pod have been restarted."},
-            {"Age", "string", "", 0, kAgeDoc},
-            {"IP", "string", "", 1, "IP address allocated to the pod."},
-            {"Node", "string", "", 1, "Name of the Node this pod is assigned to."},
-            {"Nominated Node", "string", "", 1, "Name of the node nominated for preemption."},
-            {"Readiness Gates", "string", "", 1, "Pod readiness gates."}};
+    return {
+        {"Name", "string", "name", 0, kNameDoc},
+        {"Ready", "string", "", 0, "The aggregate readiness state of this pod for accepting traffic."},
+        {"Status", "string", "", 0, "The aggregate status of the containers in this pod."},
+        {"Restarts", "string", "", 0, "The number of times the containers in this pod have been restarted."},
+        {"Age", "string", "", 0, kAgeDoc},
+        {"IP", "string", "", 1, "IP address allocated to the pod."},
+        {"Node", "string", "", 1, "Name of the Node this pod is assigned to."},
+        {"Nominated Node", "string", "", 1, "Name of the node nominated for preemption."},
+        {"Readiness Gates", "string", "", 1, "Pod readiness gates."}};
   }
   if (type.plural == "nodes") {
     return {{"Name", "string", "name", 0, kNameDoc},
@@ -86,10 +89,12 @@ std::vector<Column> Columns(const ResourceType& type) {
   if (type.plural == "resourcequotas") {
     return {{"Name", "string", "name", 0, kNameDoc},
             {"Age", "string", "", 0, kAgeDoc},
-            {"Request", "string", "", 0, "Request represents a minimum amount of cpu/memory that a container may "
-                                         "consume."},
-            {"Limit", "string", "", 0, "Limits control the maximum amount of cpu/memory that a container may use "
-                                       "independent of contention on the node."}};
+            {"Request", "string", "", 0,
+             "Request represents a minimum amount of cpu/memory that a container may "
+             "consume."},
+            {"Limit", "string", "", 0,
+             "Limits control the maximum amount of cpu/memory that a container may use "
+             "independent of contention on the node."}};
   }
   if (type.plural == "leases") {
     return {{"Name", "string", "name", 0, kNameDoc},
@@ -113,7 +118,8 @@ json::array PodCells(const json::object& pod, TimePoint now) {
       const json::object* c = cs.if_object();
       if (!c) continue;
       if (const json::value* r = c->if_contains("ready"); r && r->is_bool() && r->get_bool()) ++ready;
-      if (const json::value* n = c->if_contains("restartCount"); n && n->is_int64()) restarts += n->get_int64();
+      if (const json::value* n = c->if_contains("restartCount"); n && n->is_int64())
+        restarts += n->get_int64();
       const json::object* state = Obj(c, "state");
       if (const std::string w = S(Obj(state, "waiting"), "reason"); !w.empty()) reason = w;
       if (const std::string t = S(Obj(state, "terminated"), "reason"); !t.empty()) reason = t;
@@ -121,7 +127,8 @@ json::array PodCells(const json::object& pod, TimePoint now) {
   }
   if (Obj(&pod, "metadata")->contains("deletionTimestamp")) reason = "Terminating";
   std::string gates = "<none>";
-  if (const json::array* g = Arr(spec, "readinessGates"); g && !g->empty()) gates = fmt::format("0/{}", g->size());
+  if (const json::array* g = Arr(spec, "readinessGates"); g && !g->empty())
+    gates = fmt::format("0/{}", g->size());
   const std::string ip = S(status, "podIP");
   const std::string node = S(spec, "nodeName");
   const std::string nominated = S(status, "nominatedNodeName");
@@ -206,7 +213,8 @@ std::string QuotaPairs(const json::object* hard, const json::object* used, bool 
     if (key.starts_with("limits.") != limits) continue;
     std::string u = S(used, key);
     if (u.empty()) u = "0";
-    const std::string h = kv.value().is_string() ? std::string(kv.value().get_string()) : json::serialize(kv.value());
+    const std::string h =
+        kv.value().is_string() ? std::string(kv.value().get_string()) : json::serialize(kv.value());
     parts.push_back(fmt::format("{}: {}/{}", key, u, h));
   }
   return Join(parts, ", ");
@@ -217,12 +225,14 @@ json::array Cells(const ResourceType& type, const json::object& obj, TimePoint n
   if (type.plural == "pods") return PodCells(obj, now);
   if (type.plural == "nodes") return NodeCells(obj, now);
   if (type.plural == "events") return EventCells(obj, now);
-  if (type.plural == "namespaces") return json::array{S(meta, "name"), S(Obj(&obj, "status"), "phase"), Age(obj, now)};
+  if (type.plural == "namespaces")
+    return json::array{S(meta, "name"), S(Obj(&obj, "status"), "phase"), Age(obj, now)};
   if (type.plural == "resourcequotas") {
     const json::object* status = Obj(&obj, "status");
     const json::object* hard = Obj(Obj(&obj, "spec"), "hard");
     const json::object* used = Obj(status, "used");
-    return json::array{S(meta, "name"), Age(obj, now), QuotaPairs(hard, used, false), QuotaPairs(hard, used, true)};
+    return json::array{S(meta, "name"), Age(obj, now), QuotaPairs(hard, used, false),
+                       QuotaPairs(hard, used, true)};
   }
   if (type.plural == "leases") {
     return json::array{S(meta, "name"), S(Obj(&obj, "spec"), "holderIdentity"), Age(obj, now)};
@@ -234,7 +244,8 @@ json::array Cells(const ResourceType& type, const json::object& obj, TimePoint n
 
 bool WantsTable(std::string_view accept) { return accept.find("as=Table") != std::string_view::npos; }
 
-json::object TableForList(const ResourceType& type, const ListResult& list, TimePoint now, bool include_headers) {
+json::object TableForList(const ResourceType& type, const ListResult& list, TimePoint now,
+                          bool include_headers) {
   json::object meta{{"resourceVersion", std::to_string(list.resource_version)}};
   if (!list.continue_token.empty()) meta["continue"] = list.continue_token;
   if (list.remaining_items) meta["remainingItemCount"] = *list.remaining_items;

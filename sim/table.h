@@ -1,11 +1,10 @@
 #pragma once
 // Server-side printing: the meta.k8s.io/v1 Table that `kubectl get` asks for (Accept: ...;as=Table;...), with
 // the columns kube-apiserver prints for the kinds served here (pods: NAME READY STATUS RESTARTS AGE, ...).
+#include <boost/json/object.hpp>
 #include <chrono>
 #include <string>
 #include <string_view>
-
-#include <boost/json/object.hpp>
 
 #include "core/clock.h"
 #include "sim/store.h"

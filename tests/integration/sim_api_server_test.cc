@@ -1,12 +1,7 @@
 // The in-memory API server: pure pieces (selectors, patches, Store) directly, and the HTTP surface over real
 // loopback connections with a small Beast client. Every coroutine runs with a time budget; nothing sleeps.
-#include <chrono>
-#include <deque>
-#include <functional>
-#include <optional>
-#include <set>
-#include <sstream>
-#include <string>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -19,8 +14,13 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
-#include <fmt/format.h>
-#include <gtest/gtest.h>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
 
 #include "k8s/objects.h"
 #include "sim/api_server.h"
@@ -29,6 +29,7 @@
 #include "sim/protobuf.h"
 #include "sim/selector.h"
 #include "sim/store.h"
+#include "tests/support/run_coro.h"
 
 #ifndef HAMI_SOURCE_DIR
 #define HAMI_SOURCE_DIR "."
@@ -47,20 +48,7 @@ using namespace std::chrono_literals;
 // ---------------------------------------------------------------------------------------------------------
 // Test support
 
-// Runs `body` on `ioc` to completion; fails the test instead of hanging if it takes longer than `budget`.
-void RunCoro(asio::io_context& ioc, asio::awaitable<void> body, std::chrono::milliseconds budget = 5s) {
-  std::exception_ptr error;
-  bool done = false;
-  asio::co_spawn(ioc, std::move(body), [&](std::exception_ptr e) {
-    error = e;
-    done = true;
-    ioc.stop();
-  });
-  ioc.restart();
-  ioc.run_for(budget);
-  ASSERT_TRUE(done) << "coroutine still running after " << budget.count() << " ms";
-  if (error) std::rethrow_exception(error);
-}
+using hami::testing::RunCoro;
 
 json::value Parse(std::string_view text) {
   boost::system::error_code ec;
@@ -110,7 +98,8 @@ std::string Pod(std::string_view name, std::string_view labels = "{}", std::stri
                      name, labels, node.empty() ? "" : fmt::format(R"(,"nodeName":"{}")", node));
 }
 
-json::object PodObject(std::string_view name, std::string_view ns = "default", std::string_view labels = "{}") {
+json::object PodObject(std::string_view name, std::string_view ns = "default",
+                       std::string_view labels = "{}") {
   json::object o = Parse(Pod(name, labels)).as_object();
   o["metadata"].as_object()["namespace"] = ns;
   return o;
@@ -136,7 +125,8 @@ class Client {
     http::request<http::string_body> req{method, target, 11};
     req.set(http::field::host, fmt::format("127.0.0.1:{}", port_));
     req.set(http::field::accept, accept);
-    if (!body.empty() || method == http::verb::post || method == http::verb::put || method == http::verb::patch) {
+    if (!body.empty() || method == http::verb::post || method == http::verb::put ||
+        method == http::verb::patch) {
       req.set(http::field::content_type, content_type);
       req.body() = std::move(body);
     }
@@ -177,7 +167,8 @@ class Client {
   asio::awaitable<void> Connect() {
     stream_.emplace(co_await asio::this_coro::executor);
     stream_->expires_after(5s);
-    co_await stream_->async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_), asio::use_awaitable);
+    co_await stream_->async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_),
+                                    asio::use_awaitable);
     ++connects_;
   }
 
@@ -192,10 +183,12 @@ class Client {
 // found whatever the chunk and read boundaries; records each chunk to check the framing.
 class WatchStream {
  public:
-  asio::awaitable<void> Open(std::uint16_t port, std::string target, std::string accept = "application/json") {
+  asio::awaitable<void> Open(std::uint16_t port, std::string target,
+                             std::string accept = "application/json") {
     stream_.emplace(co_await asio::this_coro::executor);
     stream_->expires_after(5s);
-    co_await stream_->async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), asio::use_awaitable);
+    co_await stream_->async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port),
+                                    asio::use_awaitable);
     http::request<http::empty_body> req{http::verb::get, target, 11};
     req.set(http::field::host, "127.0.0.1");
     req.set(http::field::accept, accept);
@@ -227,7 +220,8 @@ class WatchStream {
   asio::awaitable<std::optional<json::value>> Next(std::chrono::milliseconds timeout = 3s) {
     while (events_.empty() && !done_) {
       stream_->expires_after(timeout);
-      auto [ec, n] = co_await http::async_read_some(*stream_, buffer_, *parser_, asio::as_tuple(asio::use_awaitable));
+      auto [ec, n] =
+          co_await http::async_read_some(*stream_, buffer_, *parser_, asio::as_tuple(asio::use_awaitable));
       if (ec) {
         done_ = true;
         error_ = ec;
@@ -332,8 +326,8 @@ std::string Bytes(int field, std::string_view bytes) {
   return Varint(static_cast<std::uint64_t>(field) << 3 | 2) + Varint(bytes.size()) + std::string(bytes);
 }
 std::string Envelope(std::string_view api_version, std::string_view kind, std::string_view raw) {
-  return std::string("k8s\0", 4) + Bytes(1, Bytes(1, api_version) + Bytes(2, kind)) + Bytes(2, raw) + Bytes(3, "") +
-         Bytes(4, "");
+  return std::string("k8s\0", 4) + Bytes(1, Bytes(1, api_version) + Bytes(2, kind)) + Bytes(2, raw) +
+         Bytes(3, "") + Bytes(4, "");
 }
 
 const TimePoint kT0 = std::chrono::sys_days(std::chrono::year(2026) / 11 / 29) + 12h;
@@ -371,12 +365,12 @@ class SimApiServer : public ::testing::Test {
   std::uint16_t port_ = 0;
 };
 
-#define CO_ASSERT_TRUE(cond)                          \
-  do {                                                \
-    if (!(cond)) {                                    \
-      ADD_FAILURE() << "assertion failed: " #cond;    \
-      co_return;                                      \
-    }                                                 \
+#define CO_ASSERT_TRUE(cond)                       \
+  do {                                             \
+    if (!(cond)) {                                 \
+      ADD_FAILURE() << "assertion failed: " #cond; \
+      co_return;                                   \
+    }                                              \
   } while (false)
 
 // ---------------------------------------------------------------------------------------------------------
@@ -475,14 +469,14 @@ TEST(StrategicMergePatch, MergesListsByKeyAndHonoursDirectives) {
   const json::value pod = Parse(R"({
     "metadata":{"labels":{"a":"1","b":"2"},"finalizers":["x"]},
     "spec":{"containers":[{"name":"c1","image":"i1","env":[{"name":"E","value":"1"}]},{"name":"c2","image":"i2"}],
-            "tolerations":[{"key":"k1"}],
+            "tolerations":[{"key":"k1"}],"taints":[{"key":"a"},{"key":"b"}],
             "volumes":[{"name":"v","emptyDir":{},"hostPath":null}]},
     "status":{"conditions":[{"type":"Ready","status":"False"},{"type":"PodScheduled","status":"True"}]}})");
   auto r = ApplyStrategicMergePatch(pod, Parse(R"({
     "metadata":{"labels":{"b":null,"c":"3"},"finalizers":["y"]},
     "spec":{"$setElementOrder/containers":[{"name":"c2"},{"name":"c1"}],
             "containers":[{"name":"c1","image":"i1b","env":[{"name":"F","value":"2"}]},{"name":"c2","$patch":"delete"}],
-            "tolerations":[{"key":"k2"}],
+            "tolerations":[{"key":"k2"}],"taints":[{"key":"b"}],
             "volumes":[{"name":"v","$retainKeys":["name","configMap"],"configMap":{"name":"cm"}}]},
     "status":{"conditions":[{"type":"Ready","status":"True"}]}})"));
   ASSERT_TRUE(r) << r.error().message;
@@ -491,17 +485,21 @@ TEST(StrategicMergePatch, MergesListsByKeyAndHonoursDirectives) {
   EXPECT_EQ(Str(*r, {"spec", "containers"}),
             R"([{"name":"c1","image":"i1b","env":[{"name":"E","value":"1"},{"name":"F","value":"2"}]}])");
   EXPECT_EQ(Str(*r, {"spec", "tolerations"}), R"([{"key":"k2"}])") << "lists without a strategy are replaced";
+  EXPECT_EQ(Str(*r, {"spec", "taints"}), R"([{"key":"b"}])")
+      << "taints are atomic (kubectl taint key- relies on it)";
   EXPECT_EQ(Str(*r, {"spec", "volumes"}), R"([{"name":"v","configMap":{"name":"cm"}}])");
   EXPECT_EQ(Str(*r, {"status", "conditions"}),
             R"([{"type":"Ready","status":"True"},{"type":"PodScheduled","status":"True"}])");
 
-  auto ordered = ApplyStrategicMergePatch(pod, Parse(R"({"spec":{"$setElementOrder/containers":[{"name":"c2"},{"name":"c1"}]}})"));
+  auto ordered = ApplyStrategicMergePatch(
+      pod, Parse(R"({"spec":{"$setElementOrder/containers":[{"name":"c2"},{"name":"c1"}]}})"));
   ASSERT_TRUE(ordered);
   EXPECT_EQ(Str(*ordered, {"spec", "containers", "0", "name"}), "c2");
   auto replaced = ApplyStrategicMergePatch(pod, Parse(R"({"spec":{"$patch":"replace","containers":[]}})"));
   ASSERT_TRUE(replaced);
   EXPECT_EQ(Str(*replaced, {"spec"}), R"({"containers":[]})");
-  auto deleted = ApplyStrategicMergePatch(pod, Parse(R"({"metadata":{"$deleteFromPrimitiveList/finalizers":["x"]}})"));
+  auto deleted =
+      ApplyStrategicMergePatch(pod, Parse(R"({"metadata":{"$deleteFromPrimitiveList/finalizers":["x"]}})"));
   ASSERT_TRUE(deleted);
   EXPECT_EQ(Str(*deleted, {"metadata", "finalizers"}), "[]");
   EXPECT_FALSE(ApplyStrategicMergePatch(pod, Parse(R"({"spec":{"$patch":"explode"}})")));
@@ -509,19 +507,25 @@ TEST(StrategicMergePatch, MergesListsByKeyAndHonoursDirectives) {
 
 TEST(Protobuf, DecodesTheNamespacesAndQuotasKubectlCreates) {
   const std::string meta = Bytes(1, "team-x") + Bytes(2, "") + Bytes(11, Bytes(1, "a") + Bytes(2, "b"));
-  auto ns = DecodeKubernetesProtobuf(Envelope("v1", "Namespace", Bytes(1, meta) + Bytes(2, "") + Bytes(3, "")));
+  auto ns =
+      DecodeKubernetesProtobuf(Envelope("v1", "Namespace", Bytes(1, meta) + Bytes(2, "") + Bytes(3, "")));
   ASSERT_TRUE(ns) << ns.error().message;
-  EXPECT_EQ(json::serialize(*ns),
-            R"({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team-x","labels":{"a":"b"}},"spec":{},)"
-            R"("status":{}})");
+  EXPECT_EQ(
+      json::serialize(*ns),
+      R"({"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team-x","labels":{"a":"b"}},"spec":{},)"
+      R"("status":{}})");
   const std::string hard = Bytes(1, Bytes(1, "limits.nvidia.com/gpumem") + Bytes(2, Bytes(1, "20000")));
   auto quota = DecodeKubernetesProtobuf(
-      Envelope("v1", "ResourceQuota", Bytes(1, Bytes(1, "q") + Bytes(3, "team-x")) + Bytes(2, hard + Bytes(2, "Scope"))));
+      Envelope("v1", "ResourceQuota",
+               Bytes(1, Bytes(1, "q") + Bytes(3, "team-x")) + Bytes(2, hard + Bytes(2, "Scope"))));
   ASSERT_TRUE(quota) << quota.error().message;
-  EXPECT_EQ(Str(json::value(*quota), {"spec"}), R"({"hard":{"limits.nvidia.com/gpumem":"20000"},"scopes":["Scope"]})");
+  EXPECT_EQ(Str(json::value(*quota), {"spec"}),
+            R"({"hard":{"limits.nvidia.com/gpumem":"20000"},"scopes":["Scope"]})");
   EXPECT_FALSE(DecodeKubernetesProtobuf(Envelope("v1", "Pod", "")));
   EXPECT_FALSE(DecodeKubernetesProtobuf("{}"));
-  EXPECT_FALSE(DecodeKubernetesProtobuf(Envelope("v1", "Namespace", "\x0a\x05ab")));  // truncated field
+  EXPECT_FALSE(DecodeKubernetesProtobuf(Envelope("v1", "Namespace",
+                                                 "\x0a\x05"
+                                                 "ab")));  // truncated field
 }
 
 TEST(Store, AssignsServerMetadataAndVersions) {
@@ -543,7 +547,8 @@ TEST(Store, AssignsServerMetadataAndVersions) {
   auto same = store.Update(pods, "team-b", "p1", **pod);
   ASSERT_TRUE(same);
   EXPECT_EQ(*same, *pod);
-  auto relabeled = store.Patch(pods, "team-b", "p1", PatchType::kMerge, Parse(R"({"metadata":{"labels":{"x":"y"}}})"));
+  auto relabeled =
+      store.Patch(pods, "team-b", "p1", PatchType::kMerge, Parse(R"({"metadata":{"labels":{"x":"y"}}})"));
   ASSERT_TRUE(relabeled);
   EXPECT_EQ(Str(*relabeled, {"metadata", "generation"}), "1");
   auto respecced = store.Patch(pods, "team-b", "p1", PatchType::kMerge, Parse(R"({"spec":{"priority":5}})"));
@@ -553,8 +558,8 @@ TEST(Store, AssignsServerMetadataAndVersions) {
   auto bad = store.Create(json::value(PodObject("Bad_Name")));
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code, 422);
-  auto long_label = store.Create(
-      json::value(PodObject("p2", "default", fmt::format(R"({{"hami.io/vgpu-node":"{}"}})", std::string(64, 'n')))));
+  auto long_label = store.Create(json::value(
+      PodObject("p2", "default", fmt::format(R"({{"hami.io/vgpu-node":"{}"}})", std::string(64, 'n')))));
   ASSERT_FALSE(long_label);
   EXPECT_EQ(long_label.error().reason, "Invalid");
 }
@@ -566,7 +571,8 @@ TEST(Store, ExactListReconstructsAnOlderVersion) {
   ASSERT_TRUE(store.Create(json::value(PodObject("b"))));
   const std::string rv = std::to_string(store.resource_version());
   ASSERT_TRUE(store.Delete(pods, "default", "a"));
-  ASSERT_TRUE(store.Patch(pods, "default", "b", PatchType::kMerge, Parse(R"({"metadata":{"labels":{"v":"2"}}})")));
+  ASSERT_TRUE(
+      store.Patch(pods, "default", "b", PatchType::kMerge, Parse(R"({"metadata":{"labels":{"v":"2"}}})")));
   ASSERT_TRUE(store.Create(json::value(PodObject("c"))));
   ListOptions exact;
   exact.resource_version = rv;
@@ -664,7 +670,8 @@ TEST_F(SimApiServer, ServesTheDiscoveryDocumentsKubectlReads) {
     auto version = co_await c.Get("/version");
     EXPECT_EQ(Str(version.Json(), {"minor"}), "32");
     auto oapi = co_await c.Get("/openapi/v3");
-    EXPECT_EQ(Str(oapi.Json(), {"paths", "api/v1", "serverRelativeURL"}), "/openapi/v3/api/v1?hash=hami-sim-1");
+    EXPECT_EQ(Str(oapi.Json(), {"paths", "api/v1", "serverRelativeURL"}),
+              "/openapi/v3/api/v1?hash=hami-sim-1");
     auto oapi_v1 = co_await c.Get("/openapi/v3/api/v1?hash=hami-sim-1");
     EXPECT_EQ(Str(oapi_v1.Json(), {"paths", "/api/v1/namespaces/{namespace}/pods/{name}", "patch",
                                    "x-kubernetes-group-version-kind", "kind"}),
@@ -707,8 +714,8 @@ TEST_F(SimApiServer, CreateGetUpdateDelete) {
     EXPECT_TRUE(Str(generated.Json(), {"metadata", "name"}).starts_with("worker-"));
     EXPECT_EQ(Str(generated.Json(), {"metadata", "name"}).size(), 12u);
 
-    auto wrong_ns = co_await c.Post("/api/v1/namespaces/team-a/pods",
-                                    R"({"metadata":{"name":"x","namespace":"other"}})");
+    auto wrong_ns =
+        co_await c.Post("/api/v1/namespaces/team-a/pods", R"({"metadata":{"name":"x","namespace":"other"}})");
     EXPECT_EQ(wrong_ns.status, 400u);
     EXPECT_EQ(Str(wrong_ns.Json(), {"reason"}), "BadRequest");
 
@@ -739,8 +746,9 @@ TEST_F(SimApiServer, CreateGetUpdateDelete) {
     EXPECT_EQ(renamed.status, 400u);
 
     // DELETE with a failing precondition, then for real.
-    auto guarded = co_await c.Delete("/api/v1/namespaces/team-a/pods/p1",
-                                     R"({"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"nope"}})");
+    auto guarded =
+        co_await c.Delete("/api/v1/namespaces/team-a/pods/p1",
+                          R"({"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"nope"}})");
     EXPECT_EQ(guarded.status, 409u);
     auto deleted = co_await c.Delete("/api/v1/namespaces/team-a/pods/p1?gracePeriodSeconds=30");
     EXPECT_EQ(deleted.status, 200u);
@@ -755,13 +763,15 @@ TEST_F(SimApiServer, CreateGetUpdateDelete) {
 TEST_F(SimApiServer, ClusterScopedAndGroupedKindsUseTheirPaths) {
   Run([&]() -> asio::awaitable<void> {
     Client c(port_);
-    auto node = co_await c.Post("/api/v1/nodes", R"({"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"}})");
+    auto node =
+        co_await c.Post("/api/v1/nodes", R"({"apiVersion":"v1","kind":"Node","metadata":{"name":"n1"}})");
     EXPECT_EQ(node.status, 201u);
     EXPECT_EQ(At(node.Json(), {"metadata", "namespace"}), nullptr);
     EXPECT_EQ((co_await c.Get("/api/v1/nodes/n1")).status, 200u);
     EXPECT_EQ((co_await c.Get("/api/v1/namespaces/default/nodes/n1")).status, 404u);
     EXPECT_EQ((co_await c.Get("/api/v1/pods/p1")).status, 404u) << "namespaced kinds need a namespace";
-    auto wrong_kind = co_await c.Post("/api/v1/nodes", R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"x"}})");
+    auto wrong_kind =
+        co_await c.Post("/api/v1/nodes", R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"x"}})");
     EXPECT_EQ(wrong_kind.status, 400u);
 
     auto lease = co_await c.Post("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases", R"({
@@ -797,8 +807,8 @@ TEST_F(SimApiServer, ClusterScopedAndGroupedKindsUseTheirPaths) {
 
     EXPECT_EQ((co_await c.Delete("/api/v1/namespaces/default")).status, 403u);
     auto ns_list = co_await c.Get("/api/v1/namespaces");
-    EXPECT_EQ(Names(ns_list.Json()),
-              (std::vector<std::string>{"default", "kube-node-lease", "kube-public", "kube-system", "team-a"}));
+    EXPECT_EQ(Names(ns_list.Json()), (std::vector<std::string>{"default", "kube-node-lease", "kube-public",
+                                                               "kube-system", "team-a"}));
     EXPECT_EQ((co_await c.Delete("/api/v1/namespaces/team-a")).status, 200u);
     EXPECT_EQ((co_await c.Get("/api/v1/namespaces/team-a/resourcequotas/gpu")).status, 404u)
         << "deleting a namespace deletes its objects";
@@ -823,11 +833,13 @@ TEST_F(SimApiServer, AnswersProtocolErrorsWithStatusBodies) {
     EXPECT_EQ(Str(protobuf.Json(), {"reason"}), "UnsupportedMediaType");
     auto ns = co_await c.Send(http::verb::post, "/api/v1/namespaces",
                               Envelope("v1", "Namespace", Bytes(1, Bytes(1, "from-protobuf"))),
-                              "application/vnd.kubernetes.protobuf", "application/vnd.kubernetes.protobuf,application/json");
+                              "application/vnd.kubernetes.protobuf",
+                              "application/vnd.kubernetes.protobuf,application/json");
     EXPECT_EQ(ns.status, 201u) << ns.body;
     EXPECT_EQ(Str(ns.Json(), {"metadata", "name"}), "from-protobuf") << "answered in JSON";
-    auto yaml = co_await c.Send(http::verb::post, "/api/v1/namespaces/default/pods",
-                                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: from-yaml\n", "application/yaml");
+    auto yaml =
+        co_await c.Send(http::verb::post, "/api/v1/namespaces/default/pods",
+                        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: from-yaml\n", "application/yaml");
     EXPECT_EQ(yaml.status, 201u);
     auto future = co_await c.Get("/api/v1/pods?resourceVersion=999999");
     EXPECT_EQ(future.status, 504u);
@@ -857,9 +869,10 @@ TEST_F(SimApiServer, ListsWithLabelAndFieldSelectors) {
   ASSERT_TRUE(store().Create(json::value(PodObject("c", "other", R"({"app":"web"})"))));
   const ResourceType& pods = *FindResource("", "v1", "pods");
   ASSERT_TRUE(store().Bind("default", "a", Parse(R"({"target":{"name":"n1"}})").as_object()));
-  ASSERT_TRUE(store().Patch(pods, "default", "a", PatchType::kMerge, Parse(R"({"status":{"phase":"Running"}})"),
-                            Subresource::kStatus));
-  ASSERT_TRUE(store().Patch(pods, "other", "c", PatchType::kMerge, Parse(R"({"spec":{"schedulerName":"hami-scheduler"}})")));
+  ASSERT_TRUE(store().Patch(pods, "default", "a", PatchType::kMerge,
+                            Parse(R"({"status":{"phase":"Running"}})"), Subresource::kStatus));
+  ASSERT_TRUE(store().Patch(pods, "other", "c", PatchType::kMerge,
+                            Parse(R"({"spec":{"schedulerName":"hami-scheduler"}})")));
   Run([&]() -> asio::awaitable<void> {
     Client c(port_);
     using V = std::vector<std::string>;
@@ -911,7 +924,8 @@ TEST_F(SimApiServer, PagesWithContinueTokensThatExpire) {
     EXPECT_EQ(Names(last.Json()), (std::vector<std::string>{"p5"}));
     EXPECT_EQ(At(last.Json(), {"metadata", "continue"}), nullptr);
 
-    auto with_rv = co_await c.Get("/api/v1/namespaces/default/pods?limit=2&resourceVersion=5&continue=" + token);
+    auto with_rv =
+        co_await c.Get("/api/v1/namespaces/default/pods?limit=2&resourceVersion=5&continue=" + token);
     EXPECT_EQ(with_rv.status, 400u);
     auto garbage = co_await c.Get("/api/v1/namespaces/default/pods?limit=2&continue=%21%21%21");
     EXPECT_EQ(garbage.status, 400u);
@@ -951,7 +965,8 @@ TEST_F(SimApiServer, WatchFromAVersionStreamsEveryLaterEventInOrder) {
   const std::string from = Rv();
   ASSERT_TRUE(store().Create(json::value(PodObject("a", "default", R"({"app":"web"})"))));
   const ResourceType& pods = *FindResource("", "v1", "pods");
-  ASSERT_TRUE(store().Patch(pods, "default", "a", PatchType::kMerge, Parse(R"({"metadata":{"labels":{"v":"2"}}})")));
+  ASSERT_TRUE(
+      store().Patch(pods, "default", "a", PatchType::kMerge, Parse(R"({"metadata":{"labels":{"v":"2"}}})")));
   ASSERT_TRUE(store().Delete(pods, "default", "a"));
   Run([&]() -> asio::awaitable<void> {
     WatchStream w;
@@ -970,7 +985,8 @@ TEST_F(SimApiServer, WatchFromAVersionStreamsEveryLaterEventInOrder) {
     auto live = co_await w.Next();
     CO_ASSERT_TRUE(live.has_value());
     EXPECT_EQ(Str(*live, {"type"}), "ADDED");
-    EXPECT_EQ(Str(*live, {"object", "metadata", "resourceVersion"}), Str(*created, {"metadata", "resourceVersion"}));
+    EXPECT_EQ(Str(*live, {"object", "metadata", "resourceVersion"}),
+              Str(*created, {"metadata", "resourceVersion"}));
     auto other_ns = store().Create(json::value(PodObject("c", "elsewhere")));
     CO_ASSERT_TRUE(other_ns.has_value());
     CO_ASSERT_TRUE(store().Create(json::value(PodObject("d"))).has_value());
@@ -1015,8 +1031,14 @@ TEST_F(SimApiServer, WatchSelectorTransitionsBecomeAddsAndDeletes) {
   Run([&]() -> asio::awaitable<void> {
     WatchStream w;
     co_await w.Open(port_, "/api/v1/pods?watch=true&labelSelector=app%3Dweb&resourceVersion=" + Rv());
-    CO_ASSERT_TRUE(store().Patch(pods, "default", "a", PatchType::kMerge, Parse(R"({"metadata":{"labels":{"app":"db"}}})")).has_value());
-    CO_ASSERT_TRUE(store().Patch(pods, "default", "a", PatchType::kMerge, Parse(R"({"metadata":{"labels":{"app":"web"}}})")).has_value());
+    CO_ASSERT_TRUE(
+        store()
+            .Patch(pods, "default", "a", PatchType::kMerge, Parse(R"({"metadata":{"labels":{"app":"db"}}})"))
+            .has_value());
+    CO_ASSERT_TRUE(
+        store()
+            .Patch(pods, "default", "a", PatchType::kMerge, Parse(R"({"metadata":{"labels":{"app":"web"}}})"))
+            .has_value());
     auto gone = co_await w.Next();
     auto back = co_await w.Next();
     CO_ASSERT_TRUE(gone && back);
@@ -1072,8 +1094,9 @@ TEST_F(SimApiServer, StreamingListEndsInitialEventsWithAnAnnotatedBookmark) {
   ASSERT_TRUE(store().Create(json::value(PodObject("a"))));
   Run([&]() -> asio::awaitable<void> {
     WatchStream w;
-    co_await w.Open(port_, "/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&"
-                           "resourceVersionMatch=NotOlderThan");
+    co_await w.Open(port_,
+                    "/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&"
+                    "resourceVersionMatch=NotOlderThan");
     auto added = co_await w.Next();
     auto mark = co_await w.Next();
     CO_ASSERT_TRUE(added && mark);
@@ -1186,8 +1209,9 @@ TEST_F(SimApiServer, AWatchWhoseClientLeavesIsClosed) {
     co_await w.Open(port_, "/api/v1/nodes?watch=true&resourceVersion=" + Rv());
     EXPECT_EQ(server_->open_watches(), 1u);
     w.Close();
-    EXPECT_TRUE(co_await Eventually([&] { return server_->open_watches() == 0 && server_->open_connections() == 0; }))
-        << "the server notices the closed connection without waiting for an event or the timeout";
+    EXPECT_TRUE(co_await Eventually([&] {
+      return server_->open_watches() == 0 && server_->open_connections() == 0;
+    })) << "the server notices the closed connection without waiting for an event or the timeout";
   }());
 }
 
@@ -1215,20 +1239,22 @@ TEST_F(SimApiServer, MergePatchWithAndWithoutResourceVersionPrecondition) {
     const std::string rv = Rv();
     auto lock = co_await c.Patch("/api/v1/nodes/n1", fmt::format(R"({{"metadata":{{"annotations":{{
         "hami.io/mutex.lock":"2026-11-29T12:00:00Z,default,p1"}},"resourceVersion":"{}"}}}})",
-                                                                  rv));
+                                                                 rv));
     EXPECT_EQ(lock.status, 200u) << lock.body;
-    EXPECT_EQ(Str(lock.Json(), {"metadata", "annotations", "hami.io/mutex.lock"}), "2026-11-29T12:00:00Z,default,p1");
+    EXPECT_EQ(Str(lock.Json(), {"metadata", "annotations", "hami.io/mutex.lock"}),
+              "2026-11-29T12:00:00Z,default,p1");
     EXPECT_EQ(Str(lock.Json(), {"metadata", "annotations", "hami.io/node-handshake"}),
               "Requesting_2026-11-29 12:00:00");
     // The same compare-and-swap with the now stale version loses.
     auto second = co_await c.Patch("/api/v1/nodes/n1", fmt::format(R"({{"metadata":{{"annotations":{{
         "hami.io/mutex.lock":"2026-11-29T12:00:01Z,default,p2"}},"resourceVersion":"{}"}}}})",
-                                                                    rv));
+                                                                   rv));
     EXPECT_EQ(second.status, 409u);
     EXPECT_EQ(Str(second.Json(), {"reason"}), "Conflict");
     EXPECT_EQ(Str(second.Json(), {"details", "kind"}), "nodes");
     // Without a version it always applies; null deletes.
-    auto unlock = co_await c.Patch("/api/v1/nodes/n1", R"({"metadata":{"annotations":{"hami.io/mutex.lock":null}}})");
+    auto unlock =
+        co_await c.Patch("/api/v1/nodes/n1", R"({"metadata":{"annotations":{"hami.io/mutex.lock":null}}})");
     EXPECT_EQ(unlock.status, 200u);
     EXPECT_EQ(At(unlock.Json(), {"metadata", "annotations", "hami.io/mutex.lock"}), nullptr);
     // The main resource ignores status; the status subresource ignores everything else.
@@ -1257,21 +1283,24 @@ TEST_F(SimApiServer, JsonPatchTestOperationIsACompareAndSwap) {
                                 type);
     EXPECT_EQ(add.status, 200u) << add.body;
     EXPECT_EQ(Str(add.Json(), {"metadata", "annotations", "hami.io/bind-phase"}), "allocating");
-    auto swap = co_await c.Patch("/api/v1/namespaces/default/pods/p",
-                                 R"([{"op":"test","path":"/metadata/annotations/hami.io~1bind-phase","value":"allocating"},
+    auto swap = co_await c.Patch(
+        "/api/v1/namespaces/default/pods/p",
+        R"([{"op":"test","path":"/metadata/annotations/hami.io~1bind-phase","value":"allocating"},
                                      {"op":"replace","path":"/metadata/annotations/hami.io~1bind-phase","value":"success"}])",
-                                 type);
+        type);
     EXPECT_EQ(swap.status, 200u);
-    auto lost = co_await c.Patch("/api/v1/namespaces/default/pods/p",
-                                 R"([{"op":"test","path":"/metadata/annotations/hami.io~1bind-phase","value":"allocating"},
+    auto lost = co_await c.Patch(
+        "/api/v1/namespaces/default/pods/p",
+        R"([{"op":"test","path":"/metadata/annotations/hami.io~1bind-phase","value":"allocating"},
                                      {"op":"replace","path":"/metadata/annotations/hami.io~1bind-phase","value":"failed"}])",
-                                 type);
+        type);
     EXPECT_EQ(lost.status, 422u);
     EXPECT_EQ(Str(lost.Json(), {"reason"}), "Invalid");
     auto now = co_await c.Get("/api/v1/namespaces/default/pods/p");
     EXPECT_EQ(Str(now.Json(), {"metadata", "annotations", "hami.io/bind-phase"}), "success");
-    auto rv_test = co_await c.Patch("/api/v1/namespaces/default/pods/p",
-                                    R"([{"op":"replace","path":"/metadata/resourceVersion","value":"1"}])", type);
+    auto rv_test =
+        co_await c.Patch("/api/v1/namespaces/default/pods/p",
+                         R"([{"op":"replace","path":"/metadata/resourceVersion","value":"1"}])", type);
     EXPECT_EQ(rv_test.status, 409u) << "a resourceVersion written by the patch is a precondition";
     auto malformed = co_await c.Patch("/api/v1/namespaces/default/pods/p", R"({"op":"add"})", type);
     EXPECT_EQ(malformed.status, 400u);
@@ -1337,7 +1366,7 @@ TEST_F(SimApiServer, BindingSetsTheNodeOnceAndThenConflicts) {
     auto bound = co_await c.Post("/api/v1/namespaces/default/pods/p/binding", fmt::format(R"({{
         "apiVersion":"v1","kind":"Binding","metadata":{{"name":"p","uid":"{}","annotations":{{"x":"y"}}}},
         "target":{{"apiVersion":"v1","kind":"Node","name":"n1"}}}})",
-                                                                                         uid));
+                                                                                          uid));
     EXPECT_EQ(bound.status, 201u) << bound.body;
     EXPECT_EQ(Str(bound.Json(), {"kind"}), "Status");
     EXPECT_EQ(Str(bound.Json(), {"status"}), "Success");
@@ -1352,7 +1381,8 @@ TEST_F(SimApiServer, BindingSetsTheNodeOnceAndThenConflicts) {
     EXPECT_EQ(Str(again.Json(), {"reason"}), "Conflict");
     EXPECT_EQ(Str(again.Json(), {"message"}),
               R"(Operation cannot be fulfilled on pods/binding "p": pod p is already assigned to node "n1")");
-    auto missing = co_await c.Post("/api/v1/namespaces/default/pods/nope/binding", R"({"target":{"name":"n1"}})");
+    auto missing =
+        co_await c.Post("/api/v1/namespaces/default/pods/nope/binding", R"({"target":{"name":"n1"}})");
     EXPECT_EQ(missing.status, 404u);
     auto no_target = co_await c.Post("/api/v1/namespaces/default/pods/p/binding", R"({"target":{}})");
     EXPECT_EQ(no_target.status, 422u);
@@ -1379,7 +1409,8 @@ TEST_F(SimApiServer, FinalizersDelayDeletionAndBlockBinding) {
     auto bind = co_await c.Post("/api/v1/namespaces/default/pods/f/binding", R"({"target":{"name":"n1"}})");
     EXPECT_EQ(bind.status, 409u);
     EXPECT_NE(Str(bind.Json(), {"message"}).find("is being deleted"), std::string::npos);
-    auto released = co_await c.Patch("/api/v1/namespaces/default/pods/f", R"({"metadata":{"finalizers":null}})");
+    auto released =
+        co_await c.Patch("/api/v1/namespaces/default/pods/f", R"({"metadata":{"finalizers":null}})");
     EXPECT_EQ(released.status, 200u);
     EXPECT_EQ((co_await c.Get("/api/v1/namespaces/default/pods/f")).status, 404u);
     auto modified = co_await w.Next();
@@ -1405,7 +1436,8 @@ TEST_F(SimApiServer, FailsTheNextMatchingRequestsWith500) {
     server_->FailNext(patches);
     EXPECT_EQ((co_await c.Get("/api/v1/namespaces/default/pods/p")).status, 200u) << "GET does not match";
     EXPECT_EQ((co_await c.Patch("/api/v1/nodes/x", "{}")).status, 404u) << "other paths do not match";
-    auto first = co_await c.Patch("/api/v1/namespaces/default/pods/p", R"({"metadata":{"labels":{"a":"b"}}})");
+    auto first =
+        co_await c.Patch("/api/v1/namespaces/default/pods/p", R"({"metadata":{"labels":{"a":"b"}}})");
     EXPECT_EQ(first.status, 500u);
     EXPECT_EQ(Str(first.Json(), {"reason"}), "InternalError");
     EXPECT_EQ((co_await c.Patch("/api/v1/namespaces/default/pods/p", "{}")).status, 500u);
