@@ -19,10 +19,13 @@ failed=0
 server_pid=""
 watch_pid=""
 watchdog_pid=""
+sleep_pid=""
 
 cleanup() {
   [ -n "$watch_pid" ] && kill "$watch_pid" 2>/dev/null
   [ -n "$server_pid" ] && kill -TERM "$server_pid" 2>/dev/null
+  touch "$tmp/done" 2>/dev/null
+  [ -n "$sleep_pid" ] && kill "$sleep_pid" 2>/dev/null
   [ -n "$watchdog_pid" ] && kill "$watchdog_pid" 2>/dev/null
   wait 2>/dev/null
   rm -rf "$tmp"
@@ -41,7 +44,13 @@ if ! command -v "$kubectl_bin" >/dev/null; then
 fi
 
 # Kill the whole script if it runs past its budget.
-(sleep "$budget" && echo "kubectl_test: over the ${budget}s budget, aborting" >&2 && kill -TERM $$) &
+# The sleep's output goes to /dev/null and it is killed by pid: a leftover sleep holding the output pipe
+# would keep ctest waiting for the whole budget.
+sleep "$budget" >/dev/null 2>&1 &
+sleep_pid=$!
+(wait_for=$sleep_pid; while kill -0 "$wait_for" 2>/dev/null; do sleep 1; done
+ if kill -0 $$ 2>/dev/null && [ ! -e "$tmp/done" ]; then
+   echo "kubectl_test: over the ${budget}s budget, aborting" >&2; kill -TERM $$; fi) >/dev/null 2>&1 &
 watchdog_pid=$!
 
 # Isolate kubectl from the user's config and discovery cache.
