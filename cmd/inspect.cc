@@ -8,6 +8,7 @@
 #include "config/flags.h"
 #include "core/codec/pod_devices.h"
 #include "core/fit.h"
+#include "core/health.h"
 #include "core/keys.h"
 #include "k8s/objects.h"
 
@@ -20,7 +21,7 @@ constexpr std::string_view kInspectUsage = R"(Usage: hami-scheduler inspect node
 Reads one Node or Pod (JSON or YAML; `-` reads standard input, e.g. `kubectl get node n1 -o json | ...`)
 and prints, as JSON, what the HAMi annotations on it mean:
   node: {"node", "devices": [{"vendor","id","index","count","devmem","devcore","type","numa","mode","health"}],
-         "errors": [{"vendor","error"}]}
+         "errors": [{"vendor","error"}], "health": [{"vendor","healthy","why"}] (the health pass's verdict now)}
   pod:  {"pod": "NS/NAME", "node", "bindPhase", "allocated": {VENDOR: [[{"uuid","type","usedmem","usedcores"}]
          per container]}, "toAllocate": {...}, "requests": [...], "errors": [...]}
 Config flags (--config, --device-config-file, ...) change annotation keys and resource names.
@@ -53,9 +54,18 @@ PodVendorDevices AlignToPod(PodVendorDevices devices, std::size_t containers) {
   return devices;
 }
 
-json::object InspectNode(const NodeView& node, const Backends& backends) {
-  json::array devices, errors;
+json::object InspectNode(const NodeView& node, const Backends& backends, const config::Config& cfg) {
+  json::array devices, errors, health;
+  const TimePoint now = std::chrono::system_clock::now();
   for (const auto& b : backends) {
+    // What the 15 s health pass would decide now, for vendors that publish something on this node.
+    const auto& keys = b->Spec().keys;
+    const bool publishes = (!keys.register_annotation.empty() && node.annotations.contains(keys.register_annotation)) ||
+                           (!b->Spec().resources.cores.empty() && node.capacity.contains(b->Spec().resources.cores));
+    if (publishes) {
+      const HealthVerdict v = EvaluateHealth(b->Spec(), node, HealthMemory{}, now, cfg.handshake_timeout);
+      health.push_back(json::object{{"vendor", b->Vendor()}, {"healthy", v.healthy}, {"why", v.why}});
+    }
     auto found = b->Discover(node);
     if (!found) {
       errors.push_back(json::object{{"vendor", b->Vendor()}, {"error", found.error().message}});
@@ -66,7 +76,10 @@ json::object InspectNode(const NodeView& node, const Backends& backends) {
       devices.push_back(DeviceJson(d));
     }
   }
-  return json::object{{"node", node.name}, {"devices", std::move(devices)}, {"errors", std::move(errors)}};
+  return json::object{{"node", node.name},
+                      {"devices", std::move(devices)},
+                      {"errors", std::move(errors)},
+                      {"health", std::move(health)}};
 }
 
 json::object InspectPod(const PodView& pod, const Backends& backends) {
@@ -173,7 +186,7 @@ int Inspect(const std::vector<std::string>& args, std::ostream& out, std::ostrea
                          objects.nodes.size());
       return kExitUsage;
     }
-    result = InspectNode(objects.nodes.front(), *backends);
+    result = InspectNode(objects.nodes.front(), *backends, loaded->config);
   } else {
     if (objects.pods.size() != 1) {
       err << fmt::format("hami-scheduler inspect pod: {} holds {} Pod objects, want exactly one\n", source,

@@ -247,7 +247,17 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
   for (const auto& p : extra.pods) to_place.push_back(&p);
 
   Scheduler scheduler(state, loaded->config.policies);
-  const std::vector<std::string> candidates = state.NodeNames();
+  // Candidates: every node, or those matching --node-label-selector (equality, like HAMi's).
+  std::vector<std::string> candidates;
+  for (const auto& n : cluster.nodes) {
+    const bool selected = std::all_of(loaded->config.node_label_selector.begin(),
+                                      loaded->config.node_label_selector.end(), [&](const auto& kv) {
+                                        auto l = n.labels.find(kv.first);
+                                        return l != n.labels.end() && l->second == kv.second;
+                                      });
+    if (selected) candidates.push_back(n.name);
+  }
+  std::sort(candidates.begin(), candidates.end());
   const TimePoint now = parsed->now.value_or(std::chrono::system_clock::now());
   std::vector<PodResult> results;
   for (const PodView* p : to_place) {

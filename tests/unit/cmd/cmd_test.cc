@@ -153,6 +153,11 @@ TEST(Inspect, Node) {
   EXPECT_EQ(devices[1].at("id").as_string(), "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec");
   EXPECT_EQ(devices[2].at("index").as_int64(), 1);
   EXPECT_EQ(doc.at("errors").as_array().size(), 0u);
+  // Both vendors publish here; the handshakes are old but allocatable counts keep them healthy.
+  const auto& health = doc.at("health").as_array();
+  ASSERT_EQ(health.size(), 2u);
+  EXPECT_TRUE(health[1].at("healthy").as_bool());
+  EXPECT_NE(std::string(health[1].at("why").as_string()).find("allocatable"), std::string::npos);
 
   const std::string broken = WriteTemp("broken-node.yaml", R"(kind: Node
 metadata:
@@ -205,6 +210,17 @@ TEST(Commands, VersionHelpAndConfig) {
   EXPECT_EQ(bad.code, kExitUsage);
   EXPECT_NE(bad.err.find("kube-burst"), std::string::npos) << bad.err;
   EXPECT_NE(bad.err.find("node-scheduler-policy"), std::string::npos) << bad.err;
+}
+
+TEST(Simulate, NodeLabelSelectorLimitsCandidates) {
+  // Only gpu-a100-1 carries gpu=on in the sample cluster.
+  auto r = Exec({"simulate", "--cluster", kExamples + "cluster.yaml", "--pods", kExamples + "pods.yaml",
+                 "--node-label-selector=gpu=on"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto doc = json::parse(r.out);
+  EXPECT_EQ(ResultFor(doc, "default/mlu-slice").at("outcome").as_string(), "unschedulable");
+  EXPECT_FALSE(ResultFor(doc, "default/mlu-slice").at("failedNodes").as_object().contains("mlu-370-1"));
+  EXPECT_EQ(ResultFor(doc, "default/shared-gpu").at("node").as_string(), "gpu-a100-1");
 }
 
 TEST(Commands, VendorConfigChangesKeys) {
