@@ -7,16 +7,23 @@ start=$(date +%s)
 t_deps=$(date +%s)
 ./scripts/build.sh -DHAMI_BUILD_TESTS=ON -DHAMI_BUILD_BENCH=ON
 t_build=$(date +%s)
-ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure --timeout 300 -j "$(nproc)"
+ctest_log=$(mktemp)
+ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure --timeout 300 -j "$(nproc)" | tee "$ctest_log"
+unit_and_integration=$(sed -n 's/.* tests failed out of \([0-9]*\)$/\1/p' "$ctest_log" | tail -1)
+rm -f "$ctest_log"
 t_test=$(date +%s)
+e2e_suites=0
 # The real control plane (etcd, kube-apiserver, kube-scheduler built from the Kubernetes Go modules and cached
 # in ~/.cache/hami-e2e; the first build takes about 5 minutes).
 if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
   export PATH=$PATH:/usr/local/go/bin
   timeout 2400 bash tests/e2e/smoke.sh
   timeout 600 bash tests/e2e/run-conformance.sh "${BUILD_DIR:-build}/tests/integration_tests"
+  e2e_suites=3  # the smoke test and the conformance suite with two kinds of authentication
 else
   echo "e2e: SKIPPED: no Go toolchain (>= 1.24) to build the Kubernetes control plane"
 fi
 t_e2e=$(date +%s)
 echo "time: deps $((t_deps - start))s, build $((t_build - t_deps))s, tests $((t_test - t_build))s, e2e $((t_e2e - t_test))s"
+# Every step above stops the script on failure, so reaching here means everything passed.
+echo "summary: $(( ${unit_and_integration:-0} + e2e_suites )) passed, 0 failed"
