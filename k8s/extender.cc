@@ -1,0 +1,173 @@
+#include "k8s/extender.h"
+
+#include <boost/json.hpp>
+#include <fmt/format.h>
+
+#include "core/strings.h"
+#include "k8s/objects.h"
+
+namespace hami::k8s {
+namespace json = boost::json;
+namespace {
+
+// The value of `key` matched case-insensitively (Go's decoder); an exact match wins.
+const json::value* FindKey(const json::object& o, std::string_view key) {
+  if (const auto* exact = o.if_contains(key)) return exact;
+  for (const auto& kv : o) {
+    if (EqualsIgnoreCase(kv.key(), key)) return &kv.value();
+  }
+  return nullptr;
+}
+
+Result<json::object> ParseObject(std::string_view body, std::string_view what) {
+  boost::system::error_code ec;
+  json::value v = json::parse(body, ec);
+  if (ec) return Error{fmt::format("{}: invalid JSON: {}", what, body.empty() ? "EOF" : ec.message())};
+  if (!v.is_object()) return Error{fmt::format("{}: expected a JSON object", what)};
+  return std::move(v.get_object());
+}
+
+Result<std::string> StringField(const json::object& o, std::string_view key, std::string_view what) {
+  const json::value* v = FindKey(o, key);
+  if (v == nullptr || v->is_null()) return Ok(std::string());
+  if (!v->is_string()) return Error{fmt::format("{}: {} must be a string", what, key)};
+  return Ok(std::string(v->get_string()));
+}
+
+json::value StringMap(const std::map<std::string, std::string>& m) {
+  json::object o;
+  for (const auto& [k, v] : m) o[k] = v;
+  return o;
+}
+
+}  // namespace
+
+Result<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
+  auto root = ParseObject(body, "ExtenderArgs");
+  if (!root) return root.error();
+  ExtenderArgs args;
+  const json::value* pod = FindKey(*root, "Pod");
+  if (pod == nullptr || pod->is_null()) return Error{"extender args missing pod"};
+  auto view = PodFromJson(*pod);
+  if (!view) return Error{fmt::format("ExtenderArgs.Pod: {}", view.error().message)};
+  args.pod = std::move(*view);
+  args.pod_json = *pod;
+  if (const json::value* names = FindKey(*root, "NodeNames"); names && !names->is_null()) {
+    if (!names->is_array()) return Error{"ExtenderArgs.NodeNames: expected a list of node names"};
+    args.node_names.emplace();
+    for (const auto& n : names->get_array()) {
+      if (!n.is_string()) return Error{"ExtenderArgs.NodeNames: every entry must be a string"};
+      args.node_names->emplace_back(n.get_string());
+    }
+  }
+  if (const json::value* nodes = FindKey(*root, "Nodes"); nodes && !nodes->is_null()) {
+    const json::value* items = nodes->is_object() ? FindKey(nodes->get_object(), "items") : nullptr;
+    if (items == nullptr || !(items->is_array() || items->is_null())) {
+      return Error{"ExtenderArgs.Nodes: expected a NodeList with items"};
+    }
+    args.nodes.emplace();
+    if (items->is_array()) {
+      for (const auto& item : items->get_array()) {
+        auto node = NodeFromJson(item);
+        if (!node) return Error{fmt::format("ExtenderArgs.Nodes: {}", node.error().message)};
+        args.nodes->push_back(std::move(*node));
+        args.nodes_json.push_back(item);
+      }
+    }
+  }
+  return args;
+}
+
+std::string ToJson(const ExtenderFilterResult& r) {
+  json::object o;
+  if (r.nodes) {
+    json::array items(r.nodes->begin(), r.nodes->end());
+    o["Nodes"] = json::object{{"metadata", json::object{}}, {"items", std::move(items)}};
+  } else {
+    o["Nodes"] = nullptr;
+  }
+  if (r.node_names) {
+    json::array names;
+    for (const auto& n : *r.node_names) names.emplace_back(n);
+    o["NodeNames"] = std::move(names);
+  } else {
+    o["NodeNames"] = nullptr;
+  }
+  o["FailedNodes"] = StringMap(r.failed_nodes);
+  o["FailedAndUnresolvableNodes"] = StringMap(r.failed_and_unresolvable);
+  o["Error"] = r.error;
+  return json::serialize(o);
+}
+
+ExtenderFilterResult ToFilterResult(const FilterOutcome& outcome, const ExtenderArgs& args) {
+  ExtenderFilterResult r;
+  const bool by_nodes = args.nodes.has_value();
+  switch (outcome.kind) {
+    case FilterOutcome::Kind::kError:
+      r.error = outcome.error;
+      return r;
+    case FilterOutcome::Kind::kPassThrough:
+      // Echo what came in, in the form it came in (upstream drops Nodes here).
+      if (by_nodes) {
+        r.nodes = args.nodes_json;
+      } else {
+        r.node_names = args.node_names.value_or(std::vector<std::string>{});
+      }
+      return r;
+    case FilterOutcome::Kind::kScheduled:
+    case FilterOutcome::Kind::kUnschedulable:
+      break;
+  }
+  r.failed_nodes = outcome.failed_nodes;
+  const bool scheduled = outcome.kind == FilterOutcome::Kind::kScheduled;
+  if (by_nodes) {
+    r.nodes.emplace();
+    for (std::size_t i = 0; i < args.nodes->size(); ++i) {
+      if (scheduled && (*args.nodes)[i].name == outcome.node) r.nodes->push_back(args.nodes_json[i]);
+    }
+  } else {
+    r.node_names.emplace();
+    if (scheduled) r.node_names->push_back(outcome.node);
+  }
+  // Candidates that fit but were not chosen: kube-scheduler must not keep them (the devices were reserved on
+  // the chosen node), and a reason keeps them from being dropped silently.
+  const std::vector<std::string> all = by_nodes ? [&] {
+    std::vector<std::string> v;
+    for (const auto& n : *args.nodes) v.push_back(n.name);
+    return v;
+  }()
+                                                : args.node_names.value_or(std::vector<std::string>{});
+  if (scheduled) {
+    for (const auto& name : all) {
+      if (name != outcome.node && !r.failed_nodes.contains(name)) {
+        r.failed_nodes[name] = fmt::format("devices were reserved on {} for this pod", outcome.node);
+      }
+    }
+  }
+  return r;
+}
+
+Result<ExtenderBindingArgs> ParseBindingArgs(std::string_view body) {
+  auto root = ParseObject(body, "ExtenderBindingArgs");
+  if (!root) return root.error();
+  ExtenderBindingArgs a;
+  for (auto [key, field] : {std::pair<std::string_view, std::string*>{"PodName", &a.pod_name},
+                            {"PodNamespace", &a.pod_namespace},
+                            {"PodUID", &a.pod_uid},
+                            {"Node", &a.node}}) {
+    auto v = StringField(*root, key, "ExtenderBindingArgs");
+    if (!v) return v.error();
+    *field = std::move(*v);
+  }
+  if (a.pod_name.empty() || a.node.empty()) {
+    return Error{"ExtenderBindingArgs: PodName and Node are required"};
+  }
+  if (a.pod_namespace.empty()) a.pod_namespace = "default";
+  return a;
+}
+
+std::string BindingResultJson(std::string_view error) {
+  return json::serialize(json::object{{"Error", error}});
+}
+
+}  // namespace hami::k8s

@@ -1,0 +1,52 @@
+#pragma once
+// kube-scheduler extender v1 wire types (k8s.io/kube-scheduler/extender/v1). The Go structs have no JSON tags:
+// keys are read case-insensitively and written as the Go field names (PascalCase), every key present, null for
+// unset pointers. Pure functions; the HTTP adapter lives with the server.
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/json/value.hpp>
+
+#include "core/model.h"
+#include "core/result.h"
+#include "core/scheduler.h"
+
+namespace hami::k8s {
+
+struct ExtenderArgs {
+  PodView pod;
+  boost::json::value pod_json;                          // as sent, for patches and events
+  std::optional<std::vector<std::string>> node_names;   // nodeCacheCapable: true
+  std::optional<std::vector<NodeView>> nodes;           // nodeCacheCapable: false (Nodes.items)
+  std::vector<boost::json::value> nodes_json;           // Nodes.items as sent, to echo back
+};
+// Errors: invalid JSON names the decoder's message; a missing Pod is "extender args missing pod".
+Result<ExtenderArgs> ParseExtenderArgs(std::string_view body);
+
+struct ExtenderFilterResult {
+  std::optional<std::vector<boost::json::value>> nodes;  // NodeList items, for nodeCacheCapable: false
+  std::optional<std::vector<std::string>> node_names;
+  std::map<std::string, std::string> failed_nodes;
+  std::map<std::string, std::string> failed_and_unresolvable;
+  std::string error;
+};
+std::string ToJson(const ExtenderFilterResult& result);
+
+// What kube-scheduler should hear for a decision: the chosen node (NodeNames, or Nodes when the request
+// carried Nodes), every rejected candidate with its reason, and "NodeNames": [] (not null) when none fits.
+// A pod without device requests passes every candidate through.
+ExtenderFilterResult ToFilterResult(const FilterOutcome& outcome, const ExtenderArgs& args);
+
+struct ExtenderBindingArgs {
+  std::string pod_name;
+  std::string pod_namespace;
+  std::string pod_uid;
+  std::string node;
+};
+Result<ExtenderBindingArgs> ParseBindingArgs(std::string_view body);
+std::string BindingResultJson(std::string_view error);
+
+}  // namespace hami::k8s
