@@ -1,6 +1,10 @@
 #include "sim/api_server.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <openssl/crypto.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -8,6 +12,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -15,11 +20,14 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 #include <boost/json.hpp>
+#include <cerrno>
+#include <cstring>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <optional>
+#include <type_traits>
 #include <variant>
 
 #include "core/strings.h"
@@ -27,6 +35,7 @@
 #include "sim/protobuf.h"
 #include "sim/resources.h"
 #include "sim/table.h"
+#include "sim/tls.h"
 
 namespace hami::sim {
 namespace asio = boost::asio;
@@ -34,6 +43,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace json = boost::json;
 using tcp = asio::ip::tcp;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 namespace {
 
@@ -85,6 +95,7 @@ struct Call {
   std::string content_type;  // media type only
   std::string accept;
   std::string host;
+  std::string authorization;
   const std::string* body = nullptr;
 
   std::optional<std::string> Query(std::string_view key) const {
@@ -119,6 +130,7 @@ Call Decode(const http::request<http::string_body>& req) {
   c.content_type = MediaType(req[http::field::content_type]);
   c.accept = std::string(req[http::field::accept]);
   c.host = std::string(req[http::field::host]);
+  c.authorization = std::string(req[http::field::authorization]);
   c.body = &req.body();
   return c;
 }
@@ -150,6 +162,9 @@ Reply ErrorReply(const ApiError& e) {
           e.retry_after_seconds};
   return r;
 }
+
+// What kube-apiserver answers a request it cannot authenticate.
+ApiError Unauthorized() { return ApiError{401, "Unauthorized", "Unauthorized", {}}; }
 
 ApiError PathNotFound() {
   ApiError e{404, "NotFound", "the server could not find the requested resource", {}};
@@ -289,13 +304,54 @@ std::optional<ApiResult<Target>> Resolve(const Call& c) {
   return ApiResult<Target>(t);
 }
 
-std::string Kubeconfig(std::string_view url) {
+std::string Base64(std::string_view in) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const auto n = static_cast<std::uint32_t>(static_cast<unsigned char>(in[i])) << 16 |
+                   static_cast<std::uint32_t>(static_cast<unsigned char>(in[i + 1])) << 8 |
+                   static_cast<unsigned char>(in[i + 2]);
+    out += kAlphabet[n >> 18 & 63];
+    out += kAlphabet[n >> 12 & 63];
+    out += kAlphabet[n >> 6 & 63];
+    out += kAlphabet[n & 63];
+  }
+  if (i < in.size()) {
+    const bool two = i + 1 < in.size();
+    const std::uint32_t n =
+        static_cast<std::uint32_t>(static_cast<unsigned char>(in[i])) << 16 |
+        (two ? static_cast<std::uint32_t>(static_cast<unsigned char>(in[i + 1])) << 8 : 0);
+    out += kAlphabet[n >> 18 & 63];
+    out += kAlphabet[n >> 12 & 63];
+    out += two ? kAlphabet[n >> 6 & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+std::string Kubeconfig(std::string_view url, const ApiServerOptions& o, bool tls) {
+  std::string cluster;
+  if (tls) {
+    const std::string& ca = o.ca_pem.empty() ? o.tls_cert_pem : o.ca_pem;
+    cluster = fmt::format("\n    certificate-authority-data: {}", Base64(ca));
+  }
+  std::string user;
+  if (!o.kubeconfig_token.empty()) {
+    // A JSON string is a valid YAML double-quoted scalar: any token survives.
+    user += fmt::format("\n    token: {}", json::serialize(json::string(o.kubeconfig_token)));
+  }
+  if (!o.kubeconfig_client_cert_pem.empty()) {
+    user += fmt::format("\n    client-certificate-data: {}\n    client-key-data: {}",
+                        Base64(o.kubeconfig_client_cert_pem), Base64(o.kubeconfig_client_key_pem));
+  }
   return fmt::format(R"(apiVersion: v1
 kind: Config
 clusters:
 - name: hami-sim
   cluster:
-    server: {}
+    server: {}{}
 contexts:
 - name: hami-sim
   context:
@@ -306,9 +362,9 @@ current-context: hami-sim
 preferences: {{}}
 users:
 - name: hami-sim
-  user: {{}}
+  user:{}
 )",
-                     url);
+                     url, cluster, user.empty() ? std::string(" {}") : user);
 }
 
 }  // namespace
@@ -316,18 +372,23 @@ users:
 // ---------------------------------------------------------------------------------------------------------
 // Server state shared by the accept loop and every connection coroutine.
 
+// One client connection, whatever its stream (beast::tcp_stream, or TlsStream over one).
 struct Connection {
-  explicit Connection(tcp::socket socket) : stream(std::move(socket)), wake(stream.get_executor()) {}
+  explicit Connection(beast::tcp_stream& tcp_stream) : lowest(tcp_stream), wake(tcp_stream.get_executor()) {}
   void Close() {
     closing = true;
     beast::error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream.close();
+    lowest.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    lowest.close();
     wake.cancel();
   }
-  beast::tcp_stream stream;
-  asio::steady_timer wake;  // watch notifications, latency waits
+  beast::tcp_stream& lowest;  // the TCP layer: deadlines, readiness, closing
+  asio::steady_timer wake;    // watch notifications, latency waits
   bool closing = false;
+  // TLS: the client certificate. `user` is set when one verified; `chain_ok` is cleared by the verify
+  // callback when the chain fails.
+  bool chain_ok = true;
+  std::string user;
 };
 
 struct ApiServer::Impl {
@@ -339,6 +400,9 @@ struct ApiServer::Impl {
   Outcome Collection(const Call& c, const Target& t);
   Outcome Item(const Call& c, const Target& t);
   Outcome Watch(const Call& c, const Target& t);
+  // The 401 to answer when authentication is required and the request has no valid credentials.
+  std::optional<ApiError> Unauthenticated(const Call& c, const Connection& conn) const;
+  bool ValidToken(std::string_view authorization) const;
   std::chrono::milliseconds LatencyFor(std::string_view path) const {
     return latency.count() > 0 && path.starts_with(latency_prefix) ? latency : std::chrono::milliseconds(0);
   }
@@ -346,7 +410,7 @@ struct ApiServer::Impl {
     const std::string host = options.host == "0.0.0.0" || options.host.empty() ? "127.0.0.1"
                              : options.host.find(':') != std::string::npos     ? "[" + options.host + "]"
                                                                                : options.host;
-    return fmt::format("http://{}:{}", host, port);
+    return fmt::format("{}://{}:{}", options.tls_cert_pem.empty() ? "http" : "https", host, port);
   }
   void CloseAll() {
     for (auto& [id, conn] : connections) conn->Close();
@@ -356,6 +420,7 @@ struct ApiServer::Impl {
   ApiServerOptions options;
   Store store;
   tcp::acceptor acceptor;
+  std::unique_ptr<asio::ssl::context> tls_context;  // set by Listen() when TLS is configured
   std::uint16_t port = 0;
   bool stopped = false;
   std::exception_ptr failure;
@@ -382,6 +447,34 @@ struct ScopeExit {
 };
 
 }  // namespace
+
+bool ApiServer::Impl::ValidToken(std::string_view authorization) const {
+  authorization = Trim(authorization);
+  constexpr std::string_view kBearer = "bearer ";
+  if (authorization.size() <= kBearer.size() ||
+      !EqualsIgnoreCase(authorization.substr(0, kBearer.size()), kBearer)) {
+    return false;
+  }
+  const std::string_view token = Trim(authorization.substr(kBearer.size()));
+  bool found = false;
+  for (const auto& t : options.tokens) {
+    // Compare every token in constant time, so timing tells nothing about which prefix matched.
+    if (!t.empty() && t.size() == token.size() && CRYPTO_memcmp(t.data(), token.data(), t.size()) == 0) {
+      found = true;
+    }
+  }
+  return found;
+}
+
+std::optional<ApiError> ApiServer::Impl::Unauthenticated(const Call& c, const Connection& conn) const {
+  if (!options.require_auth) return std::nullopt;
+  if (!conn.user.empty() || ValidToken(c.authorization)) return std::nullopt;
+  const auto& s = c.segments;
+  if (s.size() == 1 && (s[0] == "version" || s[0] == "healthz" || s[0] == "livez" || s[0] == "readyz")) {
+    return std::nullopt;
+  }
+  return Unauthorized();
+}
 
 Outcome ApiServer::Impl::Handle(const Call& c) {
   for (auto it = faults.begin(); it != faults.end(); ++it) {
@@ -659,30 +752,57 @@ std::string EventChunk(const WatchEvent& e, bool table, const ResourceType& type
   return out;
 }
 
-asio::awaitable<bool> WriteChunk(Connection& conn, std::chrono::milliseconds timeout,
+template <class Stream>
+constexpr bool kIsTls = std::is_same_v<Stream, TlsStream>;
+
+template <class Stream>
+asio::awaitable<bool> WriteChunk(Stream& stream, Connection& conn, std::chrono::milliseconds timeout,
                                  const std::string& payload) {
-  conn.stream.expires_after(timeout);
-  auto [ec, n] =
-      co_await asio::async_write(conn.stream, http::make_chunk(asio::buffer(payload)), kUseAwaitable);
+  conn.lowest.expires_after(timeout);
+  auto [ec, n] = co_await asio::async_write(stream, http::make_chunk(asio::buffer(payload)), kUseAwaitable);
   co_return !ec;
 }
 
+// While a watch waits for events: the client's socket turned readable. Returns false if the client has gone
+// (end of stream, or a TLS close_notify); true if it sent more (pipelining), which then waits in `buffer` for
+// the next request.
+template <class Stream>
+asio::awaitable<bool> PeerStillThere(Stream& stream, Connection& conn, beast::flat_buffer& buffer,
+                                     std::chrono::milliseconds timeout) {
+  std::array<char, 1> peek;
+  beast::error_code pec;
+  const std::size_t n = conn.lowest.socket().receive(asio::buffer(peek), tcp::socket::message_peek, pec);
+  if (pec || n == 0) co_return false;
+  if constexpr (kIsTls<Stream>) {
+    // TLS 1.3 hides the record type (an alert looks like data): decrypt what came. Data is kept for the next
+    // request; a close_notify or an error means the client is gone. The record is already arriving, so this
+    // read does not wait long; the deadline bounds it anyway.
+    conn.lowest.expires_after(timeout);
+    auto [ec, got] = co_await stream.async_read_some(buffer.prepare(16 * 1024), kUseAwaitable);
+    if (ec) co_return false;
+    buffer.commit(got);
+  }
+  co_return true;
+}
+
 // Streams one watch. Returns false when the connection must close (dropped, write failed, server stopping).
-asio::awaitable<bool> StreamWatch(std::shared_ptr<ApiServer::Impl> self, Connection& conn, WatchStart start,
-                                  unsigned version, bool keep_alive, bool table) {
+template <class Stream>
+asio::awaitable<bool> StreamWatch(std::shared_ptr<ApiServer::Impl> self, Stream& stream, Connection& conn,
+                                  beast::flat_buffer& buffer, WatchStart start, unsigned version,
+                                  bool keep_alive, bool table) {
   http::response<http::empty_body> res{http::status::ok, version};
   res.set(http::field::content_type, "application/json");
   res.set(http::field::cache_control, "no-cache, private");
   res.keep_alive(keep_alive);
   res.chunked(true);
   http::response_serializer<http::empty_body> sr{res};
-  conn.stream.expires_after(self->options.write_timeout);
-  auto [hec, hn] = co_await http::async_write_header(conn.stream, sr, kUseAwaitable);
+  conn.lowest.expires_after(self->options.write_timeout);
+  auto [hec, hn] = co_await http::async_write_header(stream, sr, kUseAwaitable);
   if (hec) co_return false;
   const auto write_timeout = self->options.write_timeout;
   if (start.error) {
     const WatchEvent e{EventType::kError, std::make_shared<const json::object>(StatusJson(*start.error))};
-    if (!co_await WriteChunk(conn, write_timeout,
+    if (!co_await WriteChunk(stream, conn, write_timeout,
                              EventChunk(e, false, *FindResource("", "v1", "pods"), {}))) {
       co_return false;
     }
@@ -701,7 +821,8 @@ asio::awaitable<bool> StreamWatch(std::shared_ptr<ApiServer::Impl> self, Connect
     for (;;) {
       while (w.HasEvents()) {
         const WatchEvent e = w.Pop();
-        if (!co_await WriteChunk(conn, write_timeout, EventChunk(e, table, w.type(), self->store.Now()))) {
+        if (!co_await WriteChunk(stream, conn, write_timeout,
+                                 EventChunk(e, table, w.type(), self->store.Now()))) {
           co_return false;
         }
       }
@@ -716,20 +837,18 @@ asio::awaitable<bool> StreamWatch(std::shared_ptr<ApiServer::Impl> self, Connect
       if (w.bookmarks_allowed() && (w.TakeBookmarkRequest() || now >= next_bookmark)) {
         next_bookmark = now + self->options.bookmark_interval;
         const WatchEvent mark = w.Bookmark(self->store.resource_version());
-        if (!co_await WriteChunk(conn, write_timeout, EventChunk(mark, false, w.type(), {}))) co_return false;
+        if (!co_await WriteChunk(stream, conn, write_timeout, EventChunk(mark, false, w.type(), {}))) {
+          co_return false;
+        }
         continue;
       }
       conn.wake.expires_at(w.bookmarks_allowed() ? std::min(deadline, next_bookmark) : deadline);
       if (watch_peer) {
         // Also notice a client that goes away while nothing happens: its socket turns readable (EOF).
         auto woke = co_await (conn.wake.async_wait(kUseAwaitable) ||
-                              conn.stream.socket().async_wait(tcp::socket::wait_read, kUseAwaitable));
+                              conn.lowest.socket().async_wait(tcp::socket::wait_read, kUseAwaitable));
         if (woke.index() == 1 && !std::get<0>(std::get<1>(woke))) {
-          std::array<char, 1> peek;
-          beast::error_code pec;
-          const std::size_t n =
-              conn.stream.socket().receive(asio::buffer(peek), tcp::socket::message_peek, pec);
-          if (pec || n == 0) {
+          if (!co_await PeerStillThere(stream, conn, buffer, write_timeout)) {
             conn.Close();  // the client is gone
             co_return false;
           }
@@ -741,8 +860,8 @@ asio::awaitable<bool> StreamWatch(std::shared_ptr<ApiServer::Impl> self, Connect
       }
     }
   }
-  conn.stream.expires_after(write_timeout);
-  auto [lec, ln] = co_await asio::async_write(conn.stream, http::make_chunk_last(), kUseAwaitable);
+  conn.lowest.expires_after(write_timeout);
+  auto [lec, ln] = co_await asio::async_write(stream, http::make_chunk_last(), kUseAwaitable);
   co_return !lec && !conn.closing;
 }
 
@@ -758,32 +877,55 @@ http::response<http::string_body> MakeResponse(const Reply& r, unsigned version,
   return res;
 }
 
-asio::awaitable<void> RunConnection(std::shared_ptr<ApiServer::Impl> self, tcp::socket socket) {
-  Connection conn(std::move(socket));
+// TLS: the server handshake within its deadline, then who the client certificate (if any) names.
+asio::awaitable<bool> Handshake(const ApiServer::Impl& self, TlsStream& stream, Connection& conn) {
+  if (!self.options.client_ca_pem.empty()) {
+    stream.set_verify_callback([&conn](bool preverified, asio::ssl::verify_context&) {
+      if (!preverified) conn.chain_ok = false;
+      return true;  // finish the handshake; an unverified certificate authenticates nobody (401)
+    });
+  }
+  conn.lowest.expires_after(self.options.tls_handshake_timeout);
+  auto [ec] = co_await stream.async_handshake(asio::ssl::stream_base::server, kUseAwaitable);
+  if (ec) co_return false;
+  const ClientCertificate cert = ClientCertificateOf(stream.native_handle(), conn.chain_ok);
+  if (cert.verified) conn.user = cert.user;
+  co_return true;
+}
+
+// One connection: requests in turn (keep-alive), until the client or the server ends it.
+template <class Stream>
+asio::awaitable<void> RunSession(std::shared_ptr<ApiServer::Impl> self, Stream& stream) {
+  Connection conn(beast::get_lowest_layer(stream));
   const std::uint64_t id = self->next_connection++;
   self->connections[id] = &conn;
   ScopeExit unregister([&] { self->connections.erase(id); });
+  if constexpr (kIsTls<Stream>) {
+    if (!co_await Handshake(*self, stream, conn)) co_return;
+  }
   beast::flat_buffer buffer;
   while (!conn.closing) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(64 * 1024);
     parser.body_limit(self->options.body_limit);
-    conn.stream.expires_after(self->options.read_timeout);
-    auto [ec, n] = co_await http::async_read(conn.stream, buffer, parser, kUseAwaitable);
+    conn.lowest.expires_after(self->options.read_timeout);
+    auto [ec, n] = co_await http::async_read(stream, buffer, parser, kUseAwaitable);
     if (ec == http::error::body_limit || ec == http::error::header_limit) {
       const Reply r = ErrorReply(RequestEntityTooLarge(fmt::format(
           "the request is larger than the server accepts ({} bytes of body)", self->options.body_limit)));
       auto res = MakeResponse(r, 11, false, false);
-      conn.stream.expires_after(self->options.write_timeout);
-      co_await http::async_write(conn.stream, res, kUseAwaitable);
-      // Half-close, then discard what the client is still sending, so that closing does not reset the
-      // connection before the client has read the answer.
-      beast::error_code ignored;
-      conn.stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
-      conn.stream.expires_after(std::chrono::seconds(1));
+      conn.lowest.expires_after(self->options.write_timeout);
+      co_await http::async_write(stream, res, kUseAwaitable);
+      // Discard what the client is still sending, so that closing does not reset the connection before the
+      // client has read the answer. Over plain TCP, half-close first so the client sees the end.
+      if constexpr (!kIsTls<Stream>) {
+        beast::error_code ignored;
+        conn.lowest.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      }
+      conn.lowest.expires_after(std::chrono::seconds(1));
       std::array<char, 4096> sink;
       for (;;) {
-        auto [rec, rn] = co_await conn.stream.async_read_some(asio::buffer(sink), kUseAwaitable);
+        auto [rec, rn] = co_await stream.async_read_some(asio::buffer(sink), kUseAwaitable);
         if (rec) break;
       }
       break;
@@ -798,23 +940,46 @@ asio::awaitable<void> RunConnection(std::shared_ptr<ApiServer::Impl> self, tcp::
       if (conn.closing) break;
     }
     const bool keep_alive = req.keep_alive();
-    Outcome outcome = self->Handle(call);
+    Outcome outcome = Reply{};
+    if (auto refused = self->Unauthenticated(call, conn)) {
+      outcome = ErrorReply(*refused);
+    } else {
+      outcome = self->Handle(call);
+    }
     if (auto* reply = std::get_if<Reply>(&outcome)) {
       auto res = MakeResponse(*reply, req.version(), keep_alive, req.method() == http::verb::head);
-      conn.stream.expires_after(self->options.write_timeout);
-      auto [wec, wn] = co_await http::async_write(conn.stream, res, kUseAwaitable);
+      conn.lowest.expires_after(self->options.write_timeout);
+      auto [wec, wn] = co_await http::async_write(stream, res, kUseAwaitable);
       if (wec) break;
     } else {
       const bool table = WantsTable(call.accept);
-      if (!co_await StreamWatch(self, conn, std::move(std::get<WatchStart>(outcome)), req.version(),
-                                keep_alive, table)) {
+      if (!co_await StreamWatch(self, stream, conn, buffer, std::move(std::get<WatchStart>(outcome)),
+                                req.version(), keep_alive, table)) {
         break;
       }
     }
     if (!keep_alive) break;
   }
-  beast::error_code ignored;
-  conn.stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  if (conn.closing) co_return;  // closed by the server (Stop, dropped watch): nothing more to say
+  if constexpr (kIsTls<Stream>) {
+    // close_notify, and wait (briefly) for the client's.
+    conn.lowest.expires_after(self->options.tls_shutdown_timeout);
+    auto [sec] = co_await stream.async_shutdown(kUseAwaitable);
+    (void)sec;
+  } else {
+    beast::error_code ignored;
+    conn.lowest.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  }
+}
+
+asio::awaitable<void> RunConnection(std::shared_ptr<ApiServer::Impl> self, tcp::socket socket) {
+  if (self->tls_context) {
+    TlsStream stream(std::move(socket), *self->tls_context);
+    co_await RunSession(self, stream);
+  } else {
+    beast::tcp_stream stream(std::move(socket));
+    co_await RunSession(self, stream);
+  }
 }
 
 asio::awaitable<void> AcceptLoop(std::shared_ptr<ApiServer::Impl> self) {
@@ -850,6 +1015,18 @@ ApiServer::~ApiServer() { Stop(); }
 Result<std::uint16_t> ApiServer::Listen() {
   Impl& s = *impl_;
   if (s.acceptor.is_open()) return s.port;
+  const ApiServerOptions& o = s.options;
+  if (o.tls_cert_pem.empty() != o.tls_key_pem.empty()) {
+    return Error{"sim-apiserver: TLS needs both a certificate and its private key"};
+  }
+  if (!o.client_ca_pem.empty() && o.tls_cert_pem.empty()) {
+    return Error{"sim-apiserver: client certificates need TLS (a serving certificate and key)"};
+  }
+  if (!o.tls_cert_pem.empty() && !s.tls_context) {
+    auto ctx = MakeServerTlsContext(o.tls_cert_pem, o.tls_key_pem, o.client_ca_pem);
+    if (!ctx) return Error{"sim-apiserver: " + ctx.error().message};
+    s.tls_context = std::move(*ctx);
+  }
   boost::system::error_code ec;
   const std::string host = s.options.host == "localhost" ? "127.0.0.1" : s.options.host;
   const auto address = asio::ip::make_address(host, ec);
@@ -893,17 +1070,34 @@ void ApiServer::Stop() {
 std::exception_ptr ApiServer::failure() const { return impl_->failure; }
 std::uint16_t ApiServer::port() const { return impl_->port; }
 std::string ApiServer::url() const { return impl_->ServerUrl(); }
+bool ApiServer::tls() const { return !impl_->options.tls_cert_pem.empty(); }
 Store& ApiServer::store() { return impl_->store; }
 const Store& ApiServer::store() const { return impl_->store; }
 
-std::string ApiServer::Kubeconfig() const { return sim::Kubeconfig(impl_->ServerUrl()); }
+std::string ApiServer::Kubeconfig() const {
+  return sim::Kubeconfig(impl_->ServerUrl(), impl_->options, tls());
+}
 
 Result<void> ApiServer::WriteKubeconfig(const std::string& path) const {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return Error{fmt::format("cannot write kubeconfig '{}'", path)};
-  out << Kubeconfig();
-  out.close();
-  if (!out) return Error{fmt::format("cannot write kubeconfig '{}'", path)};
+  // Owner-only, like kubectl's own: it may hold a token or a private key.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Error{fmt::format("cannot write kubeconfig '{}': {}", path, std::strerror(errno))};
+  const std::string text = Kubeconfig();
+  std::size_t written = 0;
+  int error = 0;
+  struct stat st{};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::fchmod(fd, 0600) != 0) error = errno;  // an old file
+  while (error == 0 && written < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = n < 0 ? errno : EIO;
+      break;
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0 && error == 0) error = errno;
+  if (error != 0) return Error{fmt::format("cannot write kubeconfig '{}': {}", path, std::strerror(error))};
   return {};
 }
 

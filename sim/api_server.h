@@ -1,7 +1,8 @@
 #pragma once
-// An in-memory Kubernetes API server over plain HTTP/1.1 (Beast): the subset the scheduler, the demo, the
-// integration tests and `kubectl` use. Objects live in a sim::Store; this layer routes URLs, negotiates
-// content types, streams watches as chunked JSON events, and injects faults on request.
+// An in-memory Kubernetes API server over HTTP/1.1 (Beast), plain or TLS: the subset the scheduler, the demo,
+// the integration tests and `kubectl` use. Objects live in a sim::Store; this layer authenticates (bearer
+// tokens, client certificates), routes URLs, negotiates content types, streams watches as chunked JSON
+// events, and injects faults on request.
 //
 // Thread rule: everything (the accept loop, one coroutine per connection, the Store, the fault controls) runs
 // on the one thread that runs the io_context given at construction. Call the methods from that thread (or
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/clock.h"
 #include "core/result.h"
@@ -33,6 +35,32 @@ struct ApiServerOptions {
   std::chrono::seconds default_watch_timeout{1800};    // watches without timeoutSeconds end after this
   ExpiredWatchMode expired_watch_mode = ExpiredWatchMode::kErrorEvent;
   StoreOptions store;
+
+  // ---- TLS and authentication. The defaults serve plain HTTP to anyone.
+
+  // Both set: serve HTTPS only (TLS 1.2+), with this certificate chain (leaf first) and key.
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  // Set (needs TLS): request client certificates; one that chains to these CAs authenticates the user named
+  // by its CN. One that does not is refused with 401, as kube-apiserver does (the handshake still completes).
+  std::string client_ca_pem;
+  // Accepted bearer tokens ("Authorization: Bearer <token>").
+  std::vector<std::string> tokens;
+  // Requests without a valid token or verified client certificate answer 401 Unauthorized (the discovery
+  // endpoints /version, /healthz, /livez and /readyz stay open).
+  bool require_auth = false;
+  std::chrono::milliseconds tls_handshake_timeout{10000};
+  std::chrono::milliseconds tls_shutdown_timeout{2000};  // waiting for the client's close_notify
+
+  // ---- What Kubeconfig() writes besides the server URL.
+
+  // certificate-authority-data: the CA that signed tls_cert_pem. Empty: tls_cert_pem itself (right for a
+  // self-signed certificate, or a chain file that ends with its CA).
+  std::string ca_pem;
+  // The user's credentials: a bearer token and/or a client certificate and key (PEM).
+  std::string kubeconfig_token;
+  std::string kubeconfig_client_cert_pem;
+  std::string kubeconfig_client_key_pem;
 };
 
 // Fail the next `count` requests matching method and path prefix with `status` (500 InternalError, 429
@@ -54,7 +82,8 @@ class ApiServer {
   ApiServer(const ApiServer&) = delete;
   ApiServer& operator=(const ApiServer&) = delete;
 
-  // Binds and listens. Returns the bound port (useful with port 0). Errors name the address.
+  // Checks the TLS material, binds and listens. Returns the bound port (useful with port 0). Errors name
+  // the address or what is wrong with the certificates.
   Result<std::uint16_t> Listen();
   // Accepts connections until Stop() or cancellation, then closes every connection. Requires Listen().
   boost::asio::awaitable<void> Serve();
@@ -66,11 +95,13 @@ class ApiServer {
   std::exception_ptr failure() const;
 
   std::uint16_t port() const;
-  std::string url() const;  // http://127.0.0.1:<port>
+  std::string url() const;  // http://127.0.0.1:<port>, https://... with TLS
+  bool tls() const;
   Store& store();
   const Store& store() const;
 
-  // A kubeconfig (YAML) whose current context points at this server.
+  // A kubeconfig (YAML) whose current context points at this server: with TLS it trusts
+  // ApiServerOptions::ca_pem, and it carries the kubeconfig_* credentials.
   std::string Kubeconfig() const;
   Result<void> WriteKubeconfig(const std::string& path) const;
 

@@ -14,6 +14,7 @@
 #include "core/strings.h"
 #include "k8s/objects.h"
 #include "sim/api_server.h"
+#include "sim/tls.h"
 
 namespace hami::sim {
 namespace asio = boost::asio;
@@ -23,9 +24,12 @@ constexpr std::string_view kUsage =
     R"(Usage: hami-scheduler sim-apiserver [--listen HOST:PORT] [--cluster FILE]...
                                      [--kubeconfig-out FILE] [--expired-watch http|event]
                                      [--bookmark-interval SECONDS] [--history EVENTS]
+                                     [--generate-tls | --tls-cert-file FILE --tls-private-key-file FILE]
+                                     [--client-ca-file FILE] [--token-auth-file FILE]
 
 Serves an in-memory Kubernetes API (nodes, pods with bindings, events, leases, resource quotas,
-namespaces) over plain HTTP until SIGINT/SIGTERM. Point kubectl at it with the kubeconfig it writes.
+namespaces) until SIGINT/SIGTERM: over plain HTTP to anyone by default, or over HTTPS with
+authentication. Point kubectl at it with the kubeconfig it writes.
   --listen HOST:PORT      address to listen on (default 127.0.0.1:0: a free loopback port)
   --cluster FILE          objects to start with: what `kubectl get nodes,pods,resourcequotas -A -o json|yaml`
                           prints (a List, or YAML documents); may be repeated; "-" reads standard input
@@ -35,6 +39,19 @@ namespaces) over plain HTTP until SIGINT/SIGTERM. Point kubectl at it with the k
                           the default) or "http" (HTTP 410 before streaming)
   --bookmark-interval S   seconds between BOOKMARK events on watches that allow them (default 60)
   --history N             watch events kept for resuming watches (default 10000); older versions answer 410
+  --generate-tls          serve HTTPS with a throwaway CA and serving certificate (127.0.0.1, ::1, localhost
+                          and the --listen host) made in memory, and a client certificate for user "admin"
+                          (group system:masters) signed by that CA; the kubeconfig trusts the CA and uses
+                          the client certificate. Requests need it, or a token from --token-auth-file
+  --tls-cert-file FILE    serve HTTPS with this certificate chain (PEM, the server certificate first); the
+                          kubeconfig trusts the certificates in it (a self-signed certificate, or a chain
+                          that ends with its CA)
+  --tls-private-key-file FILE  the private key (PEM) of --tls-cert-file
+  --client-ca-file FILE   accept client certificates signed by these CAs (needs TLS); the CN is the user
+  --token-auth-file FILE  accept the bearer tokens of this kube-apiserver static token file (CSV lines
+                          token,user,uid[,"group1,group2"]); the kubeconfig uses the first one
+With --generate-tls, --client-ca-file or --token-auth-file, requests without valid credentials answer
+401 Unauthorized (except /version, /healthz, /livez and /readyz).
 )";
 
 struct Args {
@@ -42,6 +59,11 @@ struct Args {
   std::uint16_t port = 0;
   std::vector<std::string> clusters;
   std::string kubeconfig_out;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string client_ca_file;
+  std::string token_auth_file;
+  bool generate_tls = false;
   ApiServerOptions options;
   bool help = false;
 };
@@ -94,6 +116,20 @@ Result<Args> ParseArgs(const std::vector<std::string>& args) {
     };
     if (flag == "-h" || flag == "--help") {
       a.help = true;
+    } else if (flag == "--generate-tls") {
+      if (has_value) {
+        problems.push_back("--generate-tls takes no value");
+      } else {
+        a.generate_tls = true;
+      }
+    } else if (flag == "--tls-cert-file") {
+      if (take()) a.tls_cert_file = value;
+    } else if (flag == "--tls-private-key-file") {
+      if (take()) a.tls_key_file = value;
+    } else if (flag == "--client-ca-file") {
+      if (take()) a.client_ca_file = value;
+    } else if (flag == "--token-auth-file") {
+      if (take()) a.token_auth_file = value;
     } else if (flag == "--listen") {
       if (take()) {
         if (auto r = ParseListen(value, a); !r) problems.push_back(r.error().message);
@@ -134,15 +170,158 @@ Result<Args> ParseArgs(const std::vector<std::string>& args) {
       problems.push_back(fmt::format("unknown flag '{}'", args[i]));
     }
   }
+  if (a.tls_cert_file.empty() != a.tls_key_file.empty()) {
+    problems.push_back("--tls-cert-file and --tls-private-key-file must be given together");
+  }
+  if (a.generate_tls && !a.tls_cert_file.empty()) {
+    problems.push_back("--generate-tls and --tls-cert-file are alternatives; give one");
+  }
+  if (!a.client_ca_file.empty() && !a.generate_tls && a.tls_cert_file.empty()) {
+    problems.push_back(
+        "--client-ca-file needs TLS: add --generate-tls or --tls-cert-file and --tls-private-key-file");
+  }
   if (!problems.empty()) return Error{Join(problems, "; ")};
   a.options.host = a.host;
   a.options.port = a.port;
   return a;
 }
 
+Result<std::string> ReadFile(const std::string& flag, const std::string& path) {
+  auto text = k8s::ReadInput(path);
+  if (!text) return Error{fmt::format("{}: {}", flag, text.error().message)};
+  return text;
+}
+
+// Loads or generates the TLS material and the tokens into `a.options`; says what it set up on `out`.
+Result<void> ConfigureSecurity(Args& a, std::ostream& out) {
+  ApiServerOptions& o = a.options;
+  if (a.generate_tls) {
+    std::vector<std::string> extra_hosts;
+    if (!a.host.empty() && a.host != "0.0.0.0" && a.host != "::") extra_hosts.push_back(a.host);
+    auto tls = GenerateLoopbackTls("admin", extra_hosts);
+    if (!tls) return Error{fmt::format("--generate-tls: {}", tls.error().message)};
+    o.tls_cert_pem = tls->server.cert_pem;
+    o.tls_key_pem = tls->server.key_pem;
+    o.ca_pem = tls->ca.cert_pem;
+    o.client_ca_pem = tls->ca.cert_pem;
+    o.kubeconfig_client_cert_pem = tls->client.cert_pem;
+    o.kubeconfig_client_key_pem = tls->client.key_pem;
+    out << "sim-apiserver: TLS with a generated CA; the kubeconfig authenticates as user admin "
+           "(client certificate)\n";
+  } else if (!a.tls_cert_file.empty()) {
+    auto cert = ReadFile("--tls-cert-file", a.tls_cert_file);
+    if (!cert) return cert.error();
+    auto key = ReadFile("--tls-private-key-file", a.tls_key_file);
+    if (!key) return key.error();
+    if (auto n = CountCertificates(*cert, "--tls-cert-file " + a.tls_cert_file); !n) return n.error();
+    o.tls_cert_pem = std::move(*cert);
+    o.tls_key_pem = std::move(*key);
+  }
+  if (!a.client_ca_file.empty()) {
+    auto ca = ReadFile("--client-ca-file", a.client_ca_file);
+    if (!ca) return ca.error();
+    if (auto n = CountCertificates(*ca, "--client-ca-file " + a.client_ca_file); !n) return n.error();
+    if (!o.client_ca_pem.empty() && !o.client_ca_pem.ends_with('\n')) o.client_ca_pem += '\n';
+    o.client_ca_pem += *ca;
+  }
+  if (!a.token_auth_file.empty()) {
+    auto csv = ReadFile("--token-auth-file", a.token_auth_file);
+    if (!csv) return csv.error();
+    auto tokens = ParseStaticTokens(*csv, a.token_auth_file);
+    if (!tokens) return Error{fmt::format("--token-auth-file: {}", tokens.error().message)};
+    if (tokens->empty()) return Error{fmt::format("--token-auth-file {}: no tokens", a.token_auth_file)};
+    for (const auto& t : *tokens) o.tokens.push_back(t.token);
+    if (o.kubeconfig_client_cert_pem.empty()) o.kubeconfig_token = tokens->front().token;
+    out << fmt::format(
+        "sim-apiserver: {} token(s) from {}{}\n", tokens->size(), a.token_auth_file,
+        o.kubeconfig_token.empty()
+            ? ""
+            : fmt::format("; the kubeconfig authenticates as user {} (token)", tokens->front().user));
+  }
+  o.require_auth = a.generate_tls || !a.client_ca_file.empty() || !a.token_auth_file.empty();
+  if (o.require_auth && o.kubeconfig_token.empty() && o.kubeconfig_client_cert_pem.empty()) {
+    out << "sim-apiserver: the kubeconfig has no credentials: add a client certificate signed by "
+           "--client-ca-file\n";
+  }
+  return {};
+}
+
 }  // namespace
 
-int RunApiServerCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+Result<std::vector<StaticToken>> ParseStaticTokens(std::string_view csv, std::string_view file) {
+  std::vector<StaticToken> out;
+  std::size_t line_no = 0;
+  std::size_t pos = 0;
+  while (pos < csv.size()) {
+    ++line_no;
+    // One record: fields separated by commas; a field may be quoted ("" inside is a quote, and a quoted field
+    // may hold commas and line breaks). Leading spaces of a field are skipped, as kube-apiserver does.
+    std::vector<std::string> fields(1);
+    const std::size_t record_line = line_no;
+    bool quoted_field = false;
+    bool at_field_start = true;
+    bool in_quotes = false;
+    for (; pos < csv.size(); ++pos) {
+      const char c = csv[pos];
+      if (in_quotes) {
+        if (c == '"') {
+          if (pos + 1 < csv.size() && csv[pos + 1] == '"') {
+            fields.back() += '"';
+            ++pos;
+          } else {
+            in_quotes = false;
+          }
+        } else {
+          if (c == '\n') ++line_no;
+          fields.back() += c;
+        }
+        continue;
+      }
+      if (c == '\n') {
+        ++pos;
+        break;
+      }
+      if (c == '\r' && (pos + 1 == csv.size() || csv[pos + 1] == '\n')) continue;
+      if (c == ',') {
+        fields.emplace_back();
+        at_field_start = true;
+        quoted_field = false;
+        continue;
+      }
+      if (at_field_start && (c == ' ' || c == '\t')) continue;
+      if (at_field_start && c == '"') {
+        in_quotes = true;
+        quoted_field = true;
+        at_field_start = false;
+        continue;
+      }
+      if (quoted_field) {
+        return Error{fmt::format("{}:{}: unexpected '{}' after a quoted field", file, record_line, c)};
+      }
+      at_field_start = false;
+      fields.back() += c;
+    }
+    if (in_quotes) return Error{fmt::format("{}:{}: unterminated quoted field", file, record_line)};
+    if (fields.size() == 1 && fields[0].empty()) continue;  // blank line
+    if (fields.size() < 3) {
+      return Error{fmt::format("{}:{}: want token,user,uid[,\"group1,group2\"], got {} field(s)", file,
+                               record_line, fields.size())};
+    }
+    if (fields[0].empty()) return Error{fmt::format("{}:{}: empty token", file, record_line)};
+    if (fields[1].empty()) return Error{fmt::format("{}:{}: empty user name", file, record_line)};
+    StaticToken t{fields[0], fields[1], fields[2], {}};
+    if (fields.size() >= 4) {
+      for (auto g : Split(fields[3], ',')) {
+        if (auto trimmed = Trim(g); !trimmed.empty()) t.groups.emplace_back(trimmed);
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+int RunApiServerCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                        const ApiServerCommandHooks& hooks) {
   auto parsed = ParseArgs(args);
   if (!parsed) {
     err << "sim-apiserver: " << parsed.error().message << "\n" << kUsage;
@@ -151,6 +330,10 @@ int RunApiServerCommand(const std::vector<std::string>& args, std::ostream& out,
   if (parsed->help) {
     out << kUsage;
     return 0;
+  }
+  if (auto secured = ConfigureSecurity(*parsed, out); !secured) {
+    err << "sim-apiserver: " << secured.error().message << "\n";
+    return 2;
   }
   asio::io_context ioc(1);
   ApiServer server(ioc, parsed->options);
@@ -220,6 +403,7 @@ int RunApiServerCommand(const std::vector<std::string>& args, std::ostream& out,
     server.Stop();
     stop.emit(asio::cancellation_type::terminal);
   });
+  if (hooks.on_serving) hooks.on_serving(server, ioc);
   ioc.run();
   return exit_code;
 }

@@ -455,6 +455,39 @@ ObjectPtr Store::Remove(const ResourceType& type, const ObjectPtr& current) {
   return stored;
 }
 
+namespace {
+
+// The object to store after a write: a status write keeps everything but the status; a main-resource write
+// keeps the current status (status changes go through the subresource).
+json::object MergeSubresource(const ResourceType& type, const json::object& current, json::object incoming,
+                              Subresource sub) {
+  const json::object& status_from = sub == Subresource::kStatus ? incoming : current;
+  json::object next = sub == Subresource::kStatus ? current : std::move(incoming);
+  if (sub == Subresource::kStatus || type.has_status) {
+    if (const json::value* status = status_from.if_contains("status")) {
+      json::value copy = *status;
+      next["status"] = std::move(copy);
+    } else {
+      next.erase("status");
+    }
+  }
+  return next;
+}
+
+// metadata.resourceVersion and metadata.uid in a write are preconditions (409 when they do not match).
+std::optional<ApiError> CheckPreconditions(const ResourceType& type, std::string_view name,
+                                           const json::object& current, std::string_view rv, std::string_view uid) {
+  if (!rv.empty() && rv != MetaStr(current, "resourceVersion")) return StaleConflict(type.group, type.plural, name);
+  if (!uid.empty() && uid != MetaStr(current, "uid")) {
+    return Conflict(type.group, type.plural, name,
+                    fmt::format("Precondition failed: UID in precondition: {}, UID in object meta: {}", uid,
+                                MetaStr(current, "uid")));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 ApiResult<ObjectPtr> Store::Update(const ResourceType& type, std::string_view ns, std::string_view name,
                                    json::object object, Subresource sub, const WriteOptions& options) {
   const ObjectPtr* found = Lookup(type, ns, name);
@@ -471,34 +504,10 @@ ApiResult<ObjectPtr> Store::Update(const ResourceType& type, std::string_view ns
         "the namespace of the provided object ({}) does not match the namespace sent on the request ({})", n,
         ns));
   }
-  if (const std::string_view rv = Str(&meta, "resourceVersion");
-      !rv.empty() && rv != MetaStr(*current, "resourceVersion")) {
-    return StaleConflict(type.group, type.plural, name);
+  if (auto e = CheckPreconditions(type, name, *current, Str(&meta, "resourceVersion"), Str(&meta, "uid"))) {
+    return *e;
   }
-  if (const std::string_view uid = Str(&meta, "uid"); !uid.empty() && uid != MetaStr(*current, "uid")) {
-    return Conflict(type.group, type.plural, name,
-                    fmt::format("Precondition failed: UID in precondition: {}, UID in object meta: {}", uid,
-                                MetaStr(*current, "uid")));
-  }
-  json::object next;
-  if (sub == Subresource::kStatus) {
-    next = *current;
-    if (const json::value* status = object.if_contains("status")) {
-      next["status"] = *status;
-    } else {
-      next.erase("status");
-    }
-  } else {
-    next = std::move(object);
-    if (type.has_status) {
-      if (const json::value* status = current->if_contains("status")) {
-        next["status"] = *status;
-      } else {
-        next.erase("status");
-      }
-    }
-  }
-  return Commit(type, current, std::move(next), options);
+  return Commit(type, current, MergeSubresource(type, *current, std::move(object), sub), options);
 }
 
 ApiResult<ObjectPtr> Store::Patch(const ResourceType& type, std::string_view ns, std::string_view name,
@@ -533,35 +542,12 @@ ApiResult<ObjectPtr> Store::Patch(const ResourceType& type, std::string_view ns,
     return BadRequest(fmt::format("the name of the object ({}) does not match the name on the URL ({})",
                                   MetaStr(patched, "name"), name));
   }
-  if (const std::string_view rv = MetaStr(patched, "resourceVersion");
-      !rv.empty() && rv != MetaStr(*current, "resourceVersion")) {
-    return StaleConflict(type.group, type.plural, name);
-  }
-  if (const std::string_view uid = MetaStr(patched, "uid"); !uid.empty() && uid != MetaStr(*current, "uid")) {
-    return Conflict(type.group, type.plural, name,
-                    fmt::format("Precondition failed: UID in precondition: {}, UID in object meta: {}", uid,
-                                MetaStr(*current, "uid")));
+  if (auto e = CheckPreconditions(type, name, *current, MetaStr(patched, "resourceVersion"),
+                                  MetaStr(patched, "uid"))) {
+    return *e;
   }
   if (auto e = CheckTypeMeta(type, patched)) return *e;
-  json::object next;
-  if (sub == Subresource::kStatus) {
-    next = *current;
-    if (const json::value* status = patched.if_contains("status")) {
-      next["status"] = *status;
-    } else {
-      next.erase("status");
-    }
-  } else {
-    next = std::move(patched);
-    if (type.has_status) {
-      if (const json::value* status = current->if_contains("status")) {
-        next["status"] = *status;
-      } else {
-        next.erase("status");
-      }
-    }
-  }
-  return Commit(type, current, std::move(next), options);
+  return Commit(type, current, MergeSubresource(type, *current, std::move(patched), sub), options);
 }
 
 ApiResult<DeleteResult> Store::Delete(const ResourceType& type, std::string_view ns, std::string_view name,

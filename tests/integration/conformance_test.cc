@@ -1,6 +1,9 @@
 // One client conformance suite, run against the embedded API server and, when HAMI_E2E_KUBECONFIG names a
 // kubeconfig of a running kube-apiserver (tests/e2e/run-conformance.sh starts one), against the real thing.
-// Same cases, same expectations.
+// Same cases, same expectations. The embedded server runs three ways: plain HTTP without authentication,
+// and HTTPS requiring authentication by client certificate or by bearer token (the client verifies the
+// server against the CA in the kubeconfig the server writes); run-conformance.sh runs the real server with
+// both kinds of credentials.
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -24,6 +27,7 @@
 #include "k8s/rest_config.h"
 #include "sim/api_server.h"
 #include "tests/support/run_coro.h"
+#include "tests/support/test_certs.h"
 
 namespace hami {
 namespace {
@@ -39,10 +43,17 @@ std::string Unique(std::string_view base) {
   return fmt::format("{}-{}-{}", base, ::getpid(), ++counter);
 }
 
+// The servers the suite runs against (the test parameter).
+constexpr std::string_view kEmbedded = "sim";
+constexpr std::string_view kEmbeddedTlsClientCert = "sim-tls-client-cert";
+constexpr std::string_view kEmbeddedTlsToken = "sim-tls-token";
+constexpr std::string_view kReal = "kube-apiserver";
+constexpr std::string_view kSimToken = "conformance-token";
+
 class Conformance : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "sim") {
+    if (GetParam() == kEmbedded) {
       server_ = std::make_unique<sim::ApiServer>(ioc_);
       const auto port = server_->Start().value();
       k8s::RestConfig cfg;
@@ -50,6 +61,32 @@ class Conformance : public ::testing::TestWithParam<std::string> {
       cfg.host = "127.0.0.1";
       cfg.port = std::to_string(port);
       cfg_ = cfg;
+    } else if (GetParam() == kEmbeddedTlsClientCert || GetParam() == kEmbeddedTlsToken) {
+      // Like kube-apiserver: HTTPS only, client certificates requested (not required), tokens accepted,
+      // nothing anonymous. The client gets one kind of credential, through the kubeconfig the server writes.
+      const auto& pki = testing::SharedTestPki();
+      sim::ApiServerOptions o;
+      o.tls_cert_pem = pki.server.cert_pem;
+      o.tls_key_pem = pki.server.key_pem;
+      o.ca_pem = pki.ca.cert_pem;
+      o.client_ca_pem = pki.ca.cert_pem;
+      o.tokens = {std::string(kSimToken)};
+      o.require_auth = true;
+      if (GetParam() == kEmbeddedTlsClientCert) {
+        o.kubeconfig_client_cert_pem = pki.client.cert_pem;
+        o.kubeconfig_client_key_pem = pki.client.key_pem;
+      } else {
+        o.kubeconfig_token = std::string(kSimToken);
+      }
+      server_ = std::make_unique<sim::ApiServer>(ioc_, o);
+      (void)server_->Start().value();
+      cfg_ = k8s::ParseKubeconfig(server_->Kubeconfig(), "embedded server kubeconfig", k8s::ConfigEnv::System())
+                 .value();
+      ASSERT_EQ(cfg_.scheme, "https");
+      ASSERT_EQ(cfg_.ca_pem, pki.ca.cert_pem);
+      ASSERT_FALSE(cfg_.insecure_skip_tls_verify);
+      ASSERT_EQ(cfg_.token.empty(), GetParam() == kEmbeddedTlsClientCert);
+      ASSERT_EQ(cfg_.client_cert_pem.empty(), GetParam() == kEmbeddedTlsToken);
     } else {
       const char* kc = std::getenv("HAMI_E2E_KUBECONFIG");
       if (kc == nullptr || *kc == '\0') GTEST_SKIP() << "HAMI_E2E_KUBECONFIG not set (run tests/e2e/run-conformance.sh)";
@@ -64,6 +101,7 @@ class Conformance : public ::testing::TestWithParam<std::string> {
   void TearDown() override {
     if (server_) server_->Stop();
   }
+  bool Authenticates() const { return GetParam() != kEmbedded; }
   template <class T>
   T Run(asio::awaitable<T> body) {
     std::optional<T> out;
@@ -100,6 +138,29 @@ TEST_P(Conformance, GetVersionAndNotFound) {
   ASSERT_FALSE(nf);
   EXPECT_EQ(nf.error().kind, ApiErrorKind::kNotFound);
   EXPECT_EQ(nf.error().reason, "NotFound");
+}
+
+TEST_P(Conformance, WrongTokenIsUnauthorized) {
+  if (!Authenticates()) GTEST_SKIP() << "the plain-HTTP embedded server lets everyone in";
+  // The same server and CA, but only a bad token: no client certificate (the Real kubeconfig may carry one).
+  k8s::RestConfig wrong = cfg_;
+  wrong.token = "wrong";
+  wrong.token_file.clear();
+  wrong.client_cert_pem.clear();
+  wrong.client_key_pem.clear();
+  k8s::ClientOptions o;
+  o.qps = 0;
+  o.backoff_initial = 5ms;
+  auto client = ApiClient::Create(ioc_.get_executor(), wrong, o).value();
+  const std::string pods = k8s::PathFor("v1", "pods", ns_);
+  auto refused = Run(client->Get(pods));
+  ASSERT_FALSE(refused) << "a wrong token must not read pods";
+  EXPECT_EQ(refused.error().kind, ApiErrorKind::kUnauthorized) << refused.error().message;
+  EXPECT_EQ(refused.error().status, 401u) << refused.error().message;
+  EXPECT_EQ(refused.error().reason, "Unauthorized") << refused.error().message;
+  // The right credentials on the same server still work.
+  auto allowed = Run(client_->Get(pods));
+  EXPECT_TRUE(allowed) << allowed.error().message;
 }
 
 TEST_P(Conformance, ListWithPages) {
@@ -310,8 +371,17 @@ TEST_P(Conformance, ReflectorSyncsAndFollows) {
   for (const auto& [key, obj] : reflector.items()) DeletePod(std::string(obj.at("metadata").at("name").as_string()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Servers, Conformance, ::testing::Values("sim", "kube-apiserver"),
-                         [](const auto& p) { return p.param == "sim" ? std::string("Embedded") : std::string("Real"); });
+std::string ServerName(const ::testing::TestParamInfo<std::string>& p) {
+  if (p.param == kEmbedded) return "Embedded";
+  if (p.param == kEmbeddedTlsClientCert) return "EmbeddedTlsClientCert";
+  if (p.param == kEmbeddedTlsToken) return "EmbeddedTlsToken";
+  return "Real";  // tests/e2e/run-conformance.sh filters on Servers/Conformance.*/Real
+}
+
+INSTANTIATE_TEST_SUITE_P(Servers, Conformance,
+                         ::testing::Values(std::string(kEmbedded), std::string(kEmbeddedTlsClientCert),
+                                           std::string(kEmbeddedTlsToken), std::string(kReal)),
+                         ServerName);
 
 }  // namespace
 }  // namespace hami

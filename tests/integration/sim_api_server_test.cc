@@ -2,27 +2,35 @@
 // loopback connections with a small Beast client. Every coroutine runs with a time budget; nothing sleeps.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 #include <boost/json.hpp>
 #include <chrono>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <string>
 
+#include "k8s/api_client.h"
 #include "k8s/objects.h"
+#include "k8s/rest_config.h"
 #include "sim/api_server.h"
 #include "sim/cli.h"
 #include "sim/patch.h"
@@ -30,6 +38,7 @@
 #include "sim/selector.h"
 #include "sim/store.h"
 #include "tests/support/run_coro.h"
+#include "tests/support/test_certs.h"
 
 #ifndef HAMI_SOURCE_DIR
 #define HAMI_SOURCE_DIR "."
@@ -1500,6 +1509,537 @@ TEST_F(SimApiServer, StopClosesEveryConnection) {
   Drain();
   EXPECT_EQ(server_->open_connections(), 0u);
   EXPECT_EQ(server_->failure(), nullptr);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// TLS and authentication
+
+// A keep-alive HTTPS client over one loopback connection that verifies the server against `ca_pem` (and its
+// name, 127.0.0.1) and presents `cert` when given. Transport failures come back as status 0 with the error.
+class TlsClient {
+ public:
+  TlsClient(std::uint16_t port, const std::string& ca_pem, const testing::CertifiedKey* cert = nullptr)
+      : port_(port), ctx_(asio::ssl::context::tls_client) {
+    ctx_.add_certificate_authority(asio::buffer(ca_pem));
+    ctx_.set_verify_mode(asio::ssl::verify_peer);
+    ctx_.set_verify_callback(asio::ssl::host_name_verification("127.0.0.1"));
+    if (cert) {
+      ctx_.use_certificate_chain(asio::buffer(cert->cert_pem));
+      ctx_.use_private_key(asio::buffer(cert->key_pem), asio::ssl::context::pem);
+    }
+  }
+
+  // TCP connect and TLS handshake; the error, if any.
+  asio::awaitable<beast::error_code> Connect() {
+    stream_.emplace(co_await asio::this_coro::executor, ctx_);
+    auto& tcp_layer = beast::get_lowest_layer(*stream_);
+    tcp_layer.expires_after(5s);
+    auto [cec] = co_await tcp_layer.async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_),
+                                                  asio::as_tuple(asio::use_awaitable));
+    if (cec) co_return cec;
+    tcp_layer.socket().set_option(tcp::no_delay(true));
+    auto [hec] = co_await stream_->async_handshake(asio::ssl::stream_base::client,
+                                                   asio::as_tuple(asio::use_awaitable));
+    if (!hec) ++connects_;
+    co_return hec;
+  }
+
+  // `close`: ask the server to close the connection after answering (read its end with ReadEnd()).
+  asio::awaitable<Response> Get(std::string target, std::string authorization = {}, bool close = false) {
+    if (!stream_) {
+      if (auto ec = co_await Connect()) co_return Response{0, ec.message(), {}, {}};
+    }
+    http::request<http::empty_body> req{http::verb::get, target, 11};
+    req.set(http::field::host, fmt::format("127.0.0.1:{}", port_));
+    req.set(http::field::accept, "application/json");
+    if (!authorization.empty()) req.set(http::field::authorization, authorization);
+    req.keep_alive(!close);
+    beast::get_lowest_layer(*stream_).expires_after(5s);
+    auto [wec, wn] = co_await http::async_write(*stream_, req, asio::as_tuple(asio::use_awaitable));
+    if (wec) co_return Response{0, wec.message(), {}, {}};
+    http::response<http::string_body> res;
+    auto [rec, rn] = co_await http::async_read(*stream_, buffer_, res, asio::as_tuple(asio::use_awaitable));
+    if (rec) {
+      stream_.reset();
+      co_return Response{0, rec.message(), {}, {}};
+    }
+    Response r{res.result_int(), res.body(), std::string(res[http::field::content_type]), {}};
+    if (!res.keep_alive() && !close) stream_.reset();
+    co_return r;
+  }
+
+  // After the server has said it closes: how the stream ends (eof after a close_notify, stream_truncated
+  // when the TCP connection ends without one).
+  asio::awaitable<beast::error_code> ReadEnd() {
+    std::array<char, 64> sink;
+    beast::get_lowest_layer(*stream_).expires_after(3s);
+    for (;;) {
+      auto [ec, n] =
+          co_await stream_->async_read_some(asio::buffer(sink), asio::as_tuple(asio::use_awaitable));
+      if (ec) co_return ec;
+    }
+  }
+
+  // Starts a watch: sends the request and reads the response header; the status.
+  asio::awaitable<unsigned> StartWatch(std::string target, std::string authorization = {}) {
+    if (!stream_) {
+      if (co_await Connect()) co_return 0;
+    }
+    http::request<http::empty_body> req{http::verb::get, target, 11};
+    req.set(http::field::host, fmt::format("127.0.0.1:{}", port_));
+    if (!authorization.empty()) req.set(http::field::authorization, authorization);
+    beast::get_lowest_layer(*stream_).expires_after(5s);
+    co_await http::async_write(*stream_, req, asio::use_awaitable);
+    watch_.emplace();
+    watch_->body_limit(boost::none);
+    co_await http::async_read_header(*stream_, buffer_, *watch_, asio::use_awaitable);
+    co_return watch_->get().result_int();
+  }
+
+  // Reads the watch body until it holds `text` (true) or the stream ends or times out (false).
+  asio::awaitable<bool> WatchUntil(std::string_view text) {
+    while (watch_->get().body().find(text) == std::string::npos) {
+      if (watch_->is_done()) co_return false;
+      beast::get_lowest_layer(*stream_).expires_after(3s);
+      auto [ec, n] =
+          co_await http::async_read_some(*stream_, buffer_, *watch_, asio::as_tuple(asio::use_awaitable));
+      if (ec) co_return false;
+    }
+    co_return true;
+  }
+
+  // Leaves politely: TLS close_notify (not waiting for the server's), then closes the socket.
+  asio::awaitable<void> Leave() {
+    beast::get_lowest_layer(*stream_).expires_after(1s);
+    SSL_shutdown(stream_->native_handle());  // queues close_notify in the TLS engine's output
+    // Flush it: a zero-length write pushes the engine's pending output to the socket.
+    co_await asio::async_write(*stream_, asio::const_buffer(), asio::as_tuple(asio::use_awaitable));
+    beast::error_code ignored;
+    beast::get_lowest_layer(*stream_).socket().close(ignored);
+  }
+
+  int connects() const { return connects_; }
+
+ private:
+  std::uint16_t port_;
+  asio::ssl::context ctx_;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::response_parser<http::string_body>> watch_;
+  int connects_ = 0;
+};
+
+constexpr std::string_view kToken = "s3cret-token";
+
+// HTTPS with the shared test CA; `auth`: client certificates and the token are accepted and required.
+ApiServerOptions TlsOptions(bool auth) {
+  const auto& pki = testing::SharedTestPki();
+  ApiServerOptions o;
+  o.tls_cert_pem = pki.server.cert_pem;
+  o.tls_key_pem = pki.server.key_pem;
+  o.ca_pem = pki.ca.cert_pem;
+  if (auth) {
+    o.client_ca_pem = pki.ca.cert_pem;
+    o.tokens = {"another-token", std::string(kToken)};
+    o.require_auth = true;
+  }
+  return o;
+}
+
+std::string Bearer(std::string_view token) { return fmt::format("Bearer {}", token); }
+
+TEST_F(SimApiServer, ServesHttpsWithKeepAliveAndWatches) {
+  Restart(TlsOptions(false));
+  EXPECT_TRUE(server_->tls());
+  EXPECT_EQ(server_->url(), fmt::format("https://127.0.0.1:{}", port_));
+  Run([&]() -> asio::awaitable<void> {
+    TlsClient c(port_, testing::SharedTestPki().ca.cert_pem);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ((co_await c.Get("/api/v1/nodes")).status, 200u);
+    EXPECT_EQ(c.connects(), 1) << "keep-alive over TLS";
+    // A watch streams chunked events over TLS like over TCP.
+    TlsClient w(port_, testing::SharedTestPki().ca.cert_pem);
+    EXPECT_EQ(co_await w.StartWatch("/api/v1/namespaces/default/pods?watch=true&resourceVersion=" + Rv()),
+              200u);
+    CO_ASSERT_TRUE(store().Create(json::value(PodObject("over-tls"))).has_value());
+    EXPECT_TRUE(co_await w.WatchUntil(R"("name":"over-tls")"));
+    EXPECT_EQ(server_->open_watches(), 1u);
+    // A client that leaves with a close_notify is noticed without waiting for an event or the timeout.
+    co_await w.Leave();
+    EXPECT_TRUE(co_await Eventually([&] { return server_->open_watches() == 0; }));
+    // Plain HTTP to the HTTPS port gets no answer.
+    Client plain(port_);
+    bool answered = true;
+    try {
+      (void)co_await plain.Get("/version");
+    } catch (const boost::system::system_error&) {
+      answered = false;
+    }
+    EXPECT_FALSE(answered);
+  }());
+}
+
+TEST_F(SimApiServer, ClosesTlsConnectionsWithCloseNotify) {
+  Restart(TlsOptions(false));
+  Run([&]() -> asio::awaitable<void> {
+    TlsClient c(port_, testing::SharedTestPki().ca.cert_pem);
+    EXPECT_EQ((co_await c.Get("/version", {}, /*close=*/true)).status, 200u);
+    EXPECT_EQ(co_await c.ReadEnd(), asio::error::eof) << "a clean TLS end, not a truncated stream";
+  }());
+}
+
+TEST_F(SimApiServer, TlsHandshakeHasADeadline) {
+  ApiServerOptions o = TlsOptions(false);
+  o.tls_handshake_timeout = 100ms;
+  Restart(o);
+  Run([&]() -> asio::awaitable<void> {
+    // A client that connects and never says hello is dropped once the handshake deadline passes.
+    beast::tcp_stream silent(co_await asio::this_coro::executor);
+    silent.expires_after(3s);
+    co_await silent.async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port_),
+                                  asio::use_awaitable);
+    EXPECT_TRUE(co_await Eventually([&] { return server_->open_connections() == 1; }));
+    const auto start = std::chrono::steady_clock::now();
+    std::array<char, 16> sink;
+    auto [ec, n] = co_await silent.async_read_some(asio::buffer(sink), asio::as_tuple(asio::use_awaitable));
+    EXPECT_TRUE(ec == asio::error::eof || ec == asio::error::connection_reset) << ec.message();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+    EXPECT_TRUE(co_await Eventually([&] { return server_->open_connections() == 0; }));
+  }());
+}
+
+TEST_F(SimApiServer, TlsClientMustTrustTheServingCa) {
+  Restart(TlsOptions(false));
+  Run([&]() -> asio::awaitable<void> {
+    const auto other_ca = testing::MakeTestCa("some-other-ca");
+    TlsClient c(port_, other_ca.cert_pem);
+    EXPECT_TRUE(co_await c.Connect()) << "the handshake fails: the server's certificate is not from this CA";
+  }());
+}
+
+TEST_F(SimApiServer, RequiresCredentialsAnswering401) {
+  Restart(TlsOptions(true));
+  Run([&]() -> asio::awaitable<void> {
+    TlsClient c(port_, testing::SharedTestPki().ca.cert_pem);
+    const Response r = co_await c.Get("/api/v1/namespaces/default/pods");
+    EXPECT_EQ(r.status, 401u) << r.body;
+    EXPECT_EQ(Str(r.Json(), {"kind"}), "Status");
+    EXPECT_EQ(Str(r.Json(), {"reason"}), "Unauthorized");
+    EXPECT_EQ(Str(r.Json(), {"code"}), "401");
+    EXPECT_EQ((co_await c.Get("/api/v1/nodes", Bearer("wrong"))).status, 401u);
+    EXPECT_EQ((co_await c.Get("/api/v1/nodes", "Basic YWRtaW46YWRtaW4=")).status, 401u);
+    EXPECT_EQ((co_await c.Get("/apis")).status, 401u);
+    // Discovery of the version and health stays open.
+    EXPECT_EQ((co_await c.Get("/version")).status, 200u);
+    EXPECT_EQ((co_await c.Get("/healthz")).status, 200u);
+    EXPECT_EQ((co_await c.Get("/readyz")).status, 200u);
+    EXPECT_EQ(c.connects(), 1) << "a 401 keeps the connection";
+    // Watches are refused before streaming.
+    TlsClient w(port_, testing::SharedTestPki().ca.cert_pem);
+    EXPECT_EQ(co_await w.StartWatch("/api/v1/pods?watch=true"), 401u);
+  }());
+  EXPECT_EQ(store().Objects("pods").size(), 0u);
+}
+
+TEST_F(SimApiServer, AcceptsAConfiguredBearerToken) {
+  Restart(TlsOptions(true));
+  Run([&]() -> asio::awaitable<void> {
+    TlsClient c(port_, testing::SharedTestPki().ca.cert_pem);
+    EXPECT_EQ((co_await c.Get("/api/v1/nodes", Bearer(kToken))).status, 200u);
+    EXPECT_EQ((co_await c.Get("/api/v1/nodes", "bearer " + std::string(kToken))).status, 200u);
+    EXPECT_EQ((co_await c.Get("/api/v1/nodes", Bearer("another-token"))).status, 200u);
+    EXPECT_EQ((co_await c.Get("/api/v1/nodes", Bearer(std::string(kToken) + "x"))).status, 401u);
+    EXPECT_EQ((co_await c.Get("/api/v1/nodes", Bearer(kToken.substr(1)))).status, 401u);
+    // Credentials are per request: the next one without a token is refused on the same connection.
+    EXPECT_EQ((co_await c.Get("/api/v1/nodes")).status, 401u);
+    TlsClient w(port_, testing::SharedTestPki().ca.cert_pem);
+    EXPECT_EQ(co_await w.StartWatch("/api/v1/nodes?watch=true", Bearer(kToken)), 200u);
+  }());
+}
+
+TEST_F(SimApiServer, TokensAuthenticateOverPlainHttpToo) {
+  ApiServerOptions o;
+  o.tokens = {std::string(kToken)};
+  o.require_auth = true;
+  Restart(o);
+  EXPECT_FALSE(server_->tls());
+  Run([&]() -> asio::awaitable<void> {
+    Client c(port_);
+    EXPECT_EQ((co_await c.Get("/api/v1/nodes")).status, 401u);
+    EXPECT_EQ((co_await c.Send(http::verb::get, "/version")).status, 200u);
+  }());
+}
+
+TEST_F(SimApiServer, AcceptsAClientCertificateFromTheClientCa) {
+  Restart(TlsOptions(true));
+  Run([&]() -> asio::awaitable<void> {
+    const auto& pki = testing::SharedTestPki();
+    TlsClient c(port_, pki.ca.cert_pem, &pki.client);
+    EXPECT_EQ((co_await c.Get("/api/v1/nodes")).status, 200u);
+    EXPECT_EQ((co_await c.Get("/api/v1/namespaces/default/pods")).status, 200u);
+    // A wrong token does not undo a verified certificate (kube-apiserver takes the first authenticator
+    // that succeeds).
+    EXPECT_EQ((co_await c.Get("/api/v1/nodes", Bearer("wrong"))).status, 200u);
+    TlsClient w(port_, pki.ca.cert_pem, &pki.client);
+    EXPECT_EQ(co_await w.StartWatch("/api/v1/nodes?watch=true"), 200u);
+  }());
+}
+
+TEST_F(SimApiServer, RefusesClientCertificatesFromAnotherCaOrForServers) {
+  Restart(TlsOptions(true));
+  Run([&]() -> asio::awaitable<void> {
+    const auto& pki = testing::SharedTestPki();
+    const auto other_ca = testing::MakeTestCa("not-the-client-ca");
+    const auto stranger = testing::MakeClientCert(other_ca, "test-user", {"system:masters"});
+    TlsClient c(port_, pki.ca.cert_pem, &stranger);
+    const Response r = co_await c.Get("/api/v1/nodes");
+    EXPECT_EQ(r.status, 401u) << "the handshake completes; the request is not authenticated: " << r.body;
+    EXPECT_EQ(Str(r.Json(), {"reason"}), "Unauthorized");
+    // A token still authenticates that connection's requests.
+    EXPECT_EQ((co_await c.Get("/api/v1/nodes", Bearer(kToken))).status, 200u);
+    // The serving certificate is from the right CA but not for client authentication.
+    TlsClient s(port_, pki.ca.cert_pem, &pki.server);
+    EXPECT_EQ((co_await s.Get("/api/v1/nodes")).status, 401u);
+  }());
+}
+
+TEST_F(SimApiServer, ListenChecksTheTlsOptions) {
+  const auto& pki = testing::SharedTestPki();
+  const auto listen_error = [&](ApiServerOptions o) {
+    ApiServer s(ioc_, std::move(o));
+    auto port = s.Listen();
+    return port ? std::string("listened") : port.error().message;
+  };
+  ApiServerOptions no_key;
+  no_key.tls_cert_pem = pki.server.cert_pem;
+  EXPECT_NE(listen_error(no_key).find("both a certificate and its private key"), std::string::npos);
+  ApiServerOptions ca_without_tls;
+  ca_without_tls.client_ca_pem = pki.ca.cert_pem;
+  EXPECT_NE(listen_error(ca_without_tls).find("need TLS"), std::string::npos);
+  ApiServerOptions wrong_key = TlsOptions(false);
+  wrong_key.tls_key_pem = pki.client.key_pem;
+  EXPECT_NE(listen_error(wrong_key).find("does not belong to the certificate"), std::string::npos)
+      << listen_error(wrong_key);
+  ApiServerOptions garbage = TlsOptions(false);
+  garbage.tls_cert_pem = "not a certificate";
+  EXPECT_NE(listen_error(garbage).find("TLS certificate: no PEM certificate"), std::string::npos);
+  ApiServerOptions bad_ca = TlsOptions(true);
+  bad_ca.client_ca_pem = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+  EXPECT_NE(listen_error(bad_ca).find("client CA"), std::string::npos);
+}
+
+TEST_F(SimApiServer, KubeconfigTrustsTheCaAndCarriesTheCredentials) {
+  const auto& pki = testing::SharedTestPki();
+  ApiServerOptions o = TlsOptions(true);
+  o.kubeconfig_token = "tok\"en";
+  o.kubeconfig_client_cert_pem = pki.client.cert_pem;
+  o.kubeconfig_client_key_pem = pki.client.key_pem;
+  Restart(o);
+  auto cfg = k8s::ParseKubeconfig(server_->Kubeconfig(), "sim", k8s::ConfigEnv::System());
+  ASSERT_TRUE(cfg) << cfg.error().message << "\n" << server_->Kubeconfig();
+  EXPECT_EQ(cfg->scheme, "https");
+  EXPECT_EQ(cfg->host, "127.0.0.1");
+  EXPECT_EQ(cfg->port, std::to_string(port_));
+  EXPECT_EQ(cfg->ca_pem, pki.ca.cert_pem);
+  EXPECT_EQ(cfg->token, "tok\"en");
+  EXPECT_EQ(cfg->client_cert_pem, pki.client.cert_pem);
+  EXPECT_EQ(cfg->client_key_pem, pki.client.key_pem);
+  // Without ca_pem it trusts the serving certificate itself (right for self-signed ones).
+  ApiServerOptions self_signed = TlsOptions(false);
+  self_signed.ca_pem.clear();
+  Restart(self_signed);
+  auto cfg2 = k8s::ParseKubeconfig(server_->Kubeconfig(), "sim", k8s::ConfigEnv::System());
+  ASSERT_TRUE(cfg2) << cfg2.error().message;
+  EXPECT_EQ(cfg2->ca_pem, pki.server.cert_pem);
+  EXPECT_TRUE(cfg2->token.empty());
+  // Plain HTTP: no CA, no credentials.
+  Restart({});
+  auto cfg3 = k8s::ParseKubeconfig(server_->Kubeconfig(), "sim", k8s::ConfigEnv::System());
+  ASSERT_TRUE(cfg3) << cfg3.error().message;
+  EXPECT_EQ(cfg3->scheme, "http");
+  EXPECT_TRUE(cfg3->ca_pem.empty());
+}
+
+TEST(StaticTokens, ParsesKubeApiserverTokenFiles) {
+  auto tokens = ParseStaticTokens(
+      "t1,alice,uid-1\n"
+      "\n"
+      "t2, bob ,uid-2,\"system:masters,devs\"\r\n"
+      "\"t,3\",carol,uid-3,\"a \"\"quoted\"\" group\"\n",
+      "tokens.csv");
+  ASSERT_TRUE(tokens) << tokens.error().message;
+  ASSERT_EQ(tokens->size(), 3u);
+  EXPECT_EQ((*tokens)[0].token, "t1");
+  EXPECT_EQ((*tokens)[0].user, "alice");
+  EXPECT_EQ((*tokens)[0].uid, "uid-1");
+  EXPECT_TRUE((*tokens)[0].groups.empty());
+  EXPECT_EQ((*tokens)[1].user, "bob ");
+  EXPECT_EQ((*tokens)[1].groups, (std::vector<std::string>{"system:masters", "devs"}));
+  EXPECT_EQ((*tokens)[2].token, "t,3");
+  EXPECT_EQ((*tokens)[2].groups, (std::vector<std::string>{"a \"quoted\" group"}));
+  auto short_line = ParseStaticTokens("t1,alice,uid-1\nt2,bob\n", "tokens.csv");
+  ASSERT_FALSE(short_line);
+  EXPECT_NE(short_line.error().message.find("tokens.csv:2:"), std::string::npos)
+      << short_line.error().message;
+  auto unterminated = ParseStaticTokens("t1,alice,uid,\"g1\n", "tokens.csv");
+  ASSERT_FALSE(unterminated);
+  EXPECT_NE(unterminated.error().message.find("unterminated"), std::string::npos);
+  EXPECT_FALSE(ParseStaticTokens(",alice,uid\n", "tokens.csv"));
+}
+
+// A file in the temporary directory, removed at the end of the test.
+class TempFile {
+ public:
+  explicit TempFile(std::string_view name, std::string_view content = {})
+      : path_((std::filesystem::temp_directory_path() / fmt::format("hami-sim-test-{}-{}", ::getpid(), name))
+                  .string()) {
+    if (!content.empty()) {
+      std::ofstream(path_, std::ios::binary) << content;
+    }
+  }
+  ~TempFile() {
+    std::error_code ignored;
+    std::filesystem::remove(path_, ignored);
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Runs `sim-apiserver args` on its own io_context; `check` runs there once it serves (with the server and
+// the command's io_context), then the server stops. Returns the exit code; the whole run has a deadline.
+int RunCommandAndCheck(const std::vector<std::string>& args, std::ostringstream& out, std::ostringstream& err,
+                       std::function<asio::awaitable<void>(ApiServer&, asio::io_context&)> check) {
+  bool checked = false;
+  ApiServerCommandHooks hooks;
+  hooks.on_serving = [&](ApiServer& server, asio::io_context& ioc) {
+    auto deadline = std::make_shared<asio::steady_timer>(ioc, 10s);
+    deadline->async_wait([&server](const boost::system::error_code& ec) {
+      if (ec) return;
+      ADD_FAILURE() << "the check did not finish within 10 s";
+      server.Stop();
+    });
+    asio::co_spawn(ioc, check(server, ioc), [&server, &checked, deadline](std::exception_ptr e) {
+      checked = true;
+      if (e) {
+        try {
+          std::rethrow_exception(e);
+        } catch (const std::exception& x) {
+          ADD_FAILURE() << "the check threw: " << x.what();
+        }
+      }
+      deadline->cancel();
+      server.Stop();
+    });
+  };
+  const int rc = RunApiServerCommand(args, out, err, hooks);
+  EXPECT_TRUE(checked) << "the server never served: " << err.str();
+  return rc;
+}
+
+TEST(ApiServerCommand, GenerateTlsWritesAKubeconfigTheClientUses) {
+  TempFile kubeconfig("generate-tls.kubeconfig");
+  std::ostringstream out;
+  std::ostringstream err;
+  const int rc = RunCommandAndCheck(
+      {"--generate-tls", "--kubeconfig-out", kubeconfig.path()}, out, err,
+      [&](ApiServer& server, asio::io_context& ioc) -> asio::awaitable<void> {
+        // (Executors and clients in named variables: GCC 12 mishandles temporaries in co_await expressions.)
+        const asio::any_io_executor executor = ioc.get_executor();
+        EXPECT_TRUE(server.url().starts_with("https://127.0.0.1:")) << server.url();
+        struct stat st{};
+        EXPECT_EQ(::stat(kubeconfig.path().c_str(), &st), 0);
+        EXPECT_EQ(st.st_mode & 0777, 0600u) << "the kubeconfig holds a private key";
+        auto cfg = k8s::ResolveRestConfig(kubeconfig.path(), k8s::ConfigEnv::System());
+        CO_ASSERT_TRUE(cfg.has_value());
+        EXPECT_EQ(cfg->scheme, "https");
+        EXPECT_FALSE(cfg->ca_pem.empty());
+        EXPECT_FALSE(cfg->client_cert_pem.empty());
+        auto client = k8s::ApiClient::Create(executor, *cfg).value();
+        const std::string nodes = "/api/v1/nodes";
+        auto listed = co_await client->Get(nodes);
+        EXPECT_TRUE(listed) << listed.error().message;
+        // Without the client certificate: 401.
+        k8s::RestConfig anonymous = *cfg;
+        anonymous.client_cert_pem.clear();
+        anonymous.client_key_pem.clear();
+        k8s::ClientOptions once;
+        once.max_attempts = 1;
+        auto refused_client = k8s::ApiClient::Create(executor, anonymous, once).value();
+        auto refused = co_await refused_client->Get(nodes);
+        CO_ASSERT_TRUE(!refused);
+        EXPECT_EQ(refused.error().kind, k8s::ApiErrorKind::kUnauthorized) << refused.error().message;
+      });
+  EXPECT_EQ(rc, 0) << err.str();
+  EXPECT_NE(out.str().find("sim-apiserver: serving https://127.0.0.1:"), std::string::npos) << out.str();
+}
+
+TEST(ApiServerCommand, TokenAuthFileAndClientCaFile) {
+  const auto& pki = testing::SharedTestPki();
+  TempFile tokens("tokens.csv", "tok-1,alice,uid-1,\"system:masters\"\ntok-2,bob,uid-2\n");
+  TempFile cert("server.crt", pki.server.cert_pem + pki.ca.cert_pem);
+  TempFile key("server.key", pki.server.key_pem);
+  TempFile client_ca("client-ca.crt", pki.ca.cert_pem);
+  TempFile kubeconfig("token.kubeconfig");
+  std::ostringstream out;
+  std::ostringstream err;
+  const int rc = RunCommandAndCheck(
+      {"--tls-cert-file", cert.path(), "--tls-private-key-file", key.path(), "--client-ca-file",
+       client_ca.path(), "--token-auth-file", tokens.path(), "--kubeconfig-out", kubeconfig.path()},
+      out, err, [&](ApiServer& server, asio::io_context& ioc) -> asio::awaitable<void> {
+        const asio::any_io_executor executor = ioc.get_executor();
+        auto cfg = k8s::ResolveRestConfig(kubeconfig.path(), k8s::ConfigEnv::System());
+        CO_ASSERT_TRUE(cfg.has_value());
+        EXPECT_EQ(cfg->token, "tok-1") << "the kubeconfig uses the first token";
+        auto client = k8s::ApiClient::Create(executor, *cfg).value();
+        const std::string nodes = "/api/v1/nodes";
+        auto listed = co_await client->Get(nodes);
+        EXPECT_TRUE(listed) << listed.error().message;
+        // A client certificate from --client-ca-file works too.
+        k8s::RestConfig by_cert = *cfg;
+        by_cert.token.clear();
+        by_cert.client_cert_pem = pki.client.cert_pem;
+        by_cert.client_key_pem = pki.client.key_pem;
+        auto cert_client = k8s::ApiClient::Create(executor, by_cert).value();
+        auto by_cert_listed = co_await cert_client->Get(nodes);
+        EXPECT_TRUE(by_cert_listed) << by_cert_listed.error().message;
+        EXPECT_EQ(server.store().Objects("nodes").size(), 0u);
+      });
+  EXPECT_EQ(rc, 0) << err.str();
+  EXPECT_NE(out.str().find("2 token(s)"), std::string::npos) << out.str();
+}
+
+TEST(ApiServerCommand, RejectsInconsistentTlsFlags) {
+  const auto& pki = testing::SharedTestPki();
+  TempFile cert("flags.crt", pki.server.cert_pem);
+  TempFile bad_tokens("bad-tokens.csv", "only-a-token\n");
+  const auto run = [](const std::vector<std::string>& args) {
+    std::ostringstream out;
+    std::ostringstream err;
+    const int rc = RunApiServerCommand(args, out, err);
+    return std::make_pair(rc, err.str());
+  };
+  auto [rc1, err1] = run({"--tls-cert-file", cert.path()});
+  EXPECT_EQ(rc1, 2);
+  EXPECT_NE(err1.find("must be given together"), std::string::npos) << err1;
+  auto [rc2, err2] = run({"--client-ca-file", cert.path()});
+  EXPECT_EQ(rc2, 2);
+  EXPECT_NE(err2.find("--client-ca-file needs TLS"), std::string::npos) << err2;
+  auto [rc3, err3] =
+      run({"--generate-tls", "--tls-cert-file", cert.path(), "--tls-private-key-file", cert.path()});
+  EXPECT_EQ(rc3, 2);
+  EXPECT_NE(err3.find("alternatives"), std::string::npos) << err3;
+  auto [rc4, err4] = run({"--token-auth-file", bad_tokens.path()});
+  EXPECT_EQ(rc4, 2);
+  EXPECT_NE(err4.find(":1: want token,user,uid"), std::string::npos) << err4;
+  auto [rc5, err5] = run({"--tls-cert-file", "/nonexistent.crt", "--tls-private-key-file", cert.path()});
+  EXPECT_EQ(rc5, 2);
+  EXPECT_NE(err5.find("--tls-cert-file: cannot read '/nonexistent.crt'"), std::string::npos) << err5;
+  auto [rc6, err6] = run({"--tls-cert-file", cert.path(), "--tls-private-key-file", cert.path()});
+  EXPECT_EQ(rc6, 1) << "the key is not a key: Listen fails";
+  EXPECT_NE(err6.find("TLS private key"), std::string::npos) << err6;
 }
 
 }  // namespace
