@@ -19,6 +19,8 @@ Usage:
                                               place pods offline against a cluster snapshot
                                               (what `kubectl get nodes,pods -A -o json` prints)
   hami-scheduler sim-apiserver --listen HOST:PORT [--cluster FILE] [--kubeconfig-out FILE]
+                             [--generate-tls | --tls-cert-file F --tls-private-key-file F]
+                             [--client-ca-file F] [--token-auth-file F]
                                               an in-memory Kubernetes API server (kubectl works against it)
   hami-scheduler config [flags]               print the effective configuration (same as --print-config)
   hami-scheduler version
