@@ -1,8 +1,8 @@
 #include "backends/common.h"
 
-#include <cctype>
-
 #include <fmt/format.h>
+
+#include <cctype>
 
 #include "core/codec/pod_devices.h"
 
@@ -32,9 +32,10 @@ Result<std::optional<std::int64_t>> IntegerResource(const ContainerView& c, cons
     return Error{fmt::format("{}: \"{}\" is not a whole number of {}", name, (*q)->text(), unit)};
   }
   if (*v < lo || *v > hi) {
-    const bool suffixed = !(*q)->text().empty() && !std::isdigit(static_cast<unsigned char>((*q)->text().back()));
-    return Error{fmt::format("{}: \"{}\" is {}, out of range (want {} to {} {}){}", name, (*q)->text(), *v, lo, hi,
-                             unit, suffixed ? "; give the number of units without a suffix" : "")};
+    const bool suffixed =
+        !(*q)->text().empty() && !std::isdigit(static_cast<unsigned char>((*q)->text().back()));
+    return Error{fmt::format("{}: \"{}\" is {}, out of range (want {} to {} {}){}", name, (*q)->text(), *v,
+                             lo, hi, unit, suffixed ? "; give the number of units without a suffix" : "")};
   }
   return std::optional<std::int64_t>(*v);
 }
@@ -99,8 +100,9 @@ Result<void> ApplySettings(const VendorSettings& s, bool factor_configurable, Ba
   set(s.node_lock_key, spec.keys.node_lock);
   if (s.memory_factor) {
     if (!factor_configurable) {
-      return Error{fmt::format("{}.memoryFactor: {} memory is counted in fixed units of {} MiB and cannot be changed",
-                               spec.config_section, spec.display_name, spec.resources.memory_factor)};
+      return Error{
+          fmt::format("{}.memoryFactor: {} memory is counted in fixed units of {} MiB and cannot be changed",
+                      spec.config_section, spec.display_name, spec.resources.memory_factor)};
     }
     if (*s.memory_factor < 0) {
       return Error{fmt::format("{}.memoryFactor: {} is negative (want 0 or 1 for MiB, or MiB per unit)",
@@ -112,7 +114,8 @@ Result<void> ApplySettings(const VendorSettings& s, bool factor_configurable, Ba
     return Error{fmt::format("{}.resourceCountName: must not be empty", spec.config_section)};
   }
   if (spec.keys.allocated.empty()) {
-    return Error{fmt::format("{}: the allocated-devices annotation key must not be empty", spec.config_section)};
+    return Error{
+        fmt::format("{}: the allocated-devices annotation key must not be empty", spec.config_section)};
   }
   return {};
 }
@@ -129,7 +132,8 @@ Result<std::int64_t> CapacityCount(const NodeView& node, const std::string& name
   return *v;
 }
 
-void BasicBackend::Annotate(const PodVendorDevices& devices, const Annotations&, TimePoint, Annotations& out) const {
+void BasicBackend::Annotate(const PodVendorDevices& devices, const Annotations&, TimePoint,
+                            Annotations& out) const {
   const std::string value = codec::EncodePodDevices(devices);
   out[spec_.keys.allocated] = value;
   if (!spec_.keys.to_allocate.empty()) out[spec_.keys.to_allocate] = value;

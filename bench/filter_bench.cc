@@ -2,7 +2,6 @@
 // and the cost of one ledger update. Run a Release build:
 //   BUILD_DIR=build-release BUILD_TYPE=Release scripts/build.sh && build-release/bench/bench_filter
 #include <benchmark/benchmark.h>
-
 #include <fmt/format.h>
 
 #include "backends/builtin.h"
@@ -90,9 +89,9 @@ void BM_FilterDecision(benchmark::State& st) {
     benchmark::DoNotOptimize(out);
   }
   st.counters["nodes"] = static_cast<double>(st.range(0));
-  st.counters["per_node_ns"] = benchmark::Counter(static_cast<double>(st.range(0)),
-                                                  benchmark::Counter::kIsIterationInvariantRate |
-                                                      benchmark::Counter::kInvert);
+  st.counters["per_node_ns"] =
+      benchmark::Counter(static_cast<double>(st.range(0)),
+                         benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_FilterDecision)
     ->Args({100, 10})

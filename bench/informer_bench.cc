@@ -4,15 +4,10 @@
 // (`hami-scheduler sim-apiserver`) so its memory is not counted.
 //
 //   build-release/bench/bench_informer build-release/hami-scheduler [nodes=5000] [pods=50000]
+#include <fmt/format.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <chrono>
-#include <cstdio>
-#include <fstream>
-#include <iostream>
-#include <string>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -21,7 +16,11 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
-#include <fmt/format.h>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
 
 #include "backends/builtin.h"
 #include "core/cluster_state.h"
@@ -53,13 +52,14 @@ std::string ClusterFile(int nodes, int pods) {
       d.health = true;
       gpus.push_back(d);
     }
-    json::object node{{"apiVersion", "v1"},
-                      {"kind", "Node"},
-                      {"metadata", json::object{{"name", fmt::format("node-{:05}", n)},
-                                                {"labels", json::object{{"gpu", "on"}}},
-                                                {"annotations", json::object{{"hami.io/node-nvidia-register",
-                                                                              hami::codec::EncodeDeviceManifest(gpus)}}}}},
-                      {"status", json::object{{"allocatable", json::object{{"nvidia.com/gpu", "80"}}}}}};
+    json::object node{
+        {"apiVersion", "v1"},
+        {"kind", "Node"},
+        {"metadata", json::object{{"name", fmt::format("node-{:05}", n)},
+                                  {"labels", json::object{{"gpu", "on"}}},
+                                  {"annotations", json::object{{"hami.io/node-nvidia-register",
+                                                                hami::codec::EncodeDeviceManifest(gpus)}}}}},
+        {"status", json::object{{"allocatable", json::object{{"nvidia.com/gpu", "80"}}}}}};
     out << (n ? "," : "") << json::serialize(node);
   }
   for (int p = 0; p < pods; ++p) {
@@ -68,21 +68,23 @@ std::string ClusterFile(int nodes, int pods) {
     json::object pod{
         {"apiVersion", "v1"},
         {"kind", "Pod"},
-        {"metadata",
-         json::object{{"name", fmt::format("pod-{:06}", p)},
-                      {"namespace", fmt::format("team-{}", p % 20)},
-                      {"annotations", json::object{{"hami.io/vgpu-node", node},
-                                                   {"hami.io/vgpu-devices-allocated",
-                                                    fmt::format("GPU-{:05}-{},NVIDIA,4000,10:;", n, p % 8)}}}}},
-        {"spec", json::object{{"nodeName", node},
-                              {"schedulerName", "hami-scheduler"},
-                              {"containers", json::array{json::object{
-                                                 {"name", "main"},
-                                                 {"image", "cuda"},
-                                                 {"resources", json::object{{"limits", json::object{
-                                                                                           {"nvidia.com/gpu", "1"},
-                                                                                           {"nvidia.com/gpumem", "4000"},
-                                                                                       }}}}}}}}},
+        {"metadata", json::object{{"name", fmt::format("pod-{:06}", p)},
+                                  {"namespace", fmt::format("team-{}", p % 20)},
+                                  {"annotations",
+                                   json::object{{"hami.io/vgpu-node", node},
+                                                {"hami.io/vgpu-devices-allocated",
+                                                 fmt::format("GPU-{:05}-{},NVIDIA,4000,10:;", n, p % 8)}}}}},
+        {"spec",
+         json::object{{"nodeName", node},
+                      {"schedulerName", "hami-scheduler"},
+                      {"containers",
+                       json::array{json::object{{"name", "main"},
+                                                {"image", "cuda"},
+                                                {"resources", json::object{{"limits",
+                                                                            json::object{
+                                                                                {"nvidia.com/gpu", "1"},
+                                                                                {"nvidia.com/gpumem", "4000"},
+                                                                            }}}}}}}}},
         {"status", json::object{{"phase", "Running"}}}};
     out << "," << json::serialize(pod);
   }
@@ -118,7 +120,8 @@ int main(int argc, char** argv) {
   if (server == 0) {
     const std::string listen = fmt::format("127.0.0.1:{}", port);
     std::freopen("/dev/null", "w", stdout);
-    execl(argv[1], argv[1], "sim-apiserver", "--listen", listen.c_str(), "--cluster", cluster.c_str(), nullptr);
+    execl(argv[1], argv[1], "sim-apiserver", "--listen", listen.c_str(), "--cluster", cluster.c_str(),
+          nullptr);
     _exit(127);
   }
 
@@ -154,16 +157,19 @@ int main(int argc, char** argv) {
 
   // Wait for the server to answer.
   bool up = false;
-  asio::co_spawn(ioc, [&]() -> asio::awaitable<void> {
-    for (int i = 0; i < 600 && !up; ++i) {
-      const std::string v = "/version";
-      up = static_cast<bool>(co_await client->Get(v));
-      if (!up) {
-        asio::steady_timer t(ioc, 100ms);
-        co_await t.async_wait(asio::use_awaitable);
-      }
-    }
-  }, asio::detached);
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        for (int i = 0; i < 600 && !up; ++i) {
+          const std::string v = "/version";
+          up = static_cast<bool>(co_await client->Get(v));
+          if (!up) {
+            asio::steady_timer t(ioc, 100ms);
+            co_await t.async_wait(asio::use_awaitable);
+          }
+        }
+      },
+      asio::detached);
   ioc.run();
   if (!up) {
     std::cerr << "sim-apiserver did not come up\n";
@@ -177,10 +183,12 @@ int main(int argc, char** argv) {
   while (!(node_informer.synced() && pod_informer.synced())) ioc.run_one_for(100ms);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const long rss = PeakRssMiB();
-  fmt::print("nodes={} pods={} synced_in={:.2f}s peak_rss={}MiB (before start {}MiB) registry_nodes={} ledger_pods={} "
-             "conversion_errors={}\n",
-             node_informer.views().size(), pod_informer.views().size(), seconds, rss, rss_before, state.NodeCount(),
-             state.PodCount(), node_informer.conversion_errors() + pod_informer.conversion_errors());
+  fmt::print(
+      "nodes={} pods={} synced_in={:.2f}s peak_rss={}MiB (before start {}MiB) registry_nodes={} "
+      "ledger_pods={} "
+      "conversion_errors={}\n",
+      node_informer.views().size(), pod_informer.views().size(), seconds, rss, rss_before, state.NodeCount(),
+      state.PodCount(), node_informer.conversion_errors() + pod_informer.conversion_errors());
   kill(server, SIGTERM);
   waitpid(server, nullptr, 0);
   return node_informer.views().size() == static_cast<std::size_t>(nodes) &&

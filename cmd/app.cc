@@ -1,8 +1,8 @@
 #include "cmd/app.h"
 
-#include <ostream>
-
 #include <fmt/format.h>
+
+#include <ostream>
 
 #include "backends/builtin.h"
 #include "config/flags.h"
@@ -11,7 +11,8 @@
 namespace hami::cmd {
 namespace {
 
-constexpr std::string_view kUsage = R"(hami-scheduler: GPU-sharing scheduler extender for Kubernetes (a drop-in for HAMi's)
+constexpr std::string_view kUsage =
+    R"(hami-scheduler: GPU-sharing scheduler extender for Kubernetes (a drop-in for HAMi's)
 
 Usage:
   hami-scheduler inspect node|pod FILE|-      decode a Node's or Pod's HAMi annotations (JSON or YAML)

@@ -1,8 +1,8 @@
 // `hami-scheduler inspect node|pod FILE|-`: decodes what device plugins and the scheduler wrote on an object.
-#include <ostream>
+#include <fmt/format.h>
 
 #include <boost/json.hpp>
-#include <fmt/format.h>
+#include <ostream>
 
 #include "cmd/app.h"
 #include "config/flags.h"
@@ -28,11 +28,16 @@ Config flags (--config, --device-config-file, ...) change annotation keys and re
 )";
 
 json::object DeviceJson(const DeviceInfo& d) {
-  return json::object{{"vendor", d.vendor},       {"id", d.id},
-                      {"index", d.index},         {"count", d.count},
-                      {"devmem", d.devmem.value()}, {"devcore", d.devcore.value()},
-                      {"type", d.type},           {"numa", d.numa},
-                      {"mode", d.mode},           {"health", d.health}};
+  return json::object{{"vendor", d.vendor},
+                      {"id", d.id},
+                      {"index", d.index},
+                      {"count", d.count},
+                      {"devmem", d.devmem.value()},
+                      {"devcore", d.devcore.value()},
+                      {"type", d.type},
+                      {"numa", d.numa},
+                      {"mode", d.mode},
+                      {"health", d.health}};
 }
 
 json::array ContainersJson(const PodVendorDevices& containers) {
@@ -60,8 +65,9 @@ json::object InspectNode(const NodeView& node, const Backends& backends, const c
   for (const auto& b : backends) {
     // What the 15 s health pass would decide now, for vendors that publish something on this node.
     const auto& keys = b->Spec().keys;
-    const bool publishes = (!keys.register_annotation.empty() && node.annotations.contains(keys.register_annotation)) ||
-                           (!b->Spec().resources.cores.empty() && node.capacity.contains(b->Spec().resources.cores));
+    const bool publishes =
+        (!keys.register_annotation.empty() && node.annotations.contains(keys.register_annotation)) ||
+        (!b->Spec().resources.cores.empty() && node.capacity.contains(b->Spec().resources.cores));
     if (publishes) {
       const HealthVerdict v = EvaluateHealth(b->Spec(), node, HealthMemory{}, now, cfg.handshake_timeout);
       health.push_back(json::object{{"vendor", b->Vendor()}, {"healthy", v.healthy}, {"why", v.why}});
@@ -90,7 +96,8 @@ json::object InspectPod(const PodView& pod, const Backends& backends) {
     if (key.empty() || it == pod.annotations.end()) return;
     auto devices = codec::DecodePodDevices(it->second);
     if (!devices) {
-      errors.push_back(json::object{{"vendor", vendor}, {"error", fmt::format("{}: {}", key, devices.error().message)}});
+      errors.push_back(
+          json::object{{"vendor", vendor}, {"error", fmt::format("{}: {}", key, devices.error().message)}});
       return;
     }
     into[vendor] = ContainersJson(AlignToPod(std::move(*devices), pod.ContainerCount()));
@@ -106,19 +113,22 @@ json::object InspectPod(const PodView& pod, const Backends& backends) {
     for (const auto& b : backends) {
       auto r = b->RequestFor(ctr);
       if (!r) {
-        errors.push_back(json::object{{"vendor", b->Vendor()},
-                                      {"error", fmt::format("container \"{}\": {}", ctr.name, r.error().message)}});
+        errors.push_back(
+            json::object{{"vendor", b->Vendor()},
+                         {"error", fmt::format("container \"{}\": {}", ctr.name, r.error().message)}});
         continue;
       }
       if (!*r) continue;
       const DeviceRequest& q = **r;
-      per_vendor[b->Vendor()] = json::object{{"count", q.count},
-                                             {"memory", q.memory.value()},
-                                             {"memoryPercent", q.mem_percent == kPercentUnset ? json::value(nullptr)
-                                                                                             : json::value(q.mem_percent)},
-                                             {"cores", q.cores.value()}};
+      per_vendor[b->Vendor()] =
+          json::object{{"count", q.count},
+                       {"memory", q.memory.value()},
+                       {"memoryPercent",
+                        q.mem_percent == kPercentUnset ? json::value(nullptr) : json::value(q.mem_percent)},
+                       {"cores", q.cores.value()}};
     }
-    requests.push_back(json::object{{"container", ctr.name}, {"init", c < pod.init_containers.size()},
+    requests.push_back(json::object{{"container", ctr.name},
+                                    {"init", c < pod.init_containers.size()},
                                     {"devices", std::move(per_vendor)}});
   }
   const auto annotation = [&](std::string_view key) -> json::value {

@@ -1,9 +1,9 @@
 // `hami-scheduler simulate`: places pods offline against a cluster snapshot with the real decision engine.
-#include <algorithm>
-#include <ostream>
-
-#include <boost/json.hpp>
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <ostream>
 
 #include "cmd/app.h"
 #include "config/flags.h"
@@ -16,7 +16,8 @@ namespace hami::cmd {
 namespace json = boost::json;
 namespace {
 
-constexpr std::string_view kSimulateUsage = R"(Usage: hami-scheduler simulate --cluster FILE [--pods FILE] [-o json|table]
+constexpr std::string_view kSimulateUsage =
+    R"(Usage: hami-scheduler simulate --cluster FILE [--pods FILE] [-o json|table]
                                 [--now RFC3339] [config flags]
 
 Places pods on a cluster snapshot with the same decision engine the extender uses.
@@ -151,7 +152,8 @@ void PrintTable(const std::vector<PodResult>& results, const ClusterState& state
       for (const auto& [vendor, containers] : r.outcome.devices) {
         for (std::size_t c = 0; c < containers.size(); ++c) {
           for (const auto& d : containers[c]) {
-            detail += fmt::format("{}[c{}] {} {}MiB {}%  ", vendor, c, d.uuid, d.mem.value(), d.cores.value());
+            detail +=
+                fmt::format("{}[c{}] {} {}MiB {}%  ", vendor, c, d.uuid, d.mem.value(), d.cores.value());
           }
         }
       }
@@ -175,10 +177,10 @@ void PrintTable(const std::vector<PodResult>& results, const ClusterState& state
     for (std::size_t i = 0; i < n->devices.size(); ++i) {
       const DeviceInfo& d = n->devices[i];
       const DeviceUsage& u = n->usage[i];
-      out << fmt::format("{:<16} {:<9} {:<44} {:>9} {:>17} {:>11}{}\n", name, d.vendor, d.id,
-                         fmt::format("{}/{}", u.used, d.count),
-                         fmt::format("{}/{}", u.mem.value(), d.devmem.value()),
-                         fmt::format("{}/{}", u.cores.value(), d.devcore.value()), d.health ? "" : "  (unhealthy)");
+      out << fmt::format(
+          "{:<16} {:<9} {:<44} {:>9} {:>17} {:>11}{}\n", name, d.vendor, d.id,
+          fmt::format("{}/{}", u.used, d.count), fmt::format("{}/{}", u.mem.value(), d.devmem.value()),
+          fmt::format("{}/{}", u.cores.value(), d.devcore.value()), d.health ? "" : "  (unhealthy)");
     }
   }
 }
@@ -225,7 +227,8 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
     const NodeEntry* entry = state.FindNode(n.name);
     for (std::size_t b = 0; b < entry->discovery_error.size(); ++b) {
       if (!entry->discovery_error[b].empty()) {
-        err << fmt::format("warning: node {}: {}: {}\n", n.name, backends->at(b).Vendor(), entry->discovery_error[b]);
+        err << fmt::format("warning: node {}: {}: {}\n", n.name, backends->at(b).Vendor(),
+                           entry->discovery_error[b]);
       }
     }
   }

@@ -597,8 +597,6 @@ void EmitVendor(YAML::Emitter& out, const VendorSettings& v) {
 
 }  // namespace
 
-
-
 std::string GpuPolicyProblem(std::string_view value) {
   std::vector<std::string> bad;
   for (std::string_view part : Split(value, ',')) {
@@ -653,8 +651,6 @@ void ValidateConfig(const Config& cfg, std::vector<std::string>& problems) {
   }
   if (cfg.http_bind.empty()) problems.push_back("--http_bind (scheduler.httpBind): must not be empty");
 }
-
-
 
 Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
   const std::string_view orig = text;

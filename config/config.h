@@ -19,31 +19,31 @@ namespace hami::config {
 
 struct Config {
   // Extender server (HAMi flag names in comments).
-  std::string http_bind = "127.0.0.1:8080";         // --http_bind
-  std::string cert_file;                            // --cert_file
-  std::string key_file;                             // --key_file
-  std::string scheduler_name = "hami-scheduler";    // --scheduler-name
-  std::string metrics_bind_address = ":9395";       // --metrics-bind-address
-  bool profiling = false;                           // --profiling
+  std::string http_bind = "127.0.0.1:8080";       // --http_bind
+  std::string cert_file;                          // --cert_file
+  std::string key_file;                           // --key_file
+  std::string scheduler_name = "hami-scheduler";  // --scheduler-name
+  std::string metrics_bind_address = ":9395";     // --metrics-bind-address
+  bool profiling = false;                         // --profiling
   // Scheduling.
-  SchedulerOptions policies;                        // --gpu-scheduler-policy, --node-scheduler-policy
+  SchedulerOptions policies;                               // --gpu-scheduler-policy, --node-scheduler-policy
   std::map<std::string, std::string> node_label_selector;  // --node-label-selector k=v,k2=v2
-  std::chrono::seconds node_lock_timeout{300};      // --node-lock-timeout (Go duration)
+  std::chrono::seconds node_lock_timeout{300};             // --node-lock-timeout (Go duration)
   std::chrono::milliseconds node_lock_retry_timeout{28000};  // --node-lock-retry-timeout
-  bool force_overwrite_default_scheduler = true;    // --force-overwrite-default-scheduler
-  std::chrono::seconds health_check_interval{15};   // --health-check-interval (ours)
-  std::chrono::seconds handshake_timeout{60};       // --handshake-timeout (ours)
+  bool force_overwrite_default_scheduler = true;             // --force-overwrite-default-scheduler
+  std::chrono::seconds health_check_interval{15};            // --health-check-interval (ours)
+  std::chrono::seconds handshake_timeout{60};                // --handshake-timeout (ours)
   // Kubernetes client.
-  std::string kubeconfig;                           // --kubeconfig
-  double kube_qps = 5;                              // --kube-qps
-  int kube_burst = 10;                              // --kube-burst
-  std::chrono::seconds kube_timeout{0};             // --kube-timeout (seconds, 0 = none)
+  std::string kubeconfig;                // --kubeconfig
+  double kube_qps = 5;                   // --kube-qps
+  int kube_burst = 10;                   // --kube-burst
+  std::chrono::seconds kube_timeout{0};  // --kube-timeout (seconds, 0 = none)
   // Leader election (observes kube-scheduler's Lease).
-  bool leader_elect = false;                        // --leader-elect
-  std::string leader_elect_resource_name;           // --leader-elect-resource-name
-  std::string leader_elect_resource_namespace;      // --leader-elect-resource-namespace
-  bool legacy_metrics = false;                      // --legacy-metrics
-  std::string log_level = "info";                   // --log-level, or klog's -v
+  bool leader_elect = false;                    // --leader-elect
+  std::string leader_elect_resource_name;       // --leader-elect-resource-name
+  std::string leader_elect_resource_namespace;  // --leader-elect-resource-namespace
+  bool legacy_metrics = false;                  // --legacy-metrics
+  std::string log_level = "info";               // --log-level, or klog's -v
   // Vendors, keyed by HAMi section name: nvidia, cambricon, hygon, mthreads.
   std::map<std::string, VendorSettings, std::less<>> vendors;
   // Files read, in order (for messages and --print-config).
@@ -65,8 +65,8 @@ std::string ToYaml(const Config& cfg);
 // Go duration ("300ms", "28s", "5m", "1h30m") or a bare number of seconds.
 Result<std::chrono::milliseconds> ParseDuration(std::string_view text);
 
-// Value rules shared by the YAML reader and the flag parser: each returns "" when the value is fine, else what
-// is wrong and what is expected.
+// Value rules shared by the YAML reader and the flag parser: each returns "" when the value is fine, else
+// what is wrong and what is expected.
 std::string GpuPolicyProblem(std::string_view value);
 std::string NodePolicyProblem(std::string_view value);
 std::string LogLevelProblem(std::string_view value);

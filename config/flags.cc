@@ -149,18 +149,18 @@ void UnsupportedVendorSwitch(const std::string& flag, const std::string& value, 
         fmt::format("{}: this scheduler does not implement that vendor; the flag is ignored", flag));
 }
 
-template <std::string Config::*Member>
+template <std::string Config::* Member>
 void SetString(const std::string&, const std::string& value, LoadedConfig& out, Problems&) {
   out.config.*Member = value;
 }
 
-template <bool Config::*Member>
+template <bool Config::* Member>
 void SetBool(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
   if (auto v = Bool(flag, value, problems)) out.config.*Member = *v;
 }
 
 // A duration in whole seconds of at least `Min` seconds.
-template <std::chrono::seconds Config::*Member, int Min>
+template <std::chrono::seconds Config::* Member, int Min>
 void SetSeconds(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
   Seconds(flag, value, std::chrono::seconds(Min), out.config.*Member, problems);
 }
@@ -209,15 +209,15 @@ void CheckBoolOnly(const std::string& flag, const std::string& value, LoadedConf
   (void)Bool(flag, value, problems);
 }
 
-template <std::string Config::*Member>
+template <std::string Config::* Member>
 std::string ShowString(const Config& d) {
   return Quote(d.*Member);
 }
-template <bool Config::*Member>
+template <bool Config::* Member>
 std::string ShowBoolMember(const Config& d) {
   return ShowBool(d.*Member);
 }
-template <std::chrono::seconds Config::*Member>
+template <std::chrono::seconds Config::* Member>
 std::string ShowSecondsMember(const Config& d) {
   return ShowSeconds(d.*Member);
 }

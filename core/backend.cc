@@ -29,7 +29,8 @@ std::string_view ToString(HealthRule h) {
 }
 
 Backends::Backends(std::vector<BackendPtr> backends) : list_(std::move(backends)) {
-  std::sort(list_.begin(), list_.end(), [](const BackendPtr& a, const BackendPtr& b) { return a->Vendor() < b->Vendor(); });
+  std::sort(list_.begin(), list_.end(),
+            [](const BackendPtr& a, const BackendPtr& b) { return a->Vendor() < b->Vendor(); });
 }
 
 int Backends::IndexOf(std::string_view vendor) const {

@@ -2,8 +2,8 @@
 // The vendor seam. A Backend decodes a node's devices, turns a container's resources into a request, writes
 // the pod annotations of an allocation and mutates pods at admission. It is pure: no I/O, no clock (time is
 // passed in). Everything else it contributes is data (BackendSpec) that the shared core reads: protocol keys,
-// resource names, discovery mode, health rule and fit rules. Registration is explicit (BackendRegistry, filled
-// by backends/builtin.cc from main).
+// resource names, discovery mode, health rule and fit rules. Registration is explicit (BackendRegistry,
+// filled by backends/builtin.cc from main).
 #include <chrono>
 #include <functional>
 #include <map>
@@ -28,33 +28,33 @@ std::string_view ToString(HealthRule h);
 
 // Every protocol key one backend uses. Defaults come from PROTOCOL.md §1; each can be overridden in config.
 struct BackendKeys {
-  std::string register_annotation;  // node annotation with the device list ("" for capacity discovery)
-  std::string score_annotation;     // node annotation with topology pair scores ("" = none)
-  std::string handshake;            // node handshake annotation ("" = no handshake)
-  std::string allocated;            // pod annotation: devices chosen per container
-  std::string to_allocate;          // pod annotation: devices the device plugin still has to set up
-  std::string node_lock;            // node lock annotation ("" = the vendor takes no lock)
+  std::string register_annotation;   // node annotation with the device list ("" for capacity discovery)
+  std::string score_annotation;      // node annotation with topology pair scores ("" = none)
+  std::string handshake;             // node handshake annotation ("" = no handshake)
+  std::string allocated;             // pod annotation: devices chosen per container
+  std::string to_allocate;           // pod annotation: devices the device plugin still has to set up
+  std::string node_lock;             // node lock annotation ("" = the vendor takes no lock)
   std::string use_uuid, nouse_uuid;  // pod annotations restricting device UUIDs
   std::string use_type, nouse_type;  // pod annotations restricting card types ("" = not supported)
 };
 
 struct ResourceNames {
-  std::string count;              // e.g. nvidia.com/gpu (the Allocatable gate of the health check)
-  std::string memory;             // e.g. nvidia.com/gpumem
-  std::string memory_percentage;  // NVIDIA only
-  std::string cores;              // e.g. nvidia.com/gpucores
-  std::string priority;           // NVIDIA only
+  std::string count;               // e.g. nvidia.com/gpu (the Allocatable gate of the health check)
+  std::string memory;              // e.g. nvidia.com/gpumem
+  std::string memory_percentage;   // NVIDIA only
+  std::string cores;               // e.g. nvidia.com/gpucores
+  std::string priority;            // NVIDIA only
   std::int64_t memory_factor = 1;  // MiB per unit of the memory resource
 };
 
 // Rules the shared fit skeleton applies on top of its common checks.
 struct FitRules {
-  bool cordon = false;                // honours node annotation hami.io/device-cordon
-  std::string numa_bind_annotation;   // pod annotation that keeps a request within one NUMA node
-  std::string mode_annotation;        // pod annotation restricting device modes (substring match)
-  bool quota_in_fit = false;          // ResourceQuota checked per candidate device
-  bool topology = false;              // "topology-aware" uses pair scores
-  bool mig = false;                   // MIG-mode devices are split into instances
+  bool cordon = false;                         // honours node annotation hami.io/device-cordon
+  std::string numa_bind_annotation;            // pod annotation that keeps a request within one NUMA node
+  std::string mode_annotation;                 // pod annotation restricting device modes (substring match)
+  bool quota_in_fit = false;                   // ResourceQuota checked per candidate device
+  bool topology = false;                       // "topology-aware" uses pair scores
+  bool mig = false;                            // MIG-mode devices are split into instances
   bool same_device_across_containers = false;  // later containers must sit on the earlier ones' device
 };
 
@@ -91,7 +91,8 @@ struct VendorSettings {
   std::optional<std::string> gpu_core_policy, runtime_class_name;
   std::vector<MigAllowEntry> mig_profile_allowlist;
   // Protocol key overrides (this project's extension; HAMi hard-codes them).
-  std::optional<std::string> register_key, score_key, handshake_key, allocated_key, to_allocate_key, node_lock_key;
+  std::optional<std::string> register_key, score_key, handshake_key, allocated_key, to_allocate_key,
+      node_lock_key;
 };
 
 class Backend {
@@ -106,8 +107,8 @@ class Backend {
   // expected). A registry keeps a vendor's previous devices when discovery errors.
   virtual Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const = 0;
 
-  // What the container asks of this vendor: nullopt when it asks nothing, an error when a value cannot be read
-  // (PROTOCOL.md D7: e.g. `nvidia.com/gpumem: 16Gi` is not a MiB count).
+  // What the container asks of this vendor: nullopt when it asks nothing, an error when a value cannot be
+  // read (PROTOCOL.md D7: e.g. `nvidia.com/gpumem: 16Gi` is not a MiB count).
   virtual Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& container) const = 0;
 
   // Adds the pod annotations for this vendor's part of an allocation (`devices` is index-aligned with the

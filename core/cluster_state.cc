@@ -1,8 +1,8 @@
 #include "core/cluster_state.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "core/keys.h"
 #include "core/strings.h"
@@ -243,10 +243,12 @@ Result<std::optional<PodAllocation>> AllocationFromAnnotations(const PodView& po
     }
     if (any) a.devices[b->Vendor()] = std::move(*devices);
   }
-  if (auto m = pod.annotations.find(keys::kMigAllocations); m != pod.annotations.end() && !m->second.empty()) {
+  if (auto m = pod.annotations.find(keys::kMigAllocations);
+      m != pod.annotations.end() && !m->second.empty()) {
     auto mig = codec::DecodeMigAllocations(m->second);
-    if (!mig) return Error{fmt::format("pod {}: annotation {}: {}", pod.Key(), keys::kMigAllocations,
-                                       mig.error().message)};
+    if (!mig)
+      return Error{
+          fmt::format("pod {}: annotation {}: {}", pod.Key(), keys::kMigAllocations, mig.error().message)};
     a.mig = std::move(*mig);
   }
   return std::optional<PodAllocation>(std::move(a));

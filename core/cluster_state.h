@@ -29,18 +29,18 @@ struct MigInUse {
 // One node as the scheduler knows it.
 struct NodeEntry {
   NodeView node;
-  std::vector<DeviceInfo> devices;  // grouped by backend, in Backends order
-  std::vector<int> backend_of;      // per device: index into Backends
-  std::vector<DeviceCaps> caps;     // per device: what the decision path reads, packed
-  std::vector<DeviceUsage> usage;   // per device
-  NodeTotals totals;                // capacity and usage sums for the node score
+  std::vector<DeviceInfo> devices;                // grouped by backend, in Backends order
+  std::vector<int> backend_of;                    // per device: index into Backends
+  std::vector<DeviceCaps> caps;                   // per device: what the decision path reads, packed
+  std::vector<DeviceUsage> usage;                 // per device
+  NodeTotals totals;                              // capacity and usage sums for the node score
   std::vector<std::vector<MigInUse>> mig_in_use;  // per device; empty unless MIG instances are held
-  std::vector<char> cordoned;       // per device: listed in hami.io/device-cordon (also in caps)
+  std::vector<char> cordoned;  // per device: listed in hami.io/device-cordon (also in caps)
   std::vector<std::pair<int, int>> vendor_range;  // per backend: [begin, end) into devices
   std::vector<std::string> discovery_error;       // per backend: "" when discovery succeeded
   std::unordered_map<std::string, int> by_uuid;
-  std::unordered_set<std::string> pods;           // uids of pods charged to this node
-  int unknown_device_charges = 0;                 // charges naming a UUID this node does not have
+  std::unordered_set<std::string> pods;  // uids of pods charged to this node
+  int unknown_device_charges = 0;        // charges naming a UUID this node does not have
   bool has_mig = false;
 
   bool HasDevices() const { return !devices.empty(); }

@@ -1,9 +1,9 @@
 #include "core/fit.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "core/codec/pod_devices.h"
 #include "core/keys.h"
@@ -132,7 +132,8 @@ bool NodeFitter::Fit(const PodContext& ctx, const PodRequests& reqs, const NodeE
     const auto& requests = reqs.containers[c];
     if (requests.empty()) continue;
     const bool is_init = c < reqs.num_init;
-    // Init containers run one at a time before the app containers: each is fit against the current usage alone.
+    // Init containers run one at a time before the app containers: each is fit against the current usage
+    // alone.
     if (is_init) {
       init_usage_.assign(node.usage.begin(), node.usage.end());
       if (node.has_mig) init_mig_ = node.mig_in_use;
@@ -147,7 +148,8 @@ bool NodeFitter::Fit(const PodContext& ctx, const PodRequests& reqs, const NodeE
         u.used += 1;
         u.mem += p.mem;
         u.cores += p.cores;
-        if (p.mig) mig[static_cast<std::size_t>(p.device)].push_back(MigInUse{p.mig->profile, p.mig->placement});
+        if (p.mig)
+          mig[static_cast<std::size_t>(p.device)].push_back(MigInUse{p.mig->profile, p.mig->placement});
       }
     }
   }
@@ -161,7 +163,8 @@ bool NodeFitter::Fit(const PodContext& ctx, const PodRequests& reqs, const NodeE
       for (std::size_t c = 0; c < nc; ++c) {
         for (const Pick& p : allocated_[b][c]) {
           const DeviceInfo& d = node.devices[static_cast<std::size_t>(p.device)];
-          vendor_devices[c].push_back(ContainerDevice{d.index, d.id, backends_->at(b).Vendor(), p.mem, p.cores, p.mig});
+          vendor_devices[c].push_back(
+              ContainerDevice{d.index, d.id, backends_->at(b).Vendor(), p.mem, p.cores, p.mig});
         }
       }
       (*out)[backends_->at(b).Vendor()] = std::move(vendor_devices);
@@ -170,8 +173,9 @@ bool NodeFitter::Fit(const PodContext& ctx, const PodRequests& reqs, const NodeE
   return true;
 }
 
-bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int backend, const DeviceRequest& request,
-                            std::size_t container, const std::vector<std::vector<ContainerPicks>>& allocated,
+bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int backend,
+                            const DeviceRequest& request, std::size_t container,
+                            const std::vector<std::vector<ContainerPicks>>& allocated,
                             std::vector<DeviceUsage>& usage, std::vector<std::vector<MigInUse>>& mig,
                             ContainerPicks& picks, std::string* reason) {
   const BackendSpec& spec = backends_->at(static_cast<std::size_t>(backend)).Spec();
@@ -181,7 +185,8 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
 
   bool mig_request = false;
   if (spec.fit.mig && (!vctx.mode_filter || vctx.mode_filter->find("mig") != std::string::npos)) {
-    for (int d = begin; d < end && !mig_request; ++d) mig_request = node.caps[static_cast<std::size_t>(d)].mig;
+    for (int d = begin; d < end && !mig_request; ++d)
+      mig_request = node.caps[static_cast<std::size_t>(d)].mig;
   }
   if (!mig_request && request.count > total) {
     if (reason) *reason = std::string(kNodeInsufficientDevice);
@@ -192,8 +197,8 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
   for (int d = begin; d < end; ++d) {
     const auto i = static_cast<std::size_t>(d);
     const DeviceCaps& dev = node.caps[i];
-    items_.push_back(DeviceOrder::Item{d, DeviceScore(dev, usage[i], &request, ctx.weights), dev.numa, dev.index,
-                                       usage[i].used});
+    items_.push_back(DeviceOrder::Item{d, DeviceScore(dev, usage[i], &request, ctx.weights), dev.numa,
+                                       dev.index, usage[i].used});
   }
   vctx.order.Sort(items_);
 
@@ -323,13 +328,13 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
 }
 
 bool NodeFitter::QuotaAllows(const PodContext& ctx, const NodeEntry& node, int backend, std::size_t container,
-                             const std::vector<std::vector<ContainerPicks>>& allocated, const ContainerPicks& tmp,
-                             const Pick& candidate) const {
+                             const std::vector<std::vector<ContainerPicks>>& allocated,
+                             const ContainerPicks& tmp, const Pick& candidate) const {
   const std::string& vendor = backends_->at(static_cast<std::size_t>(backend)).Vendor();
   PodVendorDevices hypothetical(container + 1);
   const auto add = [&](std::size_t c, const Pick& p) {
-    hypothetical[c].push_back(
-        ContainerDevice{0, node.devices[static_cast<std::size_t>(p.device)].id, vendor, p.mem, p.cores, std::nullopt});
+    hypothetical[c].push_back(ContainerDevice{0, node.devices[static_cast<std::size_t>(p.device)].id, vendor,
+                                              p.mem, p.cores, std::nullopt});
   };
   for (std::size_t c = 0; c < container; ++c) {
     for (const Pick& p : allocated[static_cast<std::size_t>(backend)][c]) add(c, p);
@@ -348,9 +353,11 @@ bool NodeFitter::QuotaAllows(const PodContext& ctx, const NodeEntry& node, int b
 }
 
 std::optional<MigSlot> NodeFitter::ChooseMigSlot(const NodeEntry& node, int device, MiB memreq,
-                                                 const std::vector<MigInUse>& in_use, const ContainerPicks& tmp) const {
+                                                 const std::vector<MigInUse>& in_use,
+                                                 const ContainerPicks& tmp) const {
   const DeviceInfo& dev = node.devices[static_cast<std::size_t>(device)];
-  const Backend& backend = backends_->at(static_cast<std::size_t>(node.backend_of[static_cast<std::size_t>(device)]));
+  const Backend& backend =
+      backends_->at(static_cast<std::size_t>(node.backend_of[static_cast<std::size_t>(device)]));
   std::vector<const MigProfile*> profiles;
   for (const auto& p : dev.mig_profiles) {
     if (p.memory_mib >= memreq.value() && backend.MigProfileAllowed(dev.type, p.name)) profiles.push_back(&p);

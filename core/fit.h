@@ -1,7 +1,8 @@
 #pragma once
 // The fit engine: whether a pod fits a node, and on which devices. It follows upstream's check order and
 // reason names (reference/hami-scheduler.md §6.4-§6.7) and is deterministic. It reads ClusterState and never
-// changes it; scratch buffers are reused between nodes so a decision over thousands of nodes allocates little.
+// changes it; scratch buffers are reused between nodes so a decision over thousands of nodes allocates
+// little.
 #include <array>
 #include <cstdint>
 #include <optional>
@@ -96,8 +97,8 @@ class NodeFitter {
 
   bool FitRequest(const PodContext& ctx, const NodeEntry& node, int backend, const DeviceRequest& request,
                   std::size_t container, const std::vector<std::vector<ContainerPicks>>& allocated,
-                  std::vector<DeviceUsage>& usage, std::vector<std::vector<MigInUse>>& mig, ContainerPicks& picks,
-                  std::string* reason);
+                  std::vector<DeviceUsage>& usage, std::vector<std::vector<MigInUse>>& mig,
+                  ContainerPicks& picks, std::string* reason);
   bool QuotaAllows(const PodContext& ctx, const NodeEntry& node, int backend, std::size_t container,
                    const std::vector<std::vector<ContainerPicks>>& allocated, const ContainerPicks& tmp,
                    const Pick& candidate) const;

@@ -46,7 +46,8 @@ HealthVerdict SharedHandshake(const BackendSpec& spec, const NodeView& node, con
       }
       return v;
     case codec::Handshake::Kind::kMalformedRequest: {
-      // D8: an unreadable stamp never blocks (or protects) a node forever: count it from when we first saw it.
+      // D8: an unreadable stamp never blocks (or protects) a node forever: count it from when we first saw
+      // it.
       if (!v.memory.malformed_since) v.memory.malformed_since = now;
       if (now < *v.memory.malformed_since + grace) {
         v.why = fmt::format("handshake value '{}' is unreadable; treated as a pending request", it->second);
@@ -95,7 +96,8 @@ HealthVerdict EvaluateHealth(const BackendSpec& spec, const NodeView& node, cons
     v.memory.reported_register = manifest;
     v.healthy = true;
     v.refresh = true;
-    v.why = fmt::format("{} allocatable changed from {} to {}", spec.resources.count, previous.reported_count, current);
+    v.why = fmt::format("{} allocatable changed from {} to {}", spec.resources.count, previous.reported_count,
+                        current);
     return v;
   }
   if (previous.reported_register != manifest) {

@@ -57,8 +57,8 @@ struct PodView {
   std::string phase;           // status.phase
   std::string scheduler_name;  // spec.schedulerName
   std::optional<std::string> runtime_class_name;
-  std::string pod_group;       // label scheduling.x-k8s.io/pod-group or spec.schedulingGroup.podGroupName
-  bool terminating = false;    // metadata.deletionTimestamp set
+  std::string pod_group;     // label scheduling.x-k8s.io/pod-group or spec.schedulingGroup.podGroupName
+  bool terminating = false;  // metadata.deletionTimestamp set
   Labels labels;
   Annotations annotations;
   std::vector<ContainerView> init_containers;
@@ -79,7 +79,8 @@ struct ResourceQuotaView {
   ResourceList hard;  // spec.hard
 };
 
-// --- Devices ------------------------------------------------------------------------------------------------
+// --- Devices
+// ------------------------------------------------------------------------------------------------
 
 struct MigPlacement {
   int start = 0;
@@ -108,7 +109,7 @@ struct DeviceInfo {
   std::string mode;  // hami-core | mig | mps | ""
   bool health = false;
   std::vector<MigProfile> mig_profiles;
-  std::string vendor;                                   // backend vendor key that discovered it
+  std::string vendor;                                            // backend vendor key that discovered it
   std::map<std::string, std::int64_t, std::less<>> pair_scores;  // topology score to other device UUIDs
   friend bool operator==(const DeviceInfo&, const DeviceInfo&) = default;
 };
@@ -122,9 +123,9 @@ inline constexpr std::int32_t kPercentUnset = 101;
 struct DeviceRequest {
   std::string vendor;
   std::int32_t count = 0;
-  MiB memory;                               // per device, already scaled by the memory factor
+  MiB memory;                                // per device, already scaled by the memory factor
   std::int32_t mem_percent = kPercentUnset;  // 0..100, or kPercentUnset
-  Cores cores;                              // per device
+  Cores cores;                               // per device
   friend bool operator==(const DeviceRequest&, const DeviceRequest&) = default;
 };
 

@@ -1,9 +1,9 @@
 #include "core/policy.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
-
-#include <fmt/format.h>
 
 #include "core/strings.h"
 
@@ -117,10 +117,12 @@ void DeviceOrder::Sort(std::vector<Item>& items) const {
 }
 
 DeviceCaps DeviceCaps::Of(const DeviceInfo& d) {
-  return DeviceCaps{d.devmem.value(), d.devcore.value(), d.count, d.index, d.numa, d.health, d.mode == "mig", false};
+  return DeviceCaps{d.devmem.value(), d.devcore.value(), d.count,         d.index,
+                    d.numa,           d.health,          d.mode == "mig", false};
 }
 
-double DeviceScore(const DeviceCaps& d, const DeviceUsage& u, const DeviceRequest* r, const ScoringWeights& w) {
+double DeviceScore(const DeviceCaps& d, const DeviceUsage& u, const DeviceRequest* r,
+                   const ScoringWeights& w) {
   if (d.count == 0 || d.devcore == 0 || d.devmem == 0) return 0;
   double req = 0, cores = 0, mem = 0;
   if (r != nullptr) {

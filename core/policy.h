@@ -82,7 +82,7 @@ inline double DeviceScore(const DeviceInfo& device, const DeviceUsage& usage, co
 
 // Sums over a node's devices, kept up to date incrementally for the node score.
 struct NodeTotals {
-  std::int64_t count = 0, cores = 0, mem = 0;            // capacity
+  std::int64_t count = 0, cores = 0, mem = 0;           // capacity
   std::int64_t used = 0, used_cores = 0, used_mem = 0;  // usage
   // Node score before the pod: 10 * (Σused/Σcount + Σcores/Σdevcore + Σmem/Σdevmem), 0 if a denominator is 0.
   double Score() const;

@@ -1,8 +1,8 @@
 #include "core/quantity.h"
 
-#include <limits>
-
 #include <fmt/format.h>
+
+#include <limits>
 
 namespace hami {
 namespace {
@@ -17,9 +17,10 @@ bool MulOverflows(u128 a, u128 b, u128& out) {
 }
 
 Error BadQuantity(std::string_view text, std::string_view why) {
-  return Error{fmt::format("quantity '{}' is invalid: {} (expected a number with an optional suffix such as "
-                           "1, 1.5, 500m, 16Gi or 2e3)",
-                           text, why)};
+  return Error{
+      fmt::format("quantity '{}' is invalid: {} (expected a number with an optional suffix such as "
+                  "1, 1.5, 500m, 16Gi or 2e3)",
+                  text, why)};
 }
 
 }  // namespace

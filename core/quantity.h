@@ -31,7 +31,7 @@ class Quantity {
  private:
   bool negative_ = false;
   Uint128 mantissa_ = 0;  // digits with the decimal point removed
-  int exp10_ = 0;                   // value = mantissa * 10^exp10 * 2^exp2
+  int exp10_ = 0;         // value = mantissa * 10^exp10 * 2^exp2
   int exp2_ = 0;
   std::string text_;
 };

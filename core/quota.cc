@@ -18,7 +18,8 @@ void QuotaBook::UpsertQuota(const ResourceQuotaView& quota) {
     bool tracked = false;
     for (const auto& b : *backends_) {
       const auto& r = b->Spec().resources;
-      tracked = tracked || (!r.memory.empty() && r.memory == resource) || (!r.cores.empty() && r.cores == resource);
+      tracked =
+          tracked || (!r.memory.empty() && r.memory == resource) || (!r.cores.empty() && r.cores == resource);
     }
     if (!tracked) continue;
     auto q = Quantity::Parse(text);
@@ -54,7 +55,9 @@ void QuotaBook::Charge(std::string_view ns, const std::vector<DeviceCharge>& cha
   }
 }
 
-void QuotaBook::AddUsage(std::string_view ns, const std::vector<DeviceCharge>& charges) { Charge(ns, charges, 1); }
+void QuotaBook::AddUsage(std::string_view ns, const std::vector<DeviceCharge>& charges) {
+  Charge(ns, charges, 1);
+}
 void QuotaBook::RemoveUsage(std::string_view ns, const std::vector<DeviceCharge>& charges) {
   Charge(ns, charges, -1);
 }
@@ -68,7 +71,8 @@ std::optional<std::int64_t> QuotaBook::Limit(const ResourceState& s) const {
 bool QuotaBook::HasLimits(std::string_view ns) const {
   auto it = by_ns_.find(ns);
   if (it == by_ns_.end()) return false;
-  return std::any_of(it->second.begin(), it->second.end(), [](const auto& kv) { return !kv.second.limits.empty(); });
+  return std::any_of(it->second.begin(), it->second.end(),
+                     [](const auto& kv) { return !kv.second.limits.empty(); });
 }
 
 bool QuotaBook::Fits(std::string_view ns, std::string_view vendor, MiB mem, Cores cores) const {

@@ -31,7 +31,7 @@ class QuotaBook {
   struct Entry {
     std::string ns;
     std::string resource;
-    std::int64_t used = 0;  // memory in MiB (scaled), cores in percent
+    std::int64_t used = 0;              // memory in MiB (scaled), cores in percent
     std::optional<std::int64_t> limit;  // in resource units, as written in the quota
   };
   std::vector<Entry> Entries() const;

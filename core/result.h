@@ -1,11 +1,10 @@
 #pragma once
 // Result<T>: a value or an Error phrased for the operator. Parsers of anything that comes from outside the
 // process (annotations, requests, config, API objects) return it instead of throwing.
+#include <boost/system/result.hpp>
 #include <string>
 #include <type_traits>
 #include <utility>
-
-#include <boost/system/result.hpp>
 
 namespace hami {
 

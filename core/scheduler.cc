@@ -10,7 +10,8 @@ namespace hami {
 Scheduler::Scheduler(ClusterState& state, SchedulerOptions options)
     : state_(&state), options_(std::move(options)), fitter_(state.backends(), state.quotas()) {}
 
-FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::string>& candidates, TimePoint now) {
+FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::string>& candidates,
+                                TimePoint now) {
   FilterOutcome out;
   const Backends& backends = state_->backends();
   auto requests = CollectRequests(pod, backends);
@@ -67,8 +68,10 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
     return candidates[a.first] < candidates[b.first];
   };
   const std::size_t top = std::min<std::size_t>(10, fitting.size());
-  std::partial_sort(fitting.begin(), fitting.begin() + static_cast<std::ptrdiff_t>(top), fitting.end(), better);
-  for (std::size_t i = 0; i < top; ++i) out.best.emplace_back(candidates[fitting[i].first], fitting[i].second);
+  std::partial_sort(fitting.begin(), fitting.begin() + static_cast<std::ptrdiff_t>(top), fitting.end(),
+                    better);
+  for (std::size_t i = 0; i < top; ++i)
+    out.best.emplace_back(candidates[fitting[i].first], fitting[i].second);
 
   out.node = candidates[fitting.front().first];
   const NodeEntry* chosen = state_->FindNode(out.node);

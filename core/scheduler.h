@@ -11,8 +11,8 @@
 namespace hami {
 
 struct SchedulerOptions {
-  std::string gpu_policy = std::string(kPolicySpread);      // default device policy
-  std::string node_policy = std::string(kPolicyBinpack);    // default node policy
+  std::string gpu_policy = std::string(kPolicySpread);    // default device policy
+  std::string node_policy = std::string(kPolicyBinpack);  // default node policy
 };
 
 struct FilterOutcome {

@@ -1,11 +1,11 @@
 #include "core/strings.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <limits>
-
-#include <fmt/format.h>
 
 namespace hami {
 
@@ -24,7 +24,9 @@ std::vector<std::string_view> Split(std::string_view s, char sep) {
 }
 
 std::string_view Trim(std::string_view s) {
-  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
+  const auto is_space = [](char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+  };
   while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
   while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return s;
@@ -48,9 +50,9 @@ bool ContainsIgnoreCase(std::string_view haystack, std::string_view needle) {
 }
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](unsigned char x, unsigned char y) {
-           return std::tolower(x) == std::tolower(y);
-         });
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(),
+                    [](unsigned char x, unsigned char y) { return std::tolower(x) == std::tolower(y); });
 }
 
 Result<std::int64_t> ParseInt64(std::string_view input, std::string_view field) {
@@ -79,8 +81,10 @@ Result<std::int64_t> ParseIntInRange(std::string_view input, std::string_view fi
 }
 
 Result<bool> ParseGoBool(std::string_view input, std::string_view field) {
-  if (input == "1" || input == "t" || input == "T" || input == "TRUE" || input == "true" || input == "True") return true;
-  if (input == "0" || input == "f" || input == "F" || input == "FALSE" || input == "false" || input == "False")
+  if (input == "1" || input == "t" || input == "T" || input == "TRUE" || input == "true" || input == "True")
+    return true;
+  if (input == "0" || input == "f" || input == "F" || input == "FALSE" || input == "false" ||
+      input == "False")
     return false;
   return Error{fmt::format("{} '{}' is not a boolean (want true or false)", field, input)};
 }

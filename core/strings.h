@@ -31,7 +31,8 @@ std::string Join(const std::vector<std::string>& parts, std::string_view sep);
 std::string FoldName(std::string_view s);
 // Levenshtein distance.
 std::size_t EditDistance(std::string_view a, std::string_view b);
-// Whether `typed` was probably meant as `known`: the same folded name, or one edit away (two for names of 8+).
+// Whether `typed` was probably meant as `known`: the same folded name, or one edit away (two for names of
+// 8+).
 bool LooksLikeName(std::string_view typed, std::string_view known);
 
 }  // namespace hami

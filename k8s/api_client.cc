@@ -1,14 +1,14 @@
 #include "k8s/api_client.h"
 
-#include <algorithm>
-#include <stdexcept>
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/http/verb.hpp>
 #include <boost/json.hpp>
-#include <fmt/format.h>
+#include <stdexcept>
 
 #include "core/strings.h"
 
@@ -98,8 +98,8 @@ Clock::duration RateLimiter::Reserve(Clock::time_point now) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(-tokens_ / qps_));
 }
 
-std::chrono::milliseconds Backoff(int attempt, std::chrono::milliseconds initial, std::chrono::milliseconds cap,
-                                  std::mt19937& rng) {
+std::chrono::milliseconds Backoff(int attempt, std::chrono::milliseconds initial,
+                                  std::chrono::milliseconds cap, std::mt19937& rng) {
   std::int64_t d = initial.count();
   for (int i = 0; i < attempt && d < cap.count(); ++i) d *= 2;
   d = std::min<std::int64_t>(d, cap.count());
@@ -194,7 +194,8 @@ asio::awaitable<ApiResult<HttpResponse>> ApiClient::Call(const HttpRequest& in, 
         continue;
       }
     }
-    if (attempt + 1 >= options_.max_attempts || !Retryable(error, idempotent, request_sent, retry_after.has_value())) {
+    if (attempt + 1 >= options_.max_attempts ||
+        !Retryable(error, idempotent, request_sent, retry_after.has_value())) {
       co_return error;
     }
     auto wait = Backoff(attempt, options_.backoff_initial, options_.backoff_max, rng_);
@@ -209,7 +210,9 @@ namespace {
 ApiResult<json::value> ParseBody(const HttpResponse& r, std::string_view what) {
   boost::system::error_code ec;
   json::value v = json::parse(r.body, ec);
-  if (ec) return ApiError{ApiErrorKind::kOther, r.status, "", fmt::format("{}: response is not JSON: {}", what, ec.message())};
+  if (ec)
+    return ApiError{ApiErrorKind::kOther, r.status, "",
+                    fmt::format("{}: response is not JSON: {}", what, ec.message())};
   return v;
 }
 
@@ -226,8 +229,9 @@ std::string Query(std::initializer_list<std::pair<std::string_view, std::string>
 }  // namespace
 
 asio::awaitable<ApiResult<json::value>> ApiClient::CallJson(http::verb verb, const std::string& path,
-                                                             const std::string& body, const std::string& content_type,
-                                                             bool idempotent) {
+                                                            const std::string& body,
+                                                            const std::string& content_type,
+                                                            bool idempotent) {
   const HttpRequest request{verb, path, body, content_type, "", ""};
   const std::string what = fmt::format("{} {}", std::string_view(http::to_string(verb)), path);
   auto r = co_await Call(request, what, idempotent);
@@ -242,12 +246,11 @@ asio::awaitable<ApiResult<json::value>> ApiClient::Get(const std::string& path) 
 }
 
 asio::awaitable<ApiResult<ListPage>> ApiClient::List(const std::string& path, const ListOptions& o) {
-  const std::string target =
-      path + Query({{"labelSelector", o.label_selector},
-                    {"fieldSelector", o.field_selector},
-                    {"resourceVersion", o.resource_version},
-                    {"limit", o.limit > 0 ? std::to_string(o.limit) : std::string()},
-                    {"continue", o.continue_token}});
+  const std::string target = path + Query({{"labelSelector", o.label_selector},
+                                           {"fieldSelector", o.field_selector},
+                                           {"resourceVersion", o.resource_version},
+                                           {"limit", o.limit > 0 ? std::to_string(o.limit) : std::string()},
+                                           {"continue", o.continue_token}});
   const HttpRequest request{http::verb::get, target, "", "", "", ""};
   const std::string what = "LIST " + path;
   auto r = co_await Call(request, what, true);
@@ -268,17 +271,20 @@ asio::awaitable<ApiResult<ListPage>> ApiClient::List(const std::string& path, co
   co_return page;
 }
 
-asio::awaitable<ApiResult<json::value>> ApiClient::Create(const std::string& path, const json::value& object) {
+asio::awaitable<ApiResult<json::value>> ApiClient::Create(const std::string& path,
+                                                          const json::value& object) {
   const std::string body = json::serialize(object), type = "application/json";
   co_return co_await CallJson(http::verb::post, path, body, type, false);
 }
 
-asio::awaitable<ApiResult<json::value>> ApiClient::Update(const std::string& path, const json::value& object) {
+asio::awaitable<ApiResult<json::value>> ApiClient::Update(const std::string& path,
+                                                          const json::value& object) {
   const std::string body = json::serialize(object), type = "application/json";
   co_return co_await CallJson(http::verb::put, path, body, type, false);
 }
 
-asio::awaitable<ApiResult<json::value>> ApiClient::MergePatch(const std::string& path, const json::value& patch) {
+asio::awaitable<ApiResult<json::value>> ApiClient::MergePatch(const std::string& path,
+                                                              const json::value& patch) {
   const std::string body = json::serialize(patch), type = "application/merge-patch+json";
   co_return co_await CallJson(http::verb::patch, path, body, type, false);
 }
@@ -288,8 +294,8 @@ asio::awaitable<ApiResult<json::value>> ApiClient::Delete(const std::string& pat
   co_return co_await CallJson(http::verb::delete_, path, none, none, true);
 }
 
-asio::awaitable<ApiResult<void>> ApiClient::Bind(const std::string& ns, const std::string& pod, const std::string& uid,
-                                         const std::string& node) {
+asio::awaitable<ApiResult<void>> ApiClient::Bind(const std::string& ns, const std::string& pod,
+                                                 const std::string& uid, const std::string& node) {
   json::object binding{{"apiVersion", "v1"},
                        {"kind", "Binding"},
                        {"metadata", json::object{{"name", pod}, {"namespace", ns}, {"uid", uid}}},
@@ -305,13 +311,12 @@ asio::awaitable<ApiResult<void>> ApiClient::Bind(const std::string& ns, const st
 
 asio::awaitable<ApiResult<void>> ApiClient::Watch(const std::string& path, const WatchOptions& o,
                                                   const std::function<void(WatchEvent&&)>& on_event) {
-  const std::string target =
-      path + Query({{"watch", "1"},
-                    {"resourceVersion", o.resource_version},
-                    {"labelSelector", o.label_selector},
-                    {"fieldSelector", o.field_selector},
-                    {"allowWatchBookmarks", o.bookmarks ? "true" : ""},
-                    {"timeoutSeconds", std::to_string(o.timeout.count())}});
+  const std::string target = path + Query({{"watch", "1"},
+                                           {"resourceVersion", o.resource_version},
+                                           {"labelSelector", o.label_selector},
+                                           {"fieldSelector", o.field_selector},
+                                           {"allowWatchBookmarks", o.bookmarks ? "true" : ""},
+                                           {"timeoutSeconds", std::to_string(o.timeout.count())}});
   const std::string what = "WATCH " + path;
   co_await WaitForToken();
   HttpRequest req{http::verb::get, target, "", "", Authorization(), options_.user_agent};
@@ -341,7 +346,8 @@ asio::awaitable<ApiResult<void>> ApiClient::Watch(const std::string& path, const
       boost::system::error_code ec;
       const std::size_t used = parser.write_some(data.data(), data.size(), ec);
       if (ec) {
-        stream_error = ApiError{ApiErrorKind::kOther, 200, "", fmt::format("{}: bad event JSON: {}", what, ec.message())};
+        stream_error = ApiError{ApiErrorKind::kOther, 200, "",
+                                fmt::format("{}: bad event JSON: {}", what, ec.message())};
         return;
       }
       data.remove_prefix(used);

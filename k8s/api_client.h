@@ -1,18 +1,17 @@
 #pragma once
-// The Kubernetes API client: authentication (bearer token re-read when its file changes, client certificates),
-// a client-side token-bucket rate limit, retries with capped exponential backoff and jitter on connection
-// errors, 429 and 5xx (honouring Retry-After), and typed errors callers can branch on (404, 409, 410...).
-// Every call is a coroutine on the caller's executor; the one event loop owns the client.
+// The Kubernetes API client: authentication (bearer token re-read when its file changes, client
+// certificates), a client-side token-bucket rate limit, retries with capped exponential backoff and jitter on
+// connection errors, 429 and 5xx (honouring Retry-After), and typed errors callers can branch on (404, 409,
+// 410...). Every call is a coroutine on the caller's executor; the one event loop owns the client.
+#include <boost/asio/awaitable.hpp>
+#include <boost/beast/http/verb.hpp>
+#include <boost/json/value.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
-
-#include <boost/asio/awaitable.hpp>
-#include <boost/beast/http/verb.hpp>
-#include <boost/json/value.hpp>
 
 #include "core/result.h"
 #include "k8s/http_client.h"
@@ -69,9 +68,10 @@ class RateLimiter {
   std::chrono::steady_clock::time_point last_;
 };
 
-// Capped exponential backoff with full jitter: attempt n waits a random time in [d/2, d], d = min(initial*2^n, cap).
-std::chrono::milliseconds Backoff(int attempt, std::chrono::milliseconds initial, std::chrono::milliseconds cap,
-                                  std::mt19937& rng);
+// Capped exponential backoff with full jitter: attempt n waits a random time in [d/2, d], d =
+// min(initial*2^n, cap).
+std::chrono::milliseconds Backoff(int attempt, std::chrono::milliseconds initial,
+                                  std::chrono::milliseconds cap, std::mt19937& rng);
 
 struct ListOptions {
   std::string label_selector;
@@ -109,14 +109,17 @@ class ApiClient {
 
   boost::asio::awaitable<ApiResult<boost::json::value>> Get(const std::string& path);
   boost::asio::awaitable<ApiResult<ListPage>> List(const std::string& path, const ListOptions& options);
-  boost::asio::awaitable<ApiResult<boost::json::value>> Create(const std::string& path, const boost::json::value& object);
-  boost::asio::awaitable<ApiResult<boost::json::value>> Update(const std::string& path, const boost::json::value& object);
+  boost::asio::awaitable<ApiResult<boost::json::value>> Create(const std::string& path,
+                                                               const boost::json::value& object);
+  boost::asio::awaitable<ApiResult<boost::json::value>> Update(const std::string& path,
+                                                               const boost::json::value& object);
   // JSON merge patch (RFC 7386): `null` deletes a key; a metadata.resourceVersion makes it compare-and-swap.
-  boost::asio::awaitable<ApiResult<boost::json::value>> MergePatch(const std::string& path, const boost::json::value& patch);
+  boost::asio::awaitable<ApiResult<boost::json::value>> MergePatch(const std::string& path,
+                                                                   const boost::json::value& patch);
   boost::asio::awaitable<ApiResult<boost::json::value>> Delete(const std::string& path);
   // POST pods/<name>/binding with the pod's UID as precondition.
-  boost::asio::awaitable<ApiResult<void>> Bind(const std::string& ns, const std::string& pod, const std::string& uid,
-                                               const std::string& node);
+  boost::asio::awaitable<ApiResult<void>> Bind(const std::string& ns, const std::string& pod,
+                                               const std::string& uid, const std::string& node);
 
   // Streams a watch; `on_event` runs on the loop for each event as it is parsed (JSON values are framed by a
   // streaming parser, never by lines). Returns when the server ends the stream (normally at its timeout), or
@@ -134,9 +137,11 @@ class ApiClient {
   boost::asio::awaitable<ApiResult<HttpResponse>> Call(const HttpRequest& request, const std::string& what,
                                                        bool idempotent);
   // One request whose answer is a JSON object.
-  boost::asio::awaitable<ApiResult<boost::json::value>> CallJson(boost::beast::http::verb verb, const std::string& path,
+  boost::asio::awaitable<ApiResult<boost::json::value>> CallJson(boost::beast::http::verb verb,
+                                                                 const std::string& path,
                                                                  const std::string& body,
-                                                                 const std::string& content_type, bool idempotent);
+                                                                 const std::string& content_type,
+                                                                 bool idempotent);
   boost::asio::awaitable<void> WaitForToken();
   std::string Authorization();
 

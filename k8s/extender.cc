@@ -1,7 +1,8 @@
 #include "k8s/extender.h"
 
-#include <boost/json.hpp>
 #include <fmt/format.h>
+
+#include <boost/json.hpp>
 
 #include "core/strings.h"
 #include "k8s/objects.h"

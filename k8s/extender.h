@@ -1,14 +1,13 @@
 #pragma once
-// kube-scheduler extender v1 wire types (k8s.io/kube-scheduler/extender/v1). The Go structs have no JSON tags:
-// keys are read case-insensitively and written as the Go field names (PascalCase), every key present, null for
-// unset pointers. Pure functions; the HTTP adapter lives with the server.
+// kube-scheduler extender v1 wire types (k8s.io/kube-scheduler/extender/v1). The Go structs have no JSON
+// tags: keys are read case-insensitively and written as the Go field names (PascalCase), every key present,
+// null for unset pointers. Pure functions; the HTTP adapter lives with the server.
+#include <boost/json/value.hpp>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <boost/json/value.hpp>
 
 #include "core/model.h"
 #include "core/result.h"
@@ -18,10 +17,10 @@ namespace hami::k8s {
 
 struct ExtenderArgs {
   PodView pod;
-  boost::json::value pod_json;                          // as sent, for patches and events
-  std::optional<std::vector<std::string>> node_names;   // nodeCacheCapable: true
-  std::optional<std::vector<NodeView>> nodes;           // nodeCacheCapable: false (Nodes.items)
-  std::vector<boost::json::value> nodes_json;           // Nodes.items as sent, to echo back
+  boost::json::value pod_json;                         // as sent, for patches and events
+  std::optional<std::vector<std::string>> node_names;  // nodeCacheCapable: true
+  std::optional<std::vector<NodeView>> nodes;          // nodeCacheCapable: false (Nodes.items)
+  std::vector<boost::json::value> nodes_json;          // Nodes.items as sent, to echo back
 };
 // Errors: invalid JSON names the decoder's message; a missing Pod is "extender args missing pod".
 Result<ExtenderArgs> ParseExtenderArgs(std::string_view body);

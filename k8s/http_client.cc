@@ -1,7 +1,6 @@
 #include "k8s/http_client.h"
 
-#include <stdexcept>
-#include <variant>
+#include <fmt/format.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -10,7 +9,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <fmt/format.h>
+#include <stdexcept>
+#include <variant>
 
 namespace hami::k8s {
 namespace asio = boost::asio;
@@ -31,7 +31,8 @@ class Connection {
   using Tls = beast::ssl_stream<beast::tcp_stream>;
 
   explicit Connection(const asio::any_io_executor& ex) : stream_(std::in_place_type<Plain>, ex) {}
-  Connection(const asio::any_io_executor& ex, asio::ssl::context& ctx) : stream_(std::in_place_type<Tls>, ex, ctx) {}
+  Connection(const asio::any_io_executor& ex, asio::ssl::context& ctx)
+      : stream_(std::in_place_type<Tls>, ex, ctx) {}
 
   beast::tcp_stream& Lowest() {
     return std::visit([](auto& s) -> beast::tcp_stream& { return beast::get_lowest_layer(s); }, stream_);
@@ -57,7 +58,8 @@ http::request<http::string_body> MakeRequest(const HttpRequest& r, const RestCon
   req.set(http::field::accept, "application/json");
   if (!r.user_agent.empty()) req.set(http::field::user_agent, r.user_agent);
   if (!r.authorization.empty()) req.set(http::field::authorization, r.authorization);
-  if (!r.body.empty() || r.verb == http::verb::post || r.verb == http::verb::put || r.verb == http::verb::patch) {
+  if (!r.body.empty() || r.verb == http::verb::post || r.verb == http::verb::put ||
+      r.verb == http::verb::patch) {
     req.set(http::field::content_type, r.content_type.empty() ? "application/json" : r.content_type);
     req.body() = r.body;
   }
@@ -100,15 +102,16 @@ asio::awaitable<TransportResult<HttpResponse>> RoundTrip(Stream& s, Connection& 
   HttpResponse out;
   out.status = res.result_int();
   out.body = std::move(res.body());
-  if (auto ct = res.find(http::field::content_type); ct != res.end()) out.content_type = std::string(ct->value());
+  if (auto ct = res.find(http::field::content_type); ct != res.end())
+    out.content_type = std::string(ct->value());
   out.retry_after = RetryAfter(res);
   co_return out;
 }
 
 template <class Stream>
-asio::awaitable<TransportResult<HttpResponse>> StreamBody(Stream& s, Connection& c, http::request<http::string_body>& req,
-                                                          Clock::duration header_timeout, Clock::duration idle_timeout,
-                                                          const std::function<void(std::string_view)>& on_data) {
+asio::awaitable<TransportResult<HttpResponse>> StreamBody(
+    Stream& s, Connection& c, http::request<http::string_body>& req, Clock::duration header_timeout,
+    Clock::duration idle_timeout, const std::function<void(std::string_view)>& on_data) {
   c.Lowest().expires_after(header_timeout);
   auto [wec, wn] = co_await http::async_write(s, req, kTuple);
   (void)wn;
@@ -165,7 +168,8 @@ Result<std::unique_ptr<HttpClient>> HttpClient::Create(asio::any_io_executor exe
       ctx->add_certificate_authority(asio::buffer(c.ca_pem), ec);
     }
     if (ec) return Error{fmt::format("{}: certificate authority: {}", c.source, ec.message())};
-    ctx->set_verify_callback(asio::ssl::host_name_verification(c.tls_server_name.empty() ? c.host : c.tls_server_name));
+    ctx->set_verify_callback(
+        asio::ssl::host_name_verification(c.tls_server_name.empty() ? c.host : c.tls_server_name));
   }
   if (!c.client_cert_pem.empty()) {
     ctx->use_certificate_chain(asio::buffer(c.client_cert_pem), ec);
@@ -186,7 +190,8 @@ asio::awaitable<TransportResult<std::unique_ptr<Connection>>> HttpClient::Open(C
   tcp::resolver resolver(executor_);
   auto [rec, endpoints] = co_await resolver.async_resolve(cfg_.host, cfg_.port, kTuple);
   if (rec) co_return Fail(fmt::format("resolving {}", cfg_.host), rec, false);
-  auto conn = cfg_.tls() ? std::make_unique<Connection>(executor_, *ssl_) : std::make_unique<Connection>(executor_);
+  auto conn =
+      cfg_.tls() ? std::make_unique<Connection>(executor_, *ssl_) : std::make_unique<Connection>(executor_);
   conn->Lowest().expires_at(deadline);
   auto [cec, ep] = co_await conn->Lowest().async_connect(endpoints, kTuple);
   (void)ep;
@@ -237,10 +242,9 @@ asio::awaitable<TransportResult<HttpResponse>> HttpClient::Send(const HttpReques
   }
 }
 
-asio::awaitable<TransportResult<HttpResponse>> HttpClient::Stream(const HttpRequest& request,
-                                                                  std::chrono::milliseconds header_timeout,
-                                                                  std::chrono::milliseconds idle_timeout,
-                                                                  const std::function<void(std::string_view)>& on_data) {
+asio::awaitable<TransportResult<HttpResponse>> HttpClient::Stream(
+    const HttpRequest& request, std::chrono::milliseconds header_timeout,
+    std::chrono::milliseconds idle_timeout, const std::function<void(std::string_view)>& on_data) {
   auto req = MakeRequest(request, cfg_);
   auto opened = co_await Open(Clock::now() + header_timeout);
   if (!opened) co_return opened.error();

@@ -1,17 +1,16 @@
 #pragma once
 // HTTP/1.1 to the API server over TCP or TLS, with keep-alive connections reused from a small pool. Every
 // operation has a deadline. Coroutines on the caller's executor (the one event loop); not thread-safe.
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/beast/http/verb.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/awaitable.hpp>
-#include <boost/asio/ssl/context.hpp>
-#include <boost/beast/http/verb.hpp>
 
 #include "core/result.h"
 #include "k8s/rest_config.h"
@@ -22,7 +21,7 @@ struct HttpRequest {
   boost::beast::http::verb verb = boost::beast::http::verb::get;
   std::string target;  // path and query
   std::string body;
-  std::string content_type;  // for bodies
+  std::string content_type;   // for bodies
   std::string authorization;  // full header value, or ""
   std::string user_agent;
 };
@@ -60,10 +59,9 @@ class HttpClient {
   // A streaming request (watch): the header must arrive within `header_timeout`; then `on_data` gets each
   // piece of the body as it arrives, with at most `idle_timeout` between pieces. Returns the status and, for
   // a non-200 status, the body. The connection is not reused afterwards.
-  boost::asio::awaitable<TransportResult<HttpResponse>> Stream(const HttpRequest& request,
-                                                               std::chrono::milliseconds header_timeout,
-                                                               std::chrono::milliseconds idle_timeout,
-                                                               const std::function<void(std::string_view)>& on_data);
+  boost::asio::awaitable<TransportResult<HttpResponse>> Stream(
+      const HttpRequest& request, std::chrono::milliseconds header_timeout,
+      std::chrono::milliseconds idle_timeout, const std::function<void(std::string_view)>& on_data);
 
   const RestConfig& config() const { return cfg_; }
   std::size_t idle_connections() const { return idle_.size(); }
@@ -71,7 +69,8 @@ class HttpClient {
 
  private:
   HttpClient(boost::asio::any_io_executor executor, RestConfig cfg, std::size_t max_idle);
-  boost::asio::awaitable<TransportResult<std::unique_ptr<Connection>>> Open(std::chrono::steady_clock::time_point deadline);
+  boost::asio::awaitable<TransportResult<std::unique_ptr<Connection>>> Open(
+      std::chrono::steady_clock::time_point deadline);
 
   boost::asio::any_io_executor executor_;
   RestConfig cfg_;

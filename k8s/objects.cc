@@ -1,12 +1,12 @@
 #include "k8s/objects.h"
 
+#include <fmt/format.h>
+
+#include <boost/json.hpp>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <sstream>
-
-#include <boost/json.hpp>
-#include <fmt/format.h>
 
 #include "core/keys.h"
 #include "k8s/yaml_json.h"
@@ -30,7 +30,8 @@ class Reader {
     std::size_t start = 0;
     while (start <= path.size()) {
       const std::size_t dot = path.find('.', start);
-      const std::string_view key = path.substr(start, dot == std::string_view::npos ? path.npos : dot - start);
+      const std::string_view key =
+          path.substr(start, dot == std::string_view::npos ? path.npos : dot - start);
       if (!cur->is_object()) return nullptr;
       const json::value* next = cur->get_object().if_contains(key);
       if (next == nullptr || next->is_null()) return nullptr;
@@ -82,10 +83,12 @@ std::string ObjectName(const json::value& v, std::string_view kind, bool namespa
   if (v.is_object()) {
     if (const auto* md = v.get_object().if_contains("metadata"); md && md->is_object()) {
       if (const auto* n = md->get_object().if_contains("name"); n && n->is_string()) name = n->get_string();
-      if (const auto* n = md->get_object().if_contains("namespace"); n && n->is_string()) ns = n->get_string();
+      if (const auto* n = md->get_object().if_contains("namespace"); n && n->is_string())
+        ns = n->get_string();
     }
   }
-  if (namespaced) return fmt::format("{} {}/{}", kind, ns.empty() ? "default" : ns, name.empty() ? "?" : name);
+  if (namespaced)
+    return fmt::format("{} {}/{}", kind, ns.empty() ? "default" : ns, name.empty() ? "?" : name);
   return fmt::format("{} {}", kind, name.empty() ? "?" : name);
 }
 
@@ -118,7 +121,8 @@ Result<ContainerView> ContainerFromJson(const Reader& r, const json::value& c, c
   return out;
 }
 
-Result<std::vector<ContainerView>> Containers(const Reader& r, const json::value& pod, std::string_view field) {
+Result<std::vector<ContainerView>> Containers(const Reader& r, const json::value& pod,
+                                              std::string_view field) {
   std::vector<ContainerView> out;
   const json::value* list = r.Find(pod, fmt::format("spec.{}", field));
   if (list == nullptr) return out;
@@ -247,7 +251,8 @@ Result<void> CollectObjects(const json::value& document, std::string_view source
   const auto& o = document.get_object();
   std::string kind;
   if (const auto* k = o.if_contains("kind"); k && k->is_string()) kind = k->get_string();
-  if (const auto* items = o.if_contains("items"); items != nullptr && (kind.empty() || kind.ends_with("List"))) {
+  if (const auto* items = o.if_contains("items");
+      items != nullptr && (kind.empty() || kind.ends_with("List"))) {
     if (!items->is_array()) return Error{fmt::format("{}: {}.items: expected a list", source, kind)};
     std::string item_kind = kind.size() > 4 && kind != "List" ? kind.substr(0, kind.size() - 4) : "";
     std::size_t i = 0;
@@ -273,7 +278,8 @@ Result<void> CollectObjects(const json::value& document, std::string_view source
     if (!q) return Error{fmt::format("{}: {}", source, q.error().message)};
     out.quotas.push_back(std::move(*q));
   } else if (kind.empty()) {
-    return Error{fmt::format("{}: object has no \"kind\" (want Node, Pod, ResourceQuota or a List of them)", source)};
+    return Error{
+        fmt::format("{}: object has no \"kind\" (want Node, Pod, ResourceQuota or a List of them)", source)};
   } else {
     out.skipped.push_back(ObjectName(document, kind, true));
   }

@@ -1,11 +1,10 @@
 #pragma once
 // Kubernetes JSON <-> core views. Only the fields the scheduler reads are kept. Errors name the object and
 // the field path ("Pod default/p: spec.containers[0].resources.limits: expected an object").
+#include <boost/json/value.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <boost/json/value.hpp>
 
 #include "core/model.h"
 #include "core/result.h"
@@ -16,7 +15,8 @@ Result<NodeView> NodeFromJson(const boost::json::value& v);
 Result<PodView> PodFromJson(const boost::json::value& v);
 Result<ResourceQuotaView> ResourceQuotaFromJson(const boost::json::value& v);
 
-// The objects of a `kubectl get ... -o json|yaml` document: a List (or NodeList, PodList...) or single objects.
+// The objects of a `kubectl get ... -o json|yaml` document: a List (or NodeList, PodList...) or single
+// objects.
 struct ObjectSet {
   std::vector<NodeView> nodes;
   std::vector<PodView> pods;

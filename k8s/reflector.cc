@@ -29,10 +29,15 @@ std::string ObjectKeyOf(const json::value& object) {
   return ns.empty() ? name : ns + "/" + name;
 }
 
-std::string ResourceVersionOf(const json::value& object) { return Field(Metadata(object), "resourceVersion"); }
+std::string ResourceVersionOf(const json::value& object) {
+  return Field(Metadata(object), "resourceVersion");
+}
 
 Reflector::Reflector(ApiClient& client, Options options, Handlers handlers)
-    : client_(&client), options_(std::move(options)), handlers_(std::move(handlers)), rng_(std::random_device{}()) {}
+    : client_(&client),
+      options_(std::move(options)),
+      handlers_(std::move(handlers)),
+      rng_(std::random_device{}()) {}
 
 asio::awaitable<void> Reflector::Sleep(std::chrono::milliseconds d) {
   asio::steady_timer timer(co_await asio::this_coro::executor, d);

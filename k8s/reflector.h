@@ -1,18 +1,17 @@
 #pragma once
 // List + watch of one resource into a local cache, with client-go's reflector semantics: the first list from
-// resourceVersion "0" (pages of `page_size`), then a watch from the list's version with bookmarks and a random
-// timeout of 5-10 minutes; on 410 (HTTP status or ERROR event) a relist from the last version (and from "" if
-// that is gone too); objects that vanished while disconnected are delivered as deletes after the relist;
-// capped exponential backoff with jitter (0.8 s doubling to 30 s) between failures; 429 and transport errors
-// re-watch without relisting. Handlers run on the loop thread.
+// resourceVersion "0" (pages of `page_size`), then a watch from the list's version with bookmarks and a
+// random timeout of 5-10 minutes; on 410 (HTTP status or ERROR event) a relist from the last version (and
+// from "" if that is gone too); objects that vanished while disconnected are delivered as deletes after the
+// relist; capped exponential backoff with jitter (0.8 s doubling to 30 s) between failures; 429 and transport
+// errors re-watch without relisting. Handlers run on the loop thread.
+#include <boost/asio/awaitable.hpp>
+#include <boost/json/value.hpp>
 #include <chrono>
 #include <functional>
 #include <map>
 #include <random>
 #include <string>
-
-#include <boost/asio/awaitable.hpp>
-#include <boost/json/value.hpp>
 
 #include "core/result.h"
 #include "k8s/api_client.h"

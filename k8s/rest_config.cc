@@ -1,11 +1,11 @@
 #include "k8s/rest_config.h"
 
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
-
-#include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include "core/strings.h"
 
@@ -97,7 +97,8 @@ std::string Resolve(const std::string& base_file, const std::string& path) {
 std::optional<YAML::Node> FindNamed(const YAML::Node& list, const std::string& name, const char* value_key) {
   if (!list || !list.IsSequence()) return std::nullopt;
   for (const auto& item : list) {
-    if (item["name"] && item["name"].as<std::string>() == name && item[value_key] && item[value_key].IsMap()) {
+    if (item["name"] && item["name"].as<std::string>() == name && item[value_key] &&
+        item[value_key].IsMap()) {
       return item[value_key];
     }
   }
@@ -110,8 +111,8 @@ std::string Str(const YAML::Node& n, const char* key) {
 }
 
 // "<key>-data" (base64) or "<key>" (a file): the PEM text, or "" when neither is set.
-Result<std::string> Pem(const YAML::Node& n, const std::string& key, const std::string& file, const ConfigEnv& env,
-                        const std::string& where) {
+Result<std::string> Pem(const YAML::Node& n, const std::string& key, const std::string& file,
+                        const ConfigEnv& env, const std::string& where) {
   if (const std::string data = Str(n, (key + "-data").c_str()); !data.empty()) {
     auto decoded = Base64Decode(data);
     if (!decoded) return Error{fmt::format("{}: {}-data: {}", where, key, decoded.error().message)};
@@ -144,12 +145,14 @@ Result<RestConfig> ParseKubeconfig(std::string_view text, const std::string& pat
     const std::string cluster_name = Str(c, "cluster");
     const std::string user_name = Str(c, "user");
     const auto found_cluster = FindNamed(root["clusters"], cluster_name, "cluster");
-    if (!found_cluster) return Error{fmt::format("kubeconfig {}: cluster '{}' not found", path, cluster_name)};
+    if (!found_cluster)
+      return Error{fmt::format("kubeconfig {}: cluster '{}' not found", path, cluster_name)};
     const YAML::Node cluster = *found_cluster;
     RestConfig cfg;
     cfg.source = fmt::format("kubeconfig {} context {}", path, ctx_name);
     const std::string where = fmt::format("kubeconfig {} cluster {}", path, cluster_name);
-    if (auto ok = SetServer(Str(cluster, "server"), cfg); !ok) return Error{where + ": " + ok.error().message};
+    if (auto ok = SetServer(Str(cluster, "server"), cfg); !ok)
+      return Error{where + ": " + ok.error().message};
     cfg.tls_server_name = Str(cluster, "tls-server-name");
     cfg.insecure_skip_tls_verify = Str(cluster, "insecure-skip-tls-verify") == "true";
     auto ca = Pem(cluster, "certificate-authority", path, env, where);
@@ -173,8 +176,9 @@ Result<RestConfig> ParseKubeconfig(std::string_view text, const std::string& pat
       cfg.token = Str(user, "token");
       if (const std::string tf = Str(user, "tokenFile"); !tf.empty()) cfg.token_file = Resolve(path, tf);
       if (user["exec"] || user["auth-provider"]) {
-        return Error{uwhere + ": exec and auth-provider credentials are not supported; use a token, a token "
-                              "file or a client certificate"};
+        return Error{uwhere +
+                     ": exec and auth-provider credentials are not supported; use a token, a token "
+                     "file or a client certificate"};
       }
     }
     return cfg;

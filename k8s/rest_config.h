@@ -1,6 +1,6 @@
 #pragma once
-// Where the API server is and how to authenticate: from a kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config)
-// or from inside a pod (KUBERNETES_SERVICE_HOST/PORT and the service-account token and CA).
+// Where the API server is and how to authenticate: from a kubeconfig (--kubeconfig, $KUBECONFIG,
+// ~/.kube/config) or from inside a pod (KUBERNETES_SERVICE_HOST/PORT and the service-account token and CA).
 // Certificate data stays in memory; nothing is written to temporary files.
 #include <functional>
 #include <optional>
@@ -15,8 +15,8 @@ struct RestConfig {
   std::string scheme = "https";  // "https" or "http"
   std::string host;              // name or address (IPv6 without brackets)
   std::string port = "443";
-  std::string tls_server_name;   // SNI and certificate name; defaults to host
-  std::string ca_pem;            // trusted CA bundle (PEM); empty = system default paths
+  std::string tls_server_name;  // SNI and certificate name; defaults to host
+  std::string ca_pem;           // trusted CA bundle (PEM); empty = system default paths
   bool insecure_skip_tls_verify = false;
   std::string client_cert_pem;
   std::string client_key_pem;

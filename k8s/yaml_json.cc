@@ -1,10 +1,10 @@
 #include "k8s/yaml_json.h"
 
-#include <charconv>
-#include <string>
-
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <string>
 
 namespace hami::k8s {
 namespace json = boost::json;
@@ -52,7 +52,8 @@ Result<json::value> Convert(const YAML::Node& n, std::string_view source) {
       json::object o;
       for (const auto& kv : n) {
         if (!kv.first.IsScalar()) {
-          return Error{fmt::format("{}:{}: mapping keys must be plain strings", source, kv.first.Mark().line + 1)};
+          return Error{
+              fmt::format("{}:{}: mapping keys must be plain strings", source, kv.first.Mark().line + 1)};
         }
         auto v = Convert(kv.second, source);
         if (!v) return v;

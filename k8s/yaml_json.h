@@ -1,9 +1,8 @@
 #pragma once
 // YAML -> JSON value conversion with Kubernetes' reading of plain scalars (null, booleans, numbers).
+#include <boost/json/value.hpp>
 #include <string_view>
 #include <vector>
-
-#include <boost/json/value.hpp>
 
 #include "core/result.h"
 

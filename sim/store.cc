@@ -476,8 +476,10 @@ json::object MergeSubresource(const ResourceType& type, const json::object& curr
 
 // metadata.resourceVersion and metadata.uid in a write are preconditions (409 when they do not match).
 std::optional<ApiError> CheckPreconditions(const ResourceType& type, std::string_view name,
-                                           const json::object& current, std::string_view rv, std::string_view uid) {
-  if (!rv.empty() && rv != MetaStr(current, "resourceVersion")) return StaleConflict(type.group, type.plural, name);
+                                           const json::object& current, std::string_view rv,
+                                           std::string_view uid) {
+  if (!rv.empty() && rv != MetaStr(current, "resourceVersion"))
+    return StaleConflict(type.group, type.plural, name);
   if (!uid.empty() && uid != MetaStr(current, "uid")) {
     return Conflict(type.group, type.plural, name,
                     fmt::format("Precondition failed: UID in precondition: {}, UID in object meta: {}", uid,

@@ -59,8 +59,9 @@ BackendSpec DefaultSpec() {
   s.keys.node_lock = "cambricon.com/dsmlu.lock";
   s.keys.use_uuid = "cambricon.com/use-gpuuuid";
   s.keys.nouse_uuid = "cambricon.com/nouse-gpuuuid";
-  s.resources = {"cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "", "cambricon.com/mlu.smlu.vcore", "",
-                 kMiBPerUnit};
+  s.resources = {
+      "cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "", "cambricon.com/mlu.smlu.vcore", "",
+      kMiBPerUnit};
   s.fit.quota_in_fit = true;
   s.lock.owner_aware = false;
   s.lock.fixed_expiry = std::chrono::minutes(2);

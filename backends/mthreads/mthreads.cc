@@ -1,11 +1,11 @@
 #include "backends/mthreads/mthreads.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "backends/common.h"
 #include "core/keys.h"
@@ -78,9 +78,10 @@ class MthreadsBackend final : public BasicBackend {
     auto mem = IntegerResource(c, r.memory, "512 MiB units", 0, kInt32Max);
     if (!mem || !*mem ||
         std::find(kValidMemoryUnits.begin(), kValidMemoryUnits.end(), **mem) == kValidMemoryUnits.end()) {
-      return Error{fmt::format("{} in container {}: sGPU memory request value is invalid, valid values are "
-                               "[2, 4, 8, 16, 32, 64, 96]",
-                               r.memory, c.name)};
+      return Error{
+          fmt::format("{} in container {}: sGPU memory request value is invalid, valid values are "
+                      "[2, 4, 8, 16, 32, 64, 96]",
+                      r.memory, c.name)};
     }
     return true;
   }
@@ -99,7 +100,8 @@ BackendSpec DefaultSpec() {
   s.keys.to_allocate = "hami.io/mthreads-vgpu-devices-to-allocate";
   s.keys.use_uuid = "mthreads.ai/use-gpuuuid";
   s.keys.nouse_uuid = "mthreads.ai/nouse-gpuuuid";
-  s.resources = {"mthreads.com/vgpu", "mthreads.com/sgpu-memory", "", "mthreads.com/sgpu-core", "", kMiBPerUnit};
+  s.resources = {"mthreads.com/vgpu", "mthreads.com/sgpu-memory", "", "mthreads.com/sgpu-core", "",
+                 kMiBPerUnit};
   s.fit.same_device_across_containers = true;
   return s;
 }

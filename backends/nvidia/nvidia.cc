@@ -1,8 +1,8 @@
 #include "backends/nvidia/nvidia.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "backends/common.h"
 #include "core/codec/node_devices.h"
@@ -47,7 +47,8 @@ class NvidiaBackend final : public BasicBackend {
     if (!spec_.keys.score_annotation.empty()) {
       if (auto s = node.annotations.find(spec_.keys.score_annotation); s != node.annotations.end()) {
         auto ok = codec::ApplyPairScores(s->second, *devices);
-        if (!ok) return Error{fmt::format("annotation {}: {}", spec_.keys.score_annotation, ok.error().message)};
+        if (!ok)
+          return Error{fmt::format("annotation {}: {}", spec_.keys.score_annotation, ok.error().message)};
       }
     }
     return devices;
@@ -94,8 +95,9 @@ class NvidiaBackend final : public BasicBackend {
       if (*pct) {
         auto v = (*pct)->AsInt64();
         if (!v || *v < 0 || *v > 100) {
-          return Error{fmt::format("invalid {} value {} in container {}: must be an integer between 0 and 100",
-                                   r.memory_percentage, (*pct)->text(), c.name)};
+          return Error{
+              fmt::format("invalid {} value {} in container {}: must be an integer between 0 and 100",
+                          r.memory_percentage, (*pct)->text(), c.name)};
         }
       }
     }
@@ -141,7 +143,8 @@ class NvidiaBackend final : public BasicBackend {
                                        [&](const std::string& m) { return ContainsIgnoreCase(model, m); });
       if (!matches) continue;
       model_listed = true;
-      if (std::find(entry.profiles.begin(), entry.profiles.end(), profile) != entry.profiles.end()) return true;
+      if (std::find(entry.profiles.begin(), entry.profiles.end(), profile) != entry.profiles.end())
+        return true;
     }
     return !model_listed;
   }
@@ -175,8 +178,8 @@ BackendSpec DefaultSpec() {
   s.keys.nouse_uuid = "nvidia.com/nouse-gpuuuid";
   s.keys.use_type = "nvidia.com/use-gputype";
   s.keys.nouse_type = "nvidia.com/nouse-gputype";
-  s.resources = {"nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores",
-                 "nvidia.com/priority", 1};
+  s.resources = {"nvidia.com/gpu",      "nvidia.com/gpumem",   "nvidia.com/gpumem-percentage",
+                 "nvidia.com/gpucores", "nvidia.com/priority", 1};
   s.fit.cordon = true;
   s.fit.numa_bind_annotation = "nvidia.com/numa-bind";
   s.fit.mode_annotation = "nvidia.com/vgpu-mode";
@@ -197,10 +200,11 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
   if (auto ok = non_negative(settings.default_cores, "defaultCores"); !ok) return ok.error();
   if (auto ok = non_negative(settings.default_gpu_num, "defaultGPUNum"); !ok) return ok.error();
   if (settings.default_cores && *settings.default_cores > 100) {
-    return Error{fmt::format("nvidia.defaultCores: {} is above 100 (percent of one GPU)", *settings.default_cores)};
+    return Error{
+        fmt::format("nvidia.defaultCores: {} is above 100 (percent of one GPU)", *settings.default_cores)};
   }
-  if (settings.gpu_core_policy && *settings.gpu_core_policy != "default" && *settings.gpu_core_policy != "force" &&
-      *settings.gpu_core_policy != "disable") {
+  if (settings.gpu_core_policy && *settings.gpu_core_policy != "default" &&
+      *settings.gpu_core_policy != "force" && *settings.gpu_core_policy != "disable") {
     return Error{fmt::format("nvidia.gpuCorePolicy: '{}' is not one of default, force, disable",
                              *settings.gpu_core_policy)};
   }
@@ -210,9 +214,11 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
     }
     for (const auto& p : entry.profiles) {
       const auto g = p.find("g.");
-      if (g == std::string::npos || g == 0 || !std::all_of(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(g),
-                                                           [](char ch) { return ch >= '0' && ch <= '9'; })) {
-        return Error{fmt::format("nvidia.migProfileAllowlist: profile '{}' does not look like <N>g.<memory>", p)};
+      if (g == std::string::npos || g == 0 ||
+          !std::all_of(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(g),
+                       [](char ch) { return ch >= '0' && ch <= '9'; })) {
+        return Error{
+            fmt::format("nvidia.migProfileAllowlist: profile '{}' does not look like <N>g.<memory>", p)};
       }
     }
   }

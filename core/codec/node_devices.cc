@@ -1,9 +1,9 @@
 #include "core/codec/node_devices.h"
 
-#include <limits>
+#include <fmt/format.h>
 
 #include <boost/json.hpp>
-#include <fmt/format.h>
+#include <limits>
 
 #include "core/strings.h"
 
@@ -39,7 +39,8 @@ Result<std::string> JsonString(const json::value& v, std::string_view where) {
 
 Result<bool> JsonBool(const json::value& v, std::string_view where) {
   if (v.is_null()) return false;
-  if (!v.is_bool()) return Error{fmt::format("{}: expected true or false, got {}", where, json::serialize(v))};
+  if (!v.is_bool())
+    return Error{fmt::format("{}: expected true or false, got {}", where, json::serialize(v))};
   return v.get_bool();
 }
 
@@ -190,7 +191,8 @@ std::string EncodeDeviceManifest(const std::vector<DeviceInfo>& devices) {
       json::array profiles;
       for (const auto& p : d.mig_profiles) {
         json::array placements;
-        for (const auto& pl : p.placements) placements.push_back(json::object{{"start", pl.start}, {"size", pl.size}});
+        for (const auto& pl : p.placements)
+          placements.push_back(json::object{{"start", pl.start}, {"size", pl.size}});
         profiles.push_back(json::object{{"name", p.name},
                                         {"memoryMB", p.memory_mib},
                                         {"core", p.core},
@@ -213,9 +215,10 @@ constexpr std::size_t kFieldsShort = 7;
 Result<DeviceInfo> DecodeLegacyEntry(std::string_view entry) {
   const auto f = Split(entry, ',');
   if (f.size() != kFieldsShort && f.size() != kFieldsLong) {
-    return Error{fmt::format("device entry '{}': want 7 or 9 comma-separated fields "
-                             "(id,count,devmem,devcore,type,numa,health[,index,mode]), got {}",
-                             entry, f.size())};
+    return Error{
+        fmt::format("device entry '{}': want 7 or 9 comma-separated fields "
+                    "(id,count,devmem,devcore,type,numa,health[,index,mode]), got {}",
+                    entry, f.size())};
   }
   const auto field_error = [&](std::string_view name, std::string_view value, std::string_view expected) {
     return Error{fmt::format("device entry '{}': field {} = '{}' is not {}", entry, name, value, expected)};
@@ -253,15 +256,17 @@ Result<DeviceInfo> DecodeLegacyEntry(std::string_view entry) {
 
 Result<std::vector<DeviceInfo>> DecodeLegacyDevices(std::string_view text) {
   if (text.find(':') == std::string_view::npos) {
-    return Error{fmt::format("legacy device list '{}': missing the ':' after each device "
-                             "(want id,count,devmem,devcore,type,numa,health[,index,mode]:...)",
-                             text)};
+    return Error{
+        fmt::format("legacy device list '{}': missing the ':' after each device "
+                    "(want id,count,devmem,devcore,type,numa,health[,index,mode]:...)",
+                    text)};
   }
   std::vector<DeviceInfo> out;
   for (std::string_view seg : Split(text, ':')) {
     if (seg.empty()) continue;
     if (seg.find(',') == std::string_view::npos) {
-      return Error{fmt::format("legacy device list: segment '{}' is not a comma-separated device entry", seg)};
+      return Error{
+          fmt::format("legacy device list: segment '{}' is not a comma-separated device entry", seg)};
     }
     auto d = DecodeLegacyEntry(seg);
     if (!d) return d.error();
@@ -273,8 +278,8 @@ Result<std::vector<DeviceInfo>> DecodeLegacyDevices(std::string_view text) {
 std::string EncodeLegacyDevices(const std::vector<DeviceInfo>& devices) {
   std::string out;
   for (const auto& d : devices) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{}:", d.id, d.count, d.devmem.value(), d.devcore.value(), d.type,
-                       d.numa, d.health ? "true" : "false", d.index, d.mode);
+    out += fmt::format("{},{},{},{},{},{},{},{},{}:", d.id, d.count, d.devmem.value(), d.devcore.value(),
+                       d.type, d.numa, d.health ? "true" : "false", d.index, d.mode);
   }
   return out;
 }

@@ -1,6 +1,6 @@
 #pragma once
-// Node registration codecs: the JSON manifest (NVIDIA's hami.io/node-nvidia-register), the legacy colon format
-// (Hygon's hami.io/node-dcu-register), and NVIDIA's topology score annotation.
+// Node registration codecs: the JSON manifest (NVIDIA's hami.io/node-nvidia-register), the legacy colon
+// format (Hygon's hami.io/node-dcu-register), and NVIDIA's topology score annotation.
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,8 +18,9 @@ Result<std::vector<DeviceInfo>> DecodeDeviceManifest(std::string_view json_text)
 // zero-valued fields omitted; "[]" for no devices.
 std::string EncodeDeviceManifest(const std::vector<DeviceInfo>& devices);
 
-// Legacy colon format: devices separated by ':', each `id,count,devmem,devcore,type,numa,health[,index,mode]`.
-// A value without ':' is an error; ":" alone means no devices. The 7-field form gets index 0, mode hami-core.
+// Legacy colon format: devices separated by ':', each
+// `id,count,devmem,devcore,type,numa,health[,index,mode]`. A value without ':' is an error; ":" alone means
+// no devices. The 7-field form gets index 0, mode hami-core.
 Result<std::vector<DeviceInfo>> DecodeLegacyDevices(std::string_view text);
 // Always 9 fields per device, each followed by ':'.
 std::string EncodeLegacyDevices(const std::vector<DeviceInfo>& devices);

@@ -1,12 +1,12 @@
 #include "core/codec/pod_devices.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <boost/json.hpp>
 #include <limits>
 #include <map>
 #include <set>
-
-#include <boost/json.hpp>
-#include <fmt/format.h>
 
 #include "core/strings.h"
 
@@ -80,7 +80,8 @@ namespace {
 Result<int> IntField(const json::object& o, std::string_view key, std::string_view where) {
   const auto* v = o.if_contains(key);
   if (v == nullptr) return Error{fmt::format("{}: missing \"{}\"", where, key)};
-  if (!v->is_int64() && !v->is_uint64()) return Error{fmt::format("{}: \"{}\" must be an integer", where, key)};
+  if (!v->is_int64() && !v->is_uint64())
+    return Error{fmt::format("{}: \"{}\" must be an integer", where, key)};
   const auto n = v->is_int64() ? v->get_int64() : static_cast<std::int64_t>(v->get_uint64());
   if (n < 0 || n > std::numeric_limits<int>::max()) {
     return Error{fmt::format("{}: \"{}\" = {} is out of range", where, key, n)};
@@ -121,7 +122,8 @@ Result<std::vector<MigAllocation>> DecodeMigAllocations(std::string_view json_te
     a.gpu_uuid = std::string(uuid->get_string());
     a.profile = std::string(profile->get_string());
     const auto* placement = o.if_contains("placement");
-    if (placement == nullptr || !placement->is_object()) return Error{where + ": \"placement\" must be an object"};
+    if (placement == nullptr || !placement->is_object())
+      return Error{where + ": \"placement\" must be an object"};
     auto start = IntField(placement->get_object(), "start", where + " placement");
     if (!start) return start.error();
     auto size = IntField(placement->get_object(), "size", where + " placement");
@@ -132,7 +134,8 @@ Result<std::vector<MigAllocation>> DecodeMigAllocations(std::string_view json_te
     const bool has_ci = o.contains("computeInstanceID");
     const int runtime_fields = (mig_uuid != nullptr) + has_gi + has_ci;
     if (runtime_fields != 0 && runtime_fields != 3) {
-      return Error{where + ": migUUID, gpuInstanceID and computeInstanceID must be given together or not at all"};
+      return Error{where +
+                   ": migUUID, gpuInstanceID and computeInstanceID must be given together or not at all"};
     }
     if (runtime_fields == 3) {
       if (!mig_uuid->is_string()) return Error{where + ": \"migUUID\" must be a string"};

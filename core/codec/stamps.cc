@@ -1,8 +1,8 @@
 #include "core/codec/stamps.h"
 
-#include <ctime>
-
 #include <fmt/format.h>
+
+#include <ctime>
 
 #include "core/strings.h"
 
@@ -74,8 +74,8 @@ std::string FormatHandshakeRequest(TimePoint now) {
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
   std::tm tm{};
   localtime_r(&t, &tm);
-  return fmt::format("Requesting_{:04}-{:02}-{:02} {:02}:{:02}:{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                     tm.tm_hour, tm.tm_min, tm.tm_sec);
+  return fmt::format("Requesting_{:04}-{:02}-{:02} {:02}:{:02}:{:02}", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
 Result<TimePoint> ParseRfc3339(std::string_view text) {
@@ -110,8 +110,8 @@ std::string FormatRfc3339(TimePoint t) {
   const std::time_t tt = std::chrono::system_clock::to_time_t(t);
   std::tm tm{};
   gmtime_r(&tt, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                     tm.tm_min, tm.tm_sec);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                     tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
 Result<NodeLock> ParseNodeLock(std::string_view value) {
@@ -125,8 +125,9 @@ Result<NodeLock> ParseNodeLock(std::string_view value) {
   }
   const auto parts = Split(value, ',');
   if (parts.size() != 3) {
-    return Error{fmt::format("node lock '{}': want <RFC3339 time>,<namespace>,<pod>, got {} comma-separated parts",
-                             value, parts.size())};
+    return Error{
+        fmt::format("node lock '{}': want <RFC3339 time>,<namespace>,<pod>, got {} comma-separated parts",
+                    value, parts.size())};
   }
   auto t = ParseRfc3339(parts[0]);
   if (!t) return Error{fmt::format("node lock '{}': {}", value, t.error().message)};

@@ -4,11 +4,8 @@
 // and HTTPS requiring authentication by client certificate or by bearer token (the client verifies the
 // server against the CA in the kubeconfig the server writes); run-conformance.sh runs the real server with
 // both kinds of credentials.
-#include <cstdlib>
-#include <fstream>
-#include <iterator>
-#include <optional>
-
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -19,8 +16,10 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
-#include <fmt/format.h>
-#include <gtest/gtest.h>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <optional>
 
 #include "k8s/api_client.h"
 #include "k8s/reflector.h"
@@ -80,8 +79,9 @@ class Conformance : public ::testing::TestWithParam<std::string> {
       }
       server_ = std::make_unique<sim::ApiServer>(ioc_, o);
       (void)server_->Start().value();
-      cfg_ = k8s::ParseKubeconfig(server_->Kubeconfig(), "embedded server kubeconfig", k8s::ConfigEnv::System())
-                 .value();
+      cfg_ =
+          k8s::ParseKubeconfig(server_->Kubeconfig(), "embedded server kubeconfig", k8s::ConfigEnv::System())
+              .value();
       ASSERT_EQ(cfg_.scheme, "https");
       ASSERT_EQ(cfg_.ca_pem, pki.ca.cert_pem);
       ASSERT_FALSE(cfg_.insecure_skip_tls_verify);
@@ -89,7 +89,8 @@ class Conformance : public ::testing::TestWithParam<std::string> {
       ASSERT_EQ(cfg_.client_cert_pem.empty(), GetParam() == kEmbeddedTlsToken);
     } else {
       const char* kc = std::getenv("HAMI_E2E_KUBECONFIG");
-      if (kc == nullptr || *kc == '\0') GTEST_SKIP() << "HAMI_E2E_KUBECONFIG not set (run tests/e2e/run-conformance.sh)";
+      if (kc == nullptr || *kc == '\0')
+        GTEST_SKIP() << "HAMI_E2E_KUBECONFIG not set (run tests/e2e/run-conformance.sh)";
       cfg_ = k8s::ResolveRestConfig(kc, k8s::ConfigEnv::System()).value();
     }
     k8s::ClientOptions o;
@@ -209,40 +210,47 @@ TEST_P(Conformance, WatchSeesChangesInOrder) {
   ASSERT_TRUE(list);
   std::vector<std::string> events;
   bool watching = true;
-  asio::co_spawn(ioc_, [&]() -> asio::awaitable<void> {
-    k8s::WatchOptions w;
-    w.resource_version = list->resource_version;
-    w.field_selector = "metadata.name=" + name;
-    w.timeout = 60s;
-    const std::function<void(k8s::WatchEvent&&)> record = [&](k8s::WatchEvent&& ev) {
-      if (ev.type == "BOOKMARK") {
-        EXPECT_FALSE(k8s::ResourceVersionOf(ev.object).empty());
-        return;
-      }
-      events.push_back(ev.type);
-    };
-    auto r = co_await client_->Watch(path, w, record);
-    EXPECT_TRUE(r) << (r ? "" : r.error().message);
-    watching = false;
-  }, asio::detached);
-  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
-    asio::steady_timer t(ioc_, 200ms);  // let the watch start
-    co_await t.async_wait(asio::use_awaitable);
-    const std::string pods = k8s::PathFor("v1", "pods", ns_);
-    const json::value pod = json::parse(fmt::format(
-        R"({{"metadata":{{"name":"{}"}},"spec":{{"containers":[{{"name":"c","image":"busybox"}}]}}}})", name));
-    EXPECT_TRUE(co_await client_->Create(pods, pod));
-    const std::string one = k8s::PathFor("v1", "pods", ns_, name);
-    const json::value patch = json::parse(R"({"metadata":{"annotations":{"hami.io/vgpu-node":"n1"}}})");
-    EXPECT_TRUE(co_await client_->MergePatch(one, patch));
-    const std::string del = one + "?gracePeriodSeconds=0";
-    EXPECT_TRUE(co_await client_->Delete(del));
-    for (int i = 0; i < 100 && (events.empty() || events.back() != "DELETED"); ++i) {
-      asio::steady_timer tick(ioc_, 50ms);
-      co_await tick.async_wait(asio::use_awaitable);
-    }
-    EXPECT_TRUE(watching) << "events must stream while the watch is open, not arrive when it ends";
-  }(), 20s);
+  asio::co_spawn(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        k8s::WatchOptions w;
+        w.resource_version = list->resource_version;
+        w.field_selector = "metadata.name=" + name;
+        w.timeout = 60s;
+        const std::function<void(k8s::WatchEvent&&)> record = [&](k8s::WatchEvent&& ev) {
+          if (ev.type == "BOOKMARK") {
+            EXPECT_FALSE(k8s::ResourceVersionOf(ev.object).empty());
+            return;
+          }
+          events.push_back(ev.type);
+        };
+        auto r = co_await client_->Watch(path, w, record);
+        EXPECT_TRUE(r) << (r ? "" : r.error().message);
+        watching = false;
+      },
+      asio::detached);
+  RunCoro(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        asio::steady_timer t(ioc_, 200ms);  // let the watch start
+        co_await t.async_wait(asio::use_awaitable);
+        const std::string pods = k8s::PathFor("v1", "pods", ns_);
+        const json::value pod = json::parse(fmt::format(
+            R"({{"metadata":{{"name":"{}"}},"spec":{{"containers":[{{"name":"c","image":"busybox"}}]}}}})",
+            name));
+        EXPECT_TRUE(co_await client_->Create(pods, pod));
+        const std::string one = k8s::PathFor("v1", "pods", ns_, name);
+        const json::value patch = json::parse(R"({"metadata":{"annotations":{"hami.io/vgpu-node":"n1"}}})");
+        EXPECT_TRUE(co_await client_->MergePatch(one, patch));
+        const std::string del = one + "?gracePeriodSeconds=0";
+        EXPECT_TRUE(co_await client_->Delete(del));
+        for (int i = 0; i < 100 && (events.empty() || events.back() != "DELETED"); ++i) {
+          asio::steady_timer tick(ioc_, 50ms);
+          co_await tick.async_wait(asio::use_awaitable);
+        }
+        EXPECT_TRUE(watching) << "events must stream while the watch is open, not arrive when it ends";
+      }(),
+      20s);
   ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events.front(), "ADDED");
   EXPECT_EQ(events.back(), "DELETED");
@@ -252,7 +260,8 @@ TEST_P(Conformance, WatchSeesChangesInOrder) {
 TEST_P(Conformance, MergePatchWithResourceVersionPrecondition) {
   const std::string name = Unique("node");
   const std::string nodes = k8s::PathFor("v1", "nodes");
-  const json::value node = json::parse(fmt::format(R"({{"apiVersion":"v1","kind":"Node","metadata":{{"name":"{}"}}}})", name));
+  const json::value node =
+      json::parse(fmt::format(R"({{"apiVersion":"v1","kind":"Node","metadata":{{"name":"{}"}}}})", name));
   auto created = Run(client_->Create(nodes, node));
   ASSERT_TRUE(created) << created.error().message;
   const std::string rv = k8s::ResourceVersionOf(*created);
@@ -261,11 +270,13 @@ TEST_P(Conformance, MergePatchWithResourceVersionPrecondition) {
   const json::value p1 = json::parse(R"({"metadata":{"annotations":{"a":"1"}}})");
   auto r1 = Run(client_->MergePatch(path, p1));
   ASSERT_TRUE(r1);
-  json::value p2 = json::parse(R"({"metadata":{"annotations":{"hami.io/mutex.lock":"2026-08-21T06:20:39Z,default,p"}}})");
+  json::value p2 =
+      json::parse(R"({"metadata":{"annotations":{"hami.io/mutex.lock":"2026-08-21T06:20:39Z,default,p"}}})");
   p2.at("metadata").as_object()["resourceVersion"] = k8s::ResourceVersionOf(*r1);
   auto r2 = Run(client_->MergePatch(path, p2));
   ASSERT_TRUE(r2) << r2.error().message;
-  EXPECT_EQ(r2->at("metadata").at("annotations").at("hami.io/mutex.lock").as_string(), "2026-08-21T06:20:39Z,default,p");
+  EXPECT_EQ(r2->at("metadata").at("annotations").at("hami.io/mutex.lock").as_string(),
+            "2026-08-21T06:20:39Z,default,p");
   json::value stale = json::parse(R"({"metadata":{"annotations":{"hami.io/mutex.lock":null}}})");
   stale.at("metadata").as_object()["resourceVersion"] = rv;
   auto r3 = Run(client_->MergePatch(path, stale));
@@ -345,30 +356,34 @@ TEST_P(Conformance, ReflectorSyncsAndFollows) {
   asio::cancellation_signal stop;
   asio::co_spawn(ioc_, reflector.Run(), asio::bind_cancellation_slot(stop.slot(), asio::detached));
   std::string extra = Unique("r");
-  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
-    for (int i = 0; i < 100 && !reflector.synced(); ++i) {
-      asio::steady_timer t(ioc_, 50ms);
-      co_await t.async_wait(asio::use_awaitable);
-    }
-    EXPECT_TRUE(reflector.synced());
-    EXPECT_EQ(reflector.items().size(), 5u);
-    const std::string pods = k8s::PathFor("v1", "pods", ns_);
-    const json::value pod = json::parse(fmt::format(
-        R"({{"metadata":{{"name":"{}","labels":{{"suite":"{}"}}}},"spec":{{"containers":[{{"name":"c","image":"busybox"}}]}}}})",
-        extra, label));
-    EXPECT_TRUE(co_await client_->Create(pods, pod));
-    for (int i = 0; i < 100 && reflector.items().size() < 6; ++i) {
-      asio::steady_timer t(ioc_, 50ms);
-      co_await t.async_wait(asio::use_awaitable);
-    }
-    EXPECT_EQ(reflector.items().size(), 6u);
-  }(), 20s);
+  RunCoro(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        for (int i = 0; i < 100 && !reflector.synced(); ++i) {
+          asio::steady_timer t(ioc_, 50ms);
+          co_await t.async_wait(asio::use_awaitable);
+        }
+        EXPECT_TRUE(reflector.synced());
+        EXPECT_EQ(reflector.items().size(), 5u);
+        const std::string pods = k8s::PathFor("v1", "pods", ns_);
+        const json::value pod = json::parse(fmt::format(
+            R"({{"metadata":{{"name":"{}","labels":{{"suite":"{}"}}}},"spec":{{"containers":[{{"name":"c","image":"busybox"}}]}}}})",
+            extra, label));
+        EXPECT_TRUE(co_await client_->Create(pods, pod));
+        for (int i = 0; i < 100 && reflector.items().size() < 6; ++i) {
+          asio::steady_timer t(ioc_, 50ms);
+          co_await t.async_wait(asio::use_awaitable);
+        }
+        EXPECT_EQ(reflector.items().size(), 6u);
+      }(),
+      20s);
   stop.emit(asio::cancellation_type::terminal);
   EXPECT_EQ(adds, 6) << "lists=" << reflector.stats().lists << " watches=" << reflector.stats().watches
                      << " errors=" << reflector.stats().errors << " events=" << reflector.stats().events
                      << " rv=" << reflector.resource_version();
   EXPECT_EQ(deletes, 0);
-  for (const auto& [key, obj] : reflector.items()) DeletePod(std::string(obj.at("metadata").at("name").as_string()));
+  for (const auto& [key, obj] : reflector.items())
+    DeletePod(std::string(obj.at("metadata").at("name").as_string()));
 }
 
 std::string ServerName(const ::testing::TestParamInfo<std::string>& p) {

@@ -1,6 +1,6 @@
 #pragma once
-// Builders for test fixtures: devices, nodes as device plugins publish them, pods as users write them, and the
-// built-in backends with chosen settings.
+// Builders for test fixtures: devices, nodes as device plugins publish them, pods as users write them, and
+// the built-in backends with chosen settings.
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -46,8 +46,9 @@ inline ContainerView Ctr(std::string name, std::map<std::string, std::string> li
   return c;
 }
 
-inline PodView Pod(std::string name, std::vector<ContainerView> containers, std::vector<ContainerView> init = {},
-                   std::map<std::string, std::string> annotations = {}, std::string ns = "default") {
+inline PodView Pod(std::string name, std::vector<ContainerView> containers,
+                   std::vector<ContainerView> init = {}, std::map<std::string, std::string> annotations = {},
+                   std::string ns = "default") {
   PodView p;
   p.ns = std::move(ns);
   p.name = std::move(name);

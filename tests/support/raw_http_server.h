@@ -2,10 +2,6 @@
 // A loopback server for client tests: each accepted connection gets the next scripted answer, written as raw
 // bytes in the pieces given (so a test can split a chunked body or a JSON value anywhere). It records the
 // request heads it received.
-#include <deque>
-#include <string>
-#include <vector>
-
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -15,6 +11,9 @@
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <deque>
+#include <string>
+#include <vector>
 
 namespace hami::testing {
 
@@ -35,14 +34,15 @@ class RawHttpServer {
 
   // "HTTP/1.1 <status>" with a JSON body of fixed length.
   static Answer Json(int status, const std::string& body, const std::string& extra_headers = "") {
-    return Answer{{"HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Type: application/json\r\n" + extra_headers +
-                   "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body},
+    return Answer{{"HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Type: application/json\r\n" +
+                   extra_headers + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body},
                   false};
   }
   // A chunked 200 whose body is the concatenation of `parts`, each part sent as one chunk.
   static Answer Chunked(const std::vector<std::string>& parts) {
     Answer a;
-    a.pieces.push_back("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
+    a.pieces.push_back(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n");
     for (const auto& p : parts) {
       char len[32];
       std::snprintf(len, sizeof len, "%zx\r\n", p.size());
@@ -63,8 +63,8 @@ class RawHttpServer {
   boost::asio::awaitable<void> Session(boost::asio::ip::tcp::socket socket) {
     boost::asio::streambuf buf;
     for (;;) {
-      auto [ec, n] = co_await boost::asio::async_read_until(socket, buf, "\r\n\r\n",
-                                                            boost::asio::as_tuple(boost::asio::use_awaitable));
+      auto [ec, n] = co_await boost::asio::async_read_until(
+          socket, buf, "\r\n\r\n", boost::asio::as_tuple(boost::asio::use_awaitable));
       if (ec) co_return;
       std::string head(static_cast<const char*>(buf.data().data()), n);
       buf.consume(n);
@@ -72,8 +72,8 @@ class RawHttpServer {
       if (auto cl = head.find("Content-Length: "); cl != std::string::npos) {
         const std::size_t len = std::stoul(head.substr(cl + 16));
         while (buf.size() < len) {
-          auto [rec, rn] = co_await boost::asio::async_read(socket, buf.prepare(len - buf.size()),
-                                                            boost::asio::as_tuple(boost::asio::use_awaitable));
+          auto [rec, rn] = co_await boost::asio::async_read(
+              socket, buf.prepare(len - buf.size()), boost::asio::as_tuple(boost::asio::use_awaitable));
           if (rec) co_return;
           buf.commit(rn);
         }

@@ -1,12 +1,12 @@
 #pragma once
 // Runs a coroutine on an io_context until it finishes, within a time budget: a stuck coroutine fails the test
 // instead of hanging CI. No sleeps.
-#include <chrono>
-#include <exception>
+#include <gtest/gtest.h>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
-#include <gtest/gtest.h>
+#include <chrono>
+#include <exception>
 
 namespace hami::testing {
 

@@ -1,7 +1,7 @@
-// The four built-in backends in isolation: discovery, requests, annotations, admission, default protocol keys and
-// config overrides. Vectors are reference/hami-backends.md §8.3-§8.7, adapted where this project deliberately
-// differs from upstream (PROTOCOL.md D2, D3, D7; absent devices are an empty list, not an error; NVIDIA admission
-// replaces an env var instead of appending a duplicate).
+// The four built-in backends in isolation: discovery, requests, annotations, admission, default protocol keys
+// and config overrides. Vectors are reference/hami-backends.md §8.3-§8.7, adapted where this project
+// deliberately differs from upstream (PROTOCOL.md D2, D3, D7; absent devices are an empty list, not an error;
+// NVIDIA admission replaces an env var instead of appending a duplicate).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -50,7 +50,8 @@ ContainerView Requests(std::string name, std::map<std::string, std::string> requ
   return c;
 }
 
-DeviceRequest Req(std::string vendor, std::int32_t count, std::int64_t mem, std::int32_t pct, std::int64_t cores) {
+DeviceRequest Req(std::string vendor, std::int32_t count, std::int64_t mem, std::int32_t pct,
+                  std::int64_t cores) {
   return DeviceRequest{std::move(vendor), count, MiB(mem), pct, Cores(cores)};
 }
 
@@ -81,11 +82,13 @@ NodeView CapacityNode(std::string name, std::map<std::string, std::string> capac
   return n;
 }
 
-ContainerDevice Dev(std::int32_t index, std::string uuid, std::string vendor, std::int64_t mem, std::int64_t cores) {
+ContainerDevice Dev(std::int32_t index, std::string uuid, std::string vendor, std::int64_t mem,
+                    std::int64_t cores) {
   return ContainerDevice{index, std::move(uuid), std::move(vendor), MiB(mem), Cores(cores), std::nullopt};
 }
 
-// --- DefaultSpec: PROTOCOL.md §1 ------------------------------------------------------------------------------
+// --- DefaultSpec: PROTOCOL.md §1
+// ------------------------------------------------------------------------------
 
 TEST(DefaultSpec, Nvidia) {
   const BackendSpec s = backends::nvidia::DefaultSpec();
@@ -214,7 +217,8 @@ TEST(Registry, BuiltinNamesAndVendorOrder) {
   EXPECT_EQ(b.Find("MLU"), &b.at(1));
 }
 
-// --- Discover -----------------------------------------------------------------------------------------------
+// --- Discover
+// -----------------------------------------------------------------------------------------------
 
 TEST(NvidiaDiscover, V26Manifest) {
   auto b = Make("nvidia");
@@ -293,8 +297,8 @@ TEST(NvidiaDiscover, V26PairScores) {
 
 TEST(CambriconDiscover, V43OneCardFromCapacity) {
   auto b = Make("cambricon");
-  auto d = b->Discover(CapacityNode("test", {{"cambricon.com/mlu.smlu.vcore", "1"},
-                                             {"cambricon.com/mlu.smlu.vmemory", "1"}}));
+  auto d = b->Discover(
+      CapacityNode("test", {{"cambricon.com/mlu.smlu.vcore", "1"}, {"cambricon.com/mlu.smlu.vmemory", "1"}}));
   ASSERT_TRUE(d) << d.error().message;
   ASSERT_EQ(d->size(), 1u);
   const DeviceInfo& x = (*d)[0];
@@ -310,15 +314,15 @@ TEST(CambriconDiscover, V43OneCardFromCapacity) {
 
 TEST(CambriconDiscover, CardsAreCeilOfVcoreOverHundred) {
   auto b = Make("cambricon");
-  auto two = b->Discover(CapacityNode("n", {{"cambricon.com/mlu.smlu.vcore", "200"},
-                                            {"cambricon.com/mlu.smlu.vmemory", "128"}}));
+  auto two = b->Discover(CapacityNode(
+      "n", {{"cambricon.com/mlu.smlu.vcore", "200"}, {"cambricon.com/mlu.smlu.vmemory", "128"}}));
   ASSERT_TRUE(two) << two.error().message;
   ASSERT_EQ(two->size(), 2u);
   EXPECT_EQ((*two)[1].id, "n-cambricon-mlu-1");
   EXPECT_EQ((*two)[1].index, 1);
   EXPECT_EQ((*two)[1].devmem, 16384_MiB);  // 128 * 256 * 100 / 200
-  auto partial = b->Discover(CapacityNode("n", {{"cambricon.com/mlu.smlu.vcore", "150"},
-                                                {"cambricon.com/mlu.smlu.vmemory", "150"}}));
+  auto partial = b->Discover(CapacityNode(
+      "n", {{"cambricon.com/mlu.smlu.vcore", "150"}, {"cambricon.com/mlu.smlu.vmemory", "150"}}));
   ASSERT_TRUE(partial) << partial.error().message;
   EXPECT_EQ(partial->size(), 2u);
 }
@@ -334,15 +338,16 @@ TEST(CambriconDiscover, AbsentIsEmptyMalformedIsAnError) {
   auto bad = b->Discover(CapacityNode("n", {{"cambricon.com/mlu.smlu.vcore", "lots"}}));
   ASSERT_FALSE(bad);
   EXPECT_TRUE(Contains(bad.error().message, "cambricon.com/mlu.smlu.vcore")) << bad.error().message;
-  auto frac = b->Discover(CapacityNode("n", {{"cambricon.com/mlu.smlu.vcore", "100"},
-                                             {"cambricon.com/mlu.smlu.vmemory", "1.5"}}));
+  auto frac = b->Discover(CapacityNode(
+      "n", {{"cambricon.com/mlu.smlu.vcore", "100"}, {"cambricon.com/mlu.smlu.vmemory", "1.5"}}));
   ASSERT_FALSE(frac);
   EXPECT_TRUE(Contains(frac.error().message, "cambricon.com/mlu.smlu.vmemory")) << frac.error().message;
 }
 
 TEST(MthreadsDiscover, V53OneCardFromCapacity) {
   auto b = Make("mthreads");
-  auto d = b->Discover(CapacityNode("test", {{"mthreads.com/sgpu-memory", "1"}, {"mthreads.com/sgpu-core", "1"}}));
+  auto d =
+      b->Discover(CapacityNode("test", {{"mthreads.com/sgpu-memory", "1"}, {"mthreads.com/sgpu-core", "1"}}));
   ASSERT_TRUE(d) << d.error().message;
   ASSERT_EQ(d->size(), 1u);
   const DeviceInfo& x = (*d)[0];
@@ -358,7 +363,8 @@ TEST(MthreadsDiscover, V53OneCardFromCapacity) {
 
 TEST(MthreadsDiscover, CardsAndErrors) {
   auto b = Make("mthreads");
-  auto two = b->Discover(CapacityNode("m", {{"mthreads.com/sgpu-memory", "192"}, {"mthreads.com/sgpu-core", "32"}}));
+  auto two =
+      b->Discover(CapacityNode("m", {{"mthreads.com/sgpu-memory", "192"}, {"mthreads.com/sgpu-core", "32"}}));
   ASSERT_TRUE(two) << two.error().message;
   ASSERT_EQ(two->size(), 2u);
   EXPECT_EQ((*two)[1].id, "m-mthreads-1");
@@ -407,7 +413,8 @@ TEST(HygonDiscover, V60) {
   }
 }
 
-// --- RequestFor ---------------------------------------------------------------------------------------------
+// --- RequestFor
+// ---------------------------------------------------------------------------------------------
 
 TEST(NvidiaRequest, V27Vectors) {
   auto b = Make("nvidia");
@@ -431,12 +438,13 @@ TEST(NvidiaRequest, V27Vectors) {
             Req("NVIDIA", 1, 0, 100, 0));
   EXPECT_EQ(Request(*b, Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "-1"}})),
             Req("NVIDIA", 1, 0, 100, 0));
-  EXPECT_EQ(Request(*b, Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "2000"},
+  EXPECT_EQ(Request(*b, Ctr("c", {{"nvidia.com/gpu", "1"},
+                                  {"nvidia.com/gpumem", "2000"},
                                   {"nvidia.com/gpumem-percentage", "0"}})),
             Req("NVIDIA", 1, 2000, kPercentUnset, 0));
   // Limits win over requests.
-  EXPECT_EQ(Request(*b, Requests("c", {{"nvidia.com/gpumem", "1000"}}, {{"nvidia.com/gpu", "1"},
-                                                                        {"nvidia.com/gpumem", "3000"}})),
+  EXPECT_EQ(Request(*b, Requests("c", {{"nvidia.com/gpumem", "1000"}},
+                                 {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "3000"}})),
             Req("NVIDIA", 1, 3000, kPercentUnset, 0));
 }
 
@@ -446,7 +454,8 @@ TEST(NvidiaRequest, D7UnreadableMemoryIsAnErrorNamingTheResource) {
     const std::string e = RequestError(*b, Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", mem}}));
     EXPECT_TRUE(Contains(e, "nvidia.com/gpumem")) << mem << ": " << e;
   }
-  const std::string cores = RequestError(*b, Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "0.5"}}));
+  const std::string cores =
+      RequestError(*b, Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "0.5"}}));
   EXPECT_TRUE(Contains(cores, "nvidia.com/gpucores")) << cores;
   const std::string pct =
       RequestError(*b, Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "12.5"}}));
@@ -489,7 +498,8 @@ TEST(NvidiaRequest, V29DefaultMemoryAndCores) {
   EXPECT_EQ(Request(*b, Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "0"}})),
             Req("NVIDIA", 1, 512, kPercentUnset, 20));
   // An explicit percentage or core value wins over the defaults.
-  EXPECT_EQ(Request(*b, Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "30"},
+  EXPECT_EQ(Request(*b, Ctr("c", {{"nvidia.com/gpu", "1"},
+                                  {"nvidia.com/gpumem-percentage", "30"},
                                   {"nvidia.com/gpucores", "0"}})),
             Req("NVIDIA", 1, 0, 30, 0));
 }
@@ -499,7 +509,8 @@ TEST(CambriconRequest, V46Vectors) {
   s.resource_count = "cambricon.com/mlu";  // the names of the upstream test
   auto b = Make("cambricon", s);
   EXPECT_EQ(Request(*b, Ctr("c", {})), std::nullopt);
-  EXPECT_EQ(Request(*b, Ctr("c", {{"cambricon.com/mlu", "1"}, {"cambricon.com/mlu.smlu.vmemory", "1000"},
+  EXPECT_EQ(Request(*b, Ctr("c", {{"cambricon.com/mlu", "1"},
+                                  {"cambricon.com/mlu.smlu.vmemory", "1000"},
                                   {"cambricon.com/mlu.smlu.vcore", "2"}})),
             Req("MLU", 1, 256000, 0, 2));
   EXPECT_EQ(Request(*b, Ctr("c", {{"cambricon.com/mlu", "1"}, {"cambricon.com/mlu.smlu.vmemory", "1000"}})),
@@ -527,7 +538,8 @@ TEST(CambriconRequest, D7Counts) {
 
 TEST(MthreadsRequest, V56Vectors) {
   auto b = Make("mthreads");
-  EXPECT_EQ(Request(*b, Ctr("c", {{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-memory", "1000"},
+  EXPECT_EQ(Request(*b, Ctr("c", {{"mthreads.com/vgpu", "1"},
+                                  {"mthreads.com/sgpu-memory", "1000"},
                                   {"mthreads.com/sgpu-core", "1"}})),
             Req("Mthreads", 1, 512000, 0, 1));
   EXPECT_EQ(Request(*b, Requests("c", {{"mthreads.com/sgpu-memory", "2"}, {"mthreads.com/sgpu-core", "1"}})),
@@ -548,11 +560,13 @@ TEST(MthreadsRequest, V56Vectors) {
 TEST(MthreadsRequest, PodTotalsAreDividedPerDevice) {
   auto b = Make("mthreads");
   // multi_cards.yaml after the webhook: vgpu 2, core 32, memory 192 -> per device 49152 MiB, 16 cores.
-  EXPECT_EQ(Request(*b, Ctr("c", {{"mthreads.com/vgpu", "2"}, {"mthreads.com/sgpu-memory", "192"},
+  EXPECT_EQ(Request(*b, Ctr("c", {{"mthreads.com/vgpu", "2"},
+                                  {"mthreads.com/sgpu-memory", "192"},
                                   {"mthreads.com/sgpu-core", "32"}})),
             Req("Mthreads", 2, 49152, 0, 16));
   // Integer division: 3 units over 2 devices is 768 MiB each; 5 cores over 2 devices is 2.
-  EXPECT_EQ(Request(*b, Ctr("c", {{"mthreads.com/vgpu", "2"}, {"mthreads.com/sgpu-memory", "3"},
+  EXPECT_EQ(Request(*b, Ctr("c", {{"mthreads.com/vgpu", "2"},
+                                  {"mthreads.com/sgpu-memory", "3"},
                                   {"mthreads.com/sgpu-core", "5"}})),
             Req("Mthreads", 2, 768, 0, 2));
 }
@@ -560,30 +574,36 @@ TEST(MthreadsRequest, PodTotalsAreDividedPerDevice) {
 TEST(HygonRequest, V64Vectors) {
   auto b = Make("hygon");
   EXPECT_EQ(Request(*b, Ctr("c", {})), std::nullopt);
-  EXPECT_EQ(Request(*b, Ctr("c", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcucores", "1"}, {"hygon.com/dcumem", "1024"}})),
-            Req("DCU", 1, 1024, 0, 1));
+  EXPECT_EQ(
+      Request(
+          *b,
+          Ctr("c", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcucores", "1"}, {"hygon.com/dcumem", "1024"}})),
+      Req("DCU", 1, 1024, 0, 1));
   EXPECT_EQ(Request(*b, Requests("c", {{"hygon.com/dcucores", "1"}, {"hygon.com/dcumem", "1024"}},
                                  {{"hygon.com/dcunum", "1"}})),
             Req("DCU", 1, 1024, 0, 1));
   EXPECT_EQ(Request(*b, Requests("c", {{"hygon.com/dcucores", "1"}}, {{"hygon.com/dcunum", "1"}})),
             Req("DCU", 1, 0, 100, 1));
   EXPECT_EQ(Request(*b, Ctr("c", {{"hygon.com/dcunum", "2"}})), Req("DCU", 2, 0, 100, 100));
-  const std::string mem = RequestError(*b, Ctr("c", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcumem", "16Gi"}}));
+  const std::string mem =
+      RequestError(*b, Ctr("c", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcumem", "16Gi"}}));
   EXPECT_TRUE(Contains(mem, "hygon.com/dcumem")) << mem;
   // Upstream treats a fractional memory as "absent" (a whole card); D7 makes it an error.
-  const std::string frac = RequestError(*b, Ctr("c", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcumem", "1.5"}}));
+  const std::string frac =
+      RequestError(*b, Ctr("c", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcumem", "1.5"}}));
   EXPECT_TRUE(Contains(frac, "hygon.com/dcumem")) << frac;
   const std::string count = RequestError(*b, Ctr("c", {{"hygon.com/dcunum", "2200000000"}}));
   EXPECT_TRUE(Contains(count, "hygon.com/dcunum")) << count;
-  const std::string cores = RequestError(*b, Ctr("c", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcucores", "-1"}}));
+  const std::string cores =
+      RequestError(*b, Ctr("c", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcucores", "-1"}}));
   EXPECT_TRUE(Contains(cores, "hygon.com/dcucores")) << cores;
 }
 
 TEST(HygonRequest, MemoryFactor) {
   VendorSettings big;
   big.memory_factor = 1024;
-  const std::string e =
-      RequestError(*Make("hygon", big), Ctr("c", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcumem", "3000000"}}));
+  const std::string e = RequestError(*Make("hygon", big),
+                                     Ctr("c", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcumem", "3000000"}}));
   EXPECT_TRUE(Contains(e, "hygon.com/dcumem")) << e;
   VendorSettings two;
   two.memory_factor = 2;
@@ -606,7 +626,8 @@ TEST(AllRequests, D7CountsForEveryVendor) {
   }
 }
 
-// --- Annotate -----------------------------------------------------------------------------------------------
+// --- Annotate
+// -----------------------------------------------------------------------------------------------
 
 TEST(NvidiaAnnotate, V25BothKeys) {
   Annotations out;
@@ -650,8 +671,9 @@ TEST(CambriconAnnotate, V47) {
   EXPECT_EQ(second.at("hami.io/cambricon-mlu-devices-to-allocate"), ";device-0,MLU,256000,1:;");
   // The profile names the first device of the first container that has one.
   Annotations many;
-  b->Annotate({{}, {Dev(2, "d2", "MLU", 512, 30), Dev(3, "d3", "MLU", 768, 40)}, {Dev(1, "d1", "MLU", 256, 5)}}, {},
-              kNow, many);
+  b->Annotate(
+      {{}, {Dev(2, "d2", "MLU", 512, 30), Dev(3, "d3", "MLU", 768, 40)}, {Dev(1, "d1", "MLU", 256, 5)}}, {},
+      kNow, many);
   EXPECT_EQ(many.at("CAMBRICON_DSMLU_PROFILE"), "2_30_2");
 }
 
@@ -671,8 +693,9 @@ TEST(MthreadsAnnotate, PredicateNodeAndLastContainerIndexes) {
   auto b = Make("mthreads");
   const Annotations written{{"hami.io/vgpu-node", "node-7"}};
   Annotations out;
-  b->Annotate({{Dev(0, "a", "Mthreads", 1, 1), Dev(1, "b", "Mthreads", 1, 1)}, {}, {Dev(3, "c", "Mthreads", 1, 1)}},
-              written, kNow, out);
+  b->Annotate(
+      {{Dev(0, "a", "Mthreads", 1, 1), Dev(1, "b", "Mthreads", 1, 1)}, {}, {Dev(3, "c", "Mthreads", 1, 1)}},
+      written, kNow, out);
   EXPECT_EQ(out.at("mthreads.com/predicate-node"), "node-7");
   EXPECT_EQ(out.at("mthreads.com/gpu-index"), "3");  // the last container with devices wins
   Annotations one;
@@ -702,12 +725,13 @@ TEST(Annotate, ConfiguredKeysAreWritten) {
   EXPECT_EQ(only_allocated, (Annotations{{"hami.io/vgpu-devices-allocated", "g,NVIDIA,1,1:;"}}));
 }
 
-// --- Admit --------------------------------------------------------------------------------------------------
+// --- Admit
+// --------------------------------------------------------------------------------------------------
 
 struct Admitted {
-  bool ok = false;        // Admit returned a value
-  bool uses = false;      // ... and that value
-  std::string error;      // Admit's error, if any
+  bool ok = false;    // Admit returned a value
+  bool uses = false;  // ... and that value
+  std::string error;  // Admit's error, if any
   ContainerView container;
   PodView pod;
 };
@@ -728,14 +752,15 @@ Admitted AdmitOne(const Backend& b, ContainerView c, PodView pod = {}) {
 
 TEST(NvidiaAdmit, V19DefaultGpuNum) {
   auto b = Make("nvidia");
-  for (const char* resource : {"nvidia.com/gpu", "nvidia.com/gpucores", "nvidia.com/gpumem",
-                               "nvidia.com/gpumem-percentage"}) {
+  for (const char* resource :
+       {"nvidia.com/gpu", "nvidia.com/gpucores", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage"}) {
     auto a = AdmitOne(*b, Ctr("c", {{resource, "50"}}));
     ASSERT_TRUE(a.ok) << resource << ": " << a.error;
     EXPECT_TRUE(a.uses) << resource;
     EXPECT_TRUE(a.container.limits.contains("nvidia.com/gpu")) << resource;
   }
-  EXPECT_EQ(AdmitOne(*b, Ctr("c", {{"nvidia.com/gpumem", "1000"}})).container.limits.at("nvidia.com/gpu"), "1");
+  EXPECT_EQ(AdmitOne(*b, Ctr("c", {{"nvidia.com/gpumem", "1000"}})).container.limits.at("nvidia.com/gpu"),
+            "1");
   auto none = AdmitOne(*b, Ctr("c", {}));
   ASSERT_TRUE(none.ok);
   EXPECT_FALSE(none.uses);
@@ -766,7 +791,8 @@ TEST(NvidiaAdmit, V20PercentageValidation) {
     EXPECT_TRUE(Contains(a.error, "nvidia.com/gpumem-percentage")) << a.error;
     EXPECT_TRUE(Contains(a.error, "main")) << a.error;
   }
-  auto req = AdmitOne(*b, Requests("c", {{"nvidia.com/gpumem-percentage", "150"}}, {{"nvidia.com/gpu", "1"}}));
+  auto req =
+      AdmitOne(*b, Requests("c", {{"nvidia.com/gpumem-percentage", "150"}}, {{"nvidia.com/gpu", "1"}}));
   EXPECT_FALSE(req.ok) << "a percentage in requests is validated too";
 }
 
@@ -779,8 +805,10 @@ TEST(NvidiaAdmit, V21ExclusiveCoreDefaulting) {
     return it == a.container.limits.end() ? "<none>" : it->second;
   };
   EXPECT_EQ(cores_after(Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "100"}})), "100");
-  EXPECT_EQ(cores_after(Requests("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "100"}})), "100");
-  EXPECT_EQ(cores_after(Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "50"}})), "<none>");
+  EXPECT_EQ(cores_after(Requests("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "100"}})),
+            "100");
+  EXPECT_EQ(cores_after(Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "50"}})),
+            "<none>");
   EXPECT_EQ(cores_after(Ctr("c", {{"nvidia.com/gpu", "1"}})), "100");
   EXPECT_EQ(cores_after(Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "70"}})), "70");
   EXPECT_EQ(cores_after(Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "8192"}})), "<none>");
@@ -800,7 +828,8 @@ TEST(NvidiaAdmit, V21ExclusiveCoreDefaulting) {
   custom.resource_count = "hami.io/gpu";
   custom.resource_memory_percentage = "hami.io/gpumem-percentage";
   custom.resource_cores = "hami.io/gpucores";
-  auto c = AdmitOne(*Make("nvidia", custom), Ctr("c", {{"hami.io/gpu", "1"}, {"hami.io/gpumem-percentage", "100"}}));
+  auto c = AdmitOne(*Make("nvidia", custom),
+                    Ctr("c", {{"hami.io/gpu", "1"}, {"hami.io/gpumem-percentage", "100"}}));
   ASSERT_TRUE(c.ok) << c.error;
   EXPECT_TRUE(c.uses);
   EXPECT_EQ(c.container.limits.at("hami.io/gpucores"), "100");
@@ -851,7 +880,8 @@ TEST(NvidiaAdmit, EnvVarsAreReplacedNotDuplicated) {
   c.env = {{"OTHER", "x"}, {"CUDA_TASK_PRIORITY", "1"}};
   auto once = AdmitOne(*b, c);
   ASSERT_TRUE(once.ok) << once.error;
-  const std::vector<EnvVar> want{{"OTHER", "x"}, {"CUDA_TASK_PRIORITY", "5"}, {"GPU_CORE_UTILIZATION_POLICY", "disable"}};
+  const std::vector<EnvVar> want{
+      {"OTHER", "x"}, {"CUDA_TASK_PRIORITY", "5"}, {"GPU_CORE_UTILIZATION_POLICY", "disable"}};
   EXPECT_EQ(once.container.env, want);
   auto twice = AdmitOne(*b, once.container);
   ASSERT_TRUE(twice.ok) << twice.error;
@@ -867,7 +897,8 @@ TEST(CambriconAdmit, V44ReportsCountInLimits) {
   auto b = Make("cambricon");
   EXPECT_TRUE(AdmitOne(*b, Ctr("c", {{"cambricon.com/vmlu", "1"}})).uses);
   EXPECT_FALSE(AdmitOne(*b, Ctr("c", {{"cambricon.com/mlu", "1"}})).uses);
-  EXPECT_FALSE(AdmitOne(*b, Requests("c", {{"cambricon.com/vmlu", "1"}})).uses);  // requests only: not detected
+  EXPECT_FALSE(
+      AdmitOne(*b, Requests("c", {{"cambricon.com/vmlu", "1"}})).uses);  // requests only: not detected
   auto a = AdmitOne(*b, Ctr("c", {{"cambricon.com/vmlu", "1"}}));
   EXPECT_EQ(a.container.limits.size(), 1u) << "nothing is injected";
 }
@@ -880,15 +911,17 @@ TEST(MthreadsAdmit, V52) {
     bool uses;
   };
   const std::vector<Case> cases{
-      {Ctr("c", {{"mthreads.com/vgpu", "2"}, {"mthreads.com/sgpu-memory", "2"}, {"mthreads.com/sgpu-core", "1"}}), true,
-       true},
+      {Ctr("c",
+           {{"mthreads.com/vgpu", "2"}, {"mthreads.com/sgpu-memory", "2"}, {"mthreads.com/sgpu-core", "1"}}),
+       true, true},
       {Ctr("c", {{"mthreads.com/vgpu", "2"}}), true, true},
       {Requests("c", {{"mthreads.com/vgpu", "2"}}), true, true},
       {Requests("c", {{"mthreads.com/vgpu", "1"}}), true, true},
       {Ctr("c", {{"mthreads.com/sgpu-memory", "2"}, {"mthreads.com/sgpu-core", "1"}}), true, false},
       {Ctr("c", {{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-core", "1"}}), true, true},
-      {Ctr("c", {{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-memory", "2"}, {"mthreads.com/sgpu-core", "1"}}), true,
-       true},
+      {Ctr("c",
+           {{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-memory", "2"}, {"mthreads.com/sgpu-core", "1"}}),
+       true, true},
       {Ctr("c", {{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-memory", "3"}}), false, false},
       {Ctr("c", {{"mthreads.com/vgpu", "0"}}), false, false},
       {Ctr("c", {{"mthreads.com/vgpu", "-1"}}), false, false},
@@ -909,7 +942,8 @@ TEST(MthreadsAdmit, V52) {
 
 TEST(MthreadsAdmit, V52LimitsRewritten) {
   auto b = Make("mthreads");
-  auto multi = AdmitOne(*b, Ctr("c", {{"mthreads.com/vgpu", "2"}, {"mthreads.com/sgpu-memory", "2"},
+  auto multi = AdmitOne(*b, Ctr("c", {{"mthreads.com/vgpu", "2"},
+                                      {"mthreads.com/sgpu-memory", "2"},
                                       {"mthreads.com/sgpu-core", "1"}}));
   ASSERT_TRUE(multi.ok) << multi.error;
   EXPECT_EQ(multi.container.limits.at("mthreads.com/sgpu-core"), "32");
@@ -920,7 +954,8 @@ TEST(MthreadsAdmit, V52LimitsRewritten) {
   EXPECT_EQ(whole.container.limits.at("mthreads.com/sgpu-core"), "16");  // a user core limit is overwritten
   EXPECT_EQ(whole.container.limits.at("mthreads.com/sgpu-memory"), "96");
   EXPECT_FALSE(whole.pod.annotations.contains("mthreads.com/request-gpu-num"));
-  auto sized = AdmitOne(*b, Ctr("c", {{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-memory", "8"},
+  auto sized = AdmitOne(*b, Ctr("c", {{"mthreads.com/vgpu", "1"},
+                                      {"mthreads.com/sgpu-memory", "8"},
                                       {"mthreads.com/sgpu-core", "4"}}));
   ASSERT_TRUE(sized.ok) << sized.error;
   EXPECT_EQ(sized.container.limits.at("mthreads.com/sgpu-core"), "4");
@@ -936,7 +971,8 @@ TEST(HygonAdmit, V58) {
   EXPECT_FALSE(AdmitOne(*b, Ctr("c", {{"nvidia.com/gpu", "1"}})).uses);
 }
 
-// --- config overrides ---------------------------------------------------------------------------------------
+// --- config overrides
+// ---------------------------------------------------------------------------------------
 
 TEST(Settings, KeysAndResourceNamesOverride) {
   for (const char* section : {"nvidia", "cambricon", "mthreads", "hygon"}) {
@@ -962,7 +998,8 @@ TEST(Settings, KeysAndResourceNamesOverride) {
     EXPECT_EQ(spec.keys.to_allocate, "example.com/to-allocate") << section;
     EXPECT_EQ(spec.keys.node_lock, "example.com/lock") << section;
     // The renamed resources are the ones read.
-    auto r = Request(*b, Ctr("c", {{"example.com/count", "1"}, {"example.com/mem", "4"}, {"example.com/cores", "8"}}));
+    auto r = Request(
+        *b, Ctr("c", {{"example.com/count", "1"}, {"example.com/mem", "4"}, {"example.com/cores", "8"}}));
     ASSERT_TRUE(r.has_value()) << section;
     EXPECT_EQ(r->count, 1) << section;
     EXPECT_EQ(r->memory.value(), 4 * spec.resources.memory_factor) << section;
@@ -1000,8 +1037,9 @@ TEST(Settings, OverriddenKeysDriveDiscovery) {
   VendorSettings mlu;
   mlu.resource_cores = "cambricon.com/mlu370.smlu.vcore";
   mlu.resource_memory = "cambricon.com/mlu370.smlu.vmemory";
-  auto cap = Make("cambricon", mlu)->Discover(
-      CapacityNode("n", {{"cambricon.com/mlu370.smlu.vcore", "100"}, {"cambricon.com/mlu370.smlu.vmemory", "16"}}));
+  auto cap = Make("cambricon", mlu)
+                 ->Discover(CapacityNode("n", {{"cambricon.com/mlu370.smlu.vcore", "100"},
+                                               {"cambricon.com/mlu370.smlu.vmemory", "16"}}));
   ASSERT_TRUE(cap) << cap.error().message;
   ASSERT_EQ(cap->size(), 1u);
   EXPECT_EQ((*cap)[0].devmem, 4096_MiB);
@@ -1015,7 +1053,8 @@ TEST(Settings, MemoryFactor) {
   VendorSettings zero;
   zero.memory_factor = 0;  // 0 and 1 both mean MiB
   EXPECT_EQ(Make("nvidia", zero)->Spec().resources.memory_factor, 1);
-  EXPECT_EQ(Request(*Make("nvidia", zero), Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "100"}}))->memory,
+  EXPECT_EQ(Request(*Make("nvidia", zero), Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "100"}}))
+                ->memory,
             100_MiB);
   VendorSettings negative;
   negative.memory_factor = -2;

@@ -1,10 +1,10 @@
-#include "cmd/app.h"
+#include <gtest/gtest.h>
 
+#include <boost/json.hpp>
 #include <fstream>
 #include <sstream>
 
-#include <boost/json.hpp>
-#include <gtest/gtest.h>
+#include "cmd/app.h"
 
 namespace hami::cmd {
 namespace {
@@ -41,8 +41,8 @@ json::object ResultFor(const json::value& doc, std::string_view pod) {
 class SimulateExamples : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    ran_ = new Ran(Exec({"simulate", "--cluster", kExamples + "cluster.yaml", "--pods", kExamples + "pods.yaml",
-                         "--now", "2026-11-29T12:00:00Z"}));
+    ran_ = new Ran(Exec({"simulate", "--cluster", kExamples + "cluster.yaml", "--pods",
+                         kExamples + "pods.yaml", "--now", "2026-11-29T12:00:00Z"}));
     ASSERT_EQ(ran_->code, 0) << ran_->err;
     doc_ = new json::value(json::parse(ran_->out));
   }
@@ -103,8 +103,10 @@ TEST_F(SimulateExamples, ReasonsAndAnnotations) {
   EXPECT_EQ(ran_->out.find("GPU-v100-broken,NVIDIA"), std::string::npos);
   // NUMA pair: both on one NUMA node (A100 0/1 are NUMA 0, 2/3 NUMA 1).
   const std::string numa = Annotation("default/numa-pair", "hami.io/vgpu-devices-allocated");
-  const bool low = numa.find("GPU-a100-0") != std::string::npos && numa.find("GPU-a100-1") != std::string::npos;
-  const bool high = numa.find("GPU-a100-2") != std::string::npos && numa.find("GPU-a100-3") != std::string::npos;
+  const bool low =
+      numa.find("GPU-a100-0") != std::string::npos && numa.find("GPU-a100-1") != std::string::npos;
+  const bool high =
+      numa.find("GPU-a100-2") != std::string::npos && numa.find("GPU-a100-3") != std::string::npos;
   EXPECT_TRUE(low || high) << numa;
   EXPECT_EQ(Annotation("default/mlu-slice", "CAMBRICON_DSMLU_ASSIGNED"), "false");
   EXPECT_EQ(Annotation("default/mthreads-slice", "mthreads.com/predicate-node"), "mthreads-s4000-1");
@@ -132,8 +134,9 @@ TEST(Simulate, TableOutputAndBadInput) {
   auto no_file = Exec({"simulate", "--cluster", "/nonexistent.yaml"});
   EXPECT_EQ(no_file.code, kExitUsage);
   EXPECT_NE(no_file.err.find("/nonexistent.yaml"), std::string::npos);
-  const std::string bad = WriteTemp("bad-cluster.json",
-                                    R"({"kind":"List","items":[{"kind":"Node","metadata":{"name":"n","annotations":[]}}]})");
+  const std::string bad =
+      WriteTemp("bad-cluster.json",
+                R"({"kind":"List","items":[{"kind":"Node","metadata":{"name":"n","annotations":[]}}]})");
   auto bad_run = Exec({"simulate", "--cluster", bad});
   EXPECT_EQ(bad_run.code, kExitUsage);
   EXPECT_NE(bad_run.err.find("Node n: metadata.annotations"), std::string::npos) << bad_run.err;
@@ -228,8 +231,8 @@ TEST(Commands, VendorConfigChangesKeys) {
 hygon:
   annotations: {toAllocate: hami.io/dcu-devices-to-allocate}
 )");
-  auto r = Exec({"simulate", "--cluster", kExamples + "cluster.yaml", "--pods", kExamples + "pods.yaml", "--config",
-                 cfg, "--now", "2026-11-29T12:00:00Z"});
+  auto r = Exec({"simulate", "--cluster", kExamples + "cluster.yaml", "--pods", kExamples + "pods.yaml",
+                 "--config", cfg, "--now", "2026-11-29T12:00:00Z"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("hami.io/dcu-devices-to-allocate"), std::string::npos);
   EXPECT_EQ(r.out.find("hami.io/hcu-devices-to-allocate"), std::string::npos);

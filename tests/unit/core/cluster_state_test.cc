@@ -9,8 +9,8 @@ namespace {
 
 using testing::Gpu;
 
-PodAllocation Hold(std::string uid, std::string node, std::vector<std::tuple<std::string, int, int>> per_container,
-                   std::size_t num_init = 0) {
+PodAllocation Hold(std::string uid, std::string node,
+                   std::vector<std::tuple<std::string, int, int>> per_container, std::size_t num_init = 0) {
   PodAllocation a;
   a.uid = uid;
   a.ns = "default";
@@ -30,7 +30,9 @@ class Ledger : public ::testing::Test {
   Ledger() : backends_(testing::BuiltinBackends()), state_(backends_) {
     state_.UpsertNode(testing::NvidiaNode("n1", {Gpu("g0", 0), Gpu("g1", 1)}));
   }
-  const DeviceUsage& Usage(std::string_view node, int device) { return state_.FindNode(node)->usage.at(device); }
+  const DeviceUsage& Usage(std::string_view node, int device) {
+    return state_.FindNode(node)->usage.at(device);
+  }
   Backends backends_;
   ClusterState state_;
 };

@@ -9,7 +9,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// --- JSON manifest (NVIDIA) ---------------------------------------------------------------------------------
+// --- JSON manifest (NVIDIA)
+// ---------------------------------------------------------------------------------
 
 constexpr std::string_view kSeedManifest =
     R"([{"id":"GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec","count":10,"devmem":32768,"devcore":100,"type":"NVIDIA-Tesla V100-PCIE-32GB","numa":1,"mode":"hami-core","health":true},{"id":"GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448","index":1,"count":10,"devmem":32768,"devcore":100,"type":"NVIDIA-Tesla V100-PCIE-32GB","numa":1,"mode":"hami-core","health":true}])";
@@ -80,10 +81,11 @@ TEST(DeviceManifest, ErrorsNameDeviceAndField) {
 }
 
 TEST(DeviceManifest, MigProfiles) {
-  auto d = DecodeDeviceManifest(
-               R"([{"id":"GPU-0","count":7,"devmem":40960,"devcore":100,"type":"NVIDIA-A100","mode":"mig","health":true,)"
-               R"("migProfiles":[{"name":"1g.5gb","memoryMB":4864,"core":15,"sliceCount":1,"placements":[{"start":6,"size":1}]}]}])")
-               .value();
+  auto d =
+      DecodeDeviceManifest(
+          R"([{"id":"GPU-0","count":7,"devmem":40960,"devcore":100,"type":"NVIDIA-A100","mode":"mig","health":true,)"
+          R"("migProfiles":[{"name":"1g.5gb","memoryMB":4864,"core":15,"sliceCount":1,"placements":[{"start":6,"size":1}]}]}])")
+          .value();
   ASSERT_EQ(d[0].mig_profiles.size(), 1u);
   EXPECT_EQ(d[0].mig_profiles[0].name, "1g.5gb");
   EXPECT_EQ(d[0].mig_profiles[0].memory_mib, 4864);
@@ -93,12 +95,14 @@ TEST(DeviceManifest, MigProfiles) {
 
 TEST(DeviceManifest, PairScores) {
   auto d = DecodeDeviceManifest(R"([{"id":"GPU-0"},{"id":"GPU-1"}])").value();
-  ASSERT_TRUE(ApplyPairScores(R"([{"uuid":"GPU-0","score":{"GPU-1":100}},{"uuid":"GPU-1","score":{"GPU-0":100}}])", d));
+  ASSERT_TRUE(ApplyPairScores(
+      R"([{"uuid":"GPU-0","score":{"GPU-1":100}},{"uuid":"GPU-1","score":{"GPU-0":100}}])", d));
   EXPECT_EQ(d[0].pair_scores.at("GPU-1"), 100);
   EXPECT_FALSE(ApplyPairScores("{bad", d));
 }
 
-// --- legacy colon format (V1, V2) -----------------------------------------------------------------------------
+// --- legacy colon format (V1, V2)
+// -----------------------------------------------------------------------------
 
 TEST(LegacyDevices, Vectors) {
   EXPECT_FALSE(DecodeLegacyDevices(""));
@@ -116,7 +120,9 @@ TEST(LegacyDevices, Vectors) {
   ASSERT_FALSE(five);
   EXPECT_NE(five.error().message.find("got 5"), std::string::npos);
 
-  auto one = DecodeLegacyDevices("GPU-ebe7c3f7-303d-558d-435e-99a160631fe4,10,7680,100,NVIDIA-Tesla P4,0,true:").value();
+  auto one =
+      DecodeLegacyDevices("GPU-ebe7c3f7-303d-558d-435e-99a160631fe4,10,7680,100,NVIDIA-Tesla P4,0,true:")
+          .value();
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0].id, "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4");
   EXPECT_EQ(one[0].index, 0);
@@ -126,8 +132,9 @@ TEST(LegacyDevices, Vectors) {
   EXPECT_EQ(one[0].type, "NVIDIA-Tesla P4");
   EXPECT_EQ(one[0].mode, "hami-core");
   EXPECT_TRUE(one[0].health);
-  auto nine =
-      DecodeLegacyDevices("GPU-ebe7c3f7-303d-558d-435e-99a160631fe4,10,7680,100,NVIDIA-Tesla P4,0,true,1,hami-core:").value();
+  auto nine = DecodeLegacyDevices(
+                  "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4,10,7680,100,NVIDIA-Tesla P4,0,true,1,hami-core:")
+                  .value();
   EXPECT_EQ(nine[0].index, 1);
 
   for (const char* bad : {"GPU-x,notanint,7680,100,T,0,true:", "GPU-x,10,notanint,100,T,0,true:",
@@ -141,14 +148,17 @@ TEST(LegacyDevices, Vectors) {
 }
 
 TEST(LegacyDevices, EncodeIsNineFieldsAndRoundTrips) {
-  auto d = DecodeLegacyDevices("GPU-ebe7c3f7-303d-558d-435e-99a160631fe4,10,7680,100,NVIDIA-Tesla P4,0,true:").value();
-  EXPECT_EQ(EncodeLegacyDevices(d), "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4,10,7680,100,NVIDIA-Tesla P4,0,true,0,hami-core:");
+  auto d = DecodeLegacyDevices("GPU-ebe7c3f7-303d-558d-435e-99a160631fe4,10,7680,100,NVIDIA-Tesla P4,0,true:")
+               .value();
+  EXPECT_EQ(EncodeLegacyDevices(d),
+            "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4,10,7680,100,NVIDIA-Tesla P4,0,true,0,hami-core:");
   d[0].index = 1;
   const std::string enc = EncodeLegacyDevices(d);
   EXPECT_EQ(enc, "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4,10,7680,100,NVIDIA-Tesla P4,0,true,1,hami-core:");
   EXPECT_EQ(DecodeLegacyDevices(enc).value(), d);
   // The protocol's Hygon example.
-  auto dcu = DecodeLegacyDevices("DCU-0001,4,16384,100,DCU-K100,0,true:DCU-0002,4,16384,100,DCU-K100,0,true:").value();
+  auto dcu = DecodeLegacyDevices("DCU-0001,4,16384,100,DCU-K100,0,true:DCU-0002,4,16384,100,DCU-K100,0,true:")
+                 .value();
   ASSERT_EQ(dcu.size(), 2u);
   EXPECT_EQ(dcu[1].id, "DCU-0002");
   EXPECT_EQ(dcu[1].count, 4);
@@ -178,7 +188,8 @@ TEST(LegacyDevices, OlderSeedExamples) {
   EXPECT_FALSE(DecodeLegacyDevices(kSeedManifest));
 }
 
-// --- pod device lists (V5) --------------------------------------------------------------------------------------
+// --- pod device lists (V5)
+// --------------------------------------------------------------------------------------
 
 ContainerDevice Dev(std::string uuid, std::string vendor, std::int64_t mem, std::int64_t cores) {
   return ContainerDevice{0, std::move(uuid), std::move(vendor), MiB(mem), Cores(cores), std::nullopt};
@@ -200,7 +211,8 @@ TEST(PodDevices, DecodeKeepsPositions) {
   EXPECT_EQ(one[0], (ContainerDevices{Dev("UUID1", "Type1", 1000, 30)}));
   EXPECT_TRUE(one[1].empty());
   auto pair = DecodePodDevices(
-                  "GPU-8dcd427f-483b-b48f-d7e5-75fb19a52b76,NVIDIA,500,3:;GPU-ebe7c3f7-303d-558d-435e-99a160631fe4,NVIDIA,500,3:;")
+                  "GPU-8dcd427f-483b-b48f-d7e5-75fb19a52b76,NVIDIA,500,3:;GPU-ebe7c3f7-303d-558d-435e-"
+                  "99a160631fe4,NVIDIA,500,3:;")
                   .value();
   ASSERT_EQ(pair.size(), 3u);
   EXPECT_TRUE(pair[2].empty());
@@ -238,7 +250,9 @@ TEST(MigAllocations, RoundTripAndValidation) {
   a[0].profile = "1g.10gb";
   a[0].placement = {6, 1};
   const std::string enc = EncodeMigAllocations(a);
-  EXPECT_EQ(enc, R"([{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-x","profile":"1g.10gb","placement":{"start":6,"size":1}}])");
+  EXPECT_EQ(
+      enc,
+      R"([{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-x","profile":"1g.10gb","placement":{"start":6,"size":1}}])");
   EXPECT_EQ(DecodeMigAllocations(enc).value(), a);
   a[0].mig_uuid = "MIG-1";
   a[0].gpu_instance_id = 0;  // zero ids are kept
@@ -251,7 +265,8 @@ TEST(MigAllocations, RoundTripAndValidation) {
       R"({"containerIndex":0,"deviceIndex":0,"gpuUUID":"G","profile":"p","placement":{"start":1,"size":1}}])"));
 }
 
-// --- collapse (V11) -----------------------------------------------------------------------------------------------
+// --- collapse (V11)
+// -----------------------------------------------------------------------------------------------
 
 PodDevices OneGpu(std::vector<std::pair<std::int64_t, std::int64_t>> per_container) {
   PodVendorDevices v;
@@ -299,7 +314,8 @@ TEST(Collapse, Vectors) {
   EXPECT_EQ(c.slots, 2);
 }
 
-// --- stamps -------------------------------------------------------------------------------------------------------
+// --- stamps
+// -------------------------------------------------------------------------------------------------------
 
 TEST(Handshake, ParseAndFormat) {
   setenv("TZ", "UTC", 1);
@@ -312,8 +328,9 @@ TEST(Handshake, ParseAndFormat) {
   EXPECT_EQ(ParseHandshake("Requesting", true).kind, Handshake::Kind::kMalformedRequest);
   EXPECT_EQ(ParseHandshake("Requesting_not-a-timestamp", true).kind, Handshake::Kind::kMalformedRequest);
   EXPECT_EQ(ParseHandshake("Requesting_2024.01.10 04:06:57", true).kind, Handshake::Kind::kMalformedRequest);
-  EXPECT_EQ(ParseHandshake("Reported 2024-01-23 04:30:04.434037031 +0000 UTC m=+1104711.777756895", true).kind,
-            Handshake::Kind::kReported);
+  EXPECT_EQ(
+      ParseHandshake("Reported 2024-01-23 04:30:04.434037031 +0000 UTC m=+1104711.777756895", true).kind,
+      Handshake::Kind::kReported);
   EXPECT_EQ(ParseHandshake("Unknown", true).kind, Handshake::Kind::kReported);
   EXPECT_EQ(ParseHandshake("", false).kind, Handshake::Kind::kAbsent);
 }

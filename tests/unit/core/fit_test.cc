@@ -1,6 +1,6 @@
-// The fit engine: the common matrix F1-F15 of reference/hami-backends.md §8.4 for each of the four backends, and the
-// NVIDIA (V30, V34-V38, V40), Cambricon (V50), Moore Threads (V57) and Hygon (V59) specifics, run through
-// ClusterState with devices as the device plugins publish them.
+// The fit engine: the common matrix F1-F15 of reference/hami-backends.md §8.4 for each of the four backends,
+// and the NVIDIA (V30, V34-V38, V40), Cambricon (V50), Moore Threads (V57) and Hygon (V59) specifics, run
+// through ClusterState with devices as the device plugins publish them.
 #include "core/fit.h"
 
 #include <gtest/gtest.h>
@@ -28,8 +28,8 @@ const TimePoint kNow = std::chrono::system_clock::from_time_t(1716199325);
 
 // A pod's hold on one device: `slots` app containers on it, the first carrying `mem` and `cores`.
 void Hold(ClusterState& state, const std::string& uid, const std::string& node, const std::string& vendor,
-          const std::string& uuid, int slots, std::int64_t mem, std::int64_t cores, const std::string& ns = "default",
-          std::vector<codec::MigAllocation> mig = {}) {
+          const std::string& uuid, int slots, std::int64_t mem, std::int64_t cores,
+          const std::string& ns = "default", std::vector<codec::MigAllocation> mig = {}) {
   PodAllocation a;
   a.uid = uid;
   a.ns = ns;
@@ -82,9 +82,9 @@ struct FitResult {
   std::string reason;
 };
 
-// One node "n" with devices of one backend. Capacity-discovered backends (MLU, Mthreads) have uniform cards of
-// 100 (MLU) or 16 (Mthreads) cores and always-healthy devices, and memory in 256/512 MiB steps: the matrix's
-// memory numbers are scaled by 4 for them and its core numbers by the card's core count.
+// One node "n" with devices of one backend. Capacity-discovered backends (MLU, Mthreads) have uniform cards
+// of 100 (MLU) or 16 (Mthreads) cores and always-healthy devices, and memory in 256/512 MiB steps: the
+// matrix's memory numbers are scaled by 4 for them and its core numbers by the card's core count.
 class Rig {
  public:
   explicit Rig(std::string vendor, const std::map<std::string, VendorSettings>& settings = {})
@@ -111,8 +111,8 @@ class Rig {
     if (vendor_ == "NVIDIA" || vendor_ == "DCU") {
       std::vector<DeviceInfo> devices;
       for (std::size_t i = 0; i < specs.size(); ++i) {
-        DeviceInfo d = Gpu(Uuid(static_cast<int>(i)), static_cast<std::int32_t>(i), M(specs[i].mem), specs[i].count,
-                           vendor_ == "DCU" ? "DCU-K100" : "NVIDIA-A100");
+        DeviceInfo d = Gpu(Uuid(static_cast<int>(i)), static_cast<std::int32_t>(i), M(specs[i].mem),
+                           specs[i].count, vendor_ == "DCU" ? "DCU-K100" : "NVIDIA-A100");
         d.health = specs[i].health;
         devices.push_back(d);
       }
@@ -129,7 +129,8 @@ class Rig {
       ASSERT_EQ(per_card_mem * count % unit, 0) << "memory not expressible in node capacity";
       const std::string prefix = vendor_ == "MLU" ? "cambricon.com/mlu.smlu." : "mthreads.com/sgpu-";
       n.capacity[prefix + (vendor_ == "MLU" ? "vcore" : "core")] = std::to_string(cores_per_card * count);
-      n.capacity[prefix + (vendor_ == "MLU" ? "vmemory" : "memory")] = std::to_string(per_card_mem * count / unit);
+      n.capacity[prefix + (vendor_ == "MLU" ? "vmemory" : "memory")] =
+          std::to_string(per_card_mem * count / unit);
     }
     state_.UpsertNode(n);
     const NodeEntry* e = state_.FindNode("n");
@@ -148,18 +149,22 @@ class Rig {
     for (int i = 0; i < count; ++i) {
       const DevSpec& s = specs[static_cast<std::size_t>(i)];
       const int slots = s.used > 0 ? s.used : (s.used_mem > 0 || s.used_cores > 0 ? 1 : 0);
-      if (slots > 0) Hold(state_, "hold-" + std::to_string(i), "n", vendor_, Uuid(i), slots, M(s.used_mem), C(s.used_cores));
+      if (slots > 0)
+        Hold(state_, "hold-" + std::to_string(i), "n", vendor_, Uuid(i), slots, M(s.used_mem),
+             C(s.used_cores));
     }
   }
 
-  // Fits one container asking `count` devices (memory and cores before scaling) of `vendor` (default: the rig's).
+  // Fits one container asking `count` devices (memory and cores before scaling) of `vendor` (default: the
+  // rig's).
   FitResult Fit(std::int32_t count, std::int64_t mem, std::int32_t pct, std::int64_t cores,
                 const Annotations& pod_annotations = {}, const std::string& vendor = "") {
     const std::string v = vendor.empty() ? vendor_ : vendor;
     PodView pod = Pod("p", {Ctr("c", {})}, {}, {pod_annotations.begin(), pod_annotations.end()});
     PodRequests reqs;
     reqs.containers.resize(1);
-    reqs.containers[0].emplace_back(backends_.IndexOf(v), DeviceRequest{v, count, MiB(M(mem)), pct, Cores(C(cores))});
+    reqs.containers[0].emplace_back(backends_.IndexOf(v),
+                                    DeviceRequest{v, count, MiB(M(mem)), pct, Cores(C(cores))});
     auto ctx = MakePodContext(pod, backends_, state_.quotas(), "spread");
     FitResult r;
     if (!ctx) {
@@ -196,7 +201,8 @@ class FitMatrix : public ::testing::TestWithParam<const char*> {
 
 std::string VendorName(const ::testing::TestParamInfo<const char*>& info) { return info.param; }
 
-INSTANTIATE_TEST_SUITE_P(AllBackends, FitMatrix, ::testing::Values("NVIDIA", "MLU", "Mthreads", "DCU"), VendorName);
+INSTANTIATE_TEST_SUITE_P(AllBackends, FitMatrix, ::testing::Values("NVIDIA", "MLU", "Mthreads", "DCU"),
+                         VendorName);
 
 TEST_P(FitMatrix, F1LastDeviceTriedFirst) {
   rig_.Node({{.mem = 128}, {.mem = 128}});
@@ -353,13 +359,15 @@ TEST_P(FitMatrixReported, F14NotHealthy) {
   EXPECT_EQ(rig_.Fit(1, 64, 0, 50).reason, "1/1 CardNotHealth");
 }
 
-// --- the same vectors through pod resources (RequestFor -> Fit -> Annotate) ---------------------------------
+// --- the same vectors through pod resources (RequestFor -> Fit -> Annotate)
+// ---------------------------------
 
 ContainerView VendorCtr(const std::string& vendor, const std::string& name, int count, std::int64_t mem_mib,
                         std::int64_t cores) {
   if (vendor == "NVIDIA") return testing::GpuCtr(name, count, mem_mib, static_cast<int>(cores));
   if (vendor == "DCU") {
-    return Ctr(name, {{"hygon.com/dcunum", std::to_string(count)}, {"hygon.com/dcumem", std::to_string(mem_mib)},
+    return Ctr(name, {{"hygon.com/dcunum", std::to_string(count)},
+                      {"hygon.com/dcumem", std::to_string(mem_mib)},
                       {"hygon.com/dcucores", std::to_string(cores)}});
   }
   if (vendor == "MLU") {
@@ -390,8 +398,8 @@ TEST_P(FitMatrix, V41UsageAddsUpThroughPodResources) {
             (DeviceUsage{2, MiB(3024), Cores(rig_.C(15) + rig_.C(50))}));
 }
 
-
-// --- vendor specifics, through Scheduler::Filter on one node "n" ----------------------------------------------
+// --- vendor specifics, through Scheduler::Filter on one node "n"
+// ----------------------------------------------
 
 struct Env {
   explicit Env(const std::map<std::string, VendorSettings>& settings = {})
@@ -536,7 +544,9 @@ TEST(NvidiaFit, V36Mutex) {
   Env env;
   env.state.UpsertNode(testing::NvidiaNode("n", {Gpu("used", 0), Gpu("idle", 1)}));
   Hold(env.state, "running", "n", "NVIDIA", "used", 1, 100, 10);
-  const auto policy = [](const char* p) { return std::map<std::string, std::string>{{"hami.io/gpu-scheduler-policy", p}}; };
+  const auto policy = [](const char* p) {
+    return std::map<std::string, std::string>{{"hami.io/gpu-scheduler-policy", p}};
+  };
   EXPECT_EQ(Uuids(env.Run(GpuPod(1, 100, 10, policy("binpack")))), (std::vector<std::string>{"used"}));
   EXPECT_EQ(Uuids(env.Run(GpuPod(1, 100, 10, policy("mutex")))), (std::vector<std::string>{"idle"}));
   EXPECT_EQ(Uuids(env.Run(GpuPod(1, 100, 10, policy("binpack,mutex")))), (std::vector<std::string>{"idle"}));
@@ -545,7 +555,8 @@ TEST(NvidiaFit, V36Mutex) {
             "1/2 AllocatedCardsInsufficientRequest, 1/2 ExclusiveDeviceAllocateConflict");
 }
 
-// --- MIG (V37, V42-ish) ---------------------------------------------------------------------------------------
+// --- MIG (V37, V42-ish)
+// ---------------------------------------------------------------------------------------
 
 std::vector<MigProfile> A100Profiles() {
   return {MigProfile{"1g.10gb", 10240, 14, 1, {{0, 1}, {1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1}}},
@@ -553,7 +564,8 @@ std::vector<MigProfile> A100Profiles() {
           MigProfile{"7g.80gb", 81920, 100, 7, {{0, 8}}}};
 }
 
-DeviceInfo MigGpu(std::string id, std::int32_t index, std::vector<MigProfile> profiles, std::int64_t mem = 81920) {
+DeviceInfo MigGpu(std::string id, std::int32_t index, std::vector<MigProfile> profiles,
+                  std::int64_t mem = 81920) {
   DeviceInfo d = Gpu(std::move(id), index, mem, 7, "NVIDIA A100-SXM4-80GB");
   d.mode = "mig";
   d.mig_profiles = std::move(profiles);
@@ -622,8 +634,9 @@ TEST(NvidiaMigFit, InstancesInUseAreAvoided) {
   a.ns = "default";
   a.name = "running";
   a.node = "n";
-  a.devices["NVIDIA"] = {{ContainerDevice{0, "GPU-MIG", "NVIDIA", 10240_MiB, 14_cores, MigSlot{"1g.10gb", {6, 1}}}},
-                         {ContainerDevice{0, "GPU-MIG", "NVIDIA", 10240_MiB, 14_cores, MigSlot{"1g.10gb", {2, 1}}}}};
+  a.devices["NVIDIA"] = {
+      {ContainerDevice{0, "GPU-MIG", "NVIDIA", 10240_MiB, 14_cores, MigSlot{"1g.10gb", {6, 1}}}},
+      {ContainerDevice{0, "GPU-MIG", "NVIDIA", 10240_MiB, 14_cores, MigSlot{"1g.10gb", {2, 1}}}}};
   a.mig = codec::MigAllocationsOf(a.devices["NVIDIA"]);
   env.state.AddPod(a);
   EXPECT_EQ(SlotOf(env.Run(GpuPod(1, 8000, 0))), (MigSlot{"1g.10gb", {5, 1}}));
@@ -666,7 +679,9 @@ TEST(NvidiaFit, V23VgpuModeSelectsDeviceModes) {
   Env env;
   DeviceInfo core = Gpu("GPU-CORE", 1, 81920, 10, "NVIDIA A100-SXM4-80GB");
   env.state.UpsertNode(testing::NvidiaNode("n", {MigGpu("GPU-MIG", 0, A100Profiles()), core}));
-  const auto mode = [](const char* m) { return std::map<std::string, std::string>{{"nvidia.com/vgpu-mode", m}}; };
+  const auto mode = [](const char* m) {
+    return std::map<std::string, std::string>{{"nvidia.com/vgpu-mode", m}};
+  };
   auto mig = env.Run(GpuPod(1, 8000, 0, mode("mig")));
   EXPECT_EQ(Uuids(mig), (std::vector<std::string>{"GPU-MIG"}));
   EXPECT_TRUE(SlotOf(mig).has_value());
@@ -689,10 +704,12 @@ TEST(NvidiaFit, VgpuModeOnADeviceWithoutMode) {
 TEST(NvidiaFit, ModeFilterWithoutMigKeepsTheDeviceCountCheck) {
   Env env;
   env.state.UpsertNode(testing::NvidiaNode("n", {MigGpu("GPU-MIG", 0, A100Profiles())}));
-  EXPECT_EQ(Failure(env.Run(GpuPod(2, 8000, 0, {{"nvidia.com/vgpu-mode", "hami-core"}}))), "NodeInsufficientDevice");
+  EXPECT_EQ(Failure(env.Run(GpuPod(2, 8000, 0, {{"nvidia.com/vgpu-mode", "hami-core"}}))),
+            "NodeInsufficientDevice");
 }
 
-// --- topology-aware (V38) -------------------------------------------------------------------------------------
+// --- topology-aware (V38)
+// -------------------------------------------------------------------------------------
 
 NodeView TopologyNode(int devices, const std::string& scores, int unhealthy = -1) {
   std::vector<DeviceInfo> gpus;
@@ -705,7 +722,9 @@ NodeView TopologyNode(int devices, const std::string& scores, int unhealthy = -1
   return n;
 }
 
-PodView TopologyPod(int count) { return GpuPod(count, 1000, 10, {{"hami.io/gpu-scheduler-policy", "topology-aware"}}); }
+PodView TopologyPod(int count) {
+  return GpuPod(count, 1000, 10, {{"hami.io/gpu-scheduler-policy", "topology-aware"}});
+}
 
 constexpr const char* kPositiveScores =
     R"([{"uuid":"dev-0","score":{"dev-1":100,"dev-2":200}},{"uuid":"dev-1","score":{"dev-0":100,"dev-2":150}},)"
@@ -754,7 +773,8 @@ TEST(NvidiaTopologyFit, TooFewCandidates) {
   EXPECT_EQ(Failure(env.Run(TopologyPod(3))), "1/3 CardNotHealth, 2/3 AllocatedCardsInsufficientRequest");
 }
 
-// --- quota in fit (V40, V50) ------------------------------------------------------------------------------------
+// --- quota in fit (V40, V50)
+// ------------------------------------------------------------------------------------
 
 ResourceQuotaView Quota(std::string ns, std::string name, std::map<std::string, std::string> hard) {
   ResourceQuotaView q;
@@ -778,7 +798,8 @@ TEST_F(NvidiaQuotaFit, V40SingleContainer) {
   EXPECT_EQ(Failure(env_.Run(GpuPod(1, 2048, 10))), "<fits>");
   EXPECT_EQ(Failure(env_.Run(GpuPod(1, 3000, 10))), "2/2 ResourceQuotaNotFit");
   // A percentage request is charged at its share of the card: 50 % of 8000 MiB.
-  EXPECT_EQ(Failure(env_.Run(Pod("p", {Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "50"}})}))),
+  EXPECT_EQ(Failure(env_.Run(
+                Pod("p", {Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "50"}})}))),
             "2/2 ResourceQuotaNotFit");
   // Other namespaces are not limited.
   EXPECT_EQ(Failure(env_.Run(Pod("p", {testing::GpuCtr("c", 1, 3000, 10)}, {}, {}, "free"))), "<fits>");
@@ -796,14 +817,17 @@ TEST_F(NvidiaQuotaFit, V40ExistingUsageOfTheNamespace) {
 
 TEST_F(NvidiaQuotaFit, V40SelectionOfTheSameContainer) {
   EXPECT_EQ(Failure(env_.Run(GpuPod(2, 1024, 10))), "<fits>");
-  EXPECT_EQ(Failure(env_.Run(GpuPod(2, 1100, 10))), "1/2 AllocatedCardsInsufficientRequest, 1/2 ResourceQuotaNotFit");
+  EXPECT_EQ(Failure(env_.Run(GpuPod(2, 1100, 10))),
+            "1/2 AllocatedCardsInsufficientRequest, 1/2 ResourceQuotaNotFit");
 }
 
 TEST_F(NvidiaQuotaFit, V40EarlierContainersOfThePod) {
-  EXPECT_EQ(Failure(env_.Run(Pod("p", {testing::GpuCtr("a", 1, 1024, 10), testing::GpuCtr("b", 1, 1024, 10)}))),
-            "<fits>");
-  EXPECT_EQ(Failure(env_.Run(Pod("p", {testing::GpuCtr("a", 1, 1024, 10), testing::GpuCtr("b", 1, 1100, 10)}))),
-            "2/2 ResourceQuotaNotFit");
+  EXPECT_EQ(
+      Failure(env_.Run(Pod("p", {testing::GpuCtr("a", 1, 1024, 10), testing::GpuCtr("b", 1, 1024, 10)}))),
+      "<fits>");
+  EXPECT_EQ(
+      Failure(env_.Run(Pod("p", {testing::GpuCtr("a", 1, 1024, 10), testing::GpuCtr("b", 1, 1100, 10)}))),
+      "2/2 ResourceQuotaNotFit");
 }
 
 TEST(NvidiaQuotaFitInit, V40InitContainersCountByTheirPeak) {
@@ -813,7 +837,8 @@ TEST(NvidiaQuotaFitInit, V40InitContainersCountByTheirPeak) {
   const PodView peak = Pod("p", {testing::GpuCtr("app", 1, 100, 10)},
                            {testing::GpuCtr("init0", 1, 1500, 10), testing::GpuCtr("init1", 1, 1500, 10)});
   EXPECT_EQ(Failure(env.Run(peak)), "<fits>");
-  const PodView big_init = Pod("p", {testing::GpuCtr("app", 1, 100, 10)}, {testing::GpuCtr("init", 1, 2100, 10)});
+  const PodView big_init =
+      Pod("p", {testing::GpuCtr("app", 1, 100, 10)}, {testing::GpuCtr("init", 1, 2100, 10)});
   EXPECT_EQ(Failure(env.Run(big_init)), "1/1 ResourceQuotaNotFit");
   const PodView apps = Pod("p", {testing::GpuCtr("a", 1, 1000, 10), testing::GpuCtr("b", 1, 1100, 10)},
                            {testing::GpuCtr("init", 1, 1500, 10)});
@@ -852,10 +877,13 @@ TEST(CambriconQuotaFit, V50) {
   env.state.UpsertNode(n);
   ASSERT_EQ(env.state.FindNode("n")->devices.at(0).devmem, 40960_MiB);
   env.state.quotas().UpsertQuota(Quota("default", "q", {{"limits.cambricon.com/mlu.smlu.vmemory", "50"}}));
-  const auto mlu = [](std::map<std::string, std::string> limits) { return Pod("p", {Ctr("c", std::move(limits))}); };
+  const auto mlu = [](std::map<std::string, std::string> limits) {
+    return Pod("p", {Ctr("c", std::move(limits))});
+  };
   EXPECT_EQ(Failure(env.Run(mlu({{"cambricon.com/vmlu", "1"}, {"cambricon.com/mlu.smlu.vcore", "10"}}))),
             "1/1 ResourceQuotaNotFit");
-  EXPECT_EQ(Failure(env.Run(mlu({{"cambricon.com/vmlu", "1"}, {"cambricon.com/mlu.smlu.vmemory", "50"}}))), "<fits>");
+  EXPECT_EQ(Failure(env.Run(mlu({{"cambricon.com/vmlu", "1"}, {"cambricon.com/mlu.smlu.vmemory", "50"}}))),
+            "<fits>");
   EXPECT_EQ(Failure(env.Run(mlu({{"cambricon.com/vmlu", "1"}, {"cambricon.com/mlu.smlu.vmemory", "51"}}))),
             "1/1 ResourceQuotaNotFit");
 }
@@ -866,20 +894,24 @@ TEST(QuotaFit, NotCheckedInFitForHygonAndMthreads) {
   n.capacity["mthreads.com/sgpu-core"] = "16";
   n.capacity["mthreads.com/sgpu-memory"] = "32";
   env.state.UpsertNode(n);
-  env.state.quotas().UpsertQuota(Quota("default", "q", {{"limits.hygon.com/dcumem", "100"},
-                                                        {"limits.mthreads.com/sgpu-memory", "1"}}));
+  env.state.quotas().UpsertQuota(
+      Quota("default", "q", {{"limits.hygon.com/dcumem", "100"}, {"limits.mthreads.com/sgpu-memory", "1"}}));
   EXPECT_EQ(Failure(env.Run(Pod("p", {Ctr("c", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcumem", "2000"}})}))),
             "<fits>");
-  EXPECT_EQ(Failure(env.Run(Pod("p", {Ctr("c", {{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-memory", "8"}})}))),
-            "<fits>");
+  EXPECT_EQ(
+      Failure(env.Run(Pod("p", {Ctr("c", {{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-memory", "8"}})}))),
+      "<fits>");
 }
 
-// --- use / nouse selectors (V7, V8, V23, V59) ------------------------------------------------------------------
+// --- use / nouse selectors (V7, V8, V23, V59)
+// ------------------------------------------------------------------
 
 TEST(NvidiaSelectorFit, V7Uuids) {
   Env env;
   env.state.UpsertNode(testing::NvidiaNode("n", {Gpu("abc", 0), Gpu("1abc", 1)}));
-  const auto run = [&](std::map<std::string, std::string> a) { return env.Run(GpuPod(1, 100, 10, std::move(a))); };
+  const auto run = [&](std::map<std::string, std::string> a) {
+    return env.Run(GpuPod(1, 100, 10, std::move(a)));
+  };
   EXPECT_EQ(Uuids(run({})), (std::vector<std::string>{"1abc"}));
   EXPECT_EQ(Uuids(run({{"nvidia.com/use-gpuuuid", "abc,123"}})), (std::vector<std::string>{"abc"}));
   EXPECT_EQ(Uuids(run({{"nvidia.com/nouse-gpuuuid", "abc,123"}})), (std::vector<std::string>{"1abc"}));
@@ -898,7 +930,9 @@ TEST(NvidiaSelectorFit, V7Uuids) {
 TEST(NvidiaSelectorFit, V8CardTypes) {
   Env env;
   env.state.UpsertNode(testing::NvidiaNode("n", {Gpu("gpu-0", 0, 8000, 10, "NVIDIA-A100")}));
-  const auto run = [&](std::map<std::string, std::string> a) { return Failure(env.Run(GpuPod(1, 100, 10, std::move(a)))); };
+  const auto run = [&](std::map<std::string, std::string> a) {
+    return Failure(env.Run(GpuPod(1, 100, 10, std::move(a))));
+  };
   EXPECT_EQ(run({}), "<fits>");
   EXPECT_EQ(run({{"nvidia.com/use-gputype", "A100,V100"}}), "<fits>");
   EXPECT_EQ(run({{"nvidia.com/use-gputype", "V100"}}), "1/1 CardTypeMismatch");
@@ -906,7 +940,8 @@ TEST(NvidiaSelectorFit, V8CardTypes) {
   EXPECT_EQ(run({{"nvidia.com/nouse-gputype", "V100"}}), "<fits>");
   EXPECT_EQ(run({{"nvidia.com/use-gputype", ""}}), "<fits>");
   EXPECT_EQ(run({{"nvidia.com/nouse-gputype", "   "}}), "<fits>");
-  EXPECT_EQ(run({{"nvidia.com/use-gputype", "A100"}, {"nvidia.com/nouse-gputype", "A100"}}), "1/1 CardTypeMismatch");
+  EXPECT_EQ(run({{"nvidia.com/use-gputype", "A100"}, {"nvidia.com/nouse-gputype", "A100"}}),
+            "1/1 CardTypeMismatch");
   EXPECT_EQ(run({{"nvidia.com/nouse-gputype", "V100,"}}), "<fits>");
   EXPECT_EQ(run({{"nvidia.com/nouse-gputype", ",V100"}}), "<fits>");
   EXPECT_EQ(run({{"nvidia.com/use-gputype", "V100,"}}), "1/1 CardTypeMismatch");
@@ -915,10 +950,11 @@ TEST(NvidiaSelectorFit, V8CardTypes) {
 
 TEST(NvidiaSelectorFit, V23SubstringTypes) {
   Env env;
-  env.state.UpsertNode(testing::NvidiaNode("n", {Gpu("a10", 0, 8000, 10, "NVIDIA A10"),
-                                                 Gpu("a100", 1, 8000, 10, "NVIDIA A100")}));
+  env.state.UpsertNode(testing::NvidiaNode(
+      "n", {Gpu("a10", 0, 8000, 10, "NVIDIA A10"), Gpu("a100", 1, 8000, 10, "NVIDIA A100")}));
   EXPECT_EQ(Uuids(env.Run(GpuPod(2, 100, 10, {{"nvidia.com/use-gputype", "A10"}}))).size(), 2u);  // substring
-  EXPECT_EQ(Uuids(env.Run(GpuPod(1, 100, 10, {{"nvidia.com/use-gputype", "A10"}, {"nvidia.com/nouse-gputype", "A100"}}))),
+  EXPECT_EQ(Uuids(env.Run(GpuPod(1, 100, 10,
+                                 {{"nvidia.com/use-gputype", "A10"}, {"nvidia.com/nouse-gputype", "A100"}}))),
             (std::vector<std::string>{"a10"}));
 }
 
@@ -927,11 +963,13 @@ TEST(HygonSelectorFit, V59DcuTypes) {
   // Any card model is a DCU when the Hygon backend discovered it.
   env.state.UpsertNode(DcuNode("n", {Gpu("dcu-0", 0, 16384, 4, "dcu"), Gpu("test-0", 1, 16384, 4, "test")}));
   const auto run = [&](std::map<std::string, std::string> a) {
-    return env.Run(Pod("p", {Ctr("c", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcumem", "100"}})}, {}, std::move(a)));
+    return env.Run(
+        Pod("p", {Ctr("c", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcumem", "100"}})}, {}, std::move(a)));
   };
   EXPECT_EQ(Uuids(run({}), 0, "DCU"), (std::vector<std::string>{"test-0"}));
   EXPECT_EQ(Uuids(run({{"hygon.com/use-dcutype", "dcu"}}), 0, "DCU"), (std::vector<std::string>{"dcu-0"}));
-  EXPECT_EQ(Uuids(run({{"hygon.com/use-dcutype", "dcu,test"}}), 0, "DCU"), (std::vector<std::string>{"test-0"}));
+  EXPECT_EQ(Uuids(run({{"hygon.com/use-dcutype", "dcu,test"}}), 0, "DCU"),
+            (std::vector<std::string>{"test-0"}));
   EXPECT_EQ(Uuids(run({{"hygon.com/nouse-dcutype", "test"}}), 0, "DCU"), (std::vector<std::string>{"dcu-0"}));
   EXPECT_EQ(Uuids(run({{"hygon.com/nouse-dcutype", "dcu"}}), 0, "DCU"), (std::vector<std::string>{"test-0"}));
   EXPECT_EQ(Failure(run({{"hygon.com/nouse-dcutype", "test,dcu"}})), "2/2 CardTypeMismatch");
@@ -945,7 +983,8 @@ TEST(HygonSelectorFit, V59DcuTypes) {
 TEST(TypeMatching, ByDiscoveringBackendNotByModelName) {
   Env env;
   NodeView n = testing::NvidiaNode("n", {Gpu("tesla", 0, 8000, 10, "Tesla V100-PCIE-32GB")});
-  n.annotations["hami.io/node-dcu-register"] = codec::EncodeLegacyDevices({Gpu("lookalike", 0, 8000, 4, "NVIDIA-K100")});
+  n.annotations["hami.io/node-dcu-register"] =
+      codec::EncodeLegacyDevices({Gpu("lookalike", 0, 8000, 4, "NVIDIA-K100")});
   env.state.UpsertNode(n);
   // A card model without "NVIDIA" is still an NVIDIA device; a DCU named like an NVIDIA card is not.
   auto nv = env.Run(GpuPod(1, 100, 10));
@@ -956,7 +995,8 @@ TEST(TypeMatching, ByDiscoveringBackendNotByModelName) {
   EXPECT_TRUE(Uuids(dcu, 0, "NVIDIA").empty());
 }
 
-// --- Moore Threads: every container on the first one's device (V57) -------------------------------------------
+// --- Moore Threads: every container on the first one's device (V57)
+// -------------------------------------------
 
 NodeView MthreadsNode() {
   NodeView n;
@@ -967,7 +1007,8 @@ NodeView MthreadsNode() {
 }
 
 ContainerView MtCtr(std::string name, int mem_units, int cores) {
-  return Ctr(std::move(name), {{"mthreads.com/vgpu", "1"}, {"mthreads.com/sgpu-memory", std::to_string(mem_units)},
+  return Ctr(std::move(name), {{"mthreads.com/vgpu", "1"},
+                               {"mthreads.com/sgpu-memory", std::to_string(mem_units)},
                                {"mthreads.com/sgpu-core", std::to_string(cores)}});
 }
 
@@ -1002,10 +1043,12 @@ TEST(NvidiaFit, ContainersMaySpreadOverDevices) {
 }
 
 TEST(Annotations, OnlyVendorsWithDevicesInThePodWrite) {
-  // V25/V47/V63 "empty -> no keys": on a node with all four vendors, an NVIDIA-only pod gets NVIDIA keys only.
+  // V25/V47/V63 "empty -> no keys": on a node with all four vendors, an NVIDIA-only pod gets NVIDIA keys
+  // only.
   Env env;
   NodeView n = testing::NvidiaNode("n", {Gpu("gpu-0", 0)});
-  n.annotations["hami.io/node-dcu-register"] = codec::EncodeLegacyDevices({Gpu("dcu-0", 0, 16384, 4, "DCU-K100")});
+  n.annotations["hami.io/node-dcu-register"] =
+      codec::EncodeLegacyDevices({Gpu("dcu-0", 0, 16384, 4, "DCU-K100")});
   n.capacity["cambricon.com/mlu.smlu.vcore"] = "100";
   n.capacity["cambricon.com/mlu.smlu.vmemory"] = "64";
   n.capacity["mthreads.com/sgpu-core"] = "16";
@@ -1020,7 +1063,8 @@ TEST(Annotations, OnlyVendorsWithDevicesInThePodWrite) {
                                           {"hami.io/vgpu-time", "1716199325"}}));
 }
 
-// --- reason strings -----------------------------------------------------------------------------------------------
+// --- reason strings
+// -----------------------------------------------------------------------------------------------
 
 TEST(Reasons, SortedAsStrings) {
   ReasonCounts r;

@@ -85,7 +85,9 @@ TEST_F(Health, NvidiaDeviceChecks) {
   const std::string key = "hami.io/node-handshake";
   const std::string old = "Requesting_2024-01-24 02:30:04";  // two hours ago
   // current 0, reported 0: the shared result.
-  EXPECT_TRUE(EvaluateHealth(nvidia_, Node(key, codec::FormatHandshakeRequest(now_), std::nullopt), {}, now_, 60s).healthy);
+  EXPECT_TRUE(
+      EvaluateHealth(nvidia_, Node(key, codec::FormatHandshakeRequest(now_), std::nullopt), {}, now_, 60s)
+          .healthy);
   EXPECT_FALSE(EvaluateHealth(nvidia_, Node(key, old, std::nullopt), {}, now_, 60s).healthy);
   // current 4, reported 4, expired handshake, manifest changed -> healthy and refresh.
   NodeView n = Node(key, old, "4");

@@ -55,19 +55,20 @@ std::vector<int> Order(std::string_view policy, bool numa, std::vector<DeviceOrd
 // Items: {device, score, numa, index, used}
 TEST(DeviceOrder, Table) {
   const std::vector<DeviceOrder::Item> items = {{0, 5, 0, 0, 1}, {1, 1, 0, 1, 0}, {2, 3, 1, 2, 2}};
-  EXPECT_EQ(Order("binpack", false, items), (std::vector<int>{1, 2, 0}));  // score asc: preferred (last) = highest
-  EXPECT_EQ(Order("spread", false, items), (std::vector<int>{0, 2, 1}));   // score desc: preferred = lowest
+  EXPECT_EQ(Order("binpack", false, items),
+            (std::vector<int>{1, 2, 0}));  // score asc: preferred (last) = highest
+  EXPECT_EQ(Order("spread", false, items), (std::vector<int>{0, 2, 1}));  // score desc: preferred = lowest
   EXPECT_EQ(Order("topology-aware", false, items), (std::vector<int>{0, 2, 1}));
-  EXPECT_EQ(Order("mutex", false, items), (std::vector<int>{2, 0, 1}));    // used desc: idle last
-  EXPECT_EQ(Order("binpack", true, items), (std::vector<int>{2, 1, 0}));   // numa desc, score asc
-  EXPECT_EQ(Order("spread", true, items), (std::vector<int>{0, 1, 2}));    // numa asc, score desc
-  EXPECT_EQ(Order("numa", false, items), (std::vector<int>{0, 1, 2}));     // numa asc, index tiebreak
+  EXPECT_EQ(Order("mutex", false, items), (std::vector<int>{2, 0, 1}));   // used desc: idle last
+  EXPECT_EQ(Order("binpack", true, items), (std::vector<int>{2, 1, 0}));  // numa desc, score asc
+  EXPECT_EQ(Order("spread", true, items), (std::vector<int>{0, 1, 2}));   // numa asc, score desc
+  EXPECT_EQ(Order("numa", false, items), (std::vector<int>{0, 1, 2}));    // numa asc, index tiebreak
   EXPECT_EQ(Order("binpack,numa", false, items), (std::vector<int>{1, 2, 0}));
   EXPECT_EQ(Order("numa,spread", false, items), (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(Order("numa,binpack", false, items), (std::vector<int>{1, 0, 2}));
   EXPECT_EQ(Order("mutex,spread", false, items), (std::vector<int>{0, 2, 1}));
   EXPECT_EQ(Order("mutex,topology-aware", false, items), (std::vector<int>{0, 2, 1}));  // no keys -> spread
-  EXPECT_EQ(Order("binpack,spread", true, items), (std::vector<int>{1, 0, 2}));  // numa forced first
+  EXPECT_EQ(Order("binpack,spread", true, items), (std::vector<int>{1, 0, 2}));         // numa forced first
   // Ties end on device index.
   EXPECT_EQ(Order("spread", false, {{0, 1, 0, 1, 0}, {1, 1, 0, 0, 0}}), (std::vector<int>{1, 0}));
 }

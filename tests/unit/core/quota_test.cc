@@ -33,8 +33,11 @@ TEST(QuotaBook, ExplicitZeroBlocks) {
 TEST(QuotaBook, UsageAgainstLimits) {
   Backends b = testing::BuiltinBackends();
   QuotaBook q(b);
-  q.UpsertQuota(Quota("ns", "q", {{"limits.nvidia.com/gpumem", "1000"}, {"limits.nvidia.com/gpucores", "50"},
-                                  {"requests.nvidia.com/gpumem", "1"}, {"nvidia.com/gpumem", "1"}}));
+  q.UpsertQuota(Quota("ns", "q",
+                      {{"limits.nvidia.com/gpumem", "1000"},
+                       {"limits.nvidia.com/gpucores", "50"},
+                       {"requests.nvidia.com/gpumem", "1"},
+                       {"nvidia.com/gpumem", "1"}}));
   q.AddUsage("ns", Charge("NVIDIA", 1000, 20));
   EXPECT_FALSE(q.Fits("ns", "NVIDIA", MiB(1), Cores(0)));
   EXPECT_TRUE(q.Fits("ns", "NVIDIA", MiB(0), Cores(30)));

@@ -18,8 +18,7 @@ const TimePoint kNow = std::chrono::system_clock::from_time_t(1716199325);
 // reference/hami-scheduler.md §11.1: two nodes of two 8000 MiB GPUs, custom resource names.
 class PolicyMatrix : public ::testing::Test {
  protected:
-  PolicyMatrix()
-      : backends_(testing::BuiltinBackends({{"nvidia", Settings()}})), state_(backends_) {
+  PolicyMatrix() : backends_(testing::BuiltinBackends({{"nvidia", Settings()}})), state_(backends_) {
     state_.UpsertNode(testing::NvidiaNode("node1", {Gpu("device1", 0), Gpu("device2", 1)}));
     state_.UpsertNode(testing::NvidiaNode("node2", {Gpu("device3", 0), Gpu("device4", 1)}));
     Hold("pod1", "node1", "device1", 2000, 25);
@@ -42,7 +41,8 @@ class PolicyMatrix : public ::testing::Test {
     state_.AddPod(a);
   }
   static ContainerView Want(std::string name, int mem, int cores) {
-    return Ctr(std::move(name), {{"hami.io/gpu", "1"}, {"hami.io/gpumem", std::to_string(mem)},
+    return Ctr(std::move(name), {{"hami.io/gpu", "1"},
+                                 {"hami.io/gpumem", std::to_string(mem)},
                                  {"hami.io/gpucores", std::to_string(cores)}});
   }
   FilterOutcome Decide(const PodView& pod, std::string node_policy, std::string gpu_policy) {
@@ -62,8 +62,9 @@ TEST_F(PolicyMatrix, NodeAndGpuPolicies) {
     const char* node;
     const char* device;
   };
-  for (const Case& c : {Case{"binpack", "binpack", "node2", "device4"}, Case{"binpack", "spread", "node2", "device3"},
-                        Case{"spread", "binpack", "node1", "device1"}, Case{"spread", "spread", "node1", "device2"}}) {
+  for (const Case& c :
+       {Case{"binpack", "binpack", "node2", "device4"}, Case{"binpack", "spread", "node2", "device3"},
+        Case{"spread", "binpack", "node1", "device1"}, Case{"spread", "spread", "node1", "device2"}}) {
     auto out = Decide(pod, c.node_policy, c.gpu_policy);
     ASSERT_EQ(out.kind, FilterOutcome::Kind::kScheduled) << c.node_policy << "/" << c.gpu_policy;
     EXPECT_EQ(out.node, c.node) << c.node_policy << "/" << c.gpu_policy;
@@ -72,8 +73,9 @@ TEST_F(PolicyMatrix, NodeAndGpuPolicies) {
 }
 
 TEST_F(PolicyMatrix, PodAnnotationsOverrideDefaults) {
-  const PodView pod = Pod("new", {Want("c", 1000, 20)}, {},
-                          {{"hami.io/node-scheduler-policy", "spread"}, {"hami.io/gpu-scheduler-policy", "binpack"}});
+  const PodView pod =
+      Pod("new", {Want("c", 1000, 20)}, {},
+          {{"hami.io/node-scheduler-policy", "spread"}, {"hami.io/gpu-scheduler-policy", "binpack"}});
   auto out = Decide(pod, "binpack", "spread");
   EXPECT_EQ(out.node, "node1");
   EXPECT_EQ(out.devices.at("NVIDIA")[0][0].uuid, "device1");
@@ -132,7 +134,8 @@ TEST_F(PolicyMatrix, RefilterFreesTheEarlierReservation) {
   auto first = s.Filter(p, {"node2"}, kNow);
   s.Reserve(p, first);
   EXPECT_EQ(state_.FindNode("node2")->usage[1].mem, 8000_MiB);
-  auto second = s.Filter(p, {"node2"}, kNow);  // still fits only because nothing double-counts once reserved again
+  auto second =
+      s.Filter(p, {"node2"}, kNow);  // still fits only because nothing double-counts once reserved again
   s.Reserve(p, second);
   EXPECT_EQ(state_.PodCount(), 3u);
   EXPECT_EQ(state_.FindNode("node2")->usage[1].mem + state_.FindNode("node2")->usage[0].mem, 8000_MiB);
@@ -158,12 +161,13 @@ TEST_F(PolicyMatrix, PodsWithoutDeviceRequestsPassThrough) {
 
 TEST_F(PolicyMatrix, InvalidInputIsAnError) {
   Scheduler s(state_, SchedulerOptions{});
-  auto bad_mem = s.Filter(Pod("bad", {Ctr("main", {{"hami.io/gpu", "1"}, {"hami.io/gpumem", "16Gi"}})}), {"node1"}, kNow);
+  auto bad_mem = s.Filter(Pod("bad", {Ctr("main", {{"hami.io/gpu", "1"}, {"hami.io/gpumem", "16Gi"}})}),
+                          {"node1"}, kNow);
   ASSERT_EQ(bad_mem.kind, FilterOutcome::Kind::kError);
   EXPECT_NE(bad_mem.error.find("hami.io/gpumem"), std::string::npos) << bad_mem.error;
   EXPECT_NE(bad_mem.error.find("\"main\""), std::string::npos) << bad_mem.error;
-  auto bad_weights = s.Filter(Pod("w", {Want("c", 100, 1)}, {}, {{"hami.io/device-scoring-weights", "slot=1"}}),
-                              {"node1"}, kNow);
+  auto bad_weights = s.Filter(
+      Pod("w", {Want("c", 100, 1)}, {}, {{"hami.io/device-scoring-weights", "slot=1"}}), {"node1"}, kNow);
   ASSERT_EQ(bad_weights.kind, FilterOutcome::Kind::kError);
   EXPECT_NE(bad_weights.error.find("expected slot, core, and memory"), std::string::npos);
 }
@@ -183,7 +187,8 @@ TEST(Scheduler, InitPlaceholderAlignment) {
   EXPECT_TRUE(d[0].empty());
   EXPECT_EQ(d[1].at(0).uuid, "uuid1");
   EXPECT_EQ(d[2].at(0).uuid, "uuid1");
-  EXPECT_EQ(out.annotations.at("hami.io/vgpu-devices-allocated"), ";uuid1,NVIDIA,1000,30:;uuid1,NVIDIA,1000,30:;");
+  EXPECT_EQ(out.annotations.at("hami.io/vgpu-devices-allocated"),
+            ";uuid1,NVIDIA,1000,30:;uuid1,NVIDIA,1000,30:;");
   // With real model names the list still lines up (PROTOCOL.md D5): a first container without a GPU.
   PodView q = Pod("q", {Ctr("sidecar", {{"cpu", "1"}}), testing::GpuCtr("main", 1, 1000, 30)});
   auto out2 = s.Filter(q, {"n"}, kNow);
@@ -205,14 +210,16 @@ TEST(Scheduler, MultiVendorPodGetsOneAnnotationPairPerVendor) {
   Scheduler s(state, SchedulerOptions{});
   PodView p = Pod("multi", {testing::GpuCtr("cuda", 1, 2000, 10),
                             Ctr("dcu", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcumem", "1000"}}),
-                            Ctr("mlu", {{"cambricon.com/vmlu", "1"}, {"cambricon.com/mlu.smlu.vmemory", "4"},
+                            Ctr("mlu", {{"cambricon.com/vmlu", "1"},
+                                        {"cambricon.com/mlu.smlu.vmemory", "4"},
                                         {"cambricon.com/mlu.smlu.vcore", "10"}})});
   auto out = s.Filter(p, {"mixed"}, kNow);
   ASSERT_EQ(out.kind, FilterOutcome::Kind::kScheduled) << out.error;
   EXPECT_EQ(out.annotations.at("hami.io/vgpu-devices-allocated"), "GPU-0,NVIDIA,2000,10:;;;");
   EXPECT_EQ(out.annotations.at("hami.io/dcu-devices-allocated"), ";DCU-0001,DCU,1000,100:;;");
   EXPECT_EQ(out.annotations.at("hami.io/hcu-devices-to-allocate"), ";DCU-0001,DCU,1000,100:;;");
-  EXPECT_EQ(out.annotations.at("hami.io/cambricon-mlu-devices-allocated"), ";;mixed-cambricon-mlu-1,MLU,1024,10:;");
+  EXPECT_EQ(out.annotations.at("hami.io/cambricon-mlu-devices-allocated"),
+            ";;mixed-cambricon-mlu-1,MLU,1024,10:;");
   EXPECT_EQ(out.annotations.at("CAMBRICON_DSMLU_PROFILE"), "1_10_4");
   EXPECT_FALSE(out.annotations.contains("hami.io/mthreads-vgpu-devices-allocated"));
 }
@@ -220,7 +227,8 @@ TEST(Scheduler, MultiVendorPodGetsOneAnnotationPairPerVendor) {
 TEST(Scheduler, TieBreakIsDeterministic) {
   Backends backends = testing::BuiltinBackends();
   ClusterState state(backends);
-  for (const char* name : {"b", "c", "a"}) state.UpsertNode(testing::NvidiaNode(name, {Gpu(std::string(name) + "-0", 0)}));
+  for (const char* name : {"b", "c", "a"})
+    state.UpsertNode(testing::NvidiaNode(name, {Gpu(std::string(name) + "-0", 0)}));
   Scheduler s(state, SchedulerOptions{});
   for (int i = 0; i < 3; ++i) {
     auto out = s.Filter(Pod("p", {testing::GpuCtr("c", 1, 100, 1)}), {"c", "b", "a"}, kNow);

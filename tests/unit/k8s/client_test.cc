@@ -1,8 +1,8 @@
-#include <map>
-#include <random>
+#include <gtest/gtest.h>
 
 #include <boost/json.hpp>
-#include <gtest/gtest.h>
+#include <map>
+#include <random>
 
 #include "k8s/api_client.h"
 #include "k8s/reflector.h"
@@ -62,7 +62,8 @@ users:
 )";
 
 TEST(RestConfig, KubeconfigCurrentContext) {
-  auto env = FakeEnv({}, {{"/home/me/.kube/certs/admin.crt", "CERT"}, {"/home/me/.kube/certs/admin.key", "KEY"}});
+  auto env =
+      FakeEnv({}, {{"/home/me/.kube/certs/admin.crt", "CERT"}, {"/home/me/.kube/certs/admin.key", "KEY"}});
   auto cfg = ParseKubeconfig(kKubeconfig, "/home/me/.kube/config", env).value();
   EXPECT_EQ(cfg.scheme, "https");
   EXPECT_EQ(cfg.host, "fd00::1");
@@ -91,8 +92,9 @@ TEST(RestConfig, KubeconfigOtherContextAndErrors) {
 
 TEST(RestConfig, InClusterAndResolutionOrder) {
   const std::string dir = "/var/run/secrets/kubernetes.io/serviceaccount/";
-  auto env = FakeEnv({{"KUBERNETES_SERVICE_HOST", "10.0.0.1"}, {"KUBERNETES_SERVICE_PORT", "443"}},
-                     {{dir + "token", "tok\n"}, {dir + "ca.crt", "CA"}, {dir + "namespace", "hami-system\n"}});
+  auto env =
+      FakeEnv({{"KUBERNETES_SERVICE_HOST", "10.0.0.1"}, {"KUBERNETES_SERVICE_PORT", "443"}},
+              {{dir + "token", "tok\n"}, {dir + "ca.crt", "CA"}, {dir + "namespace", "hami-system\n"}});
   auto cfg = InClusterConfig(env).value();
   EXPECT_EQ(cfg.host, "10.0.0.1");
   EXPECT_EQ(cfg.token_file, dir + "token");
@@ -103,7 +105,8 @@ TEST(RestConfig, InClusterAndResolutionOrder) {
   ASSERT_FALSE(none);
   EXPECT_NE(none.error().message.find("KUBERNETES_SERVICE_HOST"), std::string::npos);
   // $KUBECONFIG is a list: the first file that exists wins.
-  auto listed = FakeEnv({{"KUBECONFIG", "/missing:/etc/kc"}}, {{"/etc/kc", kKubeconfig}, {"/etc/token", "t"}});
+  auto listed =
+      FakeEnv({{"KUBECONFIG", "/missing:/etc/kc"}}, {{"/etc/kc", kKubeconfig}, {"/etc/token", "t"}});
   EXPECT_EQ(ResolveRestConfig("", listed).error().message.find("context"), std::string::npos);
 }
 
@@ -145,12 +148,15 @@ TEST(Backoff, CappedExponentialWithJitter) {
 }
 
 TEST(ApiError, FromStatusBody) {
-  HttpResponse r{409, R"({"kind":"Status","status":"Failure","reason":"Conflict","message":"the object has been modified","code":409})",
-                 "application/json", std::nullopt};
+  HttpResponse r{
+      409,
+      R"({"kind":"Status","status":"Failure","reason":"Conflict","message":"the object has been modified","code":409})",
+      "application/json", std::nullopt};
   auto e = ErrorFromResponse(r, "PATCH /api/v1/nodes/n1");
   EXPECT_EQ(e.kind, ApiErrorKind::kConflict);
   EXPECT_EQ(e.reason, "Conflict");
-  EXPECT_NE(e.message.find("PATCH /api/v1/nodes/n1: HTTP 409 Conflict: the object has been modified"), std::string::npos);
+  EXPECT_NE(e.message.find("PATCH /api/v1/nodes/n1: HTTP 409 Conflict: the object has been modified"),
+            std::string::npos);
   EXPECT_EQ(ErrorFromResponse({404, "not json", "", std::nullopt}, "GET x").kind, ApiErrorKind::kNotFound);
   EXPECT_EQ(ErrorFromResponse({410, "", "", std::nullopt}, "x").kind, ApiErrorKind::kGone);
   EXPECT_EQ(ErrorFromResponse({503, "", "", std::nullopt}, "x").kind, ApiErrorKind::kServer);
@@ -164,7 +170,8 @@ TEST(Paths, CoreAndGroups) {
   EXPECT_EQ(UrlEncode("app in (a,b)"), "app%20in%20%28a%2Cb%29");
 }
 
-// --- over loopback, against scripted answers -------------------------------------------------------------------
+// --- over loopback, against scripted answers
+// -------------------------------------------------------------------
 
 class ScriptedServer : public ::testing::Test {
  protected:
@@ -186,7 +193,8 @@ class ScriptedServer : public ::testing::Test {
 
 TEST_F(ScriptedServer, RetriesServerErrorsAndHonoursRetryAfterZero) {
   server_.Add(RawHttpServer::Json(503, R"({"kind":"Status","reason":"ServiceUnavailable","code":503})"));
-  server_.Add(RawHttpServer::Json(429, R"({"kind":"Status","reason":"TooManyRequests","code":429})", "Retry-After: 0\r\n"));
+  server_.Add(RawHttpServer::Json(429, R"({"kind":"Status","reason":"TooManyRequests","code":429})",
+                                  "Retry-After: 0\r\n"));
   server_.Add(RawHttpServer::Json(200, R"({"kind":"Node","metadata":{"name":"n1"}})"));
   auto client = Client();
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
@@ -205,7 +213,8 @@ TEST_F(ScriptedServer, RetriesServerErrorsAndHonoursRetryAfterZero) {
 }
 
 TEST_F(ScriptedServer, TypedErrorsAreNotRetried) {
-  server_.Add(RawHttpServer::Json(409, R"({"kind":"Status","reason":"Conflict","message":"modified","code":409})"));
+  server_.Add(
+      RawHttpServer::Json(409, R"({"kind":"Status","reason":"Conflict","message":"modified","code":409})"));
   auto client = Client();
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     const std::string path = "/api/v1/nodes/n1";
@@ -221,7 +230,8 @@ TEST_F(ScriptedServer, TypedErrorsAreNotRetried) {
 }
 
 TEST_F(ScriptedServer, WatchParsesEventsSplitAnywhere) {
-  // Two events and a bookmark, cut in the middle of values and across chunk boundaries, no newlines in one place.
+  // Two events and a bookmark, cut in the middle of values and across chunk boundaries, no newlines in one
+  // place.
   const std::string events =
       R"({"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a","namespace":"d","resourceVersion":"5"}}})"
       "\n"
@@ -244,8 +254,9 @@ TEST_F(ScriptedServer, WatchParsesEventsSplitAnywhere) {
   }());
   EXPECT_EQ(seen, (std::vector<std::string>{"ADDED:5", "MODIFIED:6", "BOOKMARK:9"}));
   ASSERT_EQ(server_.requests().size(), 1u);
-  EXPECT_NE(server_.requests()[0].find("watch=1&resourceVersion=4&allowWatchBookmarks=true&timeoutSeconds=300"),
-            std::string::npos);
+  EXPECT_NE(
+      server_.requests()[0].find("watch=1&resourceVersion=4&allowWatchBookmarks=true&timeoutSeconds=300"),
+      std::string::npos);
 }
 
 TEST_F(ScriptedServer, WatchErrorEventExpiredIsGone) {
@@ -271,7 +282,9 @@ TEST_F(ScriptedServer, WatchErrorEventExpiredIsGone) {
 }
 
 TEST_F(ScriptedServer, ListPagesCarryContinueTokens) {
-  server_.Add(RawHttpServer::Json(200, R"({"kind":"PodList","metadata":{"resourceVersion":"7","continue":"tok"},"items":[{"metadata":{"name":"a"}}]})"));
+  server_.Add(RawHttpServer::Json(
+      200,
+      R"({"kind":"PodList","metadata":{"resourceVersion":"7","continue":"tok"},"items":[{"metadata":{"name":"a"}}]})"));
   auto client = Client();
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     ListOptions o;
@@ -285,7 +298,8 @@ TEST_F(ScriptedServer, ListPagesCarryContinueTokens) {
       EXPECT_EQ(page->continue_token, "tok");
     }
   }());
-  EXPECT_NE(server_.requests()[0].find("GET /api/v1/pods?labelSelector=app%3Dx&limit=1 HTTP/1.1"), std::string::npos);
+  EXPECT_NE(server_.requests()[0].find("GET /api/v1/pods?labelSelector=app%3Dx&limit=1 HTTP/1.1"),
+            std::string::npos);
 }
 
 TEST_F(ScriptedServer, TransportErrorWhenNothingListens) {

@@ -1,7 +1,8 @@
 #include "k8s/extender.h"
 
-#include <boost/json.hpp>
 #include <gtest/gtest.h>
+
+#include <boost/json.hpp>
 
 namespace hami::k8s {
 namespace {
@@ -11,7 +12,8 @@ constexpr const char* kPod =
     R"({"metadata":{"name":"p","namespace":"ns","uid":"u1"},"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1"}}}]}})";
 
 TEST(ExtenderArgs, PascalCaseAndLowerCaseBothDecode) {
-  auto a = ParseExtenderArgs(std::string(R"({"Pod":)") + kPod + R"(,"Nodes":null,"NodeNames":["n1","n2"]})").value();
+  auto a = ParseExtenderArgs(std::string(R"({"Pod":)") + kPod + R"(,"Nodes":null,"NodeNames":["n1","n2"]})")
+               .value();
   EXPECT_EQ(a.pod.Key(), "ns/p");
   ASSERT_TRUE(a.node_names);
   EXPECT_EQ(*a.node_names, (std::vector<std::string>{"n1", "n2"}));
@@ -34,7 +36,9 @@ TEST(ExtenderArgs, Errors) {
   EXPECT_EQ(ParseExtenderArgs(R"({"Pod":null})").error().message, "extender args missing pod");
   EXPECT_NE(ParseExtenderArgs("").error().message.find("EOF"), std::string::npos);
   EXPECT_NE(ParseExtenderArgs("{\"Pod\":").error().message.find("invalid JSON"), std::string::npos);
-  EXPECT_NE(ParseExtenderArgs(std::string(R"({"Pod":)") + kPod + R"(,"NodeNames":"n1"})").error().message.find("NodeNames"),
+  EXPECT_NE(ParseExtenderArgs(std::string(R"({"Pod":)") + kPod + R"(,"NodeNames":"n1"})")
+                .error()
+                .message.find("NodeNames"),
             std::string::npos);
 }
 
@@ -44,8 +48,9 @@ TEST(ExtenderFilterResult, GoFieldNamesAndNulls) {
   r.failed_nodes = {{"foo", "bar"}};
   r.failed_and_unresolvable = {{"baz", "qux"}};
   r.error = "myerror";
-  EXPECT_EQ(ToJson(r),
-            R"({"Nodes":null,"NodeNames":["node1"],"FailedNodes":{"foo":"bar"},"FailedAndUnresolvableNodes":{"baz":"qux"},"Error":"myerror"})");
+  EXPECT_EQ(
+      ToJson(r),
+      R"({"Nodes":null,"NodeNames":["node1"],"FailedNodes":{"foo":"bar"},"FailedAndUnresolvableNodes":{"baz":"qux"},"Error":"myerror"})");
 }
 
 TEST(ExtenderFilterResult, FromOutcomes) {
@@ -79,9 +84,10 @@ TEST(ExtenderFilterResult, FromOutcomes) {
 
   // The Nodes form answers with Nodes (the chosen node's object), and passes everything through for
   // device-less pods (upstream echoes only NodeNames and loses them).
-  auto by_nodes = ParseExtenderArgs(std::string(R"({"Pod":)") + kPod +
-                                    R"(,"Nodes":{"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}})")
-                      .value();
+  auto by_nodes =
+      ParseExtenderArgs(std::string(R"({"Pod":)") + kPod +
+                        R"(,"Nodes":{"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}})")
+          .value();
   auto rn = ToFilterResult(scheduled, by_nodes);
   ASSERT_TRUE(rn.nodes);
   ASSERT_EQ(rn.nodes->size(), 1u);

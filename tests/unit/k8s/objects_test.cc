@@ -99,17 +99,21 @@ items:
 TEST(Objects, ErrorsNameObjectAndField) {
   ObjectSet out;
   auto docs = ParseDocuments(R"({"kind":"Pod","metadata":{"name":"p","namespace":"ns"},
-      "spec":{"containers":[{"name":"c","resources":{"limits":["x"]}}]}})", "f.json").value();
+      "spec":{"containers":[{"name":"c","resources":{"limits":["x"]}}]}})",
+                             "f.json")
+                  .value();
   auto r = CollectObjects(docs[0], "f.json", out);
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("Pod ns/p"), std::string::npos) << r.error().message;
-  EXPECT_NE(r.error().message.find("spec.containers[0].resources.limits"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("spec.containers[0].resources.limits"), std::string::npos)
+      << r.error().message;
   EXPECT_NE(r.error().message.find("f.json"), std::string::npos);
 
   auto no_kind = CollectObjects(ParseDocuments(R"({"metadata":{"name":"x"}})", "f").value()[0], "f", out);
   ASSERT_FALSE(no_kind);
   EXPECT_NE(no_kind.error().message.find("no \"kind\""), std::string::npos);
-  auto node_name = CollectObjects(ParseDocuments(R"({"kind":"Node","metadata":{}})", "f").value()[0], "f", out);
+  auto node_name =
+      CollectObjects(ParseDocuments(R"({"kind":"Node","metadata":{}})", "f").value()[0], "f", out);
   ASSERT_FALSE(node_name);
   EXPECT_NE(node_name.error().message.find("metadata.name"), std::string::npos);
 }
@@ -125,8 +129,8 @@ TEST(Objects, BadDocuments) {
 }
 
 TEST(Objects, ConcatenatedJsonObjects) {
-  auto docs = ParseDocuments(R"({"kind":"Node","metadata":{"name":"a"}} {"kind":"Node","metadata":{"name":"b"}})",
-                             "s")
+  auto docs = ParseDocuments(
+                  R"({"kind":"Node","metadata":{"name":"a"}} {"kind":"Node","metadata":{"name":"b"}})", "s")
                   .value();
   EXPECT_EQ(docs.size(), 2u);
 }
