@@ -235,10 +235,7 @@ Result<std::optional<PodAllocation>> AllocationFromAnnotations(const PodView& po
     for (auto& ctr : *devices) {
       for (auto& d : ctr) {
         any = true;
-        if (d.vendor != b->Vendor()) {
-          // The vendor field is informational for the device plugin; accounting follows the annotation key.
-          d.vendor = b->Vendor();
-        }
+        d.vendor = b->Vendor();  // accounting follows the annotation key, whatever the entry's vendor field says
       }
     }
     if (any) a.devices[b->Vendor()] = std::move(*devices);
