@@ -235,8 +235,8 @@ Result<std::optional<PodAllocation>> AllocationFromAnnotations(const PodView& po
     for (auto& ctr : *devices) {
       for (auto& d : ctr) {
         any = true;
-        d.vendor =
-            b->Vendor();  // accounting follows the annotation key, whatever the entry's vendor field says
+        // Accounting follows the annotation key, whatever the entry's vendor field says.
+        d.vendor = b->Vendor();
       }
     }
     if (any) a.devices[b->Vendor()] = std::move(*devices);
