@@ -12,7 +12,6 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
@@ -232,8 +231,7 @@ TEST_P(Conformance, WatchSeesChangesInOrder) {
   RunCoro(
       ioc_,
       [&]() -> asio::awaitable<void> {
-        asio::steady_timer t(ioc_, 200ms);  // let the watch start
-        co_await t.async_wait(asio::use_awaitable);
+        // No need to wait for the watch to be established: it resumes from the list's resourceVersion.
         const std::string pods = k8s::PathFor("v1", "pods", ns_);
         const json::value pod = json::parse(fmt::format(
             R"({{"metadata":{{"name":"{}"}},"spec":{{"containers":[{{"name":"c","image":"busybox"}}]}}}})",
@@ -244,10 +242,8 @@ TEST_P(Conformance, WatchSeesChangesInOrder) {
         EXPECT_TRUE(co_await client_->MergePatch(one, patch));
         const std::string del = one + "?gracePeriodSeconds=0";
         EXPECT_TRUE(co_await client_->Delete(del));
-        for (int i = 0; i < 100 && (events.empty() || events.back() != "DELETED"); ++i) {
-          asio::steady_timer tick(ioc_, 50ms);
-          co_await tick.async_wait(asio::use_awaitable);
-        }
+        const std::function<bool()> deleted = [&] { return !events.empty() && events.back() == "DELETED"; };
+        EXPECT_TRUE(co_await testing::WaitUntil(deleted, 5s));
         EXPECT_TRUE(watching) << "events must stream while the watch is open, not arrive when it ends";
       }(),
       20s);
@@ -359,21 +355,16 @@ TEST_P(Conformance, ReflectorSyncsAndFollows) {
   RunCoro(
       ioc_,
       [&]() -> asio::awaitable<void> {
-        for (int i = 0; i < 100 && !reflector.synced(); ++i) {
-          asio::steady_timer t(ioc_, 50ms);
-          co_await t.async_wait(asio::use_awaitable);
-        }
-        EXPECT_TRUE(reflector.synced());
+        const std::function<bool()> synced = [&] { return reflector.synced(); };
+        EXPECT_TRUE(co_await testing::WaitUntil(synced, 5s));
         EXPECT_EQ(reflector.items().size(), 5u);
         const std::string pods = k8s::PathFor("v1", "pods", ns_);
         const json::value pod = json::parse(fmt::format(
             R"({{"metadata":{{"name":"{}","labels":{{"suite":"{}"}}}},"spec":{{"containers":[{{"name":"c","image":"busybox"}}]}}}})",
             extra, label));
         EXPECT_TRUE(co_await client_->Create(pods, pod));
-        for (int i = 0; i < 100 && reflector.items().size() < 6; ++i) {
-          asio::steady_timer t(ioc_, 50ms);
-          co_await t.async_wait(asio::use_awaitable);
-        }
+        const std::function<bool()> followed = [&] { return reflector.items().size() >= 6; };
+        EXPECT_TRUE(co_await testing::WaitUntil(followed, 5s));
         EXPECT_EQ(reflector.items().size(), 6u);
       }(),
       20s);
