@@ -9,9 +9,7 @@
 
 namespace hami::k8s {
 namespace json = boost::json;
-namespace {
 
-// The value of `key` matched case-insensitively (Go's decoder); an exact match wins.
 const json::value* FindKey(const json::object& o, std::string_view key) {
   if (const auto* exact = o.if_contains(key)) return exact;
   for (const auto& kv : o) {
@@ -31,9 +29,11 @@ Result<json::object> ParseObject(std::string_view body, std::string_view what) {
 Result<std::string> StringField(const json::object& o, std::string_view key, std::string_view what) {
   const json::value* v = FindKey(o, key);
   if (v == nullptr || v->is_null()) return Ok(std::string());
-  if (!v->is_string()) return Error{fmt::format("{}: {} must be a string", what, key)};
+  if (!v->is_string()) return Error{fmt::format("{}.{}: expected a string", what, key)};
   return Ok(std::string(v->get_string()));
 }
+
+namespace {
 
 json::value StringMap(const std::map<std::string, std::string>& m) {
   json::object o;

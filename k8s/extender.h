@@ -15,6 +15,14 @@
 
 namespace hami::k8s {
 
+// Reading JSON the way Go's encoding/json does for these untagged types (both ends of the protocol use them).
+// The value of `key` matched case-insensitively; an exact match wins. nullptr when absent.
+const boost::json::value* FindKey(const boost::json::object& o, std::string_view key);
+// `body` as a JSON object; errors name `what` ("ExtenderArgs: invalid JSON: ...", an empty body is "EOF").
+Result<boost::json::object> ParseObject(std::string_view body, std::string_view what);
+// A string field read with FindKey: "" when absent or null, an error naming `what`.`key` otherwise.
+Result<std::string> StringField(const boost::json::object& o, std::string_view key, std::string_view what);
+
 struct ExtenderArgs {
   PodView pod;
   boost::json::value pod_json;                         // as sent, for patches and events

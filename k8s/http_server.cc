@@ -1,0 +1,604 @@
+#include "k8s/http_server.h"
+
+#include <fmt/format.h>
+#include <openssl/ssl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <type_traits>
+
+namespace hami::k8s {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
+namespace {
+
+constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
+// How long a closing connection waits for the client to finish (its close_notify, or the end of what it was
+// still sending), so that closing does not reset the connection before the client read the answer.
+constexpr std::chrono::milliseconds kLingerTimeout{500};
+constexpr std::size_t kReadChunk = 16 * 1024;
+
+// What identifies a file's content for reload detection: it changes when the file is rewritten and when it is
+// replaced by a rename (Kubernetes secret volumes swap a symlink; stat follows it).
+struct FileStamp {
+  std::int64_t mtime_ns = -1;
+  ino_t inode = 0;
+  off_t size = -1;
+  bool operator==(const FileStamp&) const = default;
+};
+
+FileStamp StampOf(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  return {static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec, st.st_ino,
+          st.st_size};
+}
+
+Result<std::string> ReadFile(std::string_view what, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{fmt::format("{} \"{}\": {}", what, path, std::strerror(errno))};
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return Error{fmt::format("{} \"{}\": read error", what, path)};
+  return Ok(text.str());
+}
+
+// A TLS 1.2+ server context from the PEM files, checked: the key must belong to the certificate.
+Result<std::shared_ptr<asio::ssl::context>> LoadTlsContext(const HttpServerOptions& o) {
+  auto cert = ReadFile("TLS certificate", o.cert_file);
+  if (!cert) return cert.error();
+  auto key = ReadFile("TLS private key", o.key_file);
+  if (!key) return key.error();
+  auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
+  ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                   asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                   asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use);
+  SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+  boost::system::error_code ec;
+  // The key first: OpenSSL refuses a key that does not match a loaded certificate with a vague message, while
+  // a certificate loaded after a foreign key just leaves no key, which the check below names.
+  ctx->use_private_key(asio::buffer(*key), asio::ssl::context::pem, ec);
+  if (ec) {
+    return Error{fmt::format("TLS private key \"{}\": not a PEM private key ({})", o.key_file, ec.message())};
+  }
+  ctx->use_certificate_chain(asio::buffer(*cert), ec);
+  if (ec) {
+    return Error{
+        fmt::format("TLS certificate \"{}\": not a PEM certificate chain ({})", o.cert_file, ec.message())};
+  }
+  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1) {
+    return Error{fmt::format("TLS private key \"{}\" does not belong to the certificate \"{}\"", o.key_file,
+                             o.cert_file)};
+  }
+  return ctx;
+}
+
+struct BindAddress {
+  std::string host;  // without brackets; "" = all interfaces
+  std::string port;
+};
+
+// "host:port", ":port", "[v6]:port".
+Result<BindAddress> ParseAddress(const std::string& flag, const std::string& address) {
+  auto bad = [&](std::string_view why) { return Error{fmt::format("{} \"{}\": {}", flag, address, why)}; };
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) return bad("expected host:port");
+  BindAddress out{address.substr(0, colon), address.substr(colon + 1)};
+  if (out.host.starts_with('[')) {
+    if (!out.host.ends_with(']')) return bad("expected [IPv6 address]:port");
+    out.host = out.host.substr(1, out.host.size() - 2);
+  } else if (out.host.find(':') != std::string::npos) {
+    return bad("expected host:port (an IPv6 address goes in brackets: [::1]:port)");
+  }
+  const bool digits =
+      !out.port.empty() && out.port.size() <= 5 &&
+      std::all_of(out.port.begin(), out.port.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || std::stoul(out.port) > 65535) return bad("expected host:port with a port from 0 to 65535");
+  return out;
+}
+
+// Where to bind, best first: a wildcard host tries dual-stack IPv6, then IPv4 (a host without IPv6).
+Result<std::vector<tcp::endpoint>> Endpoints(const asio::any_io_executor& executor, const std::string& flag,
+                                             const std::string& address, const BindAddress& a) {
+  const auto port = static_cast<std::uint16_t>(std::stoul(a.port));
+  if (a.host.empty()) return std::vector<tcp::endpoint>{{tcp::v6(), port}, {tcp::v4(), port}};
+  boost::system::error_code ec;
+  const auto ip = asio::ip::make_address(a.host, ec);
+  if (!ec) return std::vector<tcp::endpoint>{{ip, port}};
+  // A host name: resolved once, at startup (blocking is fine there).
+  tcp::resolver resolver(executor);
+  const auto found =
+      resolver.resolve(a.host, a.port, tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || found.empty()) {
+    return Error{fmt::format("{} \"{}\": cannot resolve \"{}\": {}", flag, address, a.host,
+                             ec ? ec.message() : "no address")};
+  }
+  return std::vector<tcp::endpoint>{found.begin()->endpoint()};
+}
+
+bool OwnedByServer(std::string_view header) {
+  return beast::iequals(header, "Content-Length") || beast::iequals(header, "Transfer-Encoding") ||
+         beast::iequals(header, "Connection") || beast::iequals(header, "Content-Type");
+}
+
+ServerResponse TextResponse(unsigned status, std::string body) {
+  ServerResponse r;
+  r.status = status;
+  r.content_type = "text/plain; charset=utf-8";
+  r.body = std::move(body);
+  return r;
+}
+
+enum class ReadStatus { kOk, kClosed, kTimeout, kMalformed, kHeaderTooLarge };
+
+ReadStatus Classify(const boost::system::error_code& ec) {
+  if (ec == beast::error::timeout) return ReadStatus::kTimeout;
+  if (ec == http::error::header_limit) return ReadStatus::kHeaderTooLarge;
+  if (ec == http::error::end_of_stream || ec == http::error::partial_message) return ReadStatus::kClosed;
+  // Every other parser error is a request that is not HTTP/1.x as it should be.
+  if (ec.category() == http::make_error_code(http::error::bad_method).category())
+    return ReadStatus::kMalformed;
+  return ReadStatus::kClosed;  // reset, aborted, TLS failures: the connection is gone
+}
+
+// One accepted connection as the server sees it, for Shutdown() and the deadline of Drained().
+struct ConnectionState {
+  explicit ConnectionState(beast::tcp_stream& stream) : lowest(stream) {}
+  void Close() {
+    closing = true;
+    lowest.close();  // pending reads and writes complete with an error
+  }
+  beast::tcp_stream& lowest;
+  bool busy = false;     // a request is in flight on it
+  bool closing = false;  // closed by the server: nothing more to say on it
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(asio::any_io_executor ex, HttpServerOptions o)
+      : executor(std::move(ex)), options(std::move(o)), acceptor(executor) {}
+
+  Result<void> LoadTls() {
+    const FileStamp cert = StampOf(options.cert_file);
+    const FileStamp key = StampOf(options.key_file);
+    auto ctx = LoadTlsContext(options);
+    if (!ctx) return ctx.error();
+    tls_context = std::move(*ctx);
+    cert_stamp = cert;
+    key_stamp = key;
+    return {};
+  }
+
+  // Before a new connection's handshake: a rotated certificate is served from the next connection on.
+  void ReloadTlsIfChanged() {
+    const FileStamp cert = StampOf(options.cert_file);
+    const FileStamp key = StampOf(options.key_file);
+    if (cert == cert_stamp && key == key_stamp) return;
+    // Remembered even when loading fails: one log line per change, not one per connection. A half-written
+    // pair (new certificate, old key) fails here and loads when the key changes too.
+    cert_stamp = cert;
+    key_stamp = key;
+    auto ctx = LoadTlsContext(options);
+    if (!ctx) {
+      spdlog::error("{}: TLS reload failed, still serving the previous certificate: {}", options.address,
+                    ctx.error().message);
+      return;
+    }
+    tls_context = std::move(*ctx);
+    ++tls_reloads;
+    spdlog::info("{}: TLS certificate reloaded from {}", options.address, options.cert_file);
+  }
+
+  void RequestStarted(ConnectionState& conn) {
+    conn.busy = true;
+    ++in_flight;
+  }
+  void RequestFinished(ConnectionState& conn) {
+    conn.busy = false;
+    if (--in_flight == 0) {
+      for (auto* waiter : drain_waiters) waiter->cancel();
+    }
+  }
+  void CloseConnections(bool idle_only) {
+    for (auto& [id, conn] : connections) {
+      if (!idle_only || !conn->busy) conn->Close();
+    }
+  }
+
+  asio::any_io_executor executor;
+  HttpServerOptions options;
+  std::map<std::string, std::map<http::verb, RouteHandler>, std::less<>> routes;
+  tcp::acceptor acceptor;
+  std::shared_ptr<asio::ssl::context> tls_context;  // each connection keeps the one it started with
+  FileStamp cert_stamp, key_stamp;
+  std::uint16_t port = 0;
+  bool stopping = false;
+  std::map<std::uint64_t, ConnectionState*> connections;
+  std::uint64_t next_connection = 1;
+  std::size_t in_flight = 0;
+  std::uint64_t timeouts = 0;
+  std::uint64_t requests = 0;
+  std::uint64_t tls_reloads = 0;
+  std::vector<asio::steady_timer*> drain_waiters;
+};
+
+namespace {
+
+using Impl = HttpServer::Impl;
+
+// Marks a request in flight on a connection for the lifetime of the object.
+class InFlight {
+ public:
+  InFlight(Impl& server, ConnectionState& conn) : server_(server), conn_(conn) {
+    server_.RequestStarted(conn_);
+  }
+  ~InFlight() { server_.RequestFinished(conn_); }
+  InFlight(const InFlight&) = delete;
+  InFlight& operator=(const InFlight&) = delete;
+
+ private:
+  Impl& server_;
+  ConnectionState& conn_;
+};
+
+// Keeps a connection in the server's table while it lives.
+class Registration {
+ public:
+  Registration(Impl& server, ConnectionState& conn) : server_(server), id_(server.next_connection++) {
+    server_.connections[id_] = &conn;
+  }
+  ~Registration() { server_.connections.erase(id_); }
+  Registration(const Registration&) = delete;
+  Registration& operator=(const Registration&) = delete;
+
+ private:
+  Impl& server_;
+  std::uint64_t id_;
+};
+
+struct IncomingRequest {
+  ServerRequest request;
+  unsigned version = 11;
+  bool keep_alive = false;
+};
+
+// Reads one request: the head within header_timeout of `start`, the whole request within read_timeout. At
+// most body_limit bytes of body are kept; one byte more marks it too large and stops reading.
+template <class Stream>
+asio::awaitable<ReadStatus> ReadRequest(const HttpServerOptions& o, Stream& stream, ConnectionState& conn,
+                                        beast::flat_buffer& buffer, Clock::time_point start,
+                                        IncomingRequest& in) {
+  http::request_parser<http::buffer_body> parser;
+  parser.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(o.header_limit, UINT32_MAX)));
+  parser.body_limit(boost::none);  // the loop below stops at body_limit itself
+  const auto request_deadline = start + o.read_timeout;
+  conn.lowest.expires_at(std::min(start + o.header_timeout, request_deadline));
+  auto [hec, hn] = co_await http::async_read_header(stream, buffer, parser, kTuple);
+  if (hec) co_return Classify(hec);
+  auto& req = parser.get();
+  if (req.version() >= 11 && !parser.is_done() && beast::iequals(req[http::field::expect], "100-continue")) {
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    conn.lowest.expires_at(request_deadline);
+    auto [cec, cn] = co_await asio::async_write(stream, asio::buffer(kContinue), kTuple);
+    if (cec) co_return Classify(cec);
+  }
+  std::string& body = in.request.body;
+  if (const auto length = parser.content_length(); length && *length <= o.body_limit) body.reserve(*length);
+  std::array<char, kReadChunk> chunk;
+  conn.lowest.expires_at(request_deadline);
+  while (!parser.is_done()) {
+    const std::size_t left = o.body_limit - body.size();
+    const std::size_t want = left < chunk.size() ? left + 1 : chunk.size();
+    req.body().data = chunk.data();
+    req.body().size = want;
+    auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTuple);
+    if (ec && ec != http::error::need_buffer) co_return Classify(ec);
+    body.append(chunk.data(), want - req.body().size);
+    if (body.size() > o.body_limit) {
+      body.resize(o.body_limit);
+      in.request.body_too_large = true;
+      break;
+    }
+  }
+  in.request.method = req.method();
+  in.request.target = std::string(req.target());
+  in.request.path = in.request.target.substr(0, in.request.target.find('?'));
+  in.request.content_type = std::string(req[http::field::content_type]);
+  in.version = req.version();
+  in.keep_alive = req.keep_alive();
+  co_return ReadStatus::kOk;
+}
+
+std::string AllowedMethods(const std::map<http::verb, RouteHandler>& methods) {
+  std::vector<std::string> names;
+  for (const auto& [verb, handler] : methods) names.emplace_back(http::to_string(verb));
+  std::sort(names.begin(), names.end());
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+asio::awaitable<ServerResponse> Dispatch(Impl& server, const ServerRequest& request) {
+  const auto path = server.routes.find(request.path);
+  if (path == server.routes.end()) co_return TextResponse(404, "404 page not found\n");
+  const auto method = path->second.find(request.method);
+  if (method == path->second.end()) {
+    ServerResponse r = TextResponse(405, "Method Not Allowed\n");
+    r.headers.emplace_back("Allow", AllowedMethods(path->second));
+    co_return r;
+  }
+  const RouteHandler handler = method->second;  // a copy: Route() may change the table while it runs
+  std::string failure;
+  try {
+    co_return co_await handler(request);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  } catch (...) {
+    failure = "unknown exception";
+  }
+  spdlog::error("{} {}: handler failed: {}", std::string(http::to_string(request.method)), request.target,
+                failure);
+  co_return TextResponse(500, failure + "\n");
+}
+
+// Writes `r` (its body is moved out). Content-Type and Content-Length always, except Content-Length on 204
+// and 304, which have no body.
+template <class Stream>
+asio::awaitable<bool> WriteResponse(Stream& stream, ConnectionState& conn, ServerResponse& r,
+                                    unsigned version, bool keep_alive, std::chrono::milliseconds timeout) {
+  if (r.status < 200 || r.status > 999) {
+    spdlog::error("handler answered the invalid HTTP status {}", r.status);
+    r = TextResponse(500, fmt::format("invalid HTTP status {}\n", r.status));
+  }
+  http::response<http::string_body> res;
+  res.version(version);
+  res.result(r.status);
+  for (const auto& [name, value] : r.headers) {
+    const bool injects =
+        name.find_first_of("\r\n:") != std::string::npos || value.find_first_of("\r\n") != std::string::npos;
+    if (name.empty() || injects || OwnedByServer(name)) continue;
+    res.insert(name, value);
+  }
+  res.set(http::field::content_type, r.content_type.empty() ? "text/plain; charset=utf-8" : r.content_type);
+  res.keep_alive(keep_alive);
+  if (r.status != 204 && r.status != 304) {
+    res.body() = std::move(r.body);
+    res.content_length(res.body().size());
+  }
+  conn.lowest.expires_after(timeout);
+  auto [ec, n] = co_await http::async_write(stream, res, kTuple);
+  co_return !ec;
+}
+
+// Ends a connection the server chose to close, without resetting it under the client's feet.
+template <class Stream>
+asio::awaitable<void> CloseGracefully(Stream& stream, ConnectionState& conn) {
+  conn.lowest.expires_after(kLingerTimeout);
+  if constexpr (std::is_same_v<Stream, TlsStream>) {
+    auto [ec] = co_await stream.async_shutdown(kTuple);  // close_notify both ways
+  } else {
+    beast::error_code ignored;
+    conn.lowest.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    std::array<char, 4096> sink;
+    for (;;) {
+      auto [ec, n] = co_await stream.async_read_some(asio::buffer(sink), kTuple);
+      if (ec) break;
+    }
+  }
+}
+
+// Requests in turn on one connection (keep-alive, pipelining), until the client or the server ends it.
+template <class Stream>
+asio::awaitable<void> RunSession(std::shared_ptr<Impl> self, Stream& stream, ConnectionState& conn,
+                                 Clock::time_point connected) {
+  const HttpServerOptions& o = self->options;
+  beast::flat_buffer buffer;
+  for (bool first = true; !conn.closing && !self->stopping; first = false) {
+    // The first byte of the next request (unless pipelined bytes already wait): a new connection gets the
+    // header timeout for its whole first head, a kept-alive one waits up to the idle timeout.
+    if (buffer.size() == 0) {
+      conn.lowest.expires_after(first ? o.header_timeout : o.idle_timeout);
+      auto [ec, n] = co_await stream.async_read_some(buffer.prepare(kReadChunk), kTuple);
+      if (ec) {
+        if (first && ec == beast::error::timeout) ++self->timeouts;
+        break;
+      }
+      buffer.commit(n);
+    }
+    InFlight in_flight(*self, conn);
+    IncomingRequest in;
+    const ReadStatus status =
+        co_await ReadRequest(o, stream, conn, buffer, first ? connected : Clock::now(), in);
+    if (status == ReadStatus::kClosed) break;
+    if (status == ReadStatus::kTimeout) {
+      ++self->timeouts;
+      spdlog::debug("{}: dropped a request that did not arrive in time", o.address);
+      break;
+    }
+    if (status == ReadStatus::kMalformed || status == ReadStatus::kHeaderTooLarge) {
+      ServerResponse refusal = status == ReadStatus::kMalformed
+                                   ? TextResponse(400, "400 Bad Request\n")
+                                   : TextResponse(431, "431 Request Header Fields Too Large\n");
+      co_await WriteResponse(stream, conn, refusal, 11, false, o.write_timeout);
+      break;
+    }
+    ++self->requests;
+    ServerResponse response = co_await Dispatch(*self, in.request);
+    // A body cut at the limit leaves the rest unread: the connection cannot carry another request.
+    const bool keep_alive = in.keep_alive && !in.request.body_too_large && !self->stopping;
+    if (conn.closing) break;
+    if (!co_await WriteResponse(stream, conn, response, in.version, keep_alive, o.write_timeout)) break;
+    if (!keep_alive) break;
+  }
+  if (!conn.closing) co_await CloseGracefully(stream, conn);
+}
+
+asio::awaitable<void> RunConnection(std::shared_ptr<Impl> self, tcp::socket socket,
+                                    std::shared_ptr<asio::ssl::context> tls) {
+  if (!tls) {
+    beast::tcp_stream stream(std::move(socket));
+    ConnectionState conn(stream);
+    Registration registration(*self, conn);
+    co_await RunSession(self, stream, conn, Clock::now());
+    co_return;
+  }
+  TlsStream stream(std::move(socket), *tls);
+  ConnectionState conn(beast::get_lowest_layer(stream));
+  Registration registration(*self, conn);
+  conn.lowest.expires_after(self->options.header_timeout);
+  auto [ec] = co_await stream.async_handshake(asio::ssl::stream_base::server, kTuple);
+  if (ec) {
+    if (ec == beast::error::timeout) ++self->timeouts;
+    spdlog::debug("{}: TLS handshake failed: {}", self->options.address, ec.message());
+    co_return;
+  }
+  co_await RunSession(self, stream, conn, Clock::now());
+}
+
+void LogConnectionFailure(std::exception_ptr e) {
+  if (!e) return;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& failure) {
+    spdlog::error("HTTP connection failed: {}", failure.what());
+  } catch (...) {
+    spdlog::error("HTTP connection failed");
+  }
+}
+
+}  // namespace
+
+HttpServer::HttpServer(asio::any_io_executor executor, HttpServerOptions options)
+    : impl_(std::make_shared<Impl>(std::move(executor), std::move(options))) {}
+
+HttpServer::~HttpServer() {
+  Shutdown();
+  impl_->CloseConnections(/*idle_only=*/false);
+}
+
+void HttpServer::Route(http::verb method, std::string path, RouteHandler handler) {
+  impl_->routes[std::move(path)][method] = std::move(handler);
+}
+
+Result<std::uint16_t> HttpServer::Listen() {
+  Impl& s = *impl_;
+  if (s.acceptor.is_open()) return s.port;
+  const HttpServerOptions& o = s.options;
+  if (o.cert_file.empty() != o.key_file.empty()) {
+    return Error{fmt::format("{} \"{}\": TLS needs both a certificate file and a key file, only {} is set",
+                             o.address_flag, o.address, o.cert_file.empty() ? "the key" : "the certificate")};
+  }
+  const auto address = ParseAddress(o.address_flag, o.address);
+  if (!address) return address.error();
+  const auto endpoints = Endpoints(s.executor, o.address_flag, o.address, *address);
+  if (!endpoints) return endpoints.error();
+  if (!o.cert_file.empty()) {
+    if (auto loaded = s.LoadTls(); !loaded) return loaded.error();
+  }
+  boost::system::error_code ec;
+  for (const tcp::endpoint& endpoint : *endpoints) {
+    ec.clear();
+    s.acceptor.open(endpoint.protocol(), ec);
+    if (!ec && endpoint.address().is_v6() && endpoint.address().is_unspecified()) {
+      s.acceptor.set_option(asio::ip::v6_only(false), ec);  // ":port" means IPv4 too
+    }
+    if (!ec) s.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) s.acceptor.bind(endpoint, ec);
+    if (!ec) s.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec) break;
+    boost::system::error_code ignored;
+    s.acceptor.close(ignored);
+    // Only a wildcard without IPv6 support falls back to IPv4; a port in use stays an error.
+    if (ec == asio::error::address_in_use || ec == asio::error::access_denied) break;
+  }
+  if (ec) return Error{fmt::format("cannot listen on {}: {}", o.address, ec.message())};
+  s.port = s.acceptor.local_endpoint().port();
+  s.stopping = false;
+  spdlog::info("listening on {} (port {}, {})", o.address, s.port, s.tls_context ? "HTTPS" : "HTTP");
+  return s.port;
+}
+
+asio::awaitable<void> HttpServer::Serve() {
+  const std::shared_ptr<Impl> self = impl_;
+  if (!self->acceptor.is_open()) {
+    spdlog::error("{}: Serve() without a successful Listen()", self->options.address);
+    co_return;
+  }
+  const auto cancellation = co_await asio::this_coro::cancellation_state;
+  while (!self->stopping && cancellation.cancelled() == asio::cancellation_type::none) {
+    auto [ec, socket] = co_await self->acceptor.async_accept(kTuple);
+    if (self->stopping || ec == asio::error::operation_aborted) break;
+    if (ec) {
+      // Out of descriptors and the like: pause instead of spinning; the server stays up.
+      spdlog::warn("{}: accept failed: {}", self->options.address, ec.message());
+      asio::steady_timer pause(self->executor, std::chrono::milliseconds(50));
+      co_await pause.async_wait(kTuple);
+      continue;
+    }
+    boost::system::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    if (self->tls_context) self->ReloadTlsIfChanged();
+    asio::co_spawn(self->executor, RunConnection(self, std::move(socket), self->tls_context),
+                   LogConnectionFailure);
+  }
+}
+
+void HttpServer::Shutdown() {
+  Impl& s = *impl_;
+  s.stopping = true;
+  boost::system::error_code ignored;
+  s.acceptor.close(ignored);
+  s.CloseConnections(/*idle_only=*/true);
+}
+
+asio::awaitable<void> HttpServer::Drained(std::chrono::steady_clock::time_point deadline) {
+  const std::shared_ptr<Impl> self = impl_;
+  asio::steady_timer wake(self->executor);
+  self->drain_waiters.push_back(&wake);
+  struct Unregister {
+    Impl& server;
+    asio::steady_timer* timer;
+    ~Unregister() { std::erase(server.drain_waiters, timer); }
+  } unregister{*self, &wake};
+  const auto cancellation = co_await asio::this_coro::cancellation_state;
+  while (self->in_flight > 0 && Clock::now() < deadline &&
+         cancellation.cancelled() == asio::cancellation_type::none) {
+    wake.expires_at(deadline);
+    co_await wake.async_wait(kTuple);  // cancelled by the last request to finish
+  }
+  if (self->in_flight > 0 && Clock::now() >= deadline) self->CloseConnections(/*idle_only=*/false);
+}
+
+std::uint16_t HttpServer::port() const { return impl_->port; }
+bool HttpServer::tls() const { return impl_->tls_context != nullptr; }
+std::size_t HttpServer::in_flight() const { return impl_->in_flight; }
+std::size_t HttpServer::open_connections() const { return impl_->connections.size(); }
+std::uint64_t HttpServer::timeouts() const { return impl_->timeouts; }
+std::uint64_t HttpServer::requests_served() const { return impl_->requests; }
+std::uint64_t HttpServer::tls_reloads() const { return impl_->tls_reloads; }
+
+}  // namespace hami::k8s

@@ -1,0 +1,100 @@
+#pragma once
+// An HTTP/1.1 server for the extender (POST /filter, /bind; GET /healthz, /readyz, /metrics): plain TCP or
+// TLS with certificate hot reload, keep-alive and pipelined requests, exact-path routes, the request timeouts
+// of HAMi's Go server, a body limit that hands the handler the truncated body instead of failing, and a
+// graceful shutdown. One coroutine per connection on the caller's executor (the one event loop); not
+// thread-safe.
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/beast/http/verb.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/result.h"
+
+namespace hami::k8s {
+
+struct ServerRequest {
+  boost::beast::http::verb method = boost::beast::http::verb::unknown;
+  std::string target;  // as sent ("/filter?x=1")
+  std::string path;    // target without the query
+  std::string content_type;
+  std::string body;
+  // The body exceeded HttpServerOptions::body_limit; `body` holds its first body_limit bytes. The rest was
+  // not read, so the connection closes after the response.
+  bool body_too_large = false;
+};
+
+struct ServerResponse {
+  unsigned status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  // Extra headers. Content-Type comes from `content_type`; Content-Length, Transfer-Encoding and Connection
+  // belong to the server. Those, and names or values with CR/LF, are ignored here.
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// Handlers run on the server's executor; they may co_await (e.g. API calls). The request outlives the call.
+// An exception becomes a 500 with its message.
+using RouteHandler = std::function<boost::asio::awaitable<ServerResponse>(const ServerRequest&)>;
+
+struct HttpServerOptions {
+  std::string address =
+      "127.0.0.1:8080";  // "host:port", ":port" (all interfaces), "[::1]:port"; port 0 = any
+  std::string address_flag = "--http_bind";         // names the address in Listen() errors
+  std::size_t body_limit = 1 << 20;                 // 1 MiB, as HAMi
+  std::size_t header_limit = 64 * 1024;             // request line and fields; larger -> 431
+  std::chrono::milliseconds header_timeout{15000};  // HAMi ReadHeaderTimeout; also the TLS handshake
+  std::chrono::milliseconds read_timeout{60000};    // whole request (head + body), HAMi ReadTimeout
+  std::chrono::milliseconds idle_timeout{120000};   // keep-alive wait for the next request
+  std::chrono::milliseconds write_timeout{60000};
+  // Both set: HTTPS only (TLS 1.2+); the files are read again when either changes (certificate rotation).
+  std::string cert_file{};
+  std::string key_file{};
+};
+
+class HttpServer {
+ public:
+  HttpServer(boost::asio::any_io_executor executor, HttpServerOptions options);
+  // Closes the listener and every connection; handlers still running finish on their own.
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Exact-path routes. Unknown path -> 404 text/plain; known path, other method -> 405 with `Allow`.
+  void Route(boost::beast::http::verb method, std::string path, RouteHandler handler);
+  // Parses the address, loads TLS material, binds, listens. Errors name the address or the file and what is
+  // wrong. Returns the port (the kernel's choice for port 0).
+  Result<std::uint16_t> Listen();
+  // Accepts until Shutdown() or cancellation of the awaiting coroutine. Connections run on their own
+  // coroutines and outlive it.
+  boost::asio::awaitable<void> Serve();
+  // Graceful stop: closes the listener, lets in-flight requests finish and answers them with
+  // `Connection: close`, closes idle keep-alive connections at once.
+  void Shutdown();
+  // Completes when no request is in flight any more, or at `deadline` (then open connections are closed).
+  boost::asio::awaitable<void> Drained(std::chrono::steady_clock::time_point deadline);
+
+  std::uint16_t port() const;
+  bool tls() const;
+  // Requests from their first byte until their response is written.
+  std::size_t in_flight() const;
+  std::size_t open_connections() const;
+  // Requests dropped because their head or body did not arrive in time, and TLS handshakes that timed out.
+  std::uint64_t timeouts() const;
+  std::uint64_t requests_served() const;
+  // Successful certificate reloads after the first load.
+  std::uint64_t tls_reloads() const;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace hami::k8s
