@@ -15,6 +15,9 @@ constexpr std::string_view kUsage =
     R"(hami-scheduler: GPU-sharing scheduler extender for Kubernetes (a drop-in for HAMi's)
 
 Usage:
+  hami-scheduler [serve] [flags]              the scheduler extender (/filter, /bind, /metrics); HAMi's
+                                              flags are accepted (`hami-scheduler serve --help`)
+  hami-scheduler demo [--keep] [--json]       the whole system on an embedded in-memory cluster
   hami-scheduler inspect node|pod FILE|-      decode a Node's or Pod's HAMi annotations (JSON or YAML)
   hami-scheduler simulate --cluster FILE [--pods FILE] [-o json|table] [config flags]
                                               place pods offline against a cluster snapshot
@@ -68,11 +71,14 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   if (command == "inspect") return Inspect(rest, out, err);
   if (command == "simulate") return Simulate(rest, out, err);
   if (command == "sim-apiserver") return sim::RunApiServerCommand(rest, out, err);
-  if (command == "config" || command.starts_with("-")) {
-    // `config [flags]`, or bare flags such as `--print-config`: load, validate, print.
+  if (command == "serve") return Serve(rest, out, err);
+  if (command == "demo") return Demo(rest, out, err);
+  // Bare flags run the extender, as HAMi's `scheduler --http_bind=... ` does (--print-config prints).
+  if (command.starts_with("-")) return Serve(args, out, err);
+  if (command == "config") {
+    // `config [flags]`: load, validate, print.
     std::vector<std::string> flag_args{"hami-scheduler"};
-    const std::vector<std::string>& flags = command == "config" ? rest : args;
-    flag_args.insert(flag_args.end(), flags.begin(), flags.end());
+    flag_args.insert(flag_args.end(), rest.begin(), rest.end());
     auto loaded = config::LoadConfig(flag_args);
     if (!loaded) {
       err << "hami-scheduler: " << loaded.error().message << "\n";
@@ -88,13 +94,8 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       err << "hami-scheduler: " << backends.error().message << "\n";
       return kExitUsage;
     }
-    if (command == "config" || loaded->print_config) {
-      out << config::ToYaml(loaded->config);
-      return kExitOk;
-    }
-    err << "hami-scheduler: no command given; the configuration is valid (use --print-config to see it)\n"
-        << kUsage;
-    return kExitUsage;
+    out << config::ToYaml(loaded->config);
+    return kExitOk;
   }
   err << "hami-scheduler: unknown command '" << command << "'\n" << kUsage;
   return kExitUsage;

@@ -21,6 +21,8 @@ Result<Backends> BuildBackends(const config::Config& cfg);
 
 int Inspect(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int Demo(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 std::string VersionString();
 

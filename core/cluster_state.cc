@@ -150,11 +150,31 @@ void ClusterState::Apply(NodeEntry& entry, const PodRecord& record, int sign) {
   }
 }
 
+namespace {
+
+// Equal as the annotations carry them: a device's index on its node is not encoded (MIG slots are compared
+// through PodAllocation::mig), so a decision and the same allocation read back from the pod compare equal.
+bool SameDevices(const PodDevices& a, const PodDevices& b) {
+  const auto same_device = [](const ContainerDevice& x, const ContainerDevice& y) {
+    return x.uuid == y.uuid && x.vendor == y.vendor && x.mem == y.mem && x.cores == y.cores;
+  };
+  const auto same_container = [&](const ContainerDevices& x, const ContainerDevices& y) {
+    return std::equal(x.begin(), x.end(), y.begin(), y.end(), same_device);
+  };
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [&](const auto& x, const auto& y) {
+    return x.first == y.first &&
+           std::equal(x.second.begin(), x.second.end(), y.second.begin(), y.second.end(), same_container);
+  });
+}
+
+}  // namespace
+
 bool ClusterState::AddPod(PodAllocation allocation) {
   const std::string uid = allocation.uid;
   if (auto existing = pods_.find(uid); existing != pods_.end()) {
     if (existing->second.allocation.node == allocation.node &&
-        existing->second.allocation.devices == allocation.devices) {
+        SameDevices(existing->second.allocation.devices, allocation.devices) &&
+        existing->second.allocation.mig == allocation.mig) {
       return false;
     }
     RemovePod(uid);

@@ -93,6 +93,11 @@ class ClusterState {
   const std::vector<DeviceCharge>* ChargesOf(std::string_view uid) const;
   // After all init containers finished: keep only what the app containers use.
   void ReleaseInitContainers(std::string_view uid);
+  // Visits every recorded pod with its charges (init containers collapsed), in no particular order.
+  template <class F>
+  void ForEachPod(F&& visit) const {
+    for (const auto& [uid, record] : pods_) visit(record.allocation, record.charges);
+  }
 
  private:
   struct PodRecord {

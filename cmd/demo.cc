@@ -1,0 +1,504 @@
+// `hami-scheduler demo`: the whole system on one event loop, no cluster needed. The embedded API server, a
+// few simulated nodes of all four vendors with their device plugins, the real scheduler service over loopback
+// HTTP (exactly what `serve` runs), the kube-scheduler stand-in, and a stream of sample pods; a live table of
+// decisions, then a summary (or JSON with --json). --keep leaves it running for kubectl.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/json.hpp>
+#include <cxxopts.hpp>
+#include <deque>
+#include <filesystem>
+#include <ostream>
+
+#include "cmd/app.h"
+#include "cmd/service.h"
+#include "core/codec/stamps.h"
+#include "core/keys.h"
+#include "k8s/objects.h"
+#include "sim/api_server.h"
+#include "sim/device_plugin.h"
+#include "sim/kube_scheduler.h"
+
+namespace hami::cmd {
+namespace asio = boost::asio;
+namespace json = boost::json;
+using namespace std::chrono_literals;
+using Clock_ = std::chrono::steady_clock;
+
+namespace {
+
+struct DemoNode {
+  std::string name;
+  std::string vendor;  // backend registry name
+  std::vector<sim::SimDevice> devices;
+};
+
+std::vector<DemoNode> DemoNodes() {
+  const auto cards = [](const std::string& prefix, int n, std::int32_t split, std::int64_t mem,
+                        std::int32_t cores, const std::string& type) {
+    std::vector<sim::SimDevice> v;
+    for (int i = 0; i < n; ++i)
+      v.push_back(sim::SimDevice{fmt::format("{}-{}", prefix, i), split, mem, cores, type, i / 2, true});
+    return v;
+  };
+  return {
+      {"gpu-t4-1", "nvidia", cards("GPU-t4a", 2, 10, 15360, 100, "NVIDIA-Tesla T4")},
+      {"gpu-a100-1", "nvidia", cards("GPU-a100a", 4, 4, 40960, 100, "NVIDIA-A100-SXM4-40GB")},
+      {"mlu-370-1", "cambricon", cards("MLU", 2, 100, 24576, 100, "MLU370")},
+      {"mthreads-s4000-1", "mthreads", cards("MT", 2, 100, 49152, 16, "MTT S4000")},
+      {"dcu-k100-1", "hygon", cards("DCU-k100a", 2, 4, 65536, 100, "DCU-K100")},
+  };
+}
+
+// The sample pods, in the order they are created.
+constexpr std::string_view kDemoPods = R"(
+- {name: shared-gpu-1, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "3000", nvidia.com/gpucores: "30"}}
+- {name: shared-gpu-2, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "3000", nvidia.com/gpucores: "30"}}
+- {name: shared-gpu-3, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "3000", nvidia.com/gpucores: "30"}}
+- {name: half-card, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem-percentage: "50", nvidia.com/gpucores: "20"}}
+- {name: two-whole-cards, limits: {nvidia.com/gpu: "2", nvidia.com/gpucores: "100"}}
+- {name: two-containers, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "2000", nvidia.com/gpucores: "10"},
+   second: {nvidia.com/gpu: "1", nvidia.com/gpumem: "2000", nvidia.com/gpucores: "10"}}
+- {name: init-then-serve, init: {nvidia.com/gpu: "1", nvidia.com/gpumem: "6000", nvidia.com/gpucores: "20"},
+   limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "4000", nvidia.com/gpucores: "20"}}
+- {name: mlu-slice, limits: {cambricon.com/vmlu: "1", cambricon.com/mlu.smlu.vmemory: "4", cambricon.com/mlu.smlu.vcore: "10"}}
+- {name: mthreads-slice, limits: {mthreads.com/vgpu: "1", mthreads.com/sgpu-memory: "32", mthreads.com/sgpu-core: "8"}}
+- {name: dcu-slice, limits: {hygon.com/dcunum: "1", hygon.com/dcumem: "2000", hygon.com/dcucores: "60"}}
+- {name: too-big, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "100000"}}
+)";
+
+json::value Container(const std::string& name, const json::value& limits) {
+  return {{"name", name}, {"image", "registry.example/app:1"}, {"resources", {{"limits", limits}}}};
+}
+
+std::vector<json::value> DemoPods(const std::string& scheduler_name) {
+  auto docs = k8s::ParseDocuments(kDemoPods, "demo pods");
+  std::vector<json::value> pods;
+  for (const auto& item : docs.value().at(0).as_array()) {
+    const auto& o = item.as_object();
+    json::array containers{Container("app", o.at("limits"))};
+    if (auto* second = o.if_contains("second")) containers.push_back(Container("sidecar", *second));
+    json::object spec{{"schedulerName", scheduler_name}, {"containers", std::move(containers)}};
+    if (auto* init = o.if_contains("init")) spec["initContainers"] = json::array{Container("warmup", *init)};
+    pods.push_back({{"apiVersion", "v1"},
+                    {"kind", "Pod"},
+                    {"metadata", {{"name", o.at("name")}, {"namespace", "default"}}},
+                    {"spec", std::move(spec)}});
+  }
+  return pods;
+}
+
+std::string Annotation(const json::object& o, std::string_view key) {
+  const auto* a = o.at("metadata").as_object().if_contains("annotations");
+  if (a == nullptr || !a->is_object()) return "";
+  const auto* v = a->as_object().if_contains(key);
+  return v != nullptr && v->is_string() ? std::string(v->as_string()) : "";
+}
+
+struct DemoFlags {
+  bool keep = false;
+  bool json = false;
+  bool verbose = false;
+  std::string listen = "127.0.0.1:0";
+  std::string kubeconfig_out;
+  std::chrono::seconds timeout{60};
+};
+
+Result<DemoFlags> ParseDemoFlags(const std::vector<std::string>& args, std::string& help) {
+  cxxopts::Options o("hami-scheduler demo", "The whole system on an embedded in-memory cluster.");
+  o.add_options()("keep", "keep running after the summary (Ctrl-C stops)")(
+      "json", "print the summary as JSON on stdout (the live table goes to stderr)")(
+      "verbose", "show the scheduler's own log lines")(
+      "listen", "address of the embedded API server",
+      cxxopts::value<std::string>()->default_value("127.0.0.1:0"))(
+      "kubeconfig-out", "where to write the kubeconfig for kubectl (default: a temporary file)",
+      cxxopts::value<std::string>())("timeout", "seconds to wait for every pod to settle",
+                                     cxxopts::value<int>()->default_value("60"))("h,help", "this help");
+  std::vector<const char*> argv{"demo"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  try {
+    auto r = o.parse(static_cast<int>(argv.size()), argv.data());
+    if (!r.unmatched().empty()) return Error{fmt::format("unexpected argument '{}'", r.unmatched().front())};
+    if (r.count("help")) help = o.help();
+    DemoFlags f;
+    f.keep = r.count("keep") > 0;
+    f.json = r.count("json") > 0;
+    f.verbose = r.count("verbose") > 0;
+    f.listen = r["listen"].as<std::string>();
+    if (r.count("kubeconfig-out")) f.kubeconfig_out = r["kubeconfig-out"].as<std::string>();
+    const int t = r["timeout"].as<int>();
+    if (t <= 0) return Error{fmt::format("--timeout {}: expected a positive number of seconds", t)};
+    f.timeout = std::chrono::seconds(t);
+    return f;
+  } catch (const std::exception& e) {
+    return Error{e.what()};
+  }
+}
+
+class DemoRun {
+ public:
+  DemoRun(asio::io_context& ioc, DemoFlags flags, std::ostream& out, std::ostream& log)
+      : ioc_(ioc), flags_(std::move(flags)), out_(out), log_(log) {}
+
+  int Run();
+
+ private:
+  asio::awaitable<void> Script();
+  void Line(std::string_view pod, std::string_view event, std::string_view node, std::string_view detail);
+  std::string Summary();
+  json::value SummaryJson();
+  bool Settled();
+
+  asio::io_context& ioc_;
+  DemoFlags flags_;
+  std::ostream& out_;
+  std::ostream& log_;
+  Clock_::time_point start_ = Clock_::now();
+  config::Config cfg_;
+  Backends backends_;
+  std::unique_ptr<sim::ApiServer> api_;
+  std::unique_ptr<k8s::ApiClient> plugin_client_, scheduler_client_, user_client_;
+  std::vector<std::unique_ptr<sim::DevicePlugin>> plugins_;
+  std::unique_ptr<SchedulerService> service_;
+  std::unique_ptr<sim::KubeSchedulerStandIn> stand_in_;
+  std::vector<std::string> pod_names_;
+  std::string kubeconfig_;
+  bool done_ = false;
+  int exit_code_ = kExitOk;
+  std::deque<asio::cancellation_signal> stop_plugins_;  // one per plugin: a signal cancels one operation
+  asio::cancellation_signal stop_stand_in_;
+};
+
+void DemoRun::Line(std::string_view pod, std::string_view event, std::string_view node,
+                   std::string_view detail) {
+  const double t = std::chrono::duration<double>(Clock_::now() - start_).count();
+  log_ << fmt::format("{:>7.2f}s  {:<18} {:<14} {:<17} {}\n", t, pod, event, node.empty() ? "-" : node,
+                      detail);
+  log_.flush();
+}
+
+int DemoRun::Run() {
+  cfg_.http_bind = "127.0.0.1:0";
+  cfg_.metrics_bind_address = "";
+  cfg_.kube_qps = 0;  // no client-side rate limit against the embedded server
+  auto backends = BuildBackends(cfg_);
+  if (!backends) {
+    log_ << "demo: " << backends.error().message << "\n";
+    return kExitFailure;
+  }
+  backends_ = std::move(*backends);
+
+  sim::ApiServerOptions so;
+  const auto colon = flags_.listen.rfind(':');
+  if (colon == std::string::npos) {
+    log_ << "demo: --listen " << flags_.listen << ": expected HOST:PORT\n";
+    return kExitUsage;
+  }
+  so.host = flags_.listen.substr(0, colon);
+  try {
+    so.port = static_cast<std::uint16_t>(std::stoi(flags_.listen.substr(colon + 1)));
+  } catch (const std::exception&) {
+    log_ << "demo: --listen " << flags_.listen << ": expected HOST:PORT\n";
+    return kExitUsage;
+  }
+  api_ = std::make_unique<sim::ApiServer>(ioc_, so);
+  auto port = api_->Start();
+  if (!port) {
+    log_ << "demo: " << port.error().message << "\n";
+    return kExitFailure;
+  }
+  kubeconfig_ =
+      flags_.kubeconfig_out.empty()
+          ? (std::filesystem::temp_directory_path() / fmt::format("hami-demo-{}.kubeconfig", *port)).string()
+          : flags_.kubeconfig_out;
+  if (auto w = api_->WriteKubeconfig(kubeconfig_); !w) {
+    log_ << "demo: " << w.error().message << "\n";
+    return kExitFailure;
+  }
+  k8s::RestConfig rest;
+  rest.scheme = "http";
+  rest.host = so.host == "0.0.0.0" ? "127.0.0.1" : so.host;
+  rest.port = std::to_string(*port);
+  k8s::ClientOptions co;
+  co.qps = 0;
+  plugin_client_ = k8s::ApiClient::Create(ioc_.get_executor(), rest, co).value();
+  scheduler_client_ = k8s::ApiClient::Create(ioc_.get_executor(), rest, co).value();
+  user_client_ = k8s::ApiClient::Create(ioc_.get_executor(), rest, co).value();
+
+  static SystemClock clock;
+  ServiceOptions svc;
+  svc.health_interval = 2s;
+  svc.hostname = "demo";
+  auto service = SchedulerService::Create(ioc_, cfg_, backends_, rest, clock, svc);
+  if (!service) {
+    log_ << "demo: " << service.error().message << "\n";
+    return kExitFailure;
+  }
+  service_ = std::move(*service);
+  if (auto l = service_->Listen(); !l) {
+    log_ << "demo: " << l.error().message << "\n";
+    return kExitFailure;
+  }
+  asio::co_spawn(ioc_, Script(), [this](std::exception_ptr e) {
+    if (e) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        log_ << "demo: " << ex.what() << "\n";
+      }
+      exit_code_ = kExitFailure;
+    }
+    done_ = true;
+  });
+  asio::signal_set signals(ioc_, SIGINT, SIGTERM);
+  signals.async_wait([this](const boost::system::error_code& ec, int) {
+    if (!ec) done_ = true;
+  });
+  while (!done_) ioc_.run_one_for(100ms);
+  // Stop everything: the plugins and the stand-in at once, the service gracefully.
+  signals.cancel();
+  stop_stand_in_.emit(asio::cancellation_type::terminal);
+  for (auto& s : stop_plugins_) s.emit(asio::cancellation_type::terminal);
+  service_->Shutdown(2s);
+  const auto deadline = Clock_::now() + 5s;
+  while (!service_->stopped() && Clock_::now() < deadline) ioc_.run_one_for(50ms);
+  api_->Stop();
+  return exit_code_;
+}
+
+asio::awaitable<void> DemoRun::Script() {
+  const auto executor = co_await asio::this_coro::executor;
+  // Nodes as kubelet registers them; the device plugins publish the devices.
+  std::size_t device_count = 0;
+  for (const auto& n : DemoNodes()) {
+    const json::value node = {
+        {"apiVersion", "v1"},
+        {"kind", "Node"},
+        {"metadata", {{"name", n.name}, {"labels", {{"kubernetes.io/hostname", n.name}}}}}};
+    const std::string nodes_path = "/api/v1/nodes";
+    if (auto c = co_await user_client_->Create(nodes_path, node); !c)
+      throw std::runtime_error(c.error().message);
+    sim::DevicePluginOptions po;
+    po.node = n.name;
+    po.devices = n.devices;
+    po.register_interval = 5s;
+    po.handshake_interval = 1s;
+    po.allocate_delay = 20ms;
+    device_count += n.devices.size();
+    const Backend* backend = nullptr;
+    for (const auto& b : backends_) {
+      if (b->Spec().config_section == n.vendor) backend = b.get();
+    }
+    auto plugin = std::make_unique<sim::DevicePlugin>(*plugin_client_, *backend, po);
+    plugin->on_log = [this, node = n.name](const std::string& line) {
+      // "allocated <ns>/<pod> <devices>" and "failed <ns>/<pod> ...": the device plugin's side of the story.
+      const auto first = line.find(' ');
+      const auto second = line.find(' ', first + 1);
+      const std::string what = line.substr(0, first);
+      if ((what != "allocated" && what != "failed") || second == std::string::npos) return;
+      const std::string key = line.substr(first + 1, second - first - 1);
+      Line(key.substr(key.find('/') + 1), what, node, line.substr(second + 1));
+    };
+    asio::co_spawn(executor, plugin->Run(),
+                   asio::bind_cancellation_slot(stop_plugins_.emplace_back().slot(), asio::detached));
+    plugins_.push_back(std::move(plugin));
+  }
+  service_->Start();
+
+  sim::StandInOptions sio;
+  sio.scheduler_name = cfg_.scheduler_name;
+  sio.extender_url = service_->url();
+  sio.initial_backoff = 200ms;
+  sio.max_backoff = 2s;
+  stand_in_ = std::make_unique<sim::KubeSchedulerStandIn>(*scheduler_client_, sio);
+  stand_in_->on_outcome = [this](const sim::PodOutcome& o) {
+    const std::string pod = o.key.substr(o.key.find('/') + 1);
+    switch (o.state) {
+      case sim::PodOutcome::State::kBound:
+        Line(pod, "bound", o.node, "");
+        break;
+      case sim::PodOutcome::State::kUnschedulable:
+        Line(pod, "unschedulable", "", o.message);
+        break;
+      case sim::PodOutcome::State::kError:
+        Line(pod, "retrying", "", o.message);
+        break;
+      default:
+        break;
+    }
+  };
+  asio::co_spawn(executor, stand_in_->Run(),
+                 asio::bind_cancellation_slot(stop_stand_in_.slot(), asio::detached));
+
+  const std::function<bool()> ready = [this] { return service_->controller().ready(); };
+  asio::steady_timer t(executor);
+  while (!ready()) {
+    t.expires_after(20ms);
+    co_await t.async_wait(asio::use_awaitable);
+  }
+  log_ << fmt::format(
+      "hami-scheduler demo: embedded API server {}, {} nodes with {} devices (NVIDIA, Cambricon, Moore "
+      "Threads, "
+      "Hygon),\nscheduler extender {} (/filter, /bind, /metrics), kube-scheduler stand-in.\n\n",
+      api_->url(), DemoNodes().size(), device_count, service_->url());
+  log_ << fmt::format("{:>8}  {:<18} {:<14} {:<17} {}\n", "TIME", "POD", "EVENT", "NODE", "DETAIL");
+
+  for (const auto& pod : DemoPods(cfg_.scheduler_name)) {
+    pod_names_.push_back(std::string(pod.at("metadata").at("name").as_string()));
+    const std::string path = "/api/v1/namespaces/default/pods";
+    if (auto c = co_await user_client_->Create(path, pod); !c) throw std::runtime_error(c.error().message);
+    Line(pod_names_.back(), "created", "", "");
+    t.expires_after(100ms);
+    co_await t.async_wait(asio::use_awaitable);
+  }
+  const auto deadline = Clock_::now() + flags_.timeout;
+  while (!Settled() && Clock_::now() < deadline) {
+    t.expires_after(50ms);
+    co_await t.async_wait(asio::use_awaitable);
+  }
+  if (flags_.json) {
+    out_ << json::serialize(SummaryJson()) << "\n";
+  } else {
+    out_ << Summary();
+  }
+  out_.flush();
+  const json::value summary = SummaryJson();
+  if (summary.at("failed").as_int64() > 0) exit_code_ = kExitFailure;
+  if (flags_.keep) {
+    log_ << fmt::format(
+        "\nStill running (Ctrl-C stops). Try:\n  kubectl --kubeconfig {} get pods -o wide\n"
+        "  kubectl --kubeconfig {} describe pod too-big\n  curl {}/metrics\n",
+        kubeconfig_, kubeconfig_, service_->url());
+    for (;;) {
+      t.expires_after(1h);
+      co_await t.async_wait(asio::use_awaitable);
+    }
+  }
+}
+
+bool DemoRun::Settled() {
+  if (pod_names_.empty()) return false;
+  const auto& outcomes = stand_in_->outcomes();
+  for (const auto& name : pod_names_) {
+    auto pod = api_->store().Find("pods", "default", name);
+    if (!pod) return false;
+    const std::string phase = Annotation(*pod, keys::kBindPhase);
+    if (phase == keys::kBindPhaseSuccess || phase == keys::kBindPhaseFailed) continue;
+    auto o = outcomes.find("default/" + name);
+    if (o != outcomes.end() && o->second.state == sim::PodOutcome::State::kUnschedulable) continue;
+    return false;
+  }
+  return true;
+}
+
+json::value DemoRun::SummaryJson() {
+  json::array outcomes;
+  std::int64_t scheduled = 0, unschedulable = 0, failed = 0;
+  for (const auto& name : pod_names_) {
+    json::object o{{"pod", "default/" + name}};
+    auto pod = api_->store().Find("pods", "default", name);
+    const std::string phase = pod ? Annotation(*pod, keys::kBindPhase) : "";
+    const auto* spec = pod ? pod->at("spec").as_object().if_contains("nodeName") : nullptr;
+    const std::string node = spec != nullptr && spec->is_string() ? std::string(spec->as_string()) : "";
+    auto so = stand_in_->outcomes().find("default/" + name);
+    if (!node.empty() && phase == keys::kBindPhaseSuccess) {
+      ++scheduled;
+      o["state"] = "scheduled";
+      o["node"] = node;
+      json::object devices;
+      for (const auto& b : backends_) {
+        const std::string v = Annotation(*pod, b->Spec().keys.allocated);
+        if (!v.empty()) devices[b->Vendor()] = v;
+      }
+      o["devices"] = std::move(devices);
+    } else if (so != stand_in_->outcomes().end() &&
+               so->second.state == sim::PodOutcome::State::kUnschedulable) {
+      ++unschedulable;
+      o["state"] = "unschedulable";
+      o["reason"] = so->second.message;
+    } else {
+      ++failed;
+      o["state"] = "failed";
+      o["reason"] =
+          so != stand_in_->outcomes().end() ? so->second.message : std::string("never reached the scheduler");
+      if (!phase.empty()) o["bindPhase"] = phase;
+    }
+    outcomes.push_back(std::move(o));
+  }
+  return {{"pods", static_cast<std::int64_t>(pod_names_.size())},
+          {"scheduled", scheduled},
+          {"unschedulable", unschedulable},
+          {"failed", failed},
+          {"outcomes", std::move(outcomes)}};
+}
+
+std::string DemoRun::Summary() {
+  const json::value s = SummaryJson();
+  std::string out = "\nPods\n";
+  out += fmt::format("  {:<18} {:<14} {:<17} {}\n", "POD", "STATE", "NODE", "DEVICES / REASON");
+  for (const auto& v : s.at("outcomes").as_array()) {
+    const auto& o = v.as_object();
+    std::string detail;
+    if (auto* d = o.if_contains("devices")) {
+      for (const auto& [vendor, value] : d->as_object()) detail += std::string(value.as_string()) + " ";
+    } else if (auto* r = o.if_contains("reason")) {
+      detail = std::string(r->as_string());
+    }
+    const auto* node = o.if_contains("node");
+    out += fmt::format("  {:<18} {:<14} {:<17} {}\n", std::string(o.at("pod").as_string()).substr(8),
+                       std::string(o.at("state").as_string()), node ? std::string(node->as_string()) : "-",
+                       detail);
+  }
+  out += "\nDevice usage (from the scheduler's ledger)\n";
+  out += fmt::format("  {:<17} {:<12} {:<22} {:>5} {:>13} {:>7}\n", "NODE", "DEVICE", "TYPE", "TASKS",
+                     "MEMORY MiB", "CORES");
+  const ClusterState& state = service_->controller().state();
+  for (const auto& name : state.NodeNames()) {
+    const NodeEntry* e = state.FindNode(name);
+    for (std::size_t i = 0; i < e->devices.size(); ++i) {
+      const auto& d = e->devices[i];
+      const auto& u = e->usage[i];
+      out +=
+          fmt::format("  {:<17} {:<12} {:<22} {:>2}/{:<2} {:>6}/{:<6} {:>3}/{:<3}\n", name, d.id, d.type,
+                      u.used, d.count, u.mem.value(), d.devmem.value(), u.cores.value(), d.devcore.value());
+    }
+  }
+  out +=
+      fmt::format("\n{} pods: {} scheduled, {} unschedulable, {} failed\n", s.at("pods").as_int64(),
+                  s.at("scheduled").as_int64(), s.at("unschedulable").as_int64(), s.at("failed").as_int64());
+  if (!flags_.keep)
+    out += fmt::format(
+        "Run `hami-scheduler demo --keep` to keep the cluster up and use kubectl --kubeconfig {}.\n",
+        kubeconfig_);
+  return out;
+}
+
+}  // namespace
+
+int Demo(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  std::string help;
+  auto flags = ParseDemoFlags(args, help);
+  if (!flags) {
+    err << "hami-scheduler demo: " << flags.error().message << "\n";
+    return kExitUsage;
+  }
+  if (!help.empty()) {
+    out << help;
+    return kExitOk;
+  }
+  if (!flags->verbose) spdlog::set_level(spdlog::level::err);
+  asio::io_context ioc(1);
+  DemoRun demo(ioc, *flags, out, flags->json ? err : out);
+  return demo.Run();
+}
+
+}  // namespace hami::cmd

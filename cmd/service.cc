@@ -1,0 +1,269 @@
+#include "cmd/service.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <ostream>
+
+#include "cmd/app.h"
+#include "config/flags.h"
+#include "k8s/metrics.h"
+
+namespace hami::cmd {
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string HostName() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "";
+  return buf;
+}
+
+std::string LabelSelector(const std::map<std::string, std::string>& selector) {
+  std::string out;
+  for (const auto& [k, v] : selector) out += fmt::format("{}{}={}", out.empty() ? "" : ",", k, v);
+  return out;
+}
+
+}  // namespace
+
+SchedulerService::SchedulerService(asio::io_context& ioc, const config::Config& cfg)
+    : ioc_(&ioc), cfg_(&cfg) {}
+
+SchedulerService::~SchedulerService() { *alive_ = false; }
+
+Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
+    asio::io_context& ioc, const config::Config& cfg, const Backends& backends, const k8s::RestConfig& rest,
+    const Clock& clock, ServiceOptions options) {
+  std::unique_ptr<SchedulerService> s(new SchedulerService(ioc, cfg));
+  k8s::ClientOptions co;
+  co.qps = cfg.kube_qps;
+  co.burst = cfg.kube_burst;
+  if (cfg.kube_timeout.count() > 0) co.timeout = cfg.kube_timeout;
+  auto client = k8s::ApiClient::Create(ioc.get_executor(), rest, co);
+  if (!client) return client.error();
+  s->client_ = std::move(*client);
+
+  k8s::ControllerOptions o;
+  o.scheduler_name = cfg.scheduler_name;
+  o.hostname = options.hostname.empty() ? HostName() : options.hostname;
+  o.policies = cfg.policies;
+  o.node_label_selector = LabelSelector(cfg.node_label_selector);
+  o.health_interval = options.health_interval.value_or(cfg.health_check_interval);
+  o.handshake_timeout = cfg.handshake_timeout;
+  o.node_lock_timeout = cfg.node_lock_timeout;
+  o.node_lock_retry_timeout = cfg.node_lock_retry_timeout;
+  o.legacy_metrics = cfg.legacy_metrics;
+  if (options.reflector_backoff) o.reflector_defaults.backoff_initial = *options.reflector_backoff;
+  s->controller_ = std::make_unique<k8s::Controller>(ioc.get_executor(), *s->client_, backends, o, clock);
+
+  k8s::HttpServerOptions main;
+  main.address = cfg.http_bind;
+  main.cert_file = cfg.cert_file;
+  main.key_file = cfg.key_file;
+  s->server_ = std::make_unique<k8s::HttpServer>(ioc.get_executor(), main);
+  s->Routes(*s->server_, true);
+  if (!cfg.metrics_bind_address.empty() && cfg.metrics_bind_address != cfg.http_bind) {
+    k8s::HttpServerOptions m;
+    m.address = cfg.metrics_bind_address;
+    m.address_flag = "--metrics-bind-address";
+    s->metrics_ = std::make_unique<k8s::HttpServer>(ioc.get_executor(), m);
+    s->Routes(*s->metrics_, false);
+  }
+  return s;
+}
+
+namespace {
+
+// Built field by field: GCC 12 destroys members of a braced aggregate twice when the braces hold a co_await.
+k8s::ServerResponse Respond(unsigned status, std::string_view content_type, std::string body) {
+  k8s::ServerResponse r;
+  r.status = status;
+  r.content_type = std::string(content_type);
+  r.body = std::move(body);
+  return r;
+}
+constexpr std::string_view kText = "text/plain; charset=utf-8";
+constexpr std::string_view kJson = "application/json";
+
+}  // namespace
+
+void SchedulerService::Routes(k8s::HttpServer& server, bool extender) {
+  using k8s::ServerRequest;
+  using k8s::ServerResponse;
+  k8s::Controller* c = controller_.get();
+  server.Route(http::verb::get, "/metrics", [c](const ServerRequest&) -> asio::awaitable<ServerResponse> {
+    co_return Respond(200, k8s::prom::kContentType, c->Metrics());
+  });
+  server.Route(http::verb::get, "/healthz", [](const ServerRequest&) -> asio::awaitable<ServerResponse> {
+    co_return Respond(200, kText, "ok\n");
+  });
+  server.Route(http::verb::get, "/readyz", [c](const ServerRequest&) -> asio::awaitable<ServerResponse> {
+    if (c->ready()) co_return Respond(200, kText, "ok\n");
+    co_return Respond(503, kText, "not ready: " + c->NotReadyReason() + "\n");
+  });
+  if (!extender) return;
+  server.Route(http::verb::post, "/filter", [c](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
+    std::string body = co_await c->Filter(r.body, r.body_too_large);
+    co_return Respond(200, kJson, std::move(body));
+  });
+  server.Route(http::verb::post, "/bind", [c](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
+    std::string body = co_await c->Bind(r.body, r.body_too_large);
+    co_return Respond(200, kJson, std::move(body));
+  });
+}
+
+Result<void> SchedulerService::Listen() {
+  if (auto p = server_->Listen(); !p) return p.error();
+  if (metrics_) {
+    if (auto p = metrics_->Listen(); !p) return p.error();
+  }
+  return {};
+}
+
+std::string SchedulerService::url() const {
+  return fmt::format("{}://127.0.0.1:{}", server_->tls() ? "https" : "http", server_->port());
+}
+
+void SchedulerService::Spawn(asio::awaitable<void> task, const char* what, asio::cancellation_slot slot) {
+  ++running_;
+  auto alive = alive_;
+  asio::co_spawn(*ioc_, std::move(task),
+                 asio::bind_cancellation_slot(slot, [this, alive, what](std::exception_ptr e) {
+                   if (!*alive) return;
+                   --running_;
+                   if (!e || stopping_) return;
+                   try {
+                     std::rethrow_exception(e);
+                   } catch (const std::exception& ex) {
+                     spdlog::error("{} stopped: {}", what, ex.what());
+                   }
+                   failure_ = e;
+                 }));
+}
+
+void SchedulerService::Start() {
+  Spawn(controller_->Run(), "the controller", stop_.slot());
+  Spawn(server_->Serve(), "the extender server");
+  if (metrics_) Spawn(metrics_->Serve(), "the metrics server");
+}
+
+void SchedulerService::Shutdown(std::chrono::milliseconds grace) {
+  if (stopping_) return;
+  stopping_ = true;
+  server_->Shutdown();
+  if (metrics_) metrics_->Shutdown();
+  // Requests in flight finish (their API calls need the controller), then the watches stop.
+  auto drain = [](SchedulerService* s,
+                  std::chrono::steady_clock::time_point deadline) -> asio::awaitable<void> {
+    co_await s->server_->Drained(deadline);
+    if (s->metrics_) co_await s->metrics_->Drained(deadline);
+    s->stop_.emit(asio::cancellation_type::terminal);
+  };
+  Spawn(drain(this, std::chrono::steady_clock::now() + grace), "the drain");
+}
+
+void SchedulerService::Kill() {
+  if (stopping_) return;
+  stopping_ = true;
+  server_->Shutdown();
+  if (metrics_) metrics_->Shutdown();
+  stop_.emit(asio::cancellation_type::terminal);
+  auto close = [](SchedulerService* s) -> asio::awaitable<void> {
+    const auto now = std::chrono::steady_clock::now();
+    co_await s->server_->Drained(now);
+    if (s->metrics_) co_await s->metrics_->Drained(now);
+  };
+  Spawn(close(this), "the connection close");
+}
+
+bool SchedulerService::stopped() const {
+  return running_ == 0 && server_->in_flight() == 0 && server_->open_connections() == 0;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  std::vector<std::string> flag_args{"hami-scheduler serve"};
+  flag_args.insert(flag_args.end(), args.begin(), args.end());
+  auto loaded = config::LoadConfig(flag_args);
+  if (!loaded) {
+    err << "hami-scheduler serve: " << loaded.error().message << "\n";
+    return kExitUsage;
+  }
+  if (loaded->help) {
+    out << loaded->help_text;
+    return kExitOk;
+  }
+  const config::Config& cfg = loaded->config;
+  auto backends = BuildBackends(cfg);
+  if (!backends) {
+    err << "hami-scheduler serve: " << backends.error().message << "\n";
+    return kExitUsage;
+  }
+  if (loaded->print_config) {
+    out << config::ToYaml(cfg);
+    return kExitOk;
+  }
+  spdlog::set_level(spdlog::level::from_str(cfg.log_level));
+  for (const auto& w : cfg.warnings) spdlog::warn("{}", w);
+  auto rest = k8s::ResolveRestConfig(cfg.kubeconfig, k8s::ConfigEnv::System());
+  if (!rest) {
+    err << "hami-scheduler serve: cannot find the Kubernetes API server: " << rest.error().message << "\n";
+    return kExitFailure;
+  }
+  asio::io_context ioc(1);
+  SystemClock clock;
+  auto service = SchedulerService::Create(ioc, cfg, *backends, *rest, clock);
+  if (!service) {
+    err << "hami-scheduler serve: " << service.error().message << "\n";
+    return kExitFailure;
+  }
+  if (auto listening = (*service)->Listen(); !listening) {
+    err << "hami-scheduler serve: " << listening.error().message << "\n";
+    return kExitFailure;
+  }
+  SchedulerService& s = **service;
+  spdlog::info("{} serving the extender on {} (metrics on port {}), API server {} ({})", VersionString(),
+               s.url(), s.metrics_port(), rest->HostHeader(), rest->source);
+  s.Start();
+
+  asio::signal_set signals(ioc, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int signo) {
+    if (ec) return;
+    spdlog::info("signal {}: draining requests in flight, then exiting", signo);
+    s.Shutdown(10s);
+  });
+  // Ends the loop once everything has stopped (after a signal or a failure).
+  asio::steady_timer watch(ioc);
+  std::function<void()> check = [&] {
+    if (s.failure()) s.Kill();
+    if (s.stopped()) {
+      signals.cancel();
+      ioc.stop();
+      return;
+    }
+    watch.expires_after(50ms);
+    watch.async_wait([&](const boost::system::error_code&) { check(); });
+  };
+  check();
+  ioc.run();
+  if (s.failure()) {
+    err << "hami-scheduler serve: stopped after a failure (see the log above)\n";
+    return kExitFailure;
+  }
+  spdlog::info("stopped cleanly");
+  return kExitOk;
+}
+
+}  // namespace hami::cmd

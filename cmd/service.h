@@ -1,0 +1,75 @@
+#pragma once
+// The scheduler service as `serve` runs it: the API client, the controller, the extender HTTP server
+// (/filter, /bind, /healthz, /readyz, /metrics) and the metrics server, on one io_context. `serve`, the
+// demo and the integration tests all run this same object (the tests start, kill and restart it).
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include "config/config.h"
+#include "core/backend.h"
+#include "core/clock.h"
+#include "core/result.h"
+#include "k8s/api_client.h"
+#include "k8s/controller.h"
+#include "k8s/http_server.h"
+
+namespace hami::cmd {
+
+struct ServiceOptions {
+  // Faster loops for the demo and tests; production takes these from the configuration.
+  std::optional<std::chrono::milliseconds> health_interval;
+  std::optional<std::chrono::milliseconds> reflector_backoff;  // first backoff of the watches
+  std::string hostname;                                        // event source host ("" = gethostname)
+};
+
+class SchedulerService {
+ public:
+  // Builds the client and the controller; nothing is listened on or started yet.
+  static Result<std::unique_ptr<SchedulerService>> Create(boost::asio::io_context& ioc,
+                                                          const config::Config& cfg, const Backends& backends,
+                                                          const k8s::RestConfig& rest, const Clock& clock,
+                                                          ServiceOptions options = {});
+  ~SchedulerService();
+
+  // Binds the extender address (--http_bind) and the metrics address (unless empty or the same).
+  Result<void> Listen();
+  // Starts the watches, the health pass and both servers on the io_context.
+  void Start();
+  // Graceful stop: stop accepting, let requests in flight finish (at most `grace`), then stop the watches.
+  void Shutdown(std::chrono::milliseconds grace);
+  // Abrupt stop, as a killed process: every coroutine is cancelled where it stands.
+  void Kill();
+  // Everything Start() started has ended (after Shutdown() or Kill(), or a failure).
+  bool stopped() const;
+  // Why a service ended on its own (a failure, not a requested stop); null if none.
+  std::exception_ptr failure() const { return failure_; }
+
+  std::uint16_t port() const { return server_->port(); }
+  std::uint16_t metrics_port() const { return metrics_ ? metrics_->port() : server_->port(); }
+  std::string url() const;  // http(s)://127.0.0.1:<port>
+  k8s::Controller& controller() { return *controller_; }
+  k8s::ApiClient& client() { return *client_; }
+
+ private:
+  SchedulerService(boost::asio::io_context& ioc, const config::Config& cfg);
+  void Routes(k8s::HttpServer& server, bool extender);
+  void Spawn(boost::asio::awaitable<void> task, const char* what, boost::asio::cancellation_slot slot = {});
+
+  boost::asio::io_context* ioc_;
+  const config::Config* cfg_;
+  std::unique_ptr<k8s::ApiClient> client_;
+  std::unique_ptr<k8s::Controller> controller_;
+  std::unique_ptr<k8s::HttpServer> server_;
+  std::unique_ptr<k8s::HttpServer> metrics_;
+  boost::asio::cancellation_signal stop_;
+  int running_ = 0;
+  bool stopping_ = false;
+  std::exception_ptr failure_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace hami::cmd

@@ -1,0 +1,526 @@
+#include "k8s/controller.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <charconv>
+
+#include "core/codec/stamps.h"
+#include "core/fit.h"
+#include "core/keys.h"
+#include "k8s/objects.h"
+
+namespace hami::k8s {
+namespace asio = boost::asio;
+namespace json = boost::json;
+using std::chrono::steady_clock;
+
+namespace {
+
+std::string UidOf(const PodView& pod) { return pod.uid.empty() ? pod.Key() : pod.uid; }
+
+bool Finished(const PodView& pod) { return pod.phase == "Succeeded" || pod.phase == "Failed"; }
+
+bool AllInitContainersSucceeded(const PodView& pod) {
+  if (pod.init_containers.empty() || pod.init_container_statuses.size() < pod.init_containers.size())
+    return false;
+  for (const auto& s : pod.init_container_statuses) {
+    if (!s.terminated || s.exit_code != 0) return false;
+  }
+  return true;
+}
+
+// resourceVersions are opaque, but etcd's (and the embedded server's) are increasing integers: when both
+// read as integers, a larger one is a later state.
+bool LaterOrSame(const std::string& rv, const std::string& reference) {
+  if (rv == reference) return true;
+  std::uint64_t a = 0, b = 0;
+  const auto pa = std::from_chars(rv.data(), rv.data() + rv.size(), a);
+  const auto pb = std::from_chars(reference.data(), reference.data() + reference.size(), b);
+  return pa.ec == std::errc() && pb.ec == std::errc() && a > b;
+}
+
+asio::awaitable<void> Sleep(std::chrono::milliseconds d) {
+  asio::steady_timer t(co_await asio::this_coro::executor, d);
+  co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
+}
+
+// "3 nodes: CardInsufficientMemory (a, b, c); 1 node: node unregistered (d)"
+std::string SummarizeFailures(const std::map<std::string, std::string>& failed) {
+  std::map<std::string, std::vector<std::string>> by_reason;
+  for (const auto& [node, reason] : failed) by_reason[reason].push_back(node);
+  std::string out;
+  for (const auto& [reason, nodes] : by_reason) {
+    if (!out.empty()) out += "; ";
+    std::string names;
+    for (std::size_t i = 0; i < nodes.size() && i < 5; ++i) names += (i ? ", " : "") + nodes[i];
+    if (nodes.size() > 5) names += fmt::format(", and {} more", nodes.size() - 5);
+    out += fmt::format("{} node{}: {} ({})", nodes.size(), nodes.size() == 1 ? "" : "s", reason, names);
+  }
+  return out;
+}
+
+}  // namespace
+
+Controller::Controller(asio::any_io_executor executor, ApiClient& client, const Backends& backends,
+                       ControllerOptions options, const Clock& clock)
+    : executor_(executor),
+      client_(&client),
+      backends_(&backends),
+      options_(std::move(options)),
+      clock_(&clock),
+      state_(backends),
+      scheduler_(state_, options_.policies),
+      events_(executor, client, clock, EventRecorderOptions{options_.scheduler_name, options_.hostname}),
+      locker_(client, clock, options_.node_lock_timeout),
+      filter_latency_(prom::Histogram::LatencyBuckets()),
+      bind_latency_(prom::Histogram::LatencyBuckets()) {
+  Reflector::Options node_watch = options_.reflector_defaults;
+  node_watch.path = "/api/v1/nodes";
+  node_watch.label_selector = options_.node_label_selector;
+  nodes_ = std::make_unique<Informer<NodeView>>(
+      client, node_watch, NodeFromJson,
+      Informer<NodeView>::Handlers{.on_add = [this](const NodeView& n) { OnNode(n); },
+                                   .on_update = [this](const NodeView&, const NodeView& n) { OnNode(n); },
+                                   .on_delete = [this](const NodeView& n) { OnNodeDeleted(n); },
+                                   .on_synced = {}});
+  Reflector::Options pod_watch = options_.reflector_defaults;
+  pod_watch.path = "/api/v1/pods";
+  pods_ = std::make_unique<Informer<PodView>>(
+      client, pod_watch, PodFromJson,
+      Informer<PodView>::Handlers{.on_add = [this](const PodView& p) { OnPod(p); },
+                                  .on_update = [this](const PodView&, const PodView& p) { OnPod(p); },
+                                  .on_delete = [this](const PodView& p) { OnPodDeleted(p); },
+                                  .on_synced = {}});
+  Reflector::Options quota_watch = options_.reflector_defaults;
+  quota_watch.path = "/api/v1/resourcequotas";
+  quotas_ = std::make_unique<Informer<ResourceQuotaView>>(
+      client, quota_watch, ResourceQuotaFromJson,
+      Informer<ResourceQuotaView>::Handlers{
+          .on_add = [this](const ResourceQuotaView& q) { state_.quotas().UpsertQuota(q); },
+          .on_update = [this](const ResourceQuotaView&,
+                              const ResourceQuotaView& q) { state_.quotas().UpsertQuota(q); },
+          .on_delete = [this](const ResourceQuotaView& q) { state_.quotas().RemoveQuota(q.ns, q.name); },
+          .on_synced = {}});
+}
+
+Controller::~Controller() = default;
+
+bool Controller::synced() const { return nodes_->synced() && pods_->synced() && quotas_->synced(); }
+
+std::string Controller::NotReadyReason() const {
+  if (!nodes_->synced()) return "the node cache is not synced yet";
+  if (!pods_->synced()) return "the pod cache is not synced yet";
+  if (!quotas_->synced()) return "the resource quota cache is not synced yet";
+  if (health_passes_ == 0) return "the first health pass has not run yet";
+  return "";
+}
+
+asio::awaitable<void> Controller::Run() {
+  using namespace asio::experimental::awaitable_operators;
+  co_await (nodes_->Run() && pods_->Run() && quotas_->Run() && HealthLoop());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Watches -> registry and ledger
+
+void Controller::OnNode(const NodeView& node) {
+  state_.UpsertNode(node);
+  ApplyHealthMask(node.name);
+  WakeLockWaiters(node.name);
+}
+
+void Controller::OnNodeDeleted(const NodeView& node) {
+  state_.RemoveNode(node.name);
+  health_.erase(node.name);  // a node re-created under the same name starts clean
+  WakeLockWaiters(node.name);
+}
+
+void Controller::ApplyHealthMask(const std::string& node) {
+  auto it = health_.find(node);
+  if (it == health_.end()) return;
+  for (std::size_t b : it->second.unhealthy) state_.RemoveVendorDevices(node, b);
+}
+
+void Controller::OnPod(const PodView& pod) {
+  const std::string uid = UidOf(pod);
+  if (Finished(pod)) {
+    ReleasePod(uid);
+    return;
+  }
+  // A pod without hami.io/vgpu-node is not ours (yet): a reservation whose patch is on its way stays.
+  if (!pod.annotations.contains(keys::kAssignedNode)) return;
+  if (auto res = reservations_.find(uid); res != reservations_.end()) {
+    // Our filter decided for this pod: events older than its patch must not undo the decision.
+    if (res->second.patched_rv.empty() || !LaterOrSame(pod.resource_version, res->second.patched_rv)) return;
+    reservations_.erase(res);
+  }
+  auto decoded = AllocationFromAnnotations(pod, *backends_);
+  if (!decoded) {
+    ++stats_.annotation_errors;
+    spdlog::warn("pod {}: allocation annotations ignored: {}", pod.Key(), decoded.error().message);
+    return;
+  }
+  if (!*decoded) return;
+  state_.AddPod(std::move(**decoded));
+  if (AllInitContainersSucceeded(pod)) state_.ReleaseInitContainers(uid);
+}
+
+void Controller::OnPodDeleted(const PodView& pod) { ReleasePod(UidOf(pod)); }
+
+void Controller::ReleasePod(const std::string& uid) {
+  state_.RemovePod(uid);
+  reservations_.erase(uid);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Health
+
+asio::awaitable<void> Controller::HealthLoop() {
+  while (!synced()) co_await Sleep(std::chrono::milliseconds(20));
+  for (;;) {
+    co_await HealthPass();
+    co_await Sleep(options_.health_interval);
+  }
+}
+
+asio::awaitable<void> Controller::PatchNodeAnnotation(const std::string& node, const std::string& key,
+                                                      const json::value& value) {
+  const std::string path = PathFor("v1", "nodes", "", node);
+  const json::value patch = {{"metadata", {{"annotations", {{key, value}}}}}};
+  auto r = co_await client_->MergePatch(path, patch);
+  if (!r && r.error().kind != ApiErrorKind::kNotFound)
+    spdlog::warn("node {}: could not write {}: {}", node, key, r.error().message);
+}
+
+asio::awaitable<void> Controller::HealthPass() {
+  const TimePoint now = clock_->Now();
+  struct Write {
+    std::string node, key;
+    json::value value;
+  };
+  std::vector<Write> writes;
+  // Decide for every node first (synchronously: the caches cannot change under us), then write.
+  for (const auto& [name_key, node] : nodes_->views()) {
+    NodeHealth& h = health_[node.name];
+    h.memory.resize(backends_->size());
+    const NodeEntry* entry = state_.FindNode(node.name);
+    for (std::size_t b = 0; b < backends_->size(); ++b) {
+      const BackendSpec& spec = backends_->at(b).Spec();
+      if (spec.health == HealthRule::kAlwaysHealthy) continue;
+      // Only nodes that publish this vendor are asked (upstream stamps a handshake on every node).
+      const bool publishes =
+          (!spec.keys.register_annotation.empty() &&
+           node.annotations.contains(spec.keys.register_annotation)) ||
+          (entry != nullptr && entry->vendor_range[b].first != entry->vendor_range[b].second) ||
+          h.unhealthy.contains(b);
+      if (!publishes) continue;
+      HealthVerdict v = EvaluateHealth(spec, node, h.memory[b], now, options_.handshake_timeout);
+      h.memory[b] = std::move(v.memory);
+      if (v.handshake_patch && !spec.keys.handshake.empty()) {
+        writes.push_back({node.name, spec.keys.handshake, json::value(*v.handshake_patch)});
+        ++stats_.handshake_patches;
+      }
+      if (!v.healthy) {
+        if (h.unhealthy.insert(b).second) {
+          spdlog::warn("node {}: {} devices withheld: {}", node.name, spec.vendor, v.why);
+          state_.RemoveVendorDevices(node.name, b);
+          h.memory[b] = HealthMemory{};
+          // Removing the handshake lets the device plugin register again on a later pass.
+          if (!spec.keys.handshake.empty())
+            writes.push_back({node.name, spec.keys.handshake, json::value(nullptr)});
+          ++stats_.cleanups;
+        }
+      } else if (h.unhealthy.erase(b) > 0) {
+        spdlog::info("node {}: {} devices healthy again: {}", node.name, spec.vendor, v.why);
+        state_.UpsertNode(node);
+        ApplyHealthMask(node.name);
+      }
+    }
+  }
+  ++health_passes_;
+  ++stats_.health_passes;
+  for (const auto& w : writes) co_await PatchNodeAnnotation(w.node, w.key, w.value);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Filter
+
+asio::awaitable<bool> Controller::WaitReady() {
+  const auto deadline = steady_clock::now() + options_.ready_wait;
+  while (!ready()) {
+    if (steady_clock::now() >= deadline) co_return false;
+    co_await Sleep(std::chrono::milliseconds(20));
+  }
+  co_return true;
+}
+
+asio::awaitable<std::string> Controller::Filter(const std::string& body, bool body_too_large) {
+  const auto start = steady_clock::now();
+  ++stats_.filters;
+  std::string out;
+  auto args = body_too_large ? Result<ExtenderArgs>(Error{"request body is larger than the 1 MiB limit"})
+                             : ParseExtenderArgs(body);
+  if (!args) {
+    ++filter_results_["error"];
+    ExtenderFilterResult r;
+    r.error = args.error().message;
+    out = ToJson(r);
+  } else {
+    out = co_await FilterParsed(*args);
+  }
+  filter_latency_.Observe(std::chrono::duration<double>(steady_clock::now() - start).count());
+  co_return out;
+}
+
+asio::awaitable<std::string> Controller::FilterParsed(ExtenderArgs& args) {
+  const auto fail = [&](std::string message) {
+    ++filter_results_["error"];
+    ExtenderFilterResult r;
+    r.error = std::move(message);
+    return ToJson(r);
+  };
+  if (!co_await WaitReady()) co_return fail("hami-scheduler is not ready: " + NotReadyReason());
+  const PodView& pod = args.pod;
+  const std::string uid = UidOf(pod);
+  std::vector<std::string> candidates;
+  if (args.node_names) {
+    candidates = *args.node_names;
+  } else if (args.nodes) {
+    for (const auto& n : *args.nodes) candidates.push_back(n.name);
+  }
+  // A re-filter frees the pod's earlier reservation (and its quota) before deciding again.
+  ReleasePod(uid);
+  const TimePoint now = clock_->Now();
+  FilterOutcome outcome = scheduler_.Filter(pod, candidates, now);
+  switch (outcome.kind) {
+    case FilterOutcome::Kind::kPassThrough:
+      ++filter_results_["passthrough"];
+      co_return ToJson(ToFilterResult(outcome, args));
+    case FilterOutcome::Kind::kError:
+      outcome.error = fmt::format("pod {}: {}", pod.Key(), outcome.error);
+      events_.Record(pod, "Warning", "FilteringFailed", outcome.error);
+      co_return fail(outcome.error);
+    case FilterOutcome::Kind::kUnschedulable:
+      ++filter_results_["unschedulable"];
+      events_.Record(
+          pod, "Warning", "FilteringFailed",
+          fmt::format("no node fits the pod's device request; {}",
+                      candidates.empty() ? "no candidate nodes" : SummarizeFailures(outcome.failed_nodes)));
+      co_return ToJson(ToFilterResult(outcome, args));
+    case FilterOutcome::Kind::kScheduled:
+      break;
+  }
+
+  // Reserve before the patch goes out, so a concurrent filter cannot hand out the same devices.
+  scheduler_.Reserve(pod, outcome);
+  const std::uint64_t generation = ++generation_;
+  reservations_[uid] = Reservation{generation, ""};
+  json::object annotations;
+  for (const auto& [k, v] : outcome.annotations) annotations[k] = v;
+  const json::value patch = {
+      {"metadata",
+       {{"annotations", std::move(annotations)}, {"labels", {{keys::kAssignedNode, outcome.node}}}}}};
+  const std::string path = PathFor("v1", "pods", pod.ns, pod.name);
+  auto patched = co_await client_->MergePatch(path, patch);
+  auto res = reservations_.find(uid);
+  const bool still_ours = res != reservations_.end() && res->second.generation == generation;
+  if (!patched) {
+    if (still_ours) {
+      ReleasePod(uid);
+      ++stats_.rollbacks;
+    }
+    std::string message = fmt::format("could not write the allocation on node {} to pod {}: {}", outcome.node,
+                                      pod.Key(), patched.error().message);
+    events_.Record(pod, "Warning", "FilteringFailed", message);
+    co_return fail(std::move(message));
+  }
+  if (still_ours) res->second.patched_rv = ResourceVersionOf(*patched);
+  ++filter_results_["scheduled"];
+  RecordFilterEvent(pod, outcome);
+  co_return ToJson(ToFilterResult(outcome, args));
+}
+
+void Controller::RecordFilterEvent(const PodView& pod, const FilterOutcome& outcome) {
+  std::string fits;
+  for (const auto& [node, score] : outcome.best)
+    fits += fmt::format("{}{}:{:.2f}", fits.empty() ? "" : ",", node, score);
+  events_.Record(pod, "Normal", "FilteringSucceed",
+                 fmt::format("find fit node({}), {} nodes not fit, {} nodes fit({})", outcome.node,
+                             outcome.failed_nodes.size(), outcome.fitting_count, fits));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Bind
+
+asio::awaitable<std::optional<PodView>> Controller::LookupPod(const std::string& ns,
+                                                              const std::string& name) {
+  if (auto it = pods_->views().find(ns + "/" + name); it != pods_->views().end()) co_return it->second;
+  // Not watched yet (just created): ask the API server.
+  const std::string path = PathFor("v1", "pods", ns, name);
+  auto got = co_await client_->Get(path);
+  if (!got) co_return std::nullopt;
+  auto view = PodFromJson(*got);
+  if (!view) co_return std::nullopt;
+  co_return std::move(*view);
+}
+
+void Controller::WakeLockWaiters(const std::string& node) {
+  auto it = lock_waiters_.find(node);
+  if (it == lock_waiters_.end()) return;
+  const NodeEntry* entry = state_.FindNode(node);
+  auto& waiters = it->second;
+  for (auto w = waiters.begin(); w != waiters.end(); ++w) {
+    // Wake the longest-waiting bind whose lock is free now; the others keep waiting their turn.
+    if (entry != nullptr && entry->node.annotations.contains(w->key)) continue;
+    w->timer->cancel();
+    waiters.erase(w);
+    break;
+  }
+  if (waiters.empty()) lock_waiters_.erase(it);
+}
+
+asio::awaitable<LockOutcome> Controller::AcquireWaiting(const LockTarget& target,
+                                                        steady_clock::time_point deadline) {
+  bool waited = false;
+  for (;;) {
+    LockOutcome out = co_await locker_.Acquire(target);
+    if (out.acquired || !out.contention) co_return out;
+    const auto now = steady_clock::now();
+    if (options_.node_lock_retry_timeout.count() == 0 || now >= deadline) {
+      if (waited)
+        out.message = fmt::format("timed out after {}ms waiting for node {} to be unlocked: {}",
+                                  options_.node_lock_retry_timeout.count(), target.node, out.message);
+      co_return out;
+    }
+    if (!waited) ++stats_.lock_waits;
+    waited = true;
+    // Woken by the node watch when the lock goes away; the timer also re-checks expiry now and then.
+    asio::steady_timer timer(executor_,
+                             std::min<steady_clock::duration>(deadline - now, std::chrono::seconds(1)));
+    lock_waiters_[target.node].push_back(LockWaiter{&timer, target.key});
+    co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+    if (auto it = lock_waiters_.find(target.node); it != lock_waiters_.end()) {
+      std::erase_if(it->second, [&](const LockWaiter& w) { return w.timer == &timer; });
+      if (it->second.empty()) lock_waiters_.erase(it);
+    }
+  }
+}
+
+asio::awaitable<std::string> Controller::Bind(const std::string& body, bool body_too_large) {
+  const auto start = steady_clock::now();
+  ++stats_.binds;
+  std::string error;
+  auto args = body_too_large
+                  ? Result<ExtenderBindingArgs>(Error{"request body is larger than the 1 MiB limit"})
+                  : ParseBindingArgs(body);
+  if (!args) {
+    error = args.error().message;
+  } else {
+    error = co_await BindParsed(*args);
+  }
+  ++bind_results_[error.empty() ? "success" : "failure"];
+  bind_latency_.Observe(std::chrono::duration<double>(steady_clock::now() - start).count());
+  co_return BindingResultJson(error);
+}
+
+asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& args) {
+  const std::string key = args.pod_namespace + "/" + args.pod_name;
+  auto pod = co_await LookupPod(args.pod_namespace, args.pod_name);
+  if (!pod) {
+    ReleasePod(args.pod_uid.empty() ? key : args.pod_uid);
+    co_return fmt::format("pod \"{}\" not found", key);
+  }
+  const std::string uid = UidOf(*pod);
+  if (!args.pod_uid.empty() && args.pod_uid != pod->uid) {
+    ReleasePod(args.pod_uid);
+    co_return fmt::format("pod {} was re-created (uid {}, bind asked for {})", key, pod->uid, args.pod_uid);
+  }
+  const auto failed = [&](std::string message) {
+    events_.Record(*pod, "Warning", "BindingFailed", message);
+    return message;
+  };
+  if (state_.FindNode(args.node) == nullptr) {
+    ReleasePod(uid);
+    co_return failed(fmt::format("failed to get node {}: not found", args.node));
+  }
+  auto requests = CollectRequests(*pod, *backends_);
+  if (!requests) co_return failed(fmt::format("pod {}: {}", key, requests.error().message));
+
+  std::vector<std::pair<LockTarget, std::string>> held;  // in the order taken
+  if (requests->Any()) {
+    const PodAllocation* reservation = state_.FindPod(uid);
+    if (reservation == nullptr)
+      co_return failed(
+          fmt::format("pod {} holds no device reservation (it was not filtered by this scheduler, "
+                      "or the reservation was released); it must be filtered again",
+                      key));
+    if (reservation->node != args.node)
+      co_return failed(fmt::format("pod {} has devices reserved on node {}, not on {}", key,
+                                   reservation->node, args.node));
+    // Locks of the vendors the regular containers use, in vendor order (the same order everywhere, so two
+    // binds never wait on each other crosswise); a key shared by two vendors is taken once.
+    const auto deadline = steady_clock::now() + options_.node_lock_retry_timeout;
+    for (std::size_t b = 0; b < backends_->size(); ++b) {
+      const BackendSpec& spec = backends_->at(b).Spec();
+      if (spec.keys.node_lock.empty()) continue;
+      bool used = false;
+      for (std::size_t c = requests->num_init; c < requests->containers.size() && !used; ++c) {
+        for (const auto& [backend, request] : requests->containers[c]) used |= backend == static_cast<int>(b);
+      }
+      if (!used) continue;
+      if (std::any_of(held.begin(), held.end(),
+                      [&](const auto& h) { return h.first.key == spec.keys.node_lock; }))
+        continue;
+      LockTarget target{args.node, spec.keys.node_lock, spec.lock, pod->ns, pod->name};
+      LockOutcome lock = co_await AcquireWaiting(target, deadline);
+      if (!lock.acquired) {
+        for (auto h = held.rbegin(); h != held.rend(); ++h) co_await locker_.Release(h->first, h->second);
+        co_return failed(lock.message);
+      }
+      held.emplace_back(std::move(target), lock.value);
+    }
+  }
+  const auto release_all = [&]() -> asio::awaitable<void> {
+    for (auto h = held.rbegin(); h != held.rend(); ++h) co_await locker_.Release(h->first, h->second);
+  };
+
+  const std::string pod_path = PathFor("v1", "pods", pod->ns, pod->name);
+  const std::string bind_time = std::to_string(
+      std::chrono::duration_cast<std::chrono::seconds>(clock_->Now().time_since_epoch()).count());
+  if (requests->Any()) {
+    const json::value phase = {
+        {"metadata",
+         {{"annotations", {{keys::kBindPhase, keys::kBindPhaseAllocating}, {keys::kBindTime, bind_time}}}}}};
+    auto patched = co_await client_->MergePatch(pod_path, phase);
+    if (!patched) {
+      co_await release_all();
+      co_return failed(fmt::format("could not mark pod {} allocating: {}", key, patched.error().message));
+    }
+  }
+  const std::string ns = pod->ns, name = pod->name, node = args.node, pod_uid = pod->uid;
+  auto bound = co_await client_->Bind(ns, name, pod_uid, node);
+  if (!bound &&
+      (bound.error().kind == ApiErrorKind::kConflict || bound.error().kind == ApiErrorKind::kTransport)) {
+    // The binding may have gone through with its answer lost (or a retry of ours met our own binding).
+    auto now_pod = co_await client_->Get(pod_path);
+    if (now_pod) {
+      auto view = PodFromJson(*now_pod);
+      if (view && view->uid == pod->uid && view->node_name == node) bound = ApiResult<void>{};
+    }
+  }
+  if (!bound) {
+    co_await release_all();
+    co_return failed(fmt::format("could not bind pod {} to node {}: {}", key, node, bound.error().message));
+  }
+  // The locks stay held: the device plugin releases them once it has set the devices up.
+  events_.Record(*pod, "Normal", "BindingSucceed",
+                 fmt::format("Successfully binding node [{}] to {}", node, key));
+  co_return std::string();
+}
+
+}  // namespace hami::k8s

@@ -1,0 +1,155 @@
+#pragma once
+// The extender's controller: one object on the one event loop that owns the node registry and usage ledger
+// (core::ClusterState), feeds them from node, pod and resource-quota watches, runs the health pass, and
+// answers kube-scheduler's /filter and /bind (extender v1 JSON in, JSON out).
+//
+// Ledger rules (reference/hami-scheduler.md §5, with upstream quirks 9 and 10 fixed):
+// - a pod counts once it carries hami.io/vgpu-node and its allocation annotations decode, or once our filter
+//   reserved devices for it; Succeeded/Failed pods and deleted pods release; terminating pods keep holding;
+// - a reservation made by our filter is authoritative while its annotation patch is in flight (older watch
+//   events of the pod do not overwrite it); allocations read from annotations follow later annotation
+//   changes;
+// - after a restart the ledger is rebuilt from annotations alone.
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/cluster_state.h"
+#include "core/health.h"
+#include "core/scheduler.h"
+#include "k8s/api_client.h"
+#include "k8s/events.h"
+#include "k8s/extender.h"
+#include "k8s/metrics.h"
+#include "k8s/node_locker.h"
+#include "k8s/reflector.h"
+
+namespace hami::k8s {
+
+struct ControllerOptions {
+  std::string scheduler_name = "hami-scheduler";  // event source
+  std::string hostname;                           // event source host
+  SchedulerOptions policies;
+  std::string node_label_selector;  // "k=v,k2=v2"; "" = every node
+  std::chrono::milliseconds health_interval{15000};
+  std::chrono::seconds handshake_timeout{60};
+  std::chrono::seconds node_lock_timeout{300};
+  // How long a bind waits for a node lock held by another pod (every pod, not only PodGroup members as in
+  // HAMi: kube-scheduler binds asynchronously, so waiting costs nothing while failing costs a requeue with
+  // backoff). 0: fail at once.
+  std::chrono::milliseconds node_lock_retry_timeout{28000};
+  // How long /filter waits for the caches and the first health pass before answering an error.
+  std::chrono::milliseconds ready_wait{25000};
+  bool legacy_metrics = false;
+  Reflector::Options reflector_defaults;  // page size and backoffs for the watches (path is set per resource)
+};
+
+class Controller {
+ public:
+  Controller(boost::asio::any_io_executor executor, ApiClient& client, const Backends& backends,
+             ControllerOptions options, const Clock& clock);
+  ~Controller();
+
+  // Watches nodes, pods and quotas and runs the health pass every interval, until cancelled.
+  boost::asio::awaitable<void> Run();
+  // One health pass over every node (PROTOCOL.md §3); Run() calls it on its timer.
+  boost::asio::awaitable<void> HealthPass();
+
+  // Caches synced at least once.
+  bool synced() const;
+  // Synced and the first health pass done: /filter answers from here on.
+  bool ready() const { return synced() && health_passes_ > 0; }
+  std::string NotReadyReason() const;
+
+  // POST /filter and POST /bind: request body in, ExtenderFilterResult / ExtenderBindingResult JSON out.
+  // Failures are in the JSON's Error (kube-scheduler expects HTTP 200).
+  boost::asio::awaitable<std::string> Filter(const std::string& body, bool body_too_large);
+  boost::asio::awaitable<std::string> Bind(const std::string& body, bool body_too_large);
+
+  // GET /metrics (Prometheus text 0.0.4).
+  std::string Metrics() const;
+
+  const ClusterState& state() const { return state_; }
+  const EventRecorder& events() const { return events_; }
+  const NodeLocker& locker() const { return locker_; }
+  struct Stats {
+    std::size_t filters = 0, binds = 0, health_passes = 0;
+    std::size_t annotation_errors = 0;  // pods whose allocation annotations could not be decoded
+    std::size_t rollbacks = 0;          // reservations undone because the pod patch failed
+    std::size_t lock_waits = 0;         // binds that waited for a node lock
+    std::size_t handshake_patches = 0, cleanups = 0;
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  struct NodeHealth {
+    std::vector<HealthMemory> memory;  // per backend
+    std::set<std::size_t> unhealthy;   // backends whose devices are withheld until healthy again
+  };
+  struct Reservation {
+    std::uint64_t generation = 0;  // which filter call made it
+    std::string patched_rv;        // the pod's resourceVersion after our patch ("" while it is in flight)
+  };
+  struct LockWaiter {
+    boost::asio::steady_timer* timer;
+    std::string key;  // the lock annotation it waits for
+  };
+
+  // --- watches -> registry and ledger
+  void OnNode(const NodeView& node);
+  void OnNodeDeleted(const NodeView& node);
+  void OnPod(const PodView& pod);
+  void OnPodDeleted(const PodView& pod);
+  void ReleasePod(const std::string& uid);
+  void ApplyHealthMask(const std::string& node);
+
+  // --- health
+  boost::asio::awaitable<void> HealthLoop();
+  boost::asio::awaitable<void> PatchNodeAnnotation(const std::string& node, const std::string& key,
+                                                   const boost::json::value& value);
+
+  // --- filter / bind
+  boost::asio::awaitable<bool> WaitReady();
+  boost::asio::awaitable<std::string> FilterParsed(ExtenderArgs& args);
+  boost::asio::awaitable<std::string> BindParsed(const ExtenderBindingArgs& args);
+  boost::asio::awaitable<std::optional<PodView>> LookupPod(const std::string& ns, const std::string& name);
+  boost::asio::awaitable<LockOutcome> AcquireWaiting(const LockTarget& target,
+                                                     std::chrono::steady_clock::time_point deadline);
+  void WakeLockWaiters(const std::string& node);
+  void RecordFilterEvent(const PodView& pod, const FilterOutcome& outcome);
+
+  boost::asio::any_io_executor executor_;
+  ApiClient* client_;
+  const Backends* backends_;
+  ControllerOptions options_;
+  const Clock* clock_;
+  ClusterState state_;
+  Scheduler scheduler_;
+  EventRecorder events_;
+  NodeLocker locker_;
+  std::unique_ptr<Informer<NodeView>> nodes_;
+  std::unique_ptr<Informer<PodView>> pods_;
+  std::unique_ptr<Informer<ResourceQuotaView>> quotas_;
+  std::unordered_map<std::string, NodeHealth> health_;
+  std::unordered_map<std::string, Reservation> reservations_;              // pod uid -> made by our filter
+  std::unordered_map<std::string, std::vector<LockWaiter>> lock_waiters_;  // node -> binds waiting
+  std::uint64_t generation_ = 0;
+  std::size_t health_passes_ = 0;
+  Stats stats_;
+  // Metrics.
+  prom::Histogram filter_latency_;
+  prom::Histogram bind_latency_;
+  std::map<std::string, std::uint64_t> filter_results_;  // scheduled, unschedulable, error, passthrough
+  std::map<std::string, std::uint64_t> bind_results_;    // success, failure
+};
+
+}  // namespace hami::k8s

@@ -1,0 +1,75 @@
+#pragma once
+// Pod events (core/v1), as kube-scheduler's users read them with `kubectl describe pod`. Recording never
+// blocks the caller: events are queued (at most `max_queued`; the excess is counted and dropped) and one
+// sender coroutine posts them in order. Like client-go's recorder, an event identical to one sent in the
+// last 10 minutes (same pod, type, reason and message) bumps that event's count instead of creating another.
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/json/value.hpp>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "core/clock.h"
+#include "core/model.h"
+#include "k8s/api_client.h"
+
+namespace hami::k8s {
+
+struct EventRecorderOptions {
+  std::string component = "hami-scheduler";  // source.component and reportingComponent
+  std::string host;                          // source.host and reportingInstance
+  std::size_t max_queued = 1000;
+  std::chrono::seconds aggregate_window{600};
+};
+
+// The core/v1 Event for `pod` (name `<pod>.<hex nanoseconds>`, as client-go names them).
+boost::json::object MakePodEvent(const PodView& pod, std::string_view type, std::string_view reason,
+                                 std::string_view message, const EventRecorderOptions& options,
+                                 TimePoint now);
+
+class EventRecorder {
+ public:
+  EventRecorder(boost::asio::any_io_executor executor, ApiClient& client, const Clock& clock,
+                EventRecorderOptions options);
+
+  // type: "Normal" or "Warning".
+  void Record(const PodView& pod, std::string_view type, std::string_view reason, std::string message);
+
+  struct Stats {
+    std::size_t created = 0;
+    std::size_t aggregated = 0;  // sent as a count bump of an earlier event
+    std::size_t dropped = 0;     // queue full
+    std::size_t failed = 0;      // the API server refused or could not be reached
+  };
+  const Stats& stats() const { return stats_; }
+  std::size_t queued() const { return queue_.size(); }
+
+ private:
+  struct Pending {
+    std::string ns;
+    std::string key;  // aggregation key
+    boost::json::object event;
+  };
+  struct Sent {
+    std::string name;
+    std::int64_t count = 1;
+    TimePoint first;
+    TimePoint last;
+  };
+  boost::asio::awaitable<void> Drain();
+  boost::asio::awaitable<void> Send(Pending& p);
+
+  boost::asio::any_io_executor executor_;
+  ApiClient* client_;
+  const Clock* clock_;
+  EventRecorderOptions options_;
+  std::deque<Pending> queue_;
+  bool draining_ = false;
+  std::map<std::string, Sent> recent_;
+  Stats stats_;
+};
+
+}  // namespace hami::k8s

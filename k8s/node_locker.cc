@@ -1,0 +1,176 @@
+#include "k8s/node_locker.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include "core/codec/stamps.h"
+#include "core/node_lock.h"
+
+namespace hami::k8s {
+namespace asio = boost::asio;
+namespace json = boost::json;
+
+namespace {
+
+constexpr int kAttempts = 5;  // as upstream: 100 ms doubling, jittered
+
+struct NodeRead {
+  std::string resource_version;
+  std::optional<std::string> value;
+};
+
+NodeRead ReadLock(const json::value& node, const std::string& key) {
+  NodeRead r;
+  const json::object& meta = node.at("metadata").as_object();
+  if (auto* rv = meta.if_contains("resourceVersion"); rv && rv->is_string())
+    r.resource_version = std::string(rv->as_string());
+  if (auto* ann = meta.if_contains("annotations"); ann && ann->is_object()) {
+    if (auto* v = ann->as_object().if_contains(key); v && v->is_string())
+      r.value = std::string(v->as_string());
+  }
+  return r;
+}
+
+json::value LockPatch(const std::string& key, const json::value& value, const std::string& rv) {
+  json::object meta{{"annotations", json::object{{key, value}}}};
+  if (!rv.empty()) meta["resourceVersion"] = rv;
+  return json::object{{"metadata", std::move(meta)}};
+}
+
+}  // namespace
+
+NodeLocker::NodeLocker(ApiClient& client, const Clock& clock, std::chrono::seconds timeout)
+    : client_(&client), clock_(&clock), timeout_(timeout) {}
+
+std::optional<TimePoint> NodeLocker::MalformedSince(const LockTarget& t,
+                                                    const std::optional<std::string>& value) {
+  const std::string slot = t.node + "/" + t.key;
+  if (!value || codec::ParseNodeLock(*value)) {
+    malformed_.erase(slot);
+    return std::nullopt;
+  }
+  auto [it, fresh] = malformed_.try_emplace(slot, *value, clock_->Now());
+  if (!fresh && it->second.first != *value) it->second = {*value, clock_->Now()};
+  if (fresh)
+    spdlog::warn("node {}: unreadable lock {}='{}'; treated as stale after {}s", t.node, t.key, *value,
+                 t.rule.fixed_expiry.value_or(timeout_).count());
+  return it->second.second;
+}
+
+asio::awaitable<void> NodeLocker::Backoff(int attempt) {
+  const auto base = std::chrono::milliseconds(100 << attempt);
+  std::uniform_int_distribution<long> jitter(0, base.count() / 2);
+  asio::steady_timer timer(co_await asio::this_coro::executor,
+                           base + std::chrono::milliseconds(jitter(rng_)));
+  co_await timer.async_wait(asio::use_awaitable);
+}
+
+asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t) {
+  const std::string node_path = PathFor("v1", "nodes", "", t.node);
+  LockOutcome out;
+  std::string last_error;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    if (attempt > 0) co_await Backoff(attempt - 1);
+    auto node = co_await client_->Get(node_path);
+    if (!node) {
+      out.message = fmt::format("failed to get node {}: {}", t.node, node.error().message);
+      co_return out;
+    }
+    const NodeRead read = ReadLock(*node, t.key);
+    const TimePoint now = clock_->Now();
+    LockDecision d = DecideLock(t.node, read.value, t.pod_ns, t.pod_name, now, timeout_, t.rule,
+                                MalformedSince(t, read.value));
+    if (d.action == LockAction::kReenter) {
+      ++stats_.reentered;
+      out.acquired = true;
+      out.value = *read.value;
+      co_return out;
+    }
+    if (d.action == LockAction::kCheckOwner) {
+      const auto owner = codec::ParseNodeLock(*read.value);
+      const std::string pod_path = PathFor("v1", "pods", owner->ns, owner->pod);
+      auto pod = co_await client_->Get(pod_path);
+      if (pod) {
+        ++stats_.contended;
+        out.contention = true;
+        out.message = fmt::format("node {} is locked by pod {}/{} since {}: node lock contention", t.node,
+                                  owner->ns, owner->pod, codec::FormatRfc3339(owner->taken_at));
+        co_return out;
+      }
+      if (pod.error().kind != ApiErrorKind::kNotFound) {
+        out.message = fmt::format("node {}: cannot check the lock owner {}/{}: {}", t.node, owner->ns,
+                                  owner->pod, pod.error().message);
+        co_return out;
+      }
+      d.why = fmt::format("node {}: lock owner {}/{} no longer exists", t.node, owner->ns, owner->pod);
+    } else if (d.action == LockAction::kContended) {
+      ++stats_.contended;
+      out.contention = true;
+      out.message = d.why;
+      co_return out;
+    }
+    if (d.action != LockAction::kTake) spdlog::info("{}; taking it for {}/{}", d.why, t.pod_ns, t.pod_name);
+
+    const std::string value = LockValue(now, t.pod_ns, t.pod_name, t.rule);
+    const json::value patch = LockPatch(t.key, json::value(value), read.resource_version);
+    auto patched = co_await client_->MergePatch(node_path, patch);
+    if (patched) {
+      ++(d.action == LockAction::kTake ? stats_.taken : stats_.stolen);
+      out.acquired = true;
+      out.value = value;
+      co_return out;
+    }
+    last_error = patched.error().message;
+    if (patched.error().kind == ApiErrorKind::kConflict) {
+      ++stats_.conflicts;  // someone wrote the node since we read it: read again
+      continue;
+    }
+    if (patched.error().kind == ApiErrorKind::kTransport || patched.error().kind == ApiErrorKind::kServer) {
+      // The patch may have been applied with its answer lost: our value in place means we hold the lock.
+      auto again = co_await client_->Get(node_path);
+      if (again && ReadLock(*again, t.key).value == value) {
+        ++stats_.taken;
+        out.acquired = true;
+        out.value = value;
+        co_return out;
+      }
+      continue;
+    }
+    break;
+  }
+  out.message = fmt::format("failed to set node lock {} on node {} after {} attempts: {}", t.key, t.node,
+                            kAttempts, last_error);
+  co_return out;
+}
+
+asio::awaitable<void> NodeLocker::Release(const LockTarget& t, const std::string& written) {
+  const std::string node_path = PathFor("v1", "nodes", "", t.node);
+  const std::optional<std::string> first_read = written;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    if (attempt > 0) co_await Backoff(attempt - 1);
+    auto node = co_await client_->Get(node_path);
+    if (!node) {
+      if (node.error().kind == ApiErrorKind::kNotFound) co_return;
+      spdlog::warn("releasing lock {} on node {}: {}", t.key, t.node, node.error().message);
+      continue;
+    }
+    const NodeRead read = ReadLock(*node, t.key);
+    if (!MayRelease(read.value, first_read, t.pod_ns, t.pod_name, false)) co_return;
+    const json::value patch = LockPatch(t.key, json::value(nullptr), read.resource_version);
+    auto patched = co_await client_->MergePatch(node_path, patch);
+    if (patched) {
+      ++stats_.released;
+      co_return;
+    }
+    if (patched.error().kind == ApiErrorKind::kNotFound) co_return;
+    spdlog::warn("releasing lock {} on node {}: {}", t.key, t.node, patched.error().message);
+  }
+  spdlog::error("could not release lock {} on node {} for {}/{}; it expires after {}s", t.key, t.node,
+                t.pod_ns, t.pod_name, t.rule.fixed_expiry.value_or(timeout_).count());
+}
+
+}  // namespace hami::k8s

@@ -1,0 +1,370 @@
+// The controller as `serve` runs it (SchedulerService), over real loopback HTTP against the embedded API
+// server: readiness, /filter (reservation, the one pod patch, rollback), /bind (node lock, bind-phase,
+// binding, waiting for a busy lock, owner gone), the health pass's handshake, and /metrics.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/json.hpp>
+
+#include "cmd/service.h"
+#include "core/codec/stamps.h"
+#include "core/keys.h"
+#include "k8s/http_client.h"
+#include "sim/api_server.h"
+#include "sim/resources.h"
+#include "tests/support/builders.h"
+#include "tests/support/run_coro.h"
+
+namespace hami {
+namespace {
+namespace asio = boost::asio;
+namespace json = boost::json;
+namespace http = boost::beast::http;
+using namespace std::chrono_literals;
+using testing::RunCoro;
+using testing::WaitUntil;
+
+json::value NvidiaNode(const std::string& name, int gpus, int mem = 16000) {
+  json::array manifest;
+  for (int i = 0; i < gpus; ++i)
+    manifest.push_back({{"id", name + "-gpu" + std::to_string(i)},
+                        {"index", i},
+                        {"count", 10},
+                        {"devmem", mem},
+                        {"devcore", 100},
+                        {"type", "NVIDIA-T4"},
+                        {"health", true}});
+  return {{"apiVersion", "v1"},
+          {"kind", "Node"},
+          {"metadata",
+           {{"name", name}, {"annotations", {{"hami.io/node-nvidia-register", json::serialize(manifest)}}}}},
+          {"status",
+           {{"capacity", {{"nvidia.com/gpu", std::to_string(gpus * 10)}}},
+            {"allocatable", {{"nvidia.com/gpu", std::to_string(gpus * 10)}}}}}};
+}
+
+json::value GpuPod(const std::string& name, int mem) {
+  return json::parse(fmt::format(
+      R"({{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{}","namespace":"default"}},
+          "spec":{{"schedulerName":"hami-scheduler","containers":[{{"name":"c","image":"x",
+            "resources":{{"limits":{{"nvidia.com/gpu":"1","nvidia.com/gpumem":"{}"}}}}}}]}},
+          "status":{{"phase":"Pending"}}}})",
+      name, mem));
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    port_ = server_.Start().value();
+    rest_.scheme = "http";
+    rest_.host = "127.0.0.1";
+    rest_.port = std::to_string(port_);
+    cfg_.http_bind = "127.0.0.1:0";
+    cfg_.metrics_bind_address = "";
+    cfg_.kube_qps = 0;
+    cfg_.node_lock_retry_timeout = 3s;
+    backends_ = testing::BuiltinBackends();
+  }
+  void StartService(std::chrono::milliseconds health_interval = 50ms) {
+    cmd::ServiceOptions so;
+    so.health_interval = health_interval;
+    so.reflector_backoff = 5ms;
+    so.hostname = "test-host";
+    service_ = cmd::SchedulerService::Create(ioc_, cfg_, backends_, rest_, *clock_, so).value();
+    ASSERT_TRUE(service_->Listen());
+    service_->Start();
+    k8s::RestConfig ext;
+    ext.scheme = "http";
+    ext.host = "127.0.0.1";
+    ext.port = std::to_string(service_->port());
+    extender_ = k8s::HttpClient::Create(ioc_.get_executor(), ext).value();
+  }
+  void TearDown() override {
+    if (service_) {
+      service_->Kill();
+      RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+        const std::function<bool()> stopped = [&] { return service_->stopped(); };
+        EXPECT_TRUE(co_await WaitUntil(stopped));
+      }());
+    }
+  }
+  // Coroutine helpers take `const char*` and strings by value: GCC 12 cannot keep a string literal (an array)
+  // or a braced temporary alive across co_await in the caller's frame.
+  asio::awaitable<k8s::HttpResponse> Call(http::verb verb, const char* path, std::string body = {}) {
+    const k8s::HttpRequest req{verb, path, body, body.empty() ? "" : "application/json", "", "test"};
+    auto r = co_await extender_->Send(req, 10s);
+    EXPECT_TRUE(r) << path;
+    co_return r ? *r : k8s::HttpResponse{};
+  }
+  asio::awaitable<json::object> Post(const char* path, std::string body) {
+    auto r = co_await Call(http::verb::post, path, std::move(body));
+    EXPECT_EQ(r.status, 200u) << r.body;
+    co_return json::parse(r.body).as_object();
+  }
+  asio::awaitable<void> Ready() {
+    const std::function<bool()> ready = [&] { return service_->controller().ready(); };
+    EXPECT_TRUE(co_await WaitUntil(ready));
+  }
+  json::object Stored(const std::string& resource, const std::string& ns, const std::string& name) {
+    auto o = server_.store().Find(resource, ns, name);
+    return o ? *o : json::object{};
+  }
+  static std::string Annotation(const json::object& o, const std::string& key) {
+    auto* a = o.at("metadata").as_object().if_contains("annotations");
+    if (!a) return "";
+    auto* v = a->as_object().if_contains(key);
+    return v ? std::string(v->as_string()) : "";
+  }
+  std::string FilterArgs(const std::string& pod, const json::array& nodes) {
+    return json::serialize(json::object{{"Pod", Stored("pods", "default", pod)}, {"NodeNames", nodes}});
+  }
+  static std::string BindArgs(const json::object& pod, const std::string& node) {
+    const auto& meta = pod.at("metadata").as_object();
+    return json::serialize(json::object{{"PodName", meta.at("name")},
+                                        {"PodNamespace", "default"},
+                                        {"PodUID", meta.at("uid")},
+                                        {"Node", node}});
+  }
+
+  asio::io_context ioc_;
+  sim::ApiServer server_{ioc_};
+  std::uint16_t port_ = 0;
+  k8s::RestConfig rest_;
+  config::Config cfg_;
+  Backends backends_;
+  std::unique_ptr<Clock> clock_ = std::make_unique<SystemClock>();
+  std::unique_ptr<cmd::SchedulerService> service_;
+  std::unique_ptr<k8s::HttpClient> extender_;
+};
+
+TEST_F(ControllerTest, ReadyOnlyAfterSyncAndFirstHealthPass) {
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    EXPECT_EQ((co_await Call(http::verb::get, "/healthz")).status, 200u);
+    co_await Ready();
+    EXPECT_GE(service_->controller().stats().health_passes, 1u);
+    EXPECT_EQ((co_await Call(http::verb::get, "/readyz")).status, 200u);
+    EXPECT_EQ((co_await Call(http::verb::get, "/nope")).status, 404u);
+    EXPECT_EQ((co_await Call(http::verb::get, "/filter")).status, 405u);
+    // Bad JSON is an Error in a 200 answer, as kube-scheduler expects.
+    auto bad = co_await Call(http::verb::post, "/filter", "{not json");
+    EXPECT_EQ(bad.status, 200u);
+    EXPECT_FALSE(json::parse(bad.body).at("Error").as_string().empty());
+    auto no_pod = co_await Post("/filter", R"({"NodeNames":["gpu-a"]})");
+    EXPECT_EQ(std::string(no_pod.at("Error").as_string()), std::string("extender args missing pod"));
+  }());
+}
+
+TEST_F(ControllerTest, FilterReservesAndPatchesThenBindLocksAndBinds) {
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-b", 1, 2000)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p1", 3000)));
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    const std::string filter_p1 = FilterArgs("p1", {"gpu-a", "gpu-b", "ghost"});
+    auto r = co_await Post("/filter", filter_p1);
+    EXPECT_TRUE(r.at("Error").as_string().empty());
+    EXPECT_EQ(json::serialize(r.at("NodeNames")), std::string(R"(["gpu-a"])"));
+    const auto& failed = r.at("FailedNodes").as_object();
+    EXPECT_TRUE(failed.contains("gpu-b"));
+    EXPECT_TRUE(failed.contains("ghost"));
+    json::object pod = Stored("pods", "default", "p1");
+    EXPECT_EQ(Annotation(pod, "hami.io/vgpu-node"), std::string("gpu-a"));
+    EXPECT_EQ(Annotation(pod, "hami.io/vgpu-devices-allocated"), std::string("gpu-a-gpu0,NVIDIA,3000,0:;"));
+    EXPECT_EQ(Annotation(pod, "hami.io/vgpu-devices-to-allocate"), std::string("gpu-a-gpu0,NVIDIA,3000,0:;"));
+    EXPECT_FALSE(Annotation(pod, "hami.io/vgpu-time").empty());
+    EXPECT_EQ(std::string(pod.at("metadata").at("labels").at("hami.io/vgpu-node").as_string()),
+              std::string("gpu-a"));
+    EXPECT_EQ(service_->controller().state().PodCount(), 1u);
+
+    const std::string bind_p1 = BindArgs(pod, "gpu-a");
+    auto b = co_await Post("/bind", bind_p1);
+    EXPECT_TRUE(b.at("Error").as_string().empty());
+    pod = Stored("pods", "default", "p1");
+    EXPECT_EQ(std::string(pod.at("spec").at("nodeName").as_string()), std::string("gpu-a"));
+    EXPECT_EQ(Annotation(pod, "hami.io/bind-phase"), std::string("allocating"));
+    EXPECT_FALSE(Annotation(pod, "hami.io/bind-time").empty());
+    const std::string lock = Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock");
+    EXPECT_TRUE(lock.ends_with(",default,p1")) << lock;
+    const std::function<bool()> events = [&] { return service_->controller().events().stats().created >= 2; };
+    EXPECT_TRUE(co_await WaitUntil(events));
+  }());
+  std::set<std::string> reasons;
+  for (const auto& e : server_.store().Objects("events"))
+    reasons.insert(std::string(e->at("reason").as_string()));
+  EXPECT_TRUE(reasons.contains("FilteringSucceed"));
+  EXPECT_TRUE(reasons.contains("BindingSucceed"));
+}
+
+TEST_F(ControllerTest, BindWaitsForABusyLockAndStealsFromAGoneOwner) {
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 2)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p1", 1000)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p2", 1000)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p3", 1000)));
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    for (const char* p : {"p1", "p2", "p3"}) {
+      const std::string args = FilterArgs(p, {"gpu-a"});
+      auto r = co_await Post("/filter", args);
+      EXPECT_EQ(json::serialize(r.at("NodeNames")), std::string(R"(["gpu-a"])"));
+    }
+    const std::string bind_p1 = BindArgs(Stored("pods", "default", "p1"), "gpu-a");
+    EXPECT_TRUE((co_await Post("/bind", bind_p1)).at("Error").as_string().empty());
+    // p2's bind waits while p1 holds the lock; the device plugin's release (here: by hand) lets it go on.
+    bool p2_done = false;
+    json::object p2_result;
+    asio::co_spawn(
+        ioc_,
+        [&]() -> asio::awaitable<void> {
+          const std::string bind_p2 = BindArgs(Stored("pods", "default", "p2"), "gpu-a");
+          p2_result = co_await Post("/bind", bind_p2);
+          p2_done = true;
+        },
+        asio::detached);
+    const std::function<bool()> waiting = [&] { return service_->controller().stats().lock_waits == 1; };
+    EXPECT_TRUE(co_await WaitUntil(waiting));
+    EXPECT_FALSE(p2_done);
+    const json::value release = {{"metadata", {{"annotations", {{"hami.io/mutex.lock", nullptr}}}}}};
+    EXPECT_TRUE(server_.store().Patch(*sim::FindResourceByName("nodes"), "", "gpu-a", sim::PatchType::kMerge,
+                                      release));
+    const std::function<bool()> done = [&] { return p2_done; };
+    EXPECT_TRUE(co_await WaitUntil(done));
+    EXPECT_TRUE(p2_result.at("Error").as_string().empty());
+    EXPECT_TRUE(Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock").ends_with(",default,p2"));
+    // A fresh lock whose owner pod does not exist is dangling: p3's bind replaces it at once.
+    const json::value dangling = {
+        {"metadata",
+         {{"annotations",
+           {{"hami.io/mutex.lock",
+             codec::FormatNodeLock(std::chrono::system_clock::now(), "default", "ghost")}}}}}};
+    EXPECT_TRUE(server_.store().Patch(*sim::FindResourceByName("nodes"), "", "gpu-a", sim::PatchType::kMerge,
+                                      dangling));
+    const std::string bind_p3 = BindArgs(Stored("pods", "default", "p3"), "gpu-a");
+    EXPECT_TRUE((co_await Post("/bind", bind_p3)).at("Error").as_string().empty());
+    EXPECT_TRUE(Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock").ends_with(",default,p3"));
+    EXPECT_EQ(service_->controller().locker().stats().stolen, 1u);
+  }());
+}
+
+TEST_F(ControllerTest, RefilterFreesTheEarlierReservationAndAFailedPatchRollsBack) {
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p1", 10000)));
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    const std::string args = FilterArgs("p1", {"gpu-a"});
+    for (int i = 0; i < 3; ++i) {
+      // 10000 of 16000 MiB: it fits only if the earlier reservation of the same pod was freed first.
+      auto r = co_await Post("/filter", args);
+      EXPECT_EQ(json::serialize(r.at("NodeNames")), std::string(R"(["gpu-a"])")) << i;
+    }
+    EXPECT_EQ(service_->controller().state().PodCount(), 1u);
+    EXPECT_EQ(service_->controller().state().FindNode("gpu-a")->usage[0].mem.value(), 10000);
+    // The pod patch fails (after the client's retries): the reservation is undone and the error reported.
+    sim::FaultRule rule;
+    rule.count = 20;
+    rule.status = 500;
+    rule.method = "PATCH";
+    rule.path_prefix = "/api/v1/namespaces/default/pods/p1";
+    server_.FailNext(rule);
+    auto r = co_await Post("/filter", args);
+    EXPECT_NE(std::string(r.at("Error").as_string()).find("could not write the allocation"),
+              std::string::npos)
+        << json::serialize(r);
+    EXPECT_EQ(service_->controller().state().PodCount(), 0u);
+    EXPECT_EQ(service_->controller().state().FindNode("gpu-a")->usage[0].mem.value(), 0);
+    EXPECT_EQ(service_->controller().stats().rollbacks, 1u);
+    server_.ClearFaults();
+  }());
+}
+
+TEST_F(ControllerTest, HealthPassRequestsHandshakesAndWithholdsDevicesOfAGonePlugin) {
+  auto fixed = std::make_unique<FixedClock>(std::chrono::system_clock::now());
+  FixedClock* clock = fixed.get();
+  clock_ = std::move(fixed);
+  // A Hygon node whose device plugin registered but does not answer handshakes and has no allocatable count.
+  json::value dcu = {
+      {"apiVersion", "v1"},
+      {"kind", "Node"},
+      {"metadata",
+       {{"name", "dcu-a"},
+        {"annotations", {{"hami.io/node-dcu-register", "DCU-1,4,16384,100,DCU-K100,0,true:"}}}}}};
+  ASSERT_TRUE(server_.store().Create(dcu));
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  StartService(std::chrono::hours(1));  // passes run when the test says so
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    k8s::Controller& c = service_->controller();
+    const auto dcu_devices = [&] { return c.state().FindNode("dcu-a")->devices.size(); };
+    EXPECT_EQ(dcu_devices(), 1u);
+    // The first pass asked for a handshake (Hygon's key) and none on NVIDIA's node without... NVIDIA's key.
+    const std::function<bool()> asked = [&] {
+      return Annotation(Stored("nodes", "", "dcu-a"), "hami.io/node-handshake-dcu")
+          .starts_with("Requesting_");
+    };
+    EXPECT_TRUE(co_await WaitUntil(asked));
+    // Within the 60 s window the devices stay; after it, with no allocatable count, they are withheld and the
+    // handshake annotation is removed so that the plugin can register again.
+    clock->Advance(30s);
+    co_await c.HealthPass();
+    EXPECT_EQ(dcu_devices(), 1u);
+    clock->Advance(31s);
+    co_await c.HealthPass();
+    EXPECT_EQ(dcu_devices(), 0u);
+    EXPECT_EQ(c.stats().cleanups, 1u);
+    EXPECT_EQ(Annotation(Stored("nodes", "", "dcu-a"), "hami.io/node-handshake-dcu"), std::string());
+    // A node event (here: a label) does not bring the withheld devices back...
+    const json::value label = {{"metadata", {{"labels", {{"x", "y"}}}}}};
+    EXPECT_TRUE(
+        server_.store().Patch(*sim::FindResourceByName("nodes"), "", "dcu-a", sim::PatchType::kMerge, label));
+    const std::function<bool()> labelled = [&] {
+      return c.state().FindNode("dcu-a")->node.labels.contains("x");
+    };
+    EXPECT_TRUE(co_await WaitUntil(labelled));
+    EXPECT_EQ(dcu_devices(), 0u);
+    // ...the plugin answering does: the next pass sees a report and makes the devices available again.
+    const json::value report = {
+        {"metadata", {{"annotations", {{"hami.io/node-handshake-dcu", "Reported now"}}}}}};
+    EXPECT_TRUE(server_.store().Patch(*sim::FindResourceByName("nodes"), "", "dcu-a", sim::PatchType::kMerge,
+                                      report));
+    const std::function<bool()> reported = [&] {
+      return c.state().FindNode("dcu-a")->node.annotations.contains("hami.io/node-handshake-dcu");
+    };
+    EXPECT_TRUE(co_await WaitUntil(reported));
+    co_await c.HealthPass();
+    EXPECT_EQ(dcu_devices(), 1u);
+  }());
+}
+
+TEST_F(ControllerTest, MetricsUseHamiNamesAndCountDecisions) {
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p1", 3000)));
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    const std::string args = FilterArgs("p1", {"gpu-a"});
+    co_await Post("/filter", args);
+    auto m = co_await Call(http::verb::get, "/metrics");
+    EXPECT_EQ(m.content_type, std::string("text/plain; version=0.0.4; charset=utf-8"));
+    for (const char* line :
+         {"hami_gpu_memory_allocated_bytes{zone=\"vGPU\",node=\"gpu-a\",device_uuid=\"gpu-a-gpu0\","
+          "device_index=\"0\",device_cores=\"100\",device_type=\"NVIDIA-T4\"} 3145728000",
+          "hami_gpu_shared_count{zone=\"vGPU\",node=\"gpu-a\",device_uuid=\"gpu-a-gpu0\",device_index=\"0\","
+          "device_type=\"NVIDIA-T4\"} 1",
+          "hami_vgpu_memory_allocated_bytes{zone=\"vGPU\",namespace=\"default\",node=\"gpu-a\",pod=\"p1\","
+          "container_index=\"0\",device_uuid=\"gpu-a-gpu0\"} 3145728000",
+          "hami_scheduler_filter_decisions_total{result=\"scheduled\"} 1",
+          "hami_scheduler_filter_duration_seconds_count 1"}) {
+      EXPECT_NE(m.body.find(line), std::string::npos) << line << "\n" << m.body;
+    }
+  }());
+}
+
+}  // namespace
+}  // namespace hami
