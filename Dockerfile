@@ -17,5 +17,8 @@ COPY --from=build /build/hami-scheduler /usr/local/bin/hami-scheduler
 # The handshake stamps use the process time zone; HAMi's containers run in UTC.
 ENV TZ=UTC
 USER 65532:65532
+# 8080: /filter, /bind, /healthz, /readyz (--http_bind); 9395: /metrics (--metrics-bind-address).
+EXPOSE 8080 9395
 ENTRYPOINT ["/usr/local/bin/hami-scheduler"]
-CMD ["--help"]
+# In a pod the API server comes from the service account; deploy/ passes the extender's flags.
+CMD ["serve", "--http_bind=0.0.0.0:8080"]

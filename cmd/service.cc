@@ -217,6 +217,10 @@ int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   }
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
   for (const auto& w : cfg.warnings) spdlog::warn("{}", w);
+  if (cfg.leader_elect)
+    spdlog::warn(
+        "--leader-elect: following kube-scheduler's Lease is not implemented yet; this replica acts as "
+        "the leader, so run a single replica");
   auto rest = k8s::ResolveRestConfig(cfg.kubeconfig, k8s::ConfigEnv::System());
   if (!rest) {
     err << "hami-scheduler serve: cannot find the Kubernetes API server: " << rest.error().message << "\n";

@@ -162,7 +162,9 @@ void Controller::OnPod(const PodView& pod) {
   auto decoded = AllocationFromAnnotations(pod, *backends_);
   if (!decoded) {
     ++stats_.annotation_errors;
-    spdlog::warn("pod {}: allocation annotations ignored: {}", pod.Key(), decoded.error().message);
+    // Once per pod: every later event of the pod would say the same.
+    if (annotation_warned_.insert(uid).second)
+      spdlog::warn("pod {}: allocation annotations ignored: {}", pod.Key(), decoded.error().message);
     return;
   }
   if (!*decoded) return;
@@ -175,6 +177,7 @@ void Controller::OnPodDeleted(const PodView& pod) { ReleasePod(UidOf(pod)); }
 void Controller::ReleasePod(const std::string& uid) {
   state_.RemovePod(uid);
   reservations_.erase(uid);
+  annotation_warned_.erase(uid);
 }
 
 // ---------------------------------------------------------------------------------------------------------

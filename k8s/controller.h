@@ -142,6 +142,7 @@ class Controller {
   std::unordered_map<std::string, NodeHealth> health_;
   std::unordered_map<std::string, Reservation> reservations_;              // pod uid -> made by our filter
   std::unordered_map<std::string, std::vector<LockWaiter>> lock_waiters_;  // node -> binds waiting
+  std::unordered_set<std::string> annotation_warned_;  // pods whose unreadable annotations were logged
   std::uint64_t generation_ = 0;
   std::size_t health_passes_ = 0;
   Stats stats_;

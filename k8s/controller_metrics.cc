@@ -43,18 +43,29 @@ std::string Controller::Metrics() const {
     w.Sample("hami_scheduler_bind_results_total", {{"result", result}},
              static_cast<double>(it == bind_results_.end() ? 0 : it->second));
   }
-  const std::pair<const char*, std::size_t> counters[] = {
-      {"hami_scheduler_health_passes_total", stats_.health_passes},
-      {"hami_scheduler_handshake_requests_total", stats_.handshake_patches},
-      {"hami_scheduler_device_cleanups_total", stats_.cleanups},
-      {"hami_scheduler_reservation_rollbacks_total", stats_.rollbacks},
-      {"hami_scheduler_node_lock_waits_total", stats_.lock_waits},
-      {"hami_scheduler_annotation_errors_total", stats_.annotation_errors},
-      {"hami_scheduler_events_dropped_total", events_.stats().dropped},
+  struct Counter {
+    const char* name;
+    const char* help;
+    std::size_t value;
   };
-  for (const auto& [name, value] : counters) {
-    w.Family(name, "See docs/OPERATIONS.md.", "counter");
-    w.Sample(name, {}, static_cast<double>(value));
+  const Counter counters[] = {
+      {"hami_scheduler_health_passes_total", "Health passes run.", stats_.health_passes},
+      {"hami_scheduler_handshake_requests_total", "Requesting_ handshakes written to nodes.",
+       stats_.handshake_patches},
+      {"hami_scheduler_device_cleanups_total",
+       "Times a vendor's devices were withheld from a node as unhealthy.", stats_.cleanups},
+      {"hami_scheduler_reservation_rollbacks_total",
+       "Filter reservations undone because the pod could not be patched.", stats_.rollbacks},
+      {"hami_scheduler_node_lock_waits_total", "Binds that waited for a node lock held by another pod.",
+       stats_.lock_waits},
+      {"hami_scheduler_annotation_errors_total", "Pod events whose allocation annotations could not be read.",
+       stats_.annotation_errors},
+      {"hami_scheduler_events_dropped_total", "Pod events dropped because too many were queued.",
+       events_.stats().dropped},
+  };
+  for (const auto& c : counters) {
+    w.Family(c.name, c.help, "counter");
+    w.Sample(c.name, {}, static_cast<double>(c.value));
   }
   w.Family("hami_scheduler_ready", "1 once the caches are synced and the first health pass ran.", "gauge");
   w.Sample("hami_scheduler_ready", {}, ready() ? 1 : 0);
