@@ -9,7 +9,6 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -259,13 +258,8 @@ int DemoRun::Run() {
     }
     done_ = true;
   });
-  asio::signal_set signals(ioc_, SIGINT, SIGTERM);
-  signals.async_wait([this](const boost::system::error_code& ec, int) {
-    if (!ec) done_ = true;
-  });
-  while (!done_) ioc_.run_one_for(100ms);
+  RunUntilDoneOrSignal(ioc_, done_);
   // Stop everything: the plugins and the stand-in at once, the service gracefully.
-  signals.cancel();
   stop_stand_in_.emit(asio::cancellation_type::terminal);
   for (auto& s : stop_plugins_) s.emit(asio::cancellation_type::terminal);
   service_->Shutdown(2s);

@@ -163,6 +163,7 @@ void SchedulerService::Shutdown(std::chrono::milliseconds grace) {
   stopping_ = true;
   server_->Shutdown();
   if (metrics_) metrics_->Shutdown();
+  controller_->Stop();
   // Requests in flight finish (their API calls need the controller), then the watches stop.
   auto drain = [](SchedulerService* s,
                   std::chrono::steady_clock::time_point deadline) -> asio::awaitable<void> {
@@ -178,6 +179,8 @@ void SchedulerService::Kill() {
   stopping_ = true;
   server_->Shutdown();
   if (metrics_) metrics_->Shutdown();
+  controller_->Stop();
+  controller_->DropQueuedEvents();  // a killed process loses what it had not sent
   stop_.emit(asio::cancellation_type::terminal);
   auto close = [](SchedulerService* s) -> asio::awaitable<void> {
     const auto now = std::chrono::steady_clock::now();
@@ -188,7 +191,17 @@ void SchedulerService::Kill() {
 }
 
 bool SchedulerService::stopped() const {
-  return running_ == 0 && server_->in_flight() == 0 && server_->open_connections() == 0;
+  return running_ == 0 && server_->in_flight() == 0 && server_->open_connections() == 0 &&
+         !controller_->busy();
+}
+
+void RunUntilDoneOrSignal(asio::io_context& ioc, bool& done) {
+  asio::signal_set signals(ioc, SIGINT, SIGTERM);
+  signals.async_wait([&done](const boost::system::error_code& ec, int) {
+    if (!ec) done = true;
+  });
+  while (!done) ioc.run_one_for(100ms);
+  signals.cancel();
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -72,4 +72,8 @@ class SchedulerService {
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
+// Runs `ioc` until `done` turns true (set by the caller's coroutines) or SIGINT/SIGTERM arrives, for the
+// commands that run simulations in the foreground (demo, sim-device-plugins).
+void RunUntilDoneOrSignal(boost::asio::io_context& ioc, bool& done);
+
 }  // namespace hami::cmd

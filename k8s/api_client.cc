@@ -130,7 +130,7 @@ std::string PathFor(std::string_view group_version, std::string_view resource, s
 
 Result<std::unique_ptr<ApiClient>> ApiClient::Create(asio::any_io_executor executor, RestConfig cfg,
                                                      ClientOptions options) {
-  auto http = HttpClient::Create(executor, std::move(cfg));
+  auto http = HttpClient::Create(executor, std::move(cfg), options.max_idle_connections);
   if (!http) return http.error();
   return std::unique_ptr<ApiClient>(new ApiClient(std::move(executor), std::move(*http), std::move(options)));
 }

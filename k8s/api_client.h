@@ -52,6 +52,9 @@ struct ClientOptions {
   std::chrono::milliseconds backoff_max{10000};
   std::string user_agent = "hami-scheduler";
   std::chrono::seconds token_reread{60};
+  // Keep-alive connections kept open between requests. Binds, filters and events run concurrently: fewer
+  // idle connections than requests in flight means new TCP (and TLS) handshakes under load.
+  std::size_t max_idle_connections = 32;
 };
 
 // Token bucket: `qps` tokens per second, at most `burst` banked. Waits on the caller's executor.

@@ -131,11 +131,13 @@ asio::awaitable<void> Controller::Run() {
 void Controller::OnNode(const NodeView& node) {
   state_.UpsertNode(node);
   ApplyHealthMask(node.name);
+  ForgetReleasedLocks(node);
   WakeLockWaiters(node.name);
 }
 
 void Controller::OnNodeDeleted(const NodeView& node) {
   state_.RemoveNode(node.name);
+  held_locks_.erase(node.name);
   health_.erase(node.name);  // a node re-created under the same name starts clean
   WakeLockWaiters(node.name);
 }
@@ -150,6 +152,7 @@ void Controller::OnPod(const PodView& pod) {
   const std::string uid = UidOf(pod);
   if (Finished(pod)) {
     ReleasePod(uid);
+    ReleaseLeftoverLocks(uid);
     return;
   }
   // A pod without hami.io/vgpu-node is not ours (yet): a reservation whose patch is on its way stays.
@@ -172,7 +175,43 @@ void Controller::OnPod(const PodView& pod) {
   if (AllInitContainersSucceeded(pod)) state_.ReleaseInitContainers(uid);
 }
 
-void Controller::OnPodDeleted(const PodView& pod) { ReleasePod(UidOf(pod)); }
+void Controller::OnPodDeleted(const PodView& pod) {
+  ReleasePod(UidOf(pod));
+  ReleaseLeftoverLocks(UidOf(pod));
+}
+
+void Controller::ReleaseLeftoverLocks(const std::string& uid) {
+  for (auto& [node, locks] : held_locks_) {
+    for (auto it = locks.begin(); it != locks.end();) {
+      if (it->uid != uid) {
+        ++it;
+        continue;
+      }
+      // The pod went away before its device plugin finished: nobody else would release this lock (a bare
+      // timestamp, as Cambricon's, names no owner that could be found gone).
+      spdlog::info("pod {}/{} is gone: releasing {} on node {}", it->target.pod_ns, it->target.pod_name,
+                   it->target.key, node);
+      ++background_;
+      // The coroutine owns its copy: the entry is erased before the coroutine first runs.
+      const auto release = [](NodeLocker& locker, HeldLock lock) -> asio::awaitable<void> {
+        co_await locker.Release(lock.target, lock.value);
+      };
+      asio::co_spawn(executor_, release(locker_, *it), [this](std::exception_ptr) { --background_; });
+      it = locks.erase(it);
+    }
+  }
+  std::erase_if(held_locks_, [](const auto& kv) { return kv.second.empty(); });
+}
+
+void Controller::ForgetReleasedLocks(const NodeView& node) {
+  auto it = held_locks_.find(node.name);
+  if (it == held_locks_.end()) return;
+  std::erase_if(it->second, [&](const HeldLock& h) {
+    auto a = node.annotations.find(h.target.key);
+    return a == node.annotations.end() || a->second != h.value;
+  });
+  if (it->second.empty()) held_locks_.erase(it);
+}
 
 void Controller::ReleasePod(const std::string& uid) {
   state_.RemovePod(uid);
@@ -256,7 +295,7 @@ asio::awaitable<void> Controller::HealthPass() {
 asio::awaitable<bool> Controller::WaitReady() {
   const auto deadline = steady_clock::now() + options_.ready_wait;
   while (!ready()) {
-    if (steady_clock::now() >= deadline) co_return false;
+    if (steady_clock::now() >= deadline || stopping_) co_return false;
     co_await Sleep(std::chrono::milliseconds(20));
   }
   co_return true;
@@ -296,10 +335,16 @@ asio::awaitable<std::string> Controller::FilterParsed(ExtenderArgs& args) {
   } else if (args.nodes) {
     for (const auto& n : *args.nodes) candidates.push_back(n.name);
   }
-  // A re-filter frees the pod's earlier reservation (and its quota) before deciding again.
-  ReleasePod(uid);
+  // A re-filter decides without the pod's earlier reservation (and its quota). Until a new decision is
+  // written on the pod, the earlier one is what its annotations say, so it is put back whenever none is.
+  std::optional<PodAllocation> previous = state_.RemovePod(uid);
+  reservations_.erase(uid);
+  const auto keep_previous = [&] {
+    if (previous) state_.AddPod(std::move(*previous));
+  };
   const TimePoint now = clock_->Now();
   FilterOutcome outcome = scheduler_.Filter(pod, candidates, now);
+  if (outcome.kind != FilterOutcome::Kind::kScheduled) keep_previous();
   switch (outcome.kind) {
     case FilterOutcome::Kind::kPassThrough:
       ++filter_results_["passthrough"];
@@ -335,6 +380,7 @@ asio::awaitable<std::string> Controller::FilterParsed(ExtenderArgs& args) {
   if (!patched) {
     if (still_ours) {
       ReleasePod(uid);
+      keep_previous();
       ++stats_.rollbacks;
     }
     std::string message = fmt::format("could not write the allocation on node {} to pod {}: {}", outcome.node,
@@ -372,6 +418,19 @@ asio::awaitable<std::optional<PodView>> Controller::LookupPod(const std::string&
   co_return std::move(*view);
 }
 
+std::string Controller::CachedResourceVersion(const std::string& node) const {
+  const NodeEntry* entry = state_.FindNode(node);
+  return entry == nullptr ? std::string() : entry->node.resource_version;
+}
+
+void Controller::Stop() {
+  stopping_ = true;
+  for (auto& [node, waiters] : lock_waiters_) {
+    for (auto& w : waiters) w.timer->cancel();
+  }
+  lock_waiters_.clear();
+}
+
 void Controller::WakeLockWaiters(const std::string& node) {
   auto it = lock_waiters_.find(node);
   if (it == lock_waiters_.end()) return;
@@ -389,15 +448,31 @@ void Controller::WakeLockWaiters(const std::string& node) {
 
 asio::awaitable<LockOutcome> Controller::AcquireWaiting(const LockTarget& target,
                                                         steady_clock::time_point deadline) {
+  // First come, first served: a bind arriving while others wait for this node queues behind them instead of
+  // taking the lock the moment it is released under their noses.
   bool waited = false;
+  bool queue_first =
+      lock_waiters_.contains(target.node) && options_.node_lock_retry_timeout.count() > 0 && !stopping_;
+  bool at_front = false;  // a woken waiter that loses the race keeps its place
   for (;;) {
-    LockOutcome out = co_await locker_.Acquire(target);
-    if (out.acquired || !out.contention) co_return out;
+    LockOutcome out;
+    if (!queue_first) {
+      const std::string seen = CachedResourceVersion(target.node);
+      out = co_await locker_.Acquire(target);
+      if (out.acquired || !out.contention) co_return out;
+      // The node changed while we asked (perhaps the release we would wait for): ask again rather than wait
+      // for a wake-up that has already gone by.
+      if (CachedResourceVersion(target.node) != seen && steady_clock::now() < deadline && !stopping_)
+        continue;
+    }
+    queue_first = false;
     const auto now = steady_clock::now();
-    if (options_.node_lock_retry_timeout.count() == 0 || now >= deadline) {
-      if (waited)
-        out.message = fmt::format("timed out after {}ms waiting for node {} to be unlocked: {}",
-                                  options_.node_lock_retry_timeout.count(), target.node, out.message);
+    if (options_.node_lock_retry_timeout.count() == 0 || now >= deadline || stopping_) {
+      if (waited || out.message.empty())
+        out.message = fmt::format("timed out after {}ms waiting for node {} to be unlocked{}{}",
+                                  options_.node_lock_retry_timeout.count(), target.node,
+                                  out.message.empty() ? "" : ": ", out.message);
+      out.contention = true;
       co_return out;
     }
     if (!waited) ++stats_.lock_waits;
@@ -405,12 +480,26 @@ asio::awaitable<LockOutcome> Controller::AcquireWaiting(const LockTarget& target
     // Woken by the node watch when the lock goes away; the timer also re-checks expiry now and then.
     asio::steady_timer timer(executor_,
                              std::min<steady_clock::duration>(deadline - now, std::chrono::seconds(1)));
-    lock_waiters_[target.node].push_back(LockWaiter{&timer, target.key});
+    auto& queue = lock_waiters_[target.node];
+    const LockWaiter me{&timer, target.key};
+    if (at_front) {
+      queue.insert(queue.begin(), me);
+    } else {
+      queue.push_back(me);
+    }
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
     if (auto it = lock_waiters_.find(target.node); it != lock_waiters_.end()) {
       std::erase_if(it->second, [&](const LockWaiter& w) { return w.timer == &timer; });
       if (it->second.empty()) lock_waiters_.erase(it);
     }
+    if (stopping_) {
+      out.acquired = false;
+      out.contention = true;
+      out.message =
+          fmt::format("scheduler shutting down while waiting for node {} to be unlocked", target.node);
+      co_return out;
+    }
+    at_front = true;
   }
 }
 
@@ -520,7 +609,9 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
     co_await release_all();
     co_return failed(fmt::format("could not bind pod {} to node {}: {}", key, node, bound.error().message));
   }
-  // The locks stay held: the device plugin releases them once it has set the devices up.
+  // The locks stay held: the device plugin releases them once it has set the devices up. They are remembered
+  // until the node shows them gone, so that a pod deleted before its allocation does not leave one behind.
+  for (auto& [target, value] : held) held_locks_[target.node].push_back(HeldLock{target, value, uid});
   events_.Record(*pod, "Normal", "BindingSucceed",
                  fmt::format("Successfully binding node [{}] to {}", node, key));
   co_return std::string();

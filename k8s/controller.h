@@ -75,6 +75,14 @@ class Controller {
   boost::asio::awaitable<std::string> Filter(const std::string& body, bool body_too_large);
   boost::asio::awaitable<std::string> Bind(const std::string& body, bool body_too_large);
 
+  // Ends waits (for readiness, for busy node locks) at once and refuses new ones: for shutdown. Requests in
+  // flight finish; a bind that was waiting answers that the scheduler is shutting down.
+  void Stop();
+  void DropQueuedEvents() { events_.Stop(); }
+  // Work of its own still running (events being posted, leftover locks being released): the controller must
+  // outlive it.
+  bool busy() const { return events_.busy() || background_ > 0; }
+
   // GET /metrics (Prometheus text 0.0.4).
   std::string Metrics() const;
 
@@ -99,6 +107,11 @@ class Controller {
     std::uint64_t generation = 0;  // which filter call made it
     std::string patched_rv;        // the pod's resourceVersion after our patch ("" while it is in flight)
   };
+  struct HeldLock {
+    LockTarget target;
+    std::string value;
+    std::string uid;  // the pod it was taken for
+  };
   struct LockWaiter {
     boost::asio::steady_timer* timer;
     std::string key;  // the lock annotation it waits for
@@ -111,6 +124,8 @@ class Controller {
   void OnPodDeleted(const PodView& pod);
   void ReleasePod(const std::string& uid);
   void ApplyHealthMask(const std::string& node);
+  void ReleaseLeftoverLocks(const std::string& uid);
+  void ForgetReleasedLocks(const NodeView& node);
 
   // --- health
   boost::asio::awaitable<void> HealthLoop();
@@ -125,6 +140,7 @@ class Controller {
   boost::asio::awaitable<LockOutcome> AcquireWaiting(const LockTarget& target,
                                                      std::chrono::steady_clock::time_point deadline);
   void WakeLockWaiters(const std::string& node);
+  std::string CachedResourceVersion(const std::string& node) const;
   void RecordFilterEvent(const PodView& pod, const FilterOutcome& outcome);
 
   boost::asio::any_io_executor executor_;
@@ -143,6 +159,10 @@ class Controller {
   std::unordered_map<std::string, Reservation> reservations_;              // pod uid -> made by our filter
   std::unordered_map<std::string, std::vector<LockWaiter>> lock_waiters_;  // node -> binds waiting
   std::unordered_set<std::string> annotation_warned_;  // pods whose unreadable annotations were logged
+  // node -> locks our binds left for the device plugin to release, until the node shows them gone.
+  std::unordered_map<std::string, std::vector<HeldLock>> held_locks_;
+  std::size_t background_ = 0;  // leftover-lock releases running
+  bool stopping_ = false;
   std::uint64_t generation_ = 0;
   std::size_t health_passes_ = 0;
   Stats stats_;

@@ -46,6 +46,7 @@ EventRecorder::EventRecorder(asio::any_io_executor executor, ApiClient& client, 
 
 void EventRecorder::Record(const PodView& pod, std::string_view type, std::string_view reason,
                            std::string message) {
+  if (stopped_) return;
   if (queue_.size() >= options_.max_queued) {
     ++stats_.dropped;
     return;
@@ -55,8 +56,8 @@ void EventRecorder::Record(const PodView& pod, std::string_view type, std::strin
   p.key = fmt::format("{}/{}/{}\x1f{}\x1f{}\x1f{}", p.ns, pod.name, pod.uid, type, reason, message);
   p.event = MakePodEvent(pod, type, reason, message, options_, clock_->Now());
   queue_.push_back(std::move(p));
-  if (!draining_) {
-    draining_ = true;
+  if (senders_ < options_.max_in_flight && senders_ < queue_.size()) {
+    ++senders_;
     asio::co_spawn(executor_, Drain(), asio::detached);
   }
 }
@@ -72,7 +73,7 @@ asio::awaitable<void> EventRecorder::Drain() {
       spdlog::warn("event for {}: {}", p.key.substr(0, p.key.find('\x1f')), e.what());
     }
   }
-  draining_ = false;
+  --senders_;
 }
 
 asio::awaitable<void> EventRecorder::Send(Pending& p) {

@@ -22,6 +22,7 @@ struct EventRecorderOptions {
   std::string component = "hami-scheduler";  // source.component and reportingComponent
   std::string host;                          // source.host and reportingInstance
   std::size_t max_queued = 1000;
+  std::size_t max_in_flight = 4;  // events posted concurrently (one at a time falls behind a busy scheduler)
   std::chrono::seconds aggregate_window{600};
 };
 
@@ -35,6 +36,12 @@ class EventRecorder {
   EventRecorder(boost::asio::any_io_executor executor, ApiClient& client, const Clock& clock,
                 EventRecorderOptions options);
 
+  // Drops what is queued and every later Record() (the events being posted finish).
+  void Stop() {
+    queue_.clear();
+    stopped_ = true;
+  }
+
   // type: "Normal" or "Warning".
   void Record(const PodView& pod, std::string_view type, std::string_view reason, std::string message);
 
@@ -46,6 +53,8 @@ class EventRecorder {
   };
   const Stats& stats() const { return stats_; }
   std::size_t queued() const { return queue_.size(); }
+  // Events are being posted (the recorder must outlive this).
+  bool busy() const { return senders_ > 0; }
 
  private:
   struct Pending {
@@ -67,7 +76,8 @@ class EventRecorder {
   const Clock* clock_;
   EventRecorderOptions options_;
   std::deque<Pending> queue_;
-  bool draining_ = false;
+  std::size_t senders_ = 0;  // Drain() coroutines running
+  bool stopped_ = false;
   std::map<std::string, Sent> recent_;
   Stats stats_;
 };

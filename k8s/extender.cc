@@ -119,8 +119,10 @@ ExtenderFilterResult ToFilterResult(const FilterOutcome& outcome, const Extender
     case FilterOutcome::Kind::kUnschedulable:
       break;
   }
-  r.failed_nodes = outcome.failed_nodes;
   const bool scheduled = outcome.kind == FilterOutcome::Kind::kScheduled;
+  // With a node chosen, kube-scheduler keeps only that node and never reads the reasons for the others (HAMi
+  // sends none either); writing a reason per candidate would double the cost of a decision on large clusters.
+  if (!scheduled) r.failed_nodes = outcome.failed_nodes;
   if (by_nodes) {
     r.nodes.emplace();
     for (std::size_t i = 0; i < args.nodes->size(); ++i) {
@@ -129,21 +131,6 @@ ExtenderFilterResult ToFilterResult(const FilterOutcome& outcome, const Extender
   } else {
     r.node_names.emplace();
     if (scheduled) r.node_names->push_back(outcome.node);
-  }
-  // Candidates that fit but were not chosen: kube-scheduler must not keep them (the devices were reserved on
-  // the chosen node), and a reason keeps them from being dropped silently.
-  const std::vector<std::string> all = by_nodes ? [&] {
-    std::vector<std::string> v;
-    for (const auto& n : *args.nodes) v.push_back(n.name);
-    return v;
-  }()
-                                                : args.node_names.value_or(std::vector<std::string>{});
-  if (scheduled) {
-    for (const auto& name : all) {
-      if (name != outcome.node && !r.failed_nodes.contains(name)) {
-        r.failed_nodes[name] = fmt::format("devices were reserved on {} for this pod", outcome.node);
-      }
-    }
   }
   return r;
 }

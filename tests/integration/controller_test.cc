@@ -170,9 +170,20 @@ TEST_F(ControllerTest, FilterReservesAndPatchesThenBindLocksAndBinds) {
     auto r = co_await Post("/filter", filter_p1);
     EXPECT_TRUE(r.at("Error").as_string().empty());
     EXPECT_EQ(json::serialize(r.at("NodeNames")), std::string(R"(["gpu-a"])"));
-    const auto& failed = r.at("FailedNodes").as_object();
-    EXPECT_TRUE(failed.contains("gpu-b"));
-    EXPECT_TRUE(failed.contains("ghost"));
+    EXPECT_TRUE(r.at("FailedNodes").as_object().empty());
+    // Unschedulable, every candidate has its reason: gpu-b is too small, ghost is unknown.
+    const json::value too_big = json::parse(FilterArgs("p1", {"gpu-b", "ghost"}));
+    json::value big_pod = too_big.at("Pod");
+    big_pod.at("metadata").as_object()["uid"] = "other-uid";
+    big_pod.at("spec").at("containers").at(0).at("resources").at("limits").as_object()["nvidia.com/gpumem"] =
+        "9000";
+    const std::string unfit =
+        json::serialize(json::object{{"Pod", big_pod}, {"NodeNames", {"gpu-b", "ghost"}}});
+    auto u = co_await Post("/filter", unfit);
+    EXPECT_EQ(json::serialize(u.at("NodeNames")), std::string("[]"));
+    EXPECT_NE(std::string(u.at("FailedNodes").at("gpu-b").as_string()).find("CardInsufficientMemory"),
+              std::string::npos);
+    EXPECT_EQ(std::string(u.at("FailedNodes").at("ghost").as_string()), std::string("node unregistered"));
     json::object pod = Stored("pods", "default", "p1");
     EXPECT_EQ(Annotation(pod, "hami.io/vgpu-node"), std::string("gpu-a"));
     EXPECT_EQ(Annotation(pod, "hami.io/vgpu-devices-allocated"), std::string("gpu-a-gpu0,NVIDIA,3000,0:;"));
@@ -191,7 +202,7 @@ TEST_F(ControllerTest, FilterReservesAndPatchesThenBindLocksAndBinds) {
     EXPECT_FALSE(Annotation(pod, "hami.io/bind-time").empty());
     const std::string lock = Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock");
     EXPECT_TRUE(lock.ends_with(",default,p1")) << lock;
-    const std::function<bool()> events = [&] { return service_->controller().events().stats().created >= 2; };
+    const std::function<bool()> events = [&] { return service_->controller().events().stats().created >= 3; };
     EXPECT_TRUE(co_await WaitUntil(events));
   }());
   std::set<std::string> reasons;
@@ -266,7 +277,8 @@ TEST_F(ControllerTest, RefilterFreesTheEarlierReservationAndAFailedPatchRollsBac
     }
     EXPECT_EQ(service_->controller().state().PodCount(), 1u);
     EXPECT_EQ(service_->controller().state().FindNode("gpu-a")->usage[0].mem.value(), 10000);
-    // The pod patch fails (after the client's retries): the reservation is undone and the error reported.
+    // The pod patch fails (after the client's retries): the new reservation is undone and the error
+    // reported; the pod keeps the one its annotations still carry.
     sim::FaultRule rule;
     rule.count = 20;
     rule.status = 500;
@@ -277,9 +289,19 @@ TEST_F(ControllerTest, RefilterFreesTheEarlierReservationAndAFailedPatchRollsBac
     EXPECT_NE(std::string(r.at("Error").as_string()).find("could not write the allocation"),
               std::string::npos)
         << json::serialize(r);
-    EXPECT_EQ(service_->controller().state().PodCount(), 0u);
-    EXPECT_EQ(service_->controller().state().FindNode("gpu-a")->usage[0].mem.value(), 0);
     EXPECT_EQ(service_->controller().stats().rollbacks, 1u);
+    EXPECT_EQ(service_->controller().state().PodCount(), 1u);
+    EXPECT_EQ(service_->controller().state().FindNode("gpu-a")->usage[0].mem.value(), 10000);
+    // An unschedulable re-filter writes nothing on the pod either: the earlier reservation stays too.
+    const std::string nowhere = FilterArgs("p1", {"ghost"});
+    auto u = co_await Post("/filter", nowhere);
+    EXPECT_EQ(json::serialize(u.at("NodeNames")), std::string("[]"));
+    EXPECT_EQ(service_->controller().state().FindNode("gpu-a")->usage[0].mem.value(), 10000);
+    // Deleting the pod releases it.
+    EXPECT_TRUE(server_.store().Delete(*sim::FindResourceByName("pods"), "default", "p1"));
+    const std::function<bool()> released = [&] { return service_->controller().state().PodCount() == 0; };
+    EXPECT_TRUE(co_await WaitUntil(released));
+    EXPECT_EQ(service_->controller().state().FindNode("gpu-a")->usage[0].mem.value(), 0);
     server_.ClearFaults();
   }());
 }

@@ -39,15 +39,6 @@ using sim::SimDevice;
 using testing::RunCoro;
 using testing::WaitUntil;
 
-// ASSERT_* returns, which a coroutine may not: this ends the test coroutine with co_return instead.
-#define CO_ASSERT_TRUE(condition)                          \
-  do {                                                     \
-    if (!(condition)) {                                    \
-      ADD_FAILURE() << "condition failed: " << #condition; \
-      co_return;                                           \
-    }                                                      \
-  } while (false)
-
 constexpr std::string_view kNode = "n1";
 // How long a negative check ("nothing happens") watches: many plugin ticks at the test intervals.
 constexpr auto kQuietWindow = 300ms;

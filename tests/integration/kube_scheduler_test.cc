@@ -394,20 +394,6 @@ TEST(StandInWire, ExtenderUrls) {
   EXPECT_FALSE(sim::ParseExtenderUrl("http://host:80/x?y=1"));
 }
 
-// ASSERT_* return from the function, which a coroutine cannot: these co_return.
-#define CO_ASSERT_TRUE(cond)                       \
-  do {                                             \
-    if (!(cond)) {                                 \
-      ADD_FAILURE() << "assertion failed: " #cond; \
-      co_return;                                   \
-    }                                              \
-  } while (false)
-#define CO_ASSERT_EQ(a, b)        \
-  do {                            \
-    EXPECT_EQ(a, b);              \
-    if (!((a) == (b))) co_return; \
-  } while (false)
-
 // ---- Against the API server and the fake extender.
 
 TEST_F(StandIn, FiltersOnlyItsPendingPodsAndBindsThem) {

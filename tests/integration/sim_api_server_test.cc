@@ -374,14 +374,6 @@ class SimApiServer : public ::testing::Test {
   std::uint16_t port_ = 0;
 };
 
-#define CO_ASSERT_TRUE(cond)                       \
-  do {                                             \
-    if (!(cond)) {                                 \
-      ADD_FAILURE() << "assertion failed: " #cond; \
-      co_return;                                   \
-    }                                              \
-  } while (false)
-
 // ---------------------------------------------------------------------------------------------------------
 // Pure pieces
 

@@ -12,6 +12,20 @@
 #include <exception>
 #include <functional>
 
+// ASSERT_* returns, which a coroutine may not: this ends the test coroutine with co_return instead.
+#define CO_ASSERT_TRUE(condition)                          \
+  do {                                                     \
+    if (!(condition)) {                                    \
+      ADD_FAILURE() << "condition failed: " << #condition; \
+      co_return;                                           \
+    }                                                      \
+  } while (false)
+#define CO_ASSERT_EQ(a, b)        \
+  do {                            \
+    EXPECT_EQ(a, b);              \
+    if (!((a) == (b))) co_return; \
+  } while (false)
+
 namespace hami::testing {
 
 inline void RunCoro(boost::asio::io_context& ioc, boost::asio::awaitable<void> body,
