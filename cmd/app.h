@@ -23,6 +23,7 @@ int Inspect(const std::vector<std::string>& args, std::ostream& out, std::ostrea
 int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int Demo(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int SimDevicePlugins(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 std::string VersionString();
 

@@ -19,7 +19,8 @@ if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
   export PATH=$PATH:/usr/local/go/bin
   timeout 2400 bash tests/e2e/smoke.sh
   timeout 600 bash tests/e2e/run-conformance.sh "${BUILD_DIR:-build}/tests/integration_tests"
-  e2e_suites=3  # the smoke test and the conformance suite with two kinds of authentication
+  timeout 600 bash tests/e2e/extender.sh "${BUILD_DIR:-build}/hami-scheduler"
+  e2e_suites=4  # smoke, the conformance suite with two kinds of authentication, the real kube-scheduler + extender
 else
   echo "e2e: SKIPPED: no Go toolchain (>= 1.24) to build the Kubernetes control plane"
 fi

@@ -1,0 +1,346 @@
+#!/usr/bin/env bash
+# e2e test of hami-scheduler as the extender of the REAL kube-scheduler (v1.36.3, built by build.sh):
+#   start etcd + kube-apiserver + kube-scheduler with a copy of deploy/kube-scheduler-config.yaml whose
+#   urlPrefix points at our port -> apply deploy/hami-scheduler.yaml (RBAC, ConfigMaps...) -> run
+#   `hami-scheduler serve` as a real process under the deploy ServiceAccount's token (so the RBAC is what it
+#   runs with) and `hami-scheduler sim-device-plugins` for two NVIDIA nodes and a Hygon node -> create pods
+#   with kubectl and check placement, annotations, events and metrics -> SIGTERM both, expect exit 0.
+#
+#   tests/e2e/extender.sh [PATH/TO/hami-scheduler]   # default: ${BUILD_DIR:-build}/hami-scheduler
+#
+# Ends with "e2e extender: N passed, M failed"; exit 0 only if every check passed. The whole run is cut at
+# HAMI_E2E_EXTENDER_TIMEOUT seconds (default 300 when the control plane binaries are cached, else 1800);
+# each wait inside has its own deadline; an EXIT trap stops everything. On a failure the work dir (logs of
+# every process) is kept and its path printed. HAMI_E2E_KEEP_WORK=1 keeps it on success too.
+set -uo pipefail
+
+E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$E2E_DIR/../.." && pwd)"
+
+# Re-exec once under timeout(1) so the whole run is bounded, process group and all.
+if [ -z "${HAMI_E2E_EXTENDER_BOUNDED:-}" ]; then
+  export HAMI_E2E_EXTENDER_BOUNDED=1
+  limit="${HAMI_E2E_EXTENDER_TIMEOUT:-}"
+  if [ -z "$limit" ]; then
+    if HAMI_E2E_CHECK_ONLY=1 bash "$E2E_DIR/build.sh" >/dev/null 2>&1; then limit=300; else limit=1800; fi
+  fi
+  HAMI_E2E_EXTENDER_DONE="$(mktemp "${TMPDIR:-/tmp}/hami-e2e-extender-done.XXXXXX")"
+  rm -f "$HAMI_E2E_EXTENDER_DONE"
+  export HAMI_E2E_EXTENDER_DONE
+  timeout --kill-after=30 "$limit" bash "${BASH_SOURCE[0]}" "$@"
+  rc=$?
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    echo "[e2e extender] timed out after ${limit}s (HAMI_E2E_EXTENDER_TIMEOUT)"
+  fi
+  if [ ! -e "$HAMI_E2E_EXTENDER_DONE" ]; then
+    echo "e2e extender: 0 passed, 1 failed"
+    [ "$rc" != 0 ] || rc=1
+  fi
+  rm -f "$HAMI_E2E_EXTENDER_DONE"
+  exit "$rc"
+fi
+
+HAMI="${1:-$ROOT/${BUILD_DIR:-build}/hami-scheduler}"
+PASS=0
+FAIL=0
+T_START=$(date +%s)
+log() { printf '[e2e extender] %s\n' "$*"; }
+ok() { PASS=$((PASS + 1)); log "PASS: $*"; }
+bad() { FAIL=$((FAIL + 1)); log "FAIL: $*"; }
+finish() {
+  log "total $(( $(date +%s) - T_START ))s"
+  echo "e2e extender: $PASS passed, $FAIL failed"
+  [ -z "${HAMI_E2E_EXTENDER_DONE:-}" ] || : > "$HAMI_E2E_EXTENDER_DONE"
+  [ "$FAIL" = 0 ] && [ "$PASS" -gt 0 ]
+  exit $?
+}
+
+[ -x "$HAMI" ] || { bad "no hami-scheduler binary at $HAMI (build it, or pass its path)"; finish; }
+
+# ------------------------------------------------------------------ build
+t0=$(date +%s)
+if ! BIN="$(bash "$E2E_DIR/build.sh")"; then
+  bad "build (see the messages above)"
+  finish
+fi
+ok "build/cache lookup in $(( $(date +%s) - t0 ))s: $BIN"
+export HAMI_E2E_BIN="$BIN"
+KUBECTL="${HAMI_E2E_KUBECTL:-}"
+if [ -z "$KUBECTL" ]; then
+  if [ -x "$BIN/kubectl" ]; then KUBECTL="$BIN/kubectl"; else KUBECTL="$(command -v kubectl || true)"; fi
+fi
+[ -x "$KUBECTL" ] || { bad "no kubectl (set HAMI_E2E_KUBECTL)"; finish; }
+
+# ------------------------------------------------------------------ processes and cleanup
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/hami-e2e-extender.XXXXXX")"
+SERVE_PID=""
+PLUGINS_PID=""
+stop_pid() { # pid: SIGTERM, SIGKILL after 10 s
+  local pid="$1" i
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
+  kill -KILL "$pid" 2>/dev/null
+}
+cleanup() {
+  stop_pid "$PLUGINS_PID"
+  stop_pid "$SERVE_PID"
+  bash "$E2E_DIR/stop.sh" "$WORK" >/dev/null 2>&1
+  if [ "$FAIL" = 0 ] && [ "${HAMI_E2E_KEEP_WORK:-0}" != 1 ]; then
+    rm -rf "$WORK"
+  else
+    log "work dir kept: $WORK (logs in $WORK/logs)"
+  fi
+}
+trap cleanup EXIT
+trap 'bad "interrupted or timed out"; finish' INT TERM
+
+free_port() { # a loopback TCP port nobody listens on
+  local p i
+  for i in $(seq 1 200); do
+    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 12000 ))
+    [ "$p" != "${EXT_PORT:-}" ] || continue
+    if [ -z "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ]; then echo "$p"; return 0; fi
+  done
+  return 1
+}
+EXT_PORT="$(free_port)" && METRICS_PORT="$(free_port)" || { bad "no free loopback port"; finish; }
+EXT="http://127.0.0.1:$EXT_PORT"
+
+# wait_for SECONDS COMMAND...: true once COMMAND succeeds, false at the deadline.
+wait_for() {
+  local deadline=$(( $(date +%s) + $1 )); shift
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$deadline" ] || return 1
+    sleep 0.5
+  done
+}
+
+# ------------------------------------------------------------------ control plane with our extender
+mkdir -p "$WORK/logs"
+SCHED_CONFIG="$WORK/kube-scheduler-config.yaml"
+sed "s#urlPrefix: http://127.0.0.1:8080#urlPrefix: $EXT#" "$ROOT/deploy/kube-scheduler-config.yaml" > "$SCHED_CONFIG"
+if ! grep -q "urlPrefix: $EXT\$" "$SCHED_CONFIG"; then
+  bad "deploy/kube-scheduler-config.yaml has no 'urlPrefix: http://127.0.0.1:8080' line to point at port $EXT_PORT"
+  finish
+fi
+t0=$(date +%s)
+if ! bash "$E2E_DIR/start.sh" "$WORK" --scheduler-config "$SCHED_CONFIG" > "$WORK/logs/start.log" 2>&1; then
+  tail -n 40 "$WORK/logs/start.log"
+  bad "start control plane with deploy/kube-scheduler-config.yaml (extender $EXT)"
+  finish
+fi
+ok "control plane started with deploy/kube-scheduler-config.yaml in $(( $(date +%s) - t0 ))s (extender $EXT)"
+# shellcheck disable=SC1091
+. "$WORK/env"
+K() { timeout 30 "$KUBECTL" --kubeconfig "$HAMI_E2E_KUBECONFIG" --request-timeout=20s "$@"; }
+dump_logs() {
+  for f in kube-scheduler hami-serve sim-device-plugins; do
+    log "---- last 30 lines of $f.log ----"; tail -n 30 "$WORK/logs/$f.log" 2>/dev/null
+  done
+}
+
+# ------------------------------------------------------------------ deploy/ against the real API server
+out="$(K apply --dry-run=server -f "$ROOT/deploy/hami-scheduler.yaml" 2>&1)"
+if [ $? = 0 ]; then
+  ok "deploy/hami-scheduler.yaml passes server-side validation ($(printf '%s\n' "$out" | wc -l) objects)"
+else
+  bad "kubectl apply --dry-run=server -f deploy/hami-scheduler.yaml: $out"
+fi
+# Applied for real: no controller-manager runs, so the Deployment makes no pods, but the ServiceAccount and
+# the RBAC objects exist and `serve` below runs with that ServiceAccount's token.
+out="$(K apply -f "$ROOT/deploy/hami-scheduler.yaml" 2>&1)" || bad "kubectl apply -f deploy/hami-scheduler.yaml: $out"
+same_as_file() { # configmap key file
+  diff <(K get configmap "$1" -n kube-system -o "jsonpath={.data.${2//./\\.}}"; echo) <(cat "$3"; echo) >/dev/null
+}
+if same_as_file hami-scheduler-config config.yaml "$ROOT/deploy/kube-scheduler-config.yaml" &&
+   same_as_file hami-scheduler-device device-config.yaml "$ROOT/deploy/device-config.yaml"; then
+  ok "the ConfigMaps of deploy/hami-scheduler.yaml carry deploy/kube-scheduler-config.yaml and deploy/device-config.yaml"
+else
+  bad "the ConfigMaps in deploy/hami-scheduler.yaml differ from deploy/kube-scheduler-config.yaml or deploy/device-config.yaml"
+fi
+SA_TOKEN="$(K create token hami-scheduler -n kube-system --duration=1h 2>&1)"
+SA_KUBECONFIG="$WORK/kubeconfig-hami-scheduler"
+cat > "$SA_KUBECONFIG" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: hami-e2e
+  cluster: {server: "$HAMI_E2E_APISERVER", certificate-authority: "$HAMI_E2E_CA"}
+users:
+- name: hami-scheduler
+  user: {token: "$SA_TOKEN"}
+contexts:
+- name: hami-scheduler
+  context: {cluster: hami-e2e, user: hami-scheduler, namespace: kube-system}
+current-context: hami-scheduler
+EOF
+chmod 600 "$SA_KUBECONFIG"
+who="$(timeout 30 "$KUBECTL" --kubeconfig "$SA_KUBECONFIG" auth whoami -o 'jsonpath={.status.userInfo.username}' 2>&1)"
+if [ "$who" = system:serviceaccount:kube-system:hami-scheduler ]; then
+  ok "token of the deploy ServiceAccount authenticates as $who"
+else
+  bad "ServiceAccount token: $who (serve falls back to the admin kubeconfig)"
+  SA_KUBECONFIG="$HAMI_E2E_KUBECONFIG"
+fi
+
+# ------------------------------------------------------------------ our processes
+"$HAMI" serve --kubeconfig "$SA_KUBECONFIG" --http_bind "127.0.0.1:$EXT_PORT" \
+  --metrics-bind-address "127.0.0.1:$METRICS_PORT" --health-check-interval 2s \
+  --device-config-file "$ROOT/deploy/device-config.yaml" > "$WORK/logs/hami-serve.log" 2>&1 < /dev/null &
+SERVE_PID=$!
+"$HAMI" sim-device-plugins --kubeconfig "$HAMI_E2E_KUBECONFIG" \
+  --node gpu-a=nvidia:2x16384:10:NVIDIA-Tesla-T4 --node gpu-b=nvidia:2x32768:10:NVIDIA-V100 \
+  --node dcu-1=hygon:2x65536:4:DCU-K100 --allocate-delay 20ms --register-interval 5s \
+  --device-config-file "$ROOT/deploy/device-config.yaml" > "$WORK/logs/sim-device-plugins.log" 2>&1 < /dev/null &
+PLUGINS_PID=$!
+
+t0=$(date +%s)
+if wait_for 60 curl -fsS --max-time 3 "$EXT/readyz"; then
+  ok "hami-scheduler serve ready (/readyz) after $(( $(date +%s) - t0 ))s"
+else
+  bad "serve not ready within 60s"; dump_logs; finish
+fi
+metrics() { curl -fsS --max-time 5 "http://127.0.0.1:$METRICS_PORT/metrics"; }
+three_nodes_registered() { metrics | grep -qx 'hami_scheduler_nodes 3'; }
+nodes_ready() {
+  [ "$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}/{.status.allocatable.pods} {end}')" = \
+    "dcu-1=True/110 gpu-a=True/110 gpu-b=True/110 " ]
+}
+if wait_for 60 nodes_ready && wait_for 60 three_nodes_registered; then
+  ok "sim-device-plugins created 3 Ready nodes and the scheduler registered their devices after $(( $(date +%s) - t0 ))s"
+else
+  bad "nodes not created or not registered within 60s: $(K get nodes 2>&1 | tr '\n' ' ') $(metrics 2>&1 | grep '^hami_scheduler_nodes')"
+  dump_logs; finish
+fi
+
+# ------------------------------------------------------------------ pods
+# pod NAME LIMITS-JSON: a pod for hami-scheduler with the given limits and a small cpu/memory request.
+pod() {
+  K create -f - <<EOF
+{"apiVersion": "v1", "kind": "Pod",
+ "metadata": {"name": "$1", "namespace": "default"},
+ "spec": {"schedulerName": "hami-scheduler",
+          "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                          "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": $2}}]}}
+EOF
+}
+jp() { K get pod "$1" -n default -o "jsonpath=$2" 2>/dev/null; }
+annotation() { jp "$1" "{.metadata.annotations.${2//./\\.}}"; }
+bound_and_allocated() { [ -n "$(jp "$1" '{.spec.nodeName}')" ] && [ "$(annotation "$1" hami.io/bind-phase)" = success ]; }
+
+# check_pod NAME NODE ALLOCATED-KEY TO-ALLOCATE-KEY MEMORY
+check_pod() {
+  local name="$1" node="$2" key="$3" to_key="$4" mem="$5" got allocated
+  if ! wait_for 60 bound_and_allocated "$name"; then
+    bad "$name: not bound and allocated within 60s (nodeName='$(jp "$name" '{.spec.nodeName}')', bind-phase='$(annotation "$name" hami.io/bind-phase)')"
+    K get events -n default --field-selector "involvedObject.name=$name" 2>&1 | tail -n 5
+    return
+  fi
+  got="$(jp "$name" '{.spec.nodeName}')"
+  allocated="$(annotation "$name" "$key")"
+  local problems=""
+  [ "$got" = "$node" ] || problems+=" spec.nodeName=$got (want $node);"
+  [ "$(annotation "$name" hami.io/vgpu-node)" = "$node" ] || problems+=" hami.io/vgpu-node='$(annotation "$name" hami.io/vgpu-node)';"
+  [[ "$allocated" == *",$mem,"* ]] || problems+=" $key='$allocated' (want $mem MiB);"
+  [ "$(annotation "$name" "$to_key")" = ";" ] || problems+=" $to_key='$(annotation "$name" "$to_key")' (want ';');"
+  if [ -z "$problems" ]; then
+    ok "$name on $node: $key=$allocated, bind-phase success, $to_key ';'"
+  else
+    bad "$name:$problems"
+  fi
+}
+
+NV_ALLOC=hami.io/vgpu-devices-allocated
+NV_TODO=hami.io/vgpu-devices-to-allocate
+# Both NVIDIA nodes are empty: the tie goes to the smaller name (gpu-a).
+pod gpu-3000 '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "30"}' >/dev/null
+check_pod gpu-3000 gpu-a "$NV_ALLOC" "$NV_TODO" 3000
+# 20000 MiB only fits the 32 GiB cards.
+pod gpu-20000 '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000"}' >/dev/null
+check_pod gpu-20000 gpu-b "$NV_ALLOC" "$NV_TODO" 20000
+pod dcu-2000 '{"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "60"}' >/dev/null
+# Hygon's to-allocate key is hami.io/hcu-devices-to-allocate (PROTOCOL.md D2).
+check_pod dcu-2000 dcu-1 hami.io/dcu-devices-allocated hami.io/hcu-devices-to-allocate 2000
+
+pod gpu-too-big '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000000"}' >/dev/null
+failed_scheduling() {
+  K get events -n default --field-selector involvedObject.name=gpu-too-big,reason=FailedScheduling \
+    -o 'jsonpath={range .items[*]}{.source.component}{.reportingComponent}: {.message}{"\n"}{end}' | grep -q CardInsufficientMemory
+}
+if wait_for 60 failed_scheduling; then
+  event="$(K get events -n default --field-selector involvedObject.name=gpu-too-big,reason=FailedScheduling \
+    -o 'jsonpath={range .items[*]}{.reportingComponent}{.source.component}: {.message}{"\n"}{end}' | grep CardInsufficientMemory | head -n 1)"
+  if [ -z "$(jp gpu-too-big '{.spec.nodeName}')" ] && [ "$(jp gpu-too-big '{.status.phase}')" = Pending ]; then
+    ok "gpu-too-big stays Pending with a FailedScheduling event: $event"
+  else
+    bad "gpu-too-big was placed: nodeName='$(jp gpu-too-big '{.spec.nodeName}')'"
+  fi
+else
+  bad "no FailedScheduling event naming CardInsufficientMemory for gpu-too-big within 60s: $(K get events -n default --field-selector involvedObject.name=gpu-too-big 2>&1 | tail -n 3)"
+fi
+
+# Events recorded by serve itself (under the ServiceAccount): the RBAC allows events too.
+our_events() { K get events -n default -o 'jsonpath={range .items[*]}{.involvedObject.name}/{.reason} {end}'; }
+has_our_events() {
+  local e; e="$(our_events)"
+  [[ "$e" == *"gpu-3000/FilteringSucceed "* && "$e" == *"gpu-3000/BindingSucceed "* && "$e" == *"gpu-too-big/FilteringFailed "* ]]
+}
+if wait_for 30 has_our_events; then
+  ok "serve recorded FilteringSucceed, BindingSucceed and FilteringFailed events"
+else
+  bad "events of serve missing: $(our_events 2>&1)"
+fi
+if grep -Eiq 'forbidden|unauthorized' "$WORK/logs/hami-serve.log"; then
+  bad "serve hit permission errors with the deploy ServiceAccount: $(grep -Ei 'forbidden|unauthorized' "$WORK/logs/hami-serve.log" | head -n 3)"
+else
+  ok "serve logged no permission errors with the deploy ServiceAccount's RBAC"
+fi
+
+locks="$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.metadata.annotations.hami\.io/mutex\.lock} {end}')"
+if [ "$locks" = "dcu-1= gpu-a= gpu-b= " ]; then
+  ok "no hami.io/mutex.lock left on the nodes"
+else
+  bad "node locks left behind: $locks"
+fi
+
+allocated_metric() { metrics | grep -E '^hami_gpu_memory_allocated_bytes\{[^}]*node="gpu-a"[^}]*\} 3145728000$'; }
+if line="$(allocated_metric)" && [ -n "$line" ]; then
+  ok "/metrics: $line"
+else
+  bad "/metrics has no hami_gpu_memory_allocated_bytes of 3000 MiB on gpu-a: $(metrics 2>&1 | grep '^hami_gpu_memory_allocated_bytes' | head -n 4)"
+fi
+
+allocations="$(grep -c ' allocated default/' "$WORK/logs/sim-device-plugins.log")"
+if [ "$allocations" = 3 ]; then
+  ok "sim-device-plugins logged 3 allocations"
+else
+  bad "sim-device-plugins logged $allocations allocations (want 3)"
+fi
+
+# ------------------------------------------------------------------ graceful stop
+RC=""
+term_and_wait() { # pid: sets RC to the exit status after SIGTERM, or "timeout" after 20 s
+  local pid="$1" deadline=$(( $(date +%s) + 20 ))
+  kill -TERM "$pid" 2>/dev/null
+  while kill -0 "$pid" 2>/dev/null; do
+    [ "$(date +%s)" -lt "$deadline" ] || { RC=timeout; return; }
+    sleep 0.2
+  done
+  wait "$pid"
+  RC=$?
+}
+term_and_wait "$SERVE_PID"
+if [ "$RC" = 0 ]; then
+  ok "serve exits 0 on SIGTERM"; SERVE_PID=""
+else
+  bad "serve after SIGTERM: exit $RC"; dump_logs
+fi
+term_and_wait "$PLUGINS_PID"
+if [ "$RC" = 0 ]; then
+  ok "sim-device-plugins exits 0 on SIGTERM"; PLUGINS_PID=""
+else
+  bad "sim-device-plugins after SIGTERM: exit $RC"
+fi
+
+finish
