@@ -9,7 +9,7 @@ PACKAGES=(
   libyaml-cpp-dev libcxxopts-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libssl-dev
-  openssl curl iproute2 procps
+  openssl curl iproute2 procps python3
 )
 
 missing=()
