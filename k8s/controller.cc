@@ -23,6 +23,14 @@ namespace {
 
 std::string UidOf(const PodView& pod) { return pod.uid.empty() ? pod.Key() : pod.uid; }
 
+// The device plugin is there: it answered a handshake, or kubelet counts its devices.
+bool ShowsLife(const BackendSpec& spec, const NodeView& node) {
+  if (AllocatableCount(node, spec.resources.count) > 0) return true;
+  auto it = node.annotations.find(spec.keys.handshake);
+  return it != node.annotations.end() &&
+         codec::ParseHandshake(it->second, true).kind == codec::Handshake::Kind::kReported;
+}
+
 bool Finished(const PodView& pod) { return pod.phase == "Succeeded" || pod.phase == "Failed"; }
 
 bool AllInitContainersSucceeded(const PodView& pod) {
@@ -277,7 +285,10 @@ asio::awaitable<void> Controller::HealthPass() {
             writes.push_back({node.name, spec.keys.handshake, json::value(nullptr)});
           ++stats_.cleanups;
         }
-      } else if (h.unhealthy.erase(b) > 0) {
+      } else if (h.unhealthy.contains(b) && ShowsLife(spec, node)) {
+        // Only a sign of the plugin brings devices back: a fresh request of ours is none (upstream returns
+        // them on the next pass and withholds them again 60 s later, over and over).
+        h.unhealthy.erase(b);
         spdlog::info("node {}: {} devices healthy again: {}", node.name, spec.vendor, v.why);
         state_.UpsertNode(node);
         ApplyHealthMask(node.name);

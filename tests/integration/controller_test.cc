@@ -341,6 +341,14 @@ TEST_F(ControllerTest, HealthPassRequestsHandshakesAndWithholdsDevicesOfAGonePlu
     EXPECT_EQ(dcu_devices(), 0u);
     EXPECT_EQ(c.stats().cleanups, 1u);
     EXPECT_EQ(Annotation(Stored("nodes", "", "dcu-a"), "hami.io/node-handshake-dcu"), std::string());
+    // The next pass asks again, but a request of ours is no sign of the plugin: the devices stay withheld.
+    const std::function<bool()> cleaned = [&] {
+      return !c.state().FindNode("dcu-a")->node.annotations.contains("hami.io/node-handshake-dcu");
+    };
+    EXPECT_TRUE(co_await WaitUntil(cleaned));
+    co_await c.HealthPass();
+    EXPECT_TRUE(co_await WaitUntil(asked));
+    EXPECT_EQ(dcu_devices(), 0u);
     // A node event (here: a label) does not bring the withheld devices back...
     const json::value label = {{"metadata", {{"labels", {{"x", "y"}}}}}};
     EXPECT_TRUE(
@@ -356,7 +364,9 @@ TEST_F(ControllerTest, HealthPassRequestsHandshakesAndWithholdsDevicesOfAGonePlu
     EXPECT_TRUE(server_.store().Patch(*sim::FindResourceByName("nodes"), "", "dcu-a", sim::PatchType::kMerge,
                                       report));
     const std::function<bool()> reported = [&] {
-      return c.state().FindNode("dcu-a")->node.annotations.contains("hami.io/node-handshake-dcu");
+      const auto& a = c.state().FindNode("dcu-a")->node.annotations;
+      auto it = a.find("hami.io/node-handshake-dcu");
+      return it != a.end() && it->second.starts_with("Reported");
     };
     EXPECT_TRUE(co_await WaitUntil(reported));
     co_await c.HealthPass();
