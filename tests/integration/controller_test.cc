@@ -212,6 +212,30 @@ TEST_F(ControllerTest, FilterReservesAndPatchesThenBindLocksAndBinds) {
   EXPECT_TRUE(reasons.contains("BindingSucceed"));
 }
 
+TEST_F(ControllerTest, NodesFormForSchedulersWithoutNodeCache) {
+  // kube-scheduler with nodeCacheCapable: false sends whole Node objects and expects Nodes back.
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-b", 1, 2000)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p1", 3000)));
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    const json::array items{Stored("nodes", "", "gpu-a"), Stored("nodes", "", "gpu-b")};
+    const std::string args =
+        json::serialize(json::object{{"Pod", Stored("pods", "default", "p1")},
+                                     {"Nodes", {{"metadata", json::object{}}, {"items", items}}}});
+    auto r = co_await Post("/filter", args);
+    EXPECT_TRUE(r.at("Error").as_string().empty()) << json::serialize(r);
+    EXPECT_TRUE(r.at("NodeNames").is_null());
+    const auto& chosen = r.at("Nodes").at("items").as_array();
+    CO_ASSERT_EQ(chosen.size(), 1u);
+    EXPECT_EQ(std::string(chosen[0].at("metadata").at("name").as_string()), std::string("gpu-a"));
+    // The decision is live, as with NodeNames: reserved and written on the pod.
+    EXPECT_EQ(service_->controller().state().PodCount(), 1u);
+    EXPECT_EQ(Annotation(Stored("pods", "default", "p1"), "hami.io/vgpu-node"), std::string("gpu-a"));
+  }());
+}
+
 TEST_F(ControllerTest, BindWaitsForABusyLockAndStealsFromAGoneOwner) {
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 2)));
   ASSERT_TRUE(server_.store().Create(GpuPod("p1", 1000)));

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The main job: `hami-scheduler demo --json` must place every sample pod (all four vendors, shared and whole
+# cards, two containers, an init container) and refuse only the one that cannot fit, with a reason.
+# Usage: tests/integration/demo_test.sh [path/to/hami-scheduler]; prints `demo: N passed, M failed`.
+set -u
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${1:-$repo/build/hami-scheduler}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+check() { if eval "$2"; then passed=$((passed + 1)); echo "ok   $1"; else failed=$((failed + 1)); echo "FAIL $1"; [ -n "${3:-}" ] && echo "     $3"; fi; }
+
+timeout 120 "$bin" demo --json --kubeconfig-out "$tmp/kubeconfig" >"$tmp/out.json" 2>"$tmp/live.txt"
+rc=$?
+check "demo --json exits 0" '[ $rc = 0 ]' "rc=$rc $(tail -5 "$tmp/live.txt")"
+check "the summary: 11 pods, 10 scheduled, 1 unschedulable, 0 failed" \
+  'python3 - "$tmp/out.json" <<"PY"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert (s["pods"], s["scheduled"], s["unschedulable"], s["failed"]) == (11, 10, 1, 0), s
+by = {o["pod"].split("/")[1]: o for o in s["outcomes"]}
+vendors = {"mlu-slice": "MLU", "mthreads-slice": "Mthreads", "dcu-slice": "DCU", "shared-gpu-1": "NVIDIA"}
+for pod, vendor in vendors.items():
+    assert by[pod]["state"] == "scheduled" and vendor in by[pod]["devices"], by[pod]
+# two containers and an init container: one device list per container, init first
+assert by["two-containers"]["devices"]["NVIDIA"].count(";") == 2, by["two-containers"]
+assert by["init-then-serve"]["devices"]["NVIDIA"].count(";") == 2, by["init-then-serve"]
+assert by["too-big"]["state"] == "unschedulable" and "CardInsufficientMemory" in by["too-big"]["reason"], by["too-big"]
+PY' "$(cat "$tmp/out.json")"
+check "the live table went to stderr and shows allocations" 'grep -q "allocated" "$tmp/live.txt"'
+check "the kubeconfig for kubectl was written" '[ -s "$tmp/kubeconfig" ]'
+"$bin" demo --bogus >"$tmp/bad.out" 2>&1
+rc=$?
+check "an unknown flag exits 2 naming it" '[ $rc = 2 ] && grep -q "bogus" "$tmp/bad.out"' "rc=$rc $(cat "$tmp/bad.out")"
+
+echo "demo: $passed passed, $failed failed"
+[ "$failed" = 0 ]
