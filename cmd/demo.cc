@@ -266,6 +266,11 @@ int DemoRun::Run() {
   const auto deadline = Clock_::now() + 5s;
   while (!service_->stopped() && Clock_::now() < deadline) ioc_.run_one_for(50ms);
   api_->Stop();
+  // The kubeconfig points at a server that is gone now; one asked for with --kubeconfig-out stays.
+  if (flags_.kubeconfig_out.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove(kubeconfig_, ignored);
+  }
   return exit_code_;
 }
 
@@ -470,9 +475,7 @@ std::string DemoRun::Summary() {
       fmt::format("\n{} pods: {} scheduled, {} unschedulable, {} failed\n", s.at("pods").as_int64(),
                   s.at("scheduled").as_int64(), s.at("unschedulable").as_int64(), s.at("failed").as_int64());
   if (!flags_.keep)
-    out += fmt::format(
-        "Run `hami-scheduler demo --keep` to keep the cluster up and use kubectl --kubeconfig {}.\n",
-        kubeconfig_);
+    out += "Run `hami-scheduler demo --keep` to keep the cluster up and look at it with kubectl.\n";
   return out;
 }
 
