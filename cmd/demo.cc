@@ -16,7 +16,9 @@
 #include <cxxopts.hpp>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <ostream>
+#include <utility>
 
 #include "cmd/app.h"
 #include "cmd/service.h"
@@ -170,6 +172,7 @@ class DemoRun {
   std::unique_ptr<SchedulerService> service_;
   std::unique_ptr<sim::KubeSchedulerStandIn> stand_in_;
   std::vector<std::string> pod_names_;
+  std::map<std::string, std::string> last_outcome_;  // pod -> the outcome last shown in the live table
   std::string kubeconfig_;
   bool done_ = false;
   int exit_code_ = kExitOk;
@@ -321,6 +324,9 @@ asio::awaitable<void> DemoRun::Script() {
   stand_in_ = std::make_unique<sim::KubeSchedulerStandIn>(*scheduler_client_, sio);
   stand_in_->on_outcome = [this](const sim::PodOutcome& o) {
     const std::string pod = o.key.substr(o.key.find('/') + 1);
+    // Retries of an unschedulable pod repeat the same outcome: show each outcome once.
+    std::string seen = fmt::format("{}|{}|{}", static_cast<int>(o.state), o.node, o.message);
+    if (std::exchange(last_outcome_[o.key], seen) == seen) return;
     switch (o.state) {
       case sim::PodOutcome::State::kBound:
         Line(pod, "bound", o.node, "");
