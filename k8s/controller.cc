@@ -93,7 +93,13 @@ Controller::Controller(asio::any_io_executor executor, ApiClient& client, const 
   nodes_ = std::make_unique<Informer<NodeView>>(
       client, node_watch, NodeFromJson,
       Informer<NodeView>::Handlers{.on_add = [this](const NodeView& n) { OnNode(n); },
-                                   .on_update = [this](const NodeView&, const NodeView& n) { OnNode(n); },
+                                   .on_update =
+                                       [this](const NodeView& old_node, const NodeView& n) {
+                                         // Re-created under the same name while we were not watching (a
+                                         // relist shows it as an update).
+                                         if (old_node.uid != n.uid) OnNodeDeleted(old_node);
+                                         OnNode(n);
+                                       },
                                    .on_delete = [this](const NodeView& n) { OnNodeDeleted(n); },
                                    .on_synced = {}});
   Reflector::Options pod_watch = options_.reflector_defaults;
@@ -101,7 +107,11 @@ Controller::Controller(asio::any_io_executor executor, ApiClient& client, const 
   pods_ = std::make_unique<Informer<PodView>>(
       client, pod_watch, PodFromJson,
       Informer<PodView>::Handlers{.on_add = [this](const PodView& p) { OnPod(p); },
-                                  .on_update = [this](const PodView&, const PodView& p) { OnPod(p); },
+                                  .on_update =
+                                      [this](const PodView& old_pod, const PodView& p) {
+                                        if (old_pod.uid != p.uid) OnPodDeleted(old_pod);
+                                        OnPod(p);
+                                      },
                                   .on_delete = [this](const PodView& p) { OnPodDeleted(p); },
                                   .on_synced = {}});
   Reflector::Options quota_watch = options_.reflector_defaults;
@@ -215,6 +225,8 @@ void Controller::ForgetReleasedLocks(const NodeView& node) {
   auto it = held_locks_.find(node.name);
   if (it == held_locks_.end()) return;
   std::erase_if(it->second, [&](const HeldLock& h) {
+    // Only a node state from after our lock patch tells: an older event still lacks our value.
+    if (!LaterOrSame(node.resource_version, h.resource_version)) return false;
     auto a = node.annotations.find(h.target.key);
     return a == node.annotations.end() || a->second != h.value;
   });
@@ -348,7 +360,11 @@ asio::awaitable<std::string> Controller::FilterParsed(ExtenderArgs& args) {
   }
   // A re-filter decides without the pod's earlier reservation (and its quota). Until a new decision is
   // written on the pod, the earlier one is what its annotations say, so it is put back whenever none is.
+  // A reservation whose patch is still in flight is no annotation yet: it is not put back.
+  const auto in_flight = reservations_.find(uid);
+  const bool previous_written = in_flight == reservations_.end() || !in_flight->second.patched_rv.empty();
   std::optional<PodAllocation> previous = state_.RemovePod(uid);
+  if (!previous_written) previous.reset();
   reservations_.erase(uid);
   const auto keep_previous = [&] {
     if (previous) state_.AddPod(std::move(*previous));
@@ -381,6 +397,9 @@ asio::awaitable<std::string> Controller::FilterParsed(ExtenderArgs& args) {
   reservations_[uid] = Reservation{generation, ""};
   json::object annotations;
   for (const auto& [k, v] : outcome.annotations) annotations[k] = v;
+  // A merge patch only sets keys: clear a MIG list an earlier decision left that this one does not replace.
+  if (!outcome.annotations.contains(keys::kMigAllocations) && pod.annotations.contains(keys::kMigAllocations))
+    annotations[keys::kMigAllocations] = nullptr;
   const json::value patch = {
       {"metadata",
        {{"annotations", std::move(annotations)}, {"labels", {{keys::kAssignedNode, outcome.node}}}}}};
@@ -417,15 +436,17 @@ void Controller::RecordFilterEvent(const PodView& pod, const FilterOutcome& outc
 // ---------------------------------------------------------------------------------------------------------
 // Bind
 
-asio::awaitable<std::optional<PodView>> Controller::LookupPod(const std::string& ns,
-                                                              const std::string& name) {
-  if (auto it = pods_->views().find(ns + "/" + name); it != pods_->views().end()) co_return it->second;
-  // Not watched yet (just created): ask the API server.
+asio::awaitable<ApiResult<PodView>> Controller::LookupPod(const std::string& ns, const std::string& name,
+                                                          const std::string& uid) {
+  if (auto it = pods_->views().find(ns + "/" + name); it != pods_->views().end()) {
+    if (uid.empty() || it->second.uid == uid) co_return it->second;
+  }
+  // Not watched yet (just created), or the cache still has an earlier pod of that name: ask the API server.
   const std::string path = PathFor("v1", "pods", ns, name);
   auto got = co_await client_->Get(path);
-  if (!got) co_return std::nullopt;
+  if (!got) co_return got.error();
   auto view = PodFromJson(*got);
-  if (!view) co_return std::nullopt;
+  if (!view) co_return ApiError{ApiErrorKind::kOther, 0, "", view.error().message};
   co_return std::move(*view);
 }
 
@@ -533,8 +554,11 @@ asio::awaitable<std::string> Controller::Bind(const std::string& body, bool body
 
 asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& args) {
   const std::string key = args.pod_namespace + "/" + args.pod_name;
-  auto pod = co_await LookupPod(args.pod_namespace, args.pod_name);
+  auto pod = co_await LookupPod(args.pod_namespace, args.pod_name, args.pod_uid);
   if (!pod) {
+    // Only a pod known to be gone loses its reservation; a failed read changes nothing.
+    if (pod.error().kind != ApiErrorKind::kNotFound)
+      co_return fmt::format("cannot read pod {}: {}", key, pod.error().message);
     ReleasePod(args.pod_uid.empty() ? key : args.pod_uid);
     co_return fmt::format("pod \"{}\" not found", key);
   }
@@ -554,7 +578,7 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
   auto requests = CollectRequests(*pod, *backends_);
   if (!requests) co_return failed(fmt::format("pod {}: {}", key, requests.error().message));
 
-  std::vector<std::pair<LockTarget, std::string>> held;  // in the order taken
+  std::vector<std::pair<LockTarget, LockOutcome>> held;  // in the order taken
   if (requests->Any()) {
     const PodAllocation* reservation = state_.FindPod(uid);
     if (reservation == nullptr)
@@ -582,14 +606,15 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
       LockTarget target{args.node, spec.keys.node_lock, spec.lock, pod->ns, pod->name};
       LockOutcome lock = co_await AcquireWaiting(target, deadline);
       if (!lock.acquired) {
-        for (auto h = held.rbegin(); h != held.rend(); ++h) co_await locker_.Release(h->first, h->second);
+        for (auto h = held.rbegin(); h != held.rend(); ++h)
+          co_await locker_.Release(h->first, h->second.value);
         co_return failed(lock.message);
       }
-      held.emplace_back(std::move(target), lock.value);
+      held.emplace_back(std::move(target), std::move(lock));
     }
   }
   const auto release_all = [&]() -> asio::awaitable<void> {
-    for (auto h = held.rbegin(); h != held.rend(); ++h) co_await locker_.Release(h->first, h->second);
+    for (auto h = held.rbegin(); h != held.rend(); ++h) co_await locker_.Release(h->first, h->second.value);
   };
 
   const std::string pod_path = PathFor("v1", "pods", pod->ns, pod->name);
@@ -622,7 +647,13 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
   }
   // The locks stay held: the device plugin releases them once it has set the devices up. They are remembered
   // until the node shows them gone, so that a pod deleted before its allocation does not leave one behind.
-  for (auto& [target, value] : held) held_locks_[target.node].push_back(HeldLock{target, value, uid});
+  const bool pod_still_there = [&] {
+    auto it = pods_->views().find(key);
+    return it == pods_->views().end() || it->second.uid == pod->uid;  // not yet watched counts as there
+  }();
+  for (auto& [target, lock] : held)
+    held_locks_[target.node].push_back(HeldLock{target, lock.value, lock.resource_version, uid});
+  if (!pod_still_there) ReleaseLeftoverLocks(uid);  // deleted while we were binding it
   events_.Record(*pod, "Normal", "BindingSucceed",
                  fmt::format("Successfully binding node [{}] to {}", node, key));
   co_return std::string();

@@ -110,7 +110,8 @@ class Controller {
   struct HeldLock {
     LockTarget target;
     std::string value;
-    std::string uid;  // the pod it was taken for
+    std::string resource_version;  // the node's, once our lock was written
+    std::string uid;               // the pod it was taken for
   };
   struct LockWaiter {
     boost::asio::steady_timer* timer;
@@ -136,7 +137,9 @@ class Controller {
   boost::asio::awaitable<bool> WaitReady();
   boost::asio::awaitable<std::string> FilterParsed(ExtenderArgs& args);
   boost::asio::awaitable<std::string> BindParsed(const ExtenderBindingArgs& args);
-  boost::asio::awaitable<std::optional<PodView>> LookupPod(const std::string& ns, const std::string& name);
+  // The pod from the cache, or from the API server when the cache has none or one with another uid.
+  boost::asio::awaitable<ApiResult<PodView>> LookupPod(const std::string& ns, const std::string& name,
+                                                       const std::string& uid);
   boost::asio::awaitable<LockOutcome> AcquireWaiting(const LockTarget& target,
                                                      std::chrono::steady_clock::time_point deadline);
   void WakeLockWaiters(const std::string& node);

@@ -175,6 +175,72 @@ std::string Controller::Metrics() const {
   w.Family("hami_vgpu_core_allocated_ratio", "Device cores allocated to a pod.", "gauge");
   for (const auto& r : pod_rows)
     w.Sample("hami_vgpu_core_allocated_ratio", pod_labels(r), static_cast<double>(r.charge->cores.value()));
+  if (!options_.legacy_metrics) return w.Take();
+
+  // --legacy-metrics: HAMi's older names and label names, besides the current ones.
+  const auto legacy_device = [&](const Row& r) {
+    return with_zone({{"nodeid", *r.node},
+                      {"deviceuuid", r.device->id},
+                      {"deviceidx", Int(r.device->index)},
+                      {"devicetype", r.device->type}});
+  };
+  const auto legacy_device_cores = [&](const Row& r) {
+    return with_zone({{"nodeid", *r.node},
+                      {"deviceuuid", r.device->id},
+                      {"deviceidx", Int(r.device->index)},
+                      {"devicecores", Int(r.device->devcore.value())},
+                      {"devicetype", r.device->type}});
+  };
+  family("GPUDeviceMemoryLimit", "Device memory in bytes (legacy name).", legacy_device,
+         [](const Row& r) -> Opt { return static_cast<double>(r.device->devmem.value()) * kBytesPerMiB; });
+  family("GPUDeviceCoreLimit", "Device cores (legacy name).", legacy_device,
+         [](const Row& r) -> Opt { return static_cast<double>(r.device->devcore.value()); });
+  family("GPUDeviceMemoryAllocated", "Device memory allocated, in bytes (legacy name).", legacy_device_cores,
+         [](const Row& r) -> Opt { return static_cast<double>(r.usage->mem.value()) * kBytesPerMiB; });
+  family("GPUDeviceSharedNum", "Tasks sharing the device (legacy name).", legacy_device,
+         [](const Row& r) -> Opt { return static_cast<double>(r.usage->used); });
+  family("GPUDeviceCoreAllocated", "Device cores allocated (legacy name).", legacy_device,
+         [](const Row& r) -> Opt { return static_cast<double>(r.usage->cores.value()); });
+  family(
+      "nodeGPUOverview", "Device memory allocated, with the device's limits as labels (legacy name).",
+      [&](const Row& r) {
+        return with_zone({{"nodeid", *r.node},
+                          {"deviceuuid", r.device->id},
+                          {"deviceidx", Int(r.device->index)},
+                          {"devicecores", Int(r.device->devcore.value())},
+                          {"devicememorylimit", Int(r.device->devmem.value())},
+                          {"devicetype", r.device->type}});
+      },
+      [](const Row& r) -> Opt { return static_cast<double>(r.usage->mem.value()) * kBytesPerMiB; });
+  family(
+      "nodeGPUMemoryPercentage", "Allocated share of the device memory (legacy name).",
+      [&](const Row& r) {
+        return with_zone(
+            {{"nodeid", *r.node}, {"deviceuuid", r.device->id}, {"deviceidx", Int(r.device->index)}});
+      },
+      [](const Row& r) -> Opt {
+        if (r.device->devmem.value() <= 0) return std::nullopt;
+        return static_cast<double>(r.usage->mem.value()) / static_cast<double>(r.device->devmem.value());
+      });
+  w.Family("QuotaUsed", "Device resources used in a namespace (legacy name).", "gauge");
+  for (const auto& q : quota)
+    w.Sample(
+        "QuotaUsed",
+        with_zone({{"quotanamespace", q.ns}, {"quotaName", q.resource}, {"limit", Int(q.limit.value_or(0))}}),
+        static_cast<double>(q.used));
+  const auto legacy_pod = [&](const PodRow& r) {
+    return with_zone({{"podnamespace", r.pod->ns},
+                      {"nodename", r.pod->node},
+                      {"podname", r.pod->name},
+                      {"containeridx", "0"},
+                      {"deviceuuid", r.charge->uuid}});
+  };
+  w.Family("vGPUMemoryAllocated", "Device memory allocated to a pod, in bytes (legacy name).", "gauge");
+  for (const auto& r : pod_rows)
+    w.Sample("vGPUMemoryAllocated", legacy_pod(r), static_cast<double>(r.charge->mem.value()) * kBytesPerMiB);
+  w.Family("vGPUCoreAllocated", "Device cores allocated to a pod (legacy name).", "gauge");
+  for (const auto& r : pod_rows)
+    w.Sample("vGPUCoreAllocated", legacy_pod(r), static_cast<double>(r.charge->cores.value()));
   return w.Take();
 }
 

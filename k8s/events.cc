@@ -78,22 +78,25 @@ asio::awaitable<void> EventRecorder::Drain() {
 
 asio::awaitable<void> EventRecorder::Send(Pending& p) {
   const TimePoint now = clock_->Now();
-  // Forget what is too old to aggregate with, and keep the table bounded.
+  // Forget what is too old to aggregate with, and keep the table bounded. Nothing here is held across an
+  // await: other senders change the table meanwhile.
+  std::erase_if(recent_, [&](const auto& kv) { return now - kv.second.last >= options_.aggregate_window; });
   if (recent_.size() > 4096) recent_.clear();
-  auto it = recent_.find(p.key);
-  if (it != recent_.end() && now - it->second.last < options_.aggregate_window) {
-    Sent& s = it->second;
-    json::value patch = {{"count", s.count + 1}, {"lastTimestamp", codec::FormatRfc3339(now)}};
-    const std::string path = PathFor("v1", "events", p.ns, s.name);
+  if (auto it = recent_.find(p.key); it != recent_.end()) {
+    const std::string name = it->second.name;
+    const std::int64_t count = it->second.count + 1;
+    it->second.count = count;  // claimed now, so a concurrent sender of the same event counts on from here
+    it->second.last = now;
+    const json::value patch = {{"count", count}, {"lastTimestamp", codec::FormatRfc3339(now)}};
+    const std::string path = PathFor("v1", "events", p.ns, name);
     auto r = co_await client_->MergePatch(path, patch);
     if (r) {
-      ++s.count;
-      s.last = now;
       ++stats_.aggregated;
       co_return;
     }
     // The earlier event is gone (expired by the API server's TTL): create a new one.
-    recent_.erase(it);
+    if (auto again = recent_.find(p.key); again != recent_.end() && again->second.name == name)
+      recent_.erase(again);
   }
   const std::string path = PathFor("v1", "events", p.ns);
   const json::value body = p.event;

@@ -16,8 +16,9 @@ namespace json = boost::json;
 
 namespace {
 
-// A conflict means the node changed since we read it: read again soon (10 ms doubling, jittered; upstream waits
-// 100 ms doubling, which puts hundreds of milliseconds on binds whenever device plugins write the node).
+// A conflict means the node changed since we read it: read again soon (10 ms doubling, jittered; upstream
+// waits 100 ms doubling, which puts hundreds of milliseconds on binds whenever device plugins write the
+// node).
 constexpr int kAttempts = 6;
 
 struct NodeRead {
@@ -90,6 +91,7 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t) {
       ++stats_.reentered;
       out.acquired = true;
       out.value = *read.value;
+      out.resource_version = read.resource_version;
       co_return out;
     }
     if (d.action == LockAction::kCheckOwner) {
@@ -124,6 +126,7 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t) {
       ++(d.action == LockAction::kTake ? stats_.taken : stats_.stolen);
       out.acquired = true;
       out.value = value;
+      out.resource_version = ReadLock(*patched, t.key).resource_version;
       co_return out;
     }
     last_error = patched.error().message;
@@ -138,6 +141,7 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t) {
         ++stats_.taken;
         out.acquired = true;
         out.value = value;
+        out.resource_version = ReadLock(*again, t.key).resource_version;
         co_return out;
       }
       continue;

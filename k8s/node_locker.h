@@ -26,9 +26,10 @@ struct LockTarget {
 
 struct LockOutcome {
   bool acquired = false;
-  bool contention = false;  // held by someone else: worth waiting for
-  std::string value;        // what we wrote (acquired), to release exactly that later
-  std::string message;      // why not, for the bind error and the event
+  bool contention = false;       // held by someone else: worth waiting for
+  std::string value;             // what we wrote (acquired), to release exactly that later
+  std::string resource_version;  // the node's resourceVersion with our value in place (acquired)
+  std::string message;           // why not, for the bind error and the event
 };
 
 class NodeLocker {

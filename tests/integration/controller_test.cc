@@ -398,7 +398,45 @@ TEST_F(ControllerTest, HealthPassRequestsHandshakesAndWithholdsDevicesOfAGonePlu
   }());
 }
 
+TEST_F(ControllerTest, APodRecreatedWhileTheWatchWasDownReleasesTheOldHold) {
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  json::value bound = GpuPod("p1", 3000);
+  auto& meta = bound.at("metadata").as_object();
+  meta["annotations"] = {{"hami.io/vgpu-node", "gpu-a"},
+                         {"hami.io/vgpu-devices-allocated", "gpu-a-gpu0,NVIDIA,3000,0:;"}};
+  bound.at("spec").as_object()["nodeName"] = "gpu-a";
+  ASSERT_TRUE(server_.store().Create(bound));
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    k8s::Controller& c = service_->controller();
+    EXPECT_EQ(c.state().FindNode("gpu-a")->usage[0].mem.value(), 3000);
+    // Deleted and re-created (no devices yet) while no watch delivers it; the history is gone, so the
+    // controller relists and sees the same name with another uid.
+    sim::FaultRule down;  // the pod watch cannot reconnect meanwhile
+    down.count = 1000000;
+    down.status = 500;
+    down.method = "GET";
+    down.path_prefix = "/api/v1/pods";
+    server_.FailNext(down);
+    server_.DropWatches();
+    auto& store = server_.store();
+    EXPECT_TRUE(store.Delete(*sim::FindResourceByName("pods"), "default", "p1"));
+    EXPECT_TRUE(store.Create(GpuPod("p1", 1000)));
+    store.Compact();
+    co_await testing::Pause(50ms);  // a few failed reconnects
+    EXPECT_EQ(c.state().FindNode("gpu-a")->usage[0].mem.value(), 3000);
+    server_.ClearFaults();
+    const std::function<bool()> released = [&] {
+      return c.state().FindNode("gpu-a")->usage[0].mem.value() == 0;
+    };
+    EXPECT_TRUE(co_await WaitUntil(released));
+    EXPECT_EQ(c.state().PodCount(), 0u);
+  }());
+}
+
 TEST_F(ControllerTest, MetricsUseHamiNamesAndCountDecisions) {
+  cfg_.legacy_metrics = true;
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   ASSERT_TRUE(server_.store().Create(GpuPod("p1", 3000)));
   StartService();
@@ -416,6 +454,10 @@ TEST_F(ControllerTest, MetricsUseHamiNamesAndCountDecisions) {
           "hami_vgpu_memory_allocated_bytes{zone=\"vGPU\",namespace=\"default\",node=\"gpu-a\",pod=\"p1\","
           "container_index=\"0\",device_uuid=\"gpu-a-gpu0\"} 3145728000",
           "hami_scheduler_filter_decisions_total{result=\"scheduled\"} 1",
+          "GPUDeviceMemoryAllocated{zone=\"vGPU\",nodeid=\"gpu-a\",deviceuuid=\"gpu-a-gpu0\",deviceidx=\"0\","
+          "devicecores=\"100\",devicetype=\"NVIDIA-T4\"} 3145728000",
+          "vGPUMemoryAllocated{zone=\"vGPU\",podnamespace=\"default\",nodename=\"gpu-a\",podname=\"p1\","
+          "containeridx=\"0\",deviceuuid=\"gpu-a-gpu0\"} 3145728000",
           "hami_scheduler_filter_duration_seconds_count 1"}) {
       EXPECT_NE(m.body.find(line), std::string::npos) << line << "\n" << m.body;
     }
