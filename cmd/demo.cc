@@ -13,6 +13,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
+#include <charconv>
 #include <cxxopts.hpp>
 #include <deque>
 #include <filesystem>
@@ -206,12 +207,14 @@ int DemoRun::Run() {
     return kExitUsage;
   }
   so.host = flags_.listen.substr(0, colon);
-  try {
-    so.port = static_cast<std::uint16_t>(std::stoi(flags_.listen.substr(colon + 1)));
-  } catch (const std::exception&) {
-    log_ << "demo: --listen " << flags_.listen << ": expected HOST:PORT\n";
+  const std::string port_text = flags_.listen.substr(colon + 1);
+  unsigned port_value = 0;
+  const auto parsed = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port_value);
+  if (parsed.ec != std::errc() || parsed.ptr != port_text.data() + port_text.size() || port_value > 65535) {
+    log_ << "demo: --listen " << flags_.listen << ": expected HOST:PORT with a port from 0 to 65535\n";
     return kExitUsage;
   }
+  so.port = static_cast<std::uint16_t>(port_value);
   api_ = std::make_unique<sim::ApiServer>(ioc_, so);
   auto port = api_->Start();
   if (!port) {

@@ -235,14 +235,14 @@ std::string ShowKubeTimeout(const Config& d) { return fmt::format("{}", d.kube_t
 const FlagDef kFlags[] = {
     // Extender server.
     {"http_bind", Group::kServer, false, "ADDR",
-     "listen address of the extender (filter, bind, webhook, healthz)", &SetString<&Config::http_bind>,
-     &ShowString<&Config::http_bind>},
+     "listen address of the extender (filter, bind, healthz, readyz, metrics)",
+     &SetString<&Config::http_bind>, &ShowString<&Config::http_bind>},
     {"cert_file", Group::kServer, false, "FILE", "TLS certificate; TLS is on when both cert and key are set",
      &SetString<&Config::cert_file>, &ShowString<&Config::cert_file>},
     {"key_file", Group::kServer, false, "FILE", "TLS private key", &SetString<&Config::key_file>,
      &ShowString<&Config::key_file>},
     {"scheduler-name", Group::kServer, false, "NAME",
-     "schedulerName the webhook writes on pods, and the source of pod events",
+     "the source of pod events (HAMi's webhook also wrote it on pods; no webhook is served yet)",
      &SetString<&Config::scheduler_name>, &ShowString<&Config::scheduler_name>},
     {"metrics-bind-address", Group::kServer, false, "ADDR",
      "listen address of the Prometheus /metrics server", &SetString<&Config::metrics_bind_address>,
@@ -265,7 +265,7 @@ const FlagDef kFlags[] = {
      "how long bind retries a busy node lock (0 = no retry; keep below the extender httpTimeout)",
      &SetRetryTimeout, &ShowRetryTimeout},
     {"force-overwrite-default-scheduler", Group::kScheduling, true, "",
-     "the webhook also takes pods that name default-scheduler",
+     "accepted for HAMi compatibility; no effect until the admission webhook is served",
      &SetBool<&Config::force_overwrite_default_scheduler>,
      &ShowBoolMember<&Config::force_overwrite_default_scheduler>},
     {"health-check-interval", Group::kScheduling, false, "DURATION", "how often node handshakes are checked",
@@ -275,7 +275,7 @@ const FlagDef kFlags[] = {
      &SetSeconds<&Config::handshake_timeout, 1>, &ShowSecondsMember<&Config::handshake_timeout>},
     // Kubernetes client.
     {"kubeconfig", Group::kKube, false, "FILE",
-     "kubeconfig file (none: $KUBECONFIG, else the in-cluster service account)",
+     "kubeconfig file (none: $KUBECONFIG, else ~/.kube/config, else the in-cluster service account)",
      &SetString<&Config::kubeconfig>, nullptr},
     {"kube-qps", Group::kKube, false, "QPS", "API requests per second", &SetKubeQps, &ShowKubeQps},
     {"kube-burst", Group::kKube, false, "N", "API request burst", &SetKubeBurst, &ShowKubeBurst},
@@ -284,7 +284,8 @@ const FlagDef kFlags[] = {
      &ShowKubeTimeout},
     // Leader election.
     {"leader-elect", Group::kLeader, true, "",
-     "follow kube-scheduler's leader Lease; only the leader's replica serves",
+     "accepted for HAMi compatibility; following kube-scheduler's Lease is not implemented yet (run one "
+     "replica)",
      &SetBool<&Config::leader_elect>, &ShowBoolMember<&Config::leader_elect>},
     {"leader-elect-resource-name", Group::kLeader, false, "NAME", "name of the Lease",
      &SetString<&Config::leader_elect_resource_name>, &ShowString<&Config::leader_elect_resource_name>},

@@ -384,6 +384,10 @@ bool DevicePlugin::WantsAllocation(const PodView& pod) const {
   if (phase == nullptr || (*phase != keys::kBindPhaseAllocating && *phase != keys::kBindPhaseSuccess)) {
     return false;
   }
+  // As HAMi's plugins find their pod: the scheduler's bind-time and its chosen node are there too.
+  const std::string* assigned = AnnotationOf(pod.annotations, std::string(keys::kAssignedNode));
+  if (assigned == nullptr || *assigned != options_.node) return false;
+  if (AnnotationOf(pod.annotations, std::string(keys::kBindTime)) == nullptr) return false;
   const std::string* to_allocate = AnnotationOf(pod.annotations, backend_->Spec().keys.to_allocate);
   return to_allocate != nullptr && !codec::NothingLeftToAllocate(*to_allocate);
 }

@@ -260,8 +260,9 @@ check_pod gpu-3000 gpu-a "$NV_ALLOC" "$NV_TODO" 3000
 pod gpu-20000 '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000"}' >/dev/null
 check_pod gpu-20000 gpu-b "$NV_ALLOC" "$NV_TODO" 20000
 pod dcu-2000 '{"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "60"}' >/dev/null
-# Hygon's to-allocate key is hami.io/hcu-devices-to-allocate (PROTOCOL.md D2).
-check_pod dcu-2000 dcu-1 hami.io/dcu-devices-allocated hami.io/hcu-devices-to-allocate 2000
+# deploy/device-config.yaml sets Hygon's to-allocate key to the one HAMi's DCU plugin reads (the default,
+# PROTOCOL.md D2, is hami.io/hcu-devices-to-allocate).
+check_pod dcu-2000 dcu-1 hami.io/dcu-devices-allocated hami.io/dcu-devices-to-allocate 2000
 
 pod gpu-too-big '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000000"}' >/dev/null
 failed_scheduling() {

@@ -139,9 +139,11 @@ class DevicePluginTest : public ::testing::Test {
     ASSERT_TRUE(server_.store().Create(json::value(node)));
   }
 
-  // A pod bound to the node that the scheduler has just bound: bind-phase allocating, the to-allocate keys.
+  // A pod the scheduler has just bound to the node: bind-phase allocating, bind-time, hami.io/vgpu-node, the
+  // to-allocate keys.
   void CreatePod(const std::string& name, const std::map<std::string, std::string>& annotations) {
     json::object ann{{std::string(keys::kBindPhase), keys::kBindPhaseAllocating},
+                     {std::string(keys::kBindTime), "1716199325"},
                      {std::string(keys::kAssignedNode), kNode}};
     for (const auto& [k, v] : annotations) ann[k] = v;
     json::object pod{
