@@ -17,28 +17,9 @@ set -uo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$E2E_DIR/../.." && pwd)"
 
-# Re-exec once under timeout(1) so the whole run is bounded, process group and all.
-if [ -z "${HAMI_E2E_EXTENDER_BOUNDED:-}" ]; then
-  export HAMI_E2E_EXTENDER_BOUNDED=1
-  limit="${HAMI_E2E_EXTENDER_TIMEOUT:-}"
-  if [ -z "$limit" ]; then
-    if HAMI_E2E_CHECK_ONLY=1 bash "$E2E_DIR/build.sh" >/dev/null 2>&1; then limit=300; else limit=1800; fi
-  fi
-  HAMI_E2E_EXTENDER_DONE="$(mktemp "${TMPDIR:-/tmp}/hami-e2e-extender-done.XXXXXX")"
-  rm -f "$HAMI_E2E_EXTENDER_DONE"
-  export HAMI_E2E_EXTENDER_DONE
-  timeout --kill-after=30 "$limit" bash "${BASH_SOURCE[0]}" "$@"
-  rc=$?
-  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
-    echo "[e2e extender] timed out after ${limit}s (HAMI_E2E_EXTENDER_TIMEOUT)"
-  fi
-  if [ ! -e "$HAMI_E2E_EXTENDER_DONE" ]; then
-    echo "e2e extender: 0 passed, 1 failed"
-    [ "$rc" != 0 ] || rc=1
-  fi
-  rm -f "$HAMI_E2E_EXTENDER_DONE"
-  exit "$rc"
-fi
+# The whole run is bounded by timeout(1).
+source "$E2E_DIR/bounded.sh"
+bounded_reexec extender EXTENDER "$@"
 
 HAMI="${1:-$ROOT/${BUILD_DIR:-build}/hami-scheduler}"
 PASS=0

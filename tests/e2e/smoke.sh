@@ -17,30 +17,9 @@ set -uo pipefail
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-# Re-exec once under timeout(1) so the whole run is bounded, process group and all.
-if [ -z "${HAMI_E2E_SMOKE_BOUNDED:-}" ]; then
-  export HAMI_E2E_SMOKE_BOUNDED=1
-  limit="${HAMI_E2E_SMOKE_TIMEOUT:-}"
-  if [ -z "$limit" ]; then
-    # A cached build makes the run take well under a minute.
-    if HAMI_E2E_CHECK_ONLY=1 bash "$E2E_DIR/build.sh" >/dev/null 2>&1; then limit=300; else limit=1800; fi
-  fi
-  HAMI_E2E_SMOKE_DONE="$(mktemp "${TMPDIR:-/tmp}/hami-e2e-smoke-done.XXXXXX")"
-  rm -f "$HAMI_E2E_SMOKE_DONE"
-  export HAMI_E2E_SMOKE_DONE
-  timeout --kill-after=30 "$limit" bash "${BASH_SOURCE[0]}" "$@"
-  rc=$?
-  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
-    echo "[e2e smoke] timed out after ${limit}s (HAMI_E2E_SMOKE_TIMEOUT)"
-  fi
-  # The inner run prints the closing line; print one only if it could not.
-  if [ ! -e "$HAMI_E2E_SMOKE_DONE" ]; then
-    echo "e2e smoke: 0 passed, 1 failed"
-    [ "$rc" != 0 ] || rc=1
-  fi
-  rm -f "$HAMI_E2E_SMOKE_DONE"
-  exit "$rc"
-fi
+# The whole run is bounded by timeout(1).
+source "$E2E_DIR/bounded.sh"
+bounded_reexec smoke SMOKE "$@"
 
 PASS=0
 FAIL=0

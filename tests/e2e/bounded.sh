@@ -1,0 +1,36 @@
+# Sourced by the e2e scripts: re-executes the calling script once under timeout(1), so that the whole run is
+# bounded, process group and all, and prints a closing line for it if the inner run could not.
+#
+#   source "$E2E_DIR/bounded.sh"; bounded_reexec smoke SMOKE "$@"
+#
+# NAME names the suite in messages ("e2e NAME: ..."); VAR picks the variables HAMI_E2E_<VAR>_TIMEOUT (the
+# limit in seconds; default 300 with cached binaries, 1800 when build.sh must build them),
+# HAMI_E2E_<VAR>_BOUNDED (set inside the bounded run) and HAMI_E2E_<VAR>_DONE (a file the inner run creates
+# once it has printed its own closing line). Returns at once inside the bounded run.
+bounded_reexec() {
+  local name=$1 var=$2
+  shift 2
+  local bounded_var="HAMI_E2E_${var}_BOUNDED" done_var="HAMI_E2E_${var}_DONE" limit_var="HAMI_E2E_${var}_TIMEOUT"
+  [ -z "${!bounded_var:-}" ] || return 0
+  export "$bounded_var"=1
+  local limit="${!limit_var:-}"
+  if [ -z "$limit" ]; then
+    # A cached build makes a run take well under a minute.
+    if HAMI_E2E_CHECK_ONLY=1 bash "$E2E_DIR/build.sh" >/dev/null 2>&1; then limit=300; else limit=1800; fi
+  fi
+  local done_file
+  done_file="$(mktemp "${TMPDIR:-/tmp}/hami-e2e-$name-done.XXXXXX")"
+  rm -f "$done_file"
+  export "$done_var"="$done_file"
+  timeout --kill-after=30 "$limit" bash "$0" "$@"
+  local rc=$?
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    echo "[e2e $name] timed out after ${limit}s ($limit_var)"
+  fi
+  if [ ! -e "$done_file" ]; then
+    echo "e2e $name: 0 passed, 1 failed"
+    [ "$rc" != 0 ] || rc=1
+  fi
+  rm -f "$done_file"
+  exit "$rc"
+}
