@@ -106,7 +106,8 @@ if ! grep -q "urlPrefix: $EXT\$" "$SCHED_CONFIG"; then
   finish
 fi
 t0=$(date +%s)
-if ! bash "$E2E_DIR/start.sh" "$WORK" --scheduler-config "$SCHED_CONFIG" > "$WORK/logs/start.log" 2>&1; then
+# start.sh picks the control plane's ports around ours.
+if ! HAMI_E2E_RESERVED_PORTS="$EXT_PORT $METRICS_PORT" bash "$E2E_DIR/start.sh" "$WORK" --scheduler-config "$SCHED_CONFIG" > "$WORK/logs/start.log" 2>&1; then
   tail -n 40 "$WORK/logs/start.log"
   bad "start control plane with deploy/kube-scheduler-config.yaml (extender $EXT)"
   finish

@@ -28,6 +28,7 @@
 #   HAMI_E2E_BIN        directory holding the binaries (default: run build.sh,
 #                       which reuses its cache)
 #   HAMI_E2E_TIMEOUT    seconds each component may take to become ready (default 120)
+#   HAMI_E2E_RESERVED_PORTS  ports the caller uses itself (space-separated); not handed out here
 #   HAMI_E2E_APISERVER_ARGS / HAMI_E2E_SCHEDULER_ARGS  extra flags, word-split
 #
 # Every wait has a deadline; on failure the component's log tail is printed,
@@ -101,19 +102,22 @@ trap 'failed start.sh "interrupted"' INT TERM
 
 # ---------------------------------------------------------------- ports
 declare -A TAKEN=()
-free_port() { # a loopback TCP port nobody listens on (and that we did not hand out)
+# Ports the caller has already handed out (e.g. extender.sh's for our extender), space-separated.
+for p in ${HAMI_E2E_RESERVED_PORTS:-}; do TAKEN[$p]=1; done
+free_port() { # sets $1 to a loopback TCP port nobody listens on (and that we did not hand out)
   local p i
   for i in $(seq 1 200); do
     p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 12000 ))
     [ -z "${TAKEN[$p]:-}" ] || continue
-    if [ -z "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ]; then TAKEN[$p]=1; echo "$p"; return 0; fi
+    # Assigned here, not echoed: TAKEN must be updated in this shell, not in a $(...) subshell.
+    if [ -z "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ]; then TAKEN[$p]=1; printf -v "$1" '%s' "$p"; return 0; fi
   done
   log "no free port found"; return 1
 }
-ETCD_CLIENT_PORT="$(free_port)"
-ETCD_PEER_PORT="$(free_port)"
-APISERVER_PORT="$(free_port)"
-SCHED_PORT="${HAMI_E2E_SCHEDULER_PORT:-$(free_port)}"
+free_port ETCD_CLIENT_PORT
+free_port ETCD_PEER_PORT
+free_port APISERVER_PORT
+if [ -n "${HAMI_E2E_SCHEDULER_PORT:-}" ]; then SCHED_PORT=$HAMI_E2E_SCHEDULER_PORT; else free_port SCHED_PORT; fi
 APISERVER="https://127.0.0.1:$APISERVER_PORT"
 
 # ---------------------------------------------------------------- certificates
