@@ -128,4 +128,14 @@ bool LooksLikeName(std::string_view typed, std::string_view known) {
   return b.size() >= 4 && EditDistance(a, b) <= (b.size() >= 8 ? 2u : 1u);
 }
 
+bool IsLabelValue(std::string_view s) {
+  const auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
+  if (s.empty()) return true;
+  if (s.size() > 63 || !alnum(s.front()) || !alnum(s.back())) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [&](char c) { return alnum(c) || c == '-' || c == '_' || c == '.'; });
+}
+
 }  // namespace hami

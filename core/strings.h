@@ -27,6 +27,9 @@ Result<bool> ParseGoBool(std::string_view input, std::string_view field);
 
 std::string Join(const std::vector<std::string>& parts, std::string_view sep);
 
+// A Kubernetes label value: empty, or at most 63 of [A-Za-z0-9_.-] starting and ending alphanumeric.
+bool IsLabelValue(std::string_view s);
+
 // Lowercase without '_' and '-': "http_bind", "HttpBind" and "http-bind" fold to the same name.
 std::string FoldName(std::string_view s);
 // Levenshtein distance.

@@ -12,6 +12,7 @@
 #include "core/codec/stamps.h"
 #include "core/fit.h"
 #include "core/keys.h"
+#include "core/strings.h"
 #include "k8s/objects.h"
 
 namespace hami::k8s {
@@ -400,9 +401,11 @@ asio::awaitable<std::string> Controller::FilterParsed(ExtenderArgs& args) {
   // A merge patch only sets keys: clear a MIG list an earlier decision left that this one does not replace.
   if (!outcome.annotations.contains(keys::kMigAllocations) && pod.annotations.contains(keys::kMigAllocations))
     annotations[keys::kMigAllocations] = nullptr;
-  const json::value patch = {
-      {"metadata",
-       {{"annotations", std::move(annotations)}, {"labels", {{keys::kAssignedNode, outcome.node}}}}}};
+  json::object metadata{{"annotations", std::move(annotations)}};
+  // The label lets selectors find a node's pods; a node name longer than a label value may be (63) would make
+  // the API server refuse the whole patch, so such a node is named by the annotation alone.
+  if (IsLabelValue(outcome.node)) metadata["labels"] = {{keys::kAssignedNode, outcome.node}};
+  const json::value patch = {{"metadata", std::move(metadata)}};
   const std::string path = PathFor("v1", "pods", pod.ns, pod.name);
   auto patched = co_await client_->MergePatch(path, patch);
   auto res = reservations_.find(uid);

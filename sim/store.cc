@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/codec/stamps.h"
+#include "core/strings.h"
 #include "sim/patch.h"
 
 namespace hami::sim {
@@ -50,7 +51,6 @@ std::optional<std::uint64_t> ParseRv(std::string_view s) {
 }
 
 bool IsAlnumLower(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
-bool IsAlnum(char c) { return IsAlnumLower(c) || (c >= 'A' && c <= 'Z'); }
 
 // RFC 1123 subdomain (names of most objects) or label (namespaces: no dots, at most 63).
 bool IsDnsName(std::string_view s, bool label) {
@@ -67,10 +67,7 @@ bool IsDnsName(std::string_view s, bool label) {
 
 // A label value, or the name part of a label/annotation key: at most 63 of [A-Za-z0-9_.-], alphanumeric ends.
 bool IsQualifiedPart(std::string_view s, bool allow_empty) {
-  if (s.empty()) return allow_empty;
-  if (s.size() > 63 || !IsAlnum(s.front()) || !IsAlnum(s.back())) return false;
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return IsAlnum(c) || c == '-' || c == '_' || c == '.'; });
+  return (allow_empty || !s.empty()) && IsLabelValue(s);
 }
 
 bool IsQualifiedKey(std::string_view key) {

@@ -212,6 +212,23 @@ TEST_F(ControllerTest, FilterReservesAndPatchesThenBindLocksAndBinds) {
   EXPECT_TRUE(reasons.contains("BindingSucceed"));
 }
 
+TEST_F(ControllerTest, ANodeNameTooLongForALabelIsWrittenAsAnAnnotationOnly) {
+  const std::string node(70, 'n');  // a valid node name (DNS subdomain), too long for a label value
+  ASSERT_TRUE(server_.store().Create(NvidiaNode(node, 1)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p1", 3000)));
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    const std::string args = FilterArgs("p1", {node});
+    auto r = co_await Post("/filter", args);
+    EXPECT_TRUE(r.at("Error").as_string().empty()) << json::serialize(r);
+    const json::object pod = Stored("pods", "default", "p1");
+    EXPECT_EQ(Annotation(pod, "hami.io/vgpu-node"), node);
+    const auto* labels = pod.at("metadata").as_object().if_contains("labels");
+    EXPECT_TRUE(labels == nullptr || !labels->as_object().contains("hami.io/vgpu-node"));
+  }());
+}
+
 TEST_F(ControllerTest, NodesFormForSchedulersWithoutNodeCache) {
   // kube-scheduler with nodeCacheCapable: false sends whole Node objects and expects Nodes back.
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
