@@ -206,6 +206,12 @@ void Controller::ReleaseLeftoverLocks(const std::string& uid) {
         ++it;
         continue;
       }
+      // Owners are named by namespace/name: a new pod of the same name may have re-entered this lock.
+      if (auto now = pods_->views().find(it->target.pod_ns + "/" + it->target.pod_name);
+          now != pods_->views().end() && now->second.uid != uid) {
+        it = locks.erase(it);
+        continue;
+      }
       // The pod went away before its device plugin finished: nobody else would release this lock (a bare
       // timestamp, as Cambricon's, names no owner that could be found gone).
       spdlog::info("pod {}/{} is gone: releasing {} on node {}", it->target.pod_ns, it->target.pod_name,
