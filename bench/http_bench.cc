@@ -317,9 +317,7 @@ class Harness {
     api_ = std::make_unique<hami::sim::ApiServer>(ioc_);
     auto port = api_->Start();
     if (!port) return Fail(port.error().message);
-    rest_.scheme = "http";
-    rest_.host = "127.0.0.1";
-    rest_.port = std::to_string(*port);
+    rest_ = hami::k8s::LoopbackHttp(*port);
     return true;
   }
 
@@ -493,10 +491,7 @@ class Client {
   Client(Harness& harness, const Flags& flags) : harness_(&harness), one_thread_(flags.one_thread) {}
 
   bool Connect(std::uint16_t port, std::size_t connections) {
-    hami::k8s::RestConfig ext;
-    ext.scheme = "http";
-    ext.host = "127.0.0.1";
-    ext.port = std::to_string(port);
+    hami::k8s::RestConfig ext = hami::k8s::LoopbackHttp(port);
     auto http = hami::k8s::HttpClient::Create(loop().get_executor(), ext, connections);
     if (!http) {
       std::cerr << "bench_http: " << http.error().message << "\n";

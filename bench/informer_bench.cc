@@ -126,10 +126,7 @@ int main(int argc, char** argv) {
   }
 
   asio::io_context ioc(1);
-  hami::k8s::RestConfig cfg;
-  cfg.scheme = "http";
-  cfg.host = "127.0.0.1";
-  cfg.port = std::to_string(port);
+  hami::k8s::RestConfig cfg = hami::k8s::LoopbackHttp(port);
   hami::k8s::ClientOptions co;
   co.qps = 0;
   co.timeout = 120s;

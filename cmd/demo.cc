@@ -229,10 +229,8 @@ int DemoRun::Run() {
     log_ << "demo: " << w.error().message << "\n";
     return kExitFailure;
   }
-  k8s::RestConfig rest;
-  rest.scheme = "http";
-  rest.host = so.host == "0.0.0.0" ? "127.0.0.1" : so.host;
-  rest.port = std::to_string(*port);
+  k8s::RestConfig rest = k8s::LoopbackHttp(*port);
+  if (so.host != "0.0.0.0") rest.host = so.host;
   k8s::ClientOptions co;
   co.qps = 0;
   plugin_client_ = k8s::ApiClient::Create(ioc_.get_executor(), rest, co).value();

@@ -238,4 +238,13 @@ Result<RestConfig> ResolveRestConfig(const std::string& kubeconfig_flag, const C
   return in_cluster;
 }
 
+RestConfig LoopbackHttp(std::uint16_t port) {
+  RestConfig cfg;
+  cfg.scheme = "http";
+  cfg.host = "127.0.0.1";
+  cfg.port = std::to_string(port);
+  cfg.source = "loopback";
+  return cfg;
+}
+
 }  // namespace hami::k8s

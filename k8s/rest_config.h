@@ -2,6 +2,7 @@
 // Where the API server is and how to authenticate: from a kubeconfig (--kubeconfig, $KUBECONFIG,
 // ~/.kube/config) or from inside a pod (KUBERNETES_SERVICE_HOST/PORT and the service-account token and CA).
 // Certificate data stays in memory; nothing is written to temporary files.
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -44,6 +45,10 @@ Result<RestConfig> InClusterConfig(const ConfigEnv& env);
 // --kubeconfig if given, else the first existing file of $KUBECONFIG (a ':'-separated list), else
 // ~/.kube/config, else in-cluster.
 Result<RestConfig> ResolveRestConfig(const std::string& kubeconfig_flag, const ConfigEnv& env);
+
+// Plain HTTP to 127.0.0.1:`port` without credentials: the embedded API server and the extender in the demo,
+// tests and benchmarks.
+RestConfig LoopbackHttp(std::uint16_t port);
 
 // Parses "https://host:port" (IPv6 in brackets) into scheme/host/port of `cfg`.
 Result<void> SetServer(std::string_view url, RestConfig& cfg);

@@ -18,23 +18,10 @@ E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$E2E_DIR/../.." && pwd)"
 
 # The whole run is bounded by timeout(1).
-source "$E2E_DIR/bounded.sh"
+source "$E2E_DIR/suite.sh"
 bounded_reexec extender EXTENDER "$@"
 
 HAMI="${1:-$ROOT/${BUILD_DIR:-build}/hami-scheduler}"
-PASS=0
-FAIL=0
-T_START=$(date +%s)
-log() { printf '[e2e extender] %s\n' "$*"; }
-ok() { PASS=$((PASS + 1)); log "PASS: $*"; }
-bad() { FAIL=$((FAIL + 1)); log "FAIL: $*"; }
-finish() {
-  log "total $(( $(date +%s) - T_START ))s"
-  echo "e2e extender: $PASS passed, $FAIL failed"
-  [ -z "${HAMI_E2E_EXTENDER_DONE:-}" ] || : > "$HAMI_E2E_EXTENDER_DONE"
-  [ "$FAIL" = 0 ] && [ "$PASS" -gt 0 ]
-  exit $?
-}
 
 [ -x "$HAMI" ] || { bad "no hami-scheduler binary at $HAMI (build it, or pass its path)"; finish; }
 

@@ -18,22 +18,9 @@ set -uo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 # The whole run is bounded by timeout(1).
-source "$E2E_DIR/bounded.sh"
+source "$E2E_DIR/suite.sh"
 bounded_reexec smoke SMOKE "$@"
 
-PASS=0
-FAIL=0
-T_START=$(date +%s)
-log() { printf '[e2e smoke] %s\n' "$*"; }
-ok() { PASS=$((PASS + 1)); log "PASS: $*"; }
-bad() { FAIL=$((FAIL + 1)); log "FAIL: $*"; }
-finish() {
-  log "total $(( $(date +%s) - T_START ))s"
-  echo "e2e smoke: $PASS passed, $FAIL failed"
-  [ -z "${HAMI_E2E_SMOKE_DONE:-}" ] || : > "$HAMI_E2E_SMOKE_DONE"
-  [ "$FAIL" = 0 ] && [ "$PASS" -gt 0 ]
-  exit $?
-}
 
 # ------------------------------------------------------------------ build
 t0=$(date +%s)

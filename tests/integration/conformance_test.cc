@@ -54,10 +54,7 @@ class Conformance : public ::testing::TestWithParam<std::string> {
     if (GetParam() == kEmbedded) {
       server_ = std::make_unique<sim::ApiServer>(ioc_);
       const auto port = server_->Start().value();
-      k8s::RestConfig cfg;
-      cfg.scheme = "http";
-      cfg.host = "127.0.0.1";
-      cfg.port = std::to_string(port);
+      k8s::RestConfig cfg = k8s::LoopbackHttp(port);
       cfg_ = cfg;
     } else if (GetParam() == kEmbeddedTlsClientCert || GetParam() == kEmbeddedTlsToken) {
       // Like kube-apiserver: HTTPS only, client certificates requested (not required), tokens accepted,

@@ -59,9 +59,7 @@ class ControllerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     port_ = server_.Start().value();
-    rest_.scheme = "http";
-    rest_.host = "127.0.0.1";
-    rest_.port = std::to_string(port_);
+    rest_ = k8s::LoopbackHttp(port_);
     cfg_.http_bind = "127.0.0.1:0";
     cfg_.metrics_bind_address = "";
     cfg_.kube_qps = 0;
@@ -76,10 +74,7 @@ class ControllerTest : public ::testing::Test {
     service_ = cmd::SchedulerService::Create(ioc_, cfg_, backends_, rest_, *clock_, so).value();
     ASSERT_TRUE(service_->Listen());
     service_->Start();
-    k8s::RestConfig ext;
-    ext.scheme = "http";
-    ext.host = "127.0.0.1";
-    ext.port = std::to_string(service_->port());
+    k8s::RestConfig ext = k8s::LoopbackHttp(service_->port());
     extender_ = k8s::HttpClient::Create(ioc_.get_executor(), ext).value();
   }
   void TearDown() override {
@@ -441,7 +436,10 @@ TEST_F(ControllerTest, APodRecreatedWhileTheWatchWasDownReleasesTheOldHold) {
     EXPECT_TRUE(store.Delete(*sim::FindResourceByName("pods"), "default", "p1"));
     EXPECT_TRUE(store.Create(GpuPod("p1", 1000)));
     store.Compact();
-    co_await testing::Pause(50ms);  // a few failed reconnects
+    // The controller tries to list and watch again and is refused (twice at least) before the fault ends.
+    const std::uint64_t before = server_.requests_served();
+    const std::function<bool()> refused = [&] { return server_.requests_served() >= before + 2; };
+    EXPECT_TRUE(co_await WaitUntil(refused));
     EXPECT_EQ(c.state().FindNode("gpu-a")->usage[0].mem.value(), 3000);
     server_.ClearFaults();
     const std::function<bool()> released = [&] {

@@ -109,10 +109,7 @@ class DevicePluginTest : public ::testing::Test {
  protected:
   void SetUp() override {
     port_ = server_.Start().value();
-    k8s::RestConfig cfg;
-    cfg.scheme = "http";
-    cfg.host = "127.0.0.1";
-    cfg.port = std::to_string(port_);
+    k8s::RestConfig cfg = k8s::LoopbackHttp(port_);
     k8s::ClientOptions co;
     co.qps = 0;
     co.backoff_initial = 5ms;

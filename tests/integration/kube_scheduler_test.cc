@@ -151,10 +151,7 @@ class StandIn : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto port = server_.Start().value();
-    k8s::RestConfig cfg;
-    cfg.scheme = "http";
-    cfg.host = "127.0.0.1";
-    cfg.port = std::to_string(port);
+    k8s::RestConfig cfg = k8s::LoopbackHttp(port);
     k8s::ClientOptions co;
     co.qps = 0;
     co.backoff_initial = 2ms;

@@ -36,10 +36,7 @@ TEST_P(ReflectorFaults, CacheConvergesToServerState) {
   so.expired_watch_mode = GetParam();
   sim::ApiServer server(ioc, so);
   const auto port = server.Start().value();
-  k8s::RestConfig cfg;
-  cfg.scheme = "http";
-  cfg.host = "127.0.0.1";
-  cfg.port = std::to_string(port);
+  k8s::RestConfig cfg = k8s::LoopbackHttp(port);
   k8s::ClientOptions co;
   co.qps = 0;
   co.backoff_initial = 2ms;

@@ -159,9 +159,7 @@ class SystemTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::uint16_t port = api_.Start().value();
-    rest_.scheme = "http";
-    rest_.host = "127.0.0.1";
-    rest_.port = std::to_string(port);
+    rest_ = k8s::LoopbackHttp(port);
     cfg_.http_bind = "127.0.0.1:0";
     cfg_.metrics_bind_address = "";
     cfg_.kube_qps = 0;

@@ -177,10 +177,7 @@ class ScriptedServer : public ::testing::Test {
  protected:
   ScriptedServer() : server_(ioc_) {}
   std::unique_ptr<ApiClient> Client(ClientOptions o = {}) {
-    RestConfig cfg;
-    cfg.scheme = "http";
-    cfg.host = "127.0.0.1";
-    cfg.port = std::to_string(server_.port());
+    RestConfig cfg = LoopbackHttp(server_.port());
     cfg.token = "secret";
     o.qps = 0;  // unlimited
     o.backoff_initial = 1ms;
@@ -303,10 +300,7 @@ TEST_F(ScriptedServer, ListPagesCarryContinueTokens) {
 }
 
 TEST_F(ScriptedServer, TransportErrorWhenNothingListens) {
-  RestConfig cfg;
-  cfg.scheme = "http";
-  cfg.host = "127.0.0.1";
-  cfg.port = "1";  // nothing listens there
+  RestConfig cfg = LoopbackHttp(1);  // nothing listens there
   ClientOptions o;
   o.max_attempts = 2;
   o.backoff_initial = 1ms;

@@ -1,16 +1,20 @@
-# Sourced by the e2e scripts: re-executes the calling script once under timeout(1), so that the whole run is
-# bounded, process group and all, and prints a closing line for it if the inner run could not.
+# Sourced by the e2e suites (smoke.sh, extender.sh): re-executes the calling script once under timeout(1), so
+# that the whole run is bounded, process group and all, and prints a closing line for it if the inner run could
+# not; then gives the suite its reporting helpers.
 #
-#   source "$E2E_DIR/bounded.sh"; bounded_reexec smoke SMOKE "$@"
+#   source "$E2E_DIR/suite.sh"; bounded_reexec smoke SMOKE "$@"
 #
 # NAME names the suite in messages ("e2e NAME: ..."); VAR picks the variables HAMI_E2E_<VAR>_TIMEOUT (the
 # limit in seconds; default 300 with cached binaries, 1800 when build.sh must build them),
 # HAMI_E2E_<VAR>_BOUNDED (set inside the bounded run) and HAMI_E2E_<VAR>_DONE (a file the inner run creates
-# once it has printed its own closing line). Returns at once inside the bounded run.
+# once it has printed its own closing line). Returns at once inside the bounded run, where the suite's
+# helpers below (log, ok, bad, finish) then report under NAME.
 bounded_reexec() {
   local name=$1 var=$2
   shift 2
   local bounded_var="HAMI_E2E_${var}_BOUNDED" done_var="HAMI_E2E_${var}_DONE" limit_var="HAMI_E2E_${var}_TIMEOUT"
+  E2E_SUITE=$name
+  E2E_SUITE_DONE_VAR=$done_var
   [ -z "${!bounded_var:-}" ] || return 0
   export "$bounded_var"=1
   local limit="${!limit_var:-}"
@@ -33,4 +37,21 @@ bounded_reexec() {
   fi
   rm -f "$done_file"
   exit "$rc"
+}
+
+# The suite's reporting: `ok`/`bad` count checks, `finish` prints the closing line `e2e NAME: P passed, F failed`,
+# marks it printed for the bounded wrapper, and exits 0 only if every check passed (and there was one).
+PASS=0
+FAIL=0
+T_START=$(date +%s)
+log() { printf '[e2e %s] %s\n' "$E2E_SUITE" "$*"; }
+ok() { PASS=$((PASS + 1)); log "PASS: $*"; }
+bad() { FAIL=$((FAIL + 1)); log "FAIL: $*"; }
+finish() {
+  log "total $(( $(date +%s) - T_START ))s"
+  echo "e2e $E2E_SUITE: $PASS passed, $FAIL failed"
+  local done_file="${!E2E_SUITE_DONE_VAR:-}"
+  [ -z "$done_file" ] || : > "$done_file"
+  [ "$FAIL" = 0 ] && [ "$PASS" -gt 0 ]
+  exit $?
 }
