@@ -137,7 +137,7 @@ bool HasAllocatablePods(const json::value& node) {
 // Creates the Node if it is missing. A Node that exists but carries no allocatable pods
 // (created bare by someone else) gets the simulated kubelet status, so the real scheduler considers it.
 asio::awaitable<Result<void>> EnsureNode(k8s::ApiClient& client, const std::string& name) {
-  const std::string path = "/api/v1/nodes/" + name;
+  const std::string path = k8s::PathFor("v1", "nodes", "", name);
   auto node = co_await client.Get(path);
   if (!node && node.error().kind == k8s::ApiErrorKind::kNotFound) {
     const std::string nodes_path = "/api/v1/nodes";

@@ -23,7 +23,10 @@ HealthVerdict SharedHandshake(const BackendSpec& spec, const NodeView& node, con
   const std::string& key = spec.keys.handshake;
   auto it = key.empty() ? node.annotations.end() : node.annotations.find(key);
   const bool present = it != node.annotations.end();
-  const codec::Handshake h = codec::ParseHandshake(present ? std::string_view(it->second) : "", present);
+  codec::Handshake h = codec::ParseHandshake(present ? std::string_view(it->second) : "", present);
+  // A request stamped far ahead of our clock would keep the node pending forever: unreadable (D8).
+  if (h.kind == codec::Handshake::Kind::kRequesting && h.requested_at > now + codec::kMaxFutureSkew)
+    h.kind = codec::Handshake::Kind::kMalformedRequest;
   const std::int64_t allocatable = AllocatableCount(node, spec.resources.count);
 
   const auto expired = [&](std::string_view what) {

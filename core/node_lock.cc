@@ -6,13 +6,23 @@
 
 namespace hami {
 
+Result<codec::NodeLock> ReadNodeLock(std::string_view value, TimePoint now) {
+  auto lock = codec::ParseNodeLock(value);
+  if (lock && lock->taken_at > now + codec::kMaxFutureSkew) {
+    return Error{
+        fmt::format("node lock '{}': taken at {}, more than {} minutes ahead of this scheduler's clock",
+                    value, codec::FormatRfc3339(lock->taken_at), codec::kMaxFutureSkew.count())};
+  }
+  return lock;
+}
+
 LockDecision DecideLock(std::string_view node, const std::optional<std::string>& current,
                         std::string_view pod_ns, std::string_view pod_name, TimePoint now,
                         std::chrono::seconds timeout, const NodeLockRule& rule,
                         std::optional<TimePoint> malformed_since) {
   const std::chrono::seconds limit = rule.fixed_expiry.value_or(timeout);
   if (!current) return {LockAction::kTake, fmt::format("node {} is not locked", node)};
-  auto lock = codec::ParseNodeLock(*current);
+  auto lock = ReadNodeLock(*current, now);
   if (!lock) {
     if (malformed_since && now - *malformed_since >= limit) {
       return {LockAction::kStealMalformed,

@@ -8,6 +8,8 @@
 
 #include "core/backend.h"
 #include "core/clock.h"
+#include "core/codec/stamps.h"
+#include "core/result.h"
 
 namespace hami {
 
@@ -24,6 +26,10 @@ struct LockDecision {
   LockAction action = LockAction::kContended;
   std::string why;  // for logs, events and the bind error
 };
+
+// The lock value as DecideLock reads it: ParseNodeLock, and a stamp more than codec::kMaxFutureSkew ahead of
+// `now` is malformed too (D8), so that a lock dated in the future cannot block its node forever.
+Result<codec::NodeLock> ReadNodeLock(std::string_view value, TimePoint now);
 
 // `current`: the node's lock annotation, if any. `malformed_since`: when the caller first saw the current
 // unreadable value (nullopt if it never has). `timeout`: --node-lock-timeout, unless the backend's rule fixes

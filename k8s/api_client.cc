@@ -110,7 +110,8 @@ std::chrono::milliseconds Backoff(int attempt, std::chrono::milliseconds initial
 std::string UrlEncode(std::string_view s) {
   std::string out;
   for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (alnum || c == '-' || c == '_' || c == '.' || c == '~') {
       out.push_back(static_cast<char>(c));
     } else {
       out += fmt::format("%{:02X}", c);
@@ -119,12 +120,23 @@ std::string UrlEncode(std::string_view s) {
   return out;
 }
 
+std::string EscapePathSegment(std::string_view s) {
+  // A segment of dots alone ("." or "..") is a relative step to any URL cleaner on the way: escape its dots.
+  if (!s.empty() && s.find_first_not_of('.') == std::string_view::npos) {
+    std::string out;
+    for (std::size_t i = 0; i < s.size(); ++i) out += "%2E";
+    return out;
+  }
+  return UrlEncode(s);
+}
+
 std::string PathFor(std::string_view group_version, std::string_view resource, std::string_view ns,
                     std::string_view name) {
+  // Names are escaped, so none can add segments, a query or a fragment to the path.
   std::string path = group_version == "v1" ? "/api/v1" : fmt::format("/apis/{}", group_version);
-  if (!ns.empty()) path += fmt::format("/namespaces/{}", ns);
+  if (!ns.empty()) path += fmt::format("/namespaces/{}", EscapePathSegment(ns));
   path += fmt::format("/{}", resource);
-  if (!name.empty()) path += fmt::format("/{}", name);
+  if (!name.empty()) path += fmt::format("/{}", EscapePathSegment(name));
   return path;
 }
 
@@ -180,7 +192,8 @@ asio::awaitable<ApiResult<HttpResponse>> ApiClient::Call(const HttpRequest& in, 
     bool request_sent = true;
     std::optional<std::chrono::seconds> retry_after;
     if (!sent) {
-      error = ApiError{ApiErrorKind::kTransport, 0, "", fmt::format("{}: {}", what, sent.error().message)};
+      error = ApiError{sent.error().refused ? ApiErrorKind::kRefused : ApiErrorKind::kTransport, 0, "",
+                       fmt::format("{}: {}", what, sent.error().message)};
       request_sent = sent.error().request_sent;
     } else if (sent->status >= 200 && sent->status < 300) {
       co_return std::move(*sent);
@@ -359,7 +372,10 @@ asio::awaitable<ApiResult<void>> ApiClient::Watch(const std::string& path, const
   };
   const std::chrono::milliseconds idle = o.timeout + std::chrono::seconds(30);
   auto r = co_await http_->Stream(req, options_.timeout, idle, on_data);
-  if (!r) co_return ApiError{ApiErrorKind::kTransport, 0, "", fmt::format("{}: {}", what, r.error().message)};
+  if (!r) {
+    co_return ApiError{r.error().refused ? ApiErrorKind::kRefused : ApiErrorKind::kTransport, 0, "",
+                       fmt::format("{}: {}", what, r.error().message)};
+  }
   if (r->status != 200) co_return ErrorFromResponse(*r, what);
   if (stream_error) co_return *stream_error;
   co_return ApiResult<void>{};

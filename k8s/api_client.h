@@ -21,6 +21,7 @@ namespace hami::k8s {
 
 enum class ApiErrorKind {
   kTransport,        // no HTTP answer (connect, TLS, read, timeout)
+  kRefused,          // not sent: the request would have been malformed (see ValidateRequest); never retried
   kBadRequest,       // 400
   kUnauthorized,     // 401 / 403
   kNotFound,         // 404
@@ -158,9 +159,13 @@ class ApiClient {
   std::size_t requests_ = 0;
 };
 
-// Path helpers: "/api/v1/namespaces/<ns>/pods/<name>", "/apis/coordination.k8s.io/v1/...".
+// Path helpers: "/api/v1/namespaces/<ns>/pods/<name>", "/apis/coordination.k8s.io/v1/...". The namespace and
+// name are percent-escaped (EscapePathSegment); every path the client sends is built here.
 std::string PathFor(std::string_view group_version, std::string_view resource, std::string_view ns = "",
                     std::string_view name = "");
+// Percent-escapes everything but RFC 3986 unreserved characters.
 std::string UrlEncode(std::string_view s);
+// UrlEncode, and a segment of dots alone ("." or "..") has its dots escaped as well.
+std::string EscapePathSegment(std::string_view s);
 
 }  // namespace hami::k8s

@@ -129,6 +129,14 @@ Controller::Controller(asio::any_io_executor executor, ApiClient& client, const 
 
 Controller::~Controller() = default;
 
+std::size_t Controller::unreadable_registrations() const {
+  std::size_t n = 0;
+  for (const auto& [node, errors] : registration_errors_)
+    n += static_cast<std::size_t>(
+        std::count_if(errors.begin(), errors.end(), [](const auto& e) { return !e.empty(); }));
+  return n;
+}
+
 bool Controller::synced() const { return nodes_->synced() && pods_->synced() && quotas_->synced(); }
 
 std::string Controller::NotReadyReason() const {
@@ -149,6 +157,7 @@ asio::awaitable<void> Controller::Run() {
 
 void Controller::OnNode(const NodeView& node) {
   state_.UpsertNode(node);
+  ReportRegistrationErrors(node);
   ApplyHealthMask(node.name);
   ForgetReleasedLocks(node);
   WakeLockWaiters(node.name);
@@ -156,9 +165,34 @@ void Controller::OnNode(const NodeView& node) {
 
 void Controller::OnNodeDeleted(const NodeView& node) {
   state_.RemoveNode(node.name);
+  registration_errors_.erase(node.name);
   held_locks_.erase(node.name);
   health_.erase(node.name);  // a node re-created under the same name starts clean
   WakeLockWaiters(node.name);
+}
+
+void Controller::ReportRegistrationErrors(const NodeView& node) {
+  const NodeEntry* entry = state_.FindNode(node.name);
+  if (entry == nullptr) return;
+  auto& reported = registration_errors_[node.name];
+  reported.resize(backends_->size());
+  for (std::size_t b = 0; b < backends_->size(); ++b) {
+    const std::string& error = entry->discovery_error[b];
+    if (error == reported[b]) continue;  // once per node, vendor and value: every later event says the same
+    reported[b] = error;
+    if (error.empty()) {
+      spdlog::info("node {}: {} devices readable again", node.name, backends_->at(b).Spec().vendor);
+      continue;
+    }
+    ++stats_.registration_errors;
+    const std::string message =
+        fmt::format("{} device registration ignored (the devices read before stay): {}",
+                    backends_->at(b).Spec().vendor, error);
+    spdlog::warn("node {}: {}", node.name, message);
+    events_.Record(InvolvedObject::Of(node), "Warning", "InvalidDeviceRegistration", message);
+  }
+  if (std::all_of(reported.begin(), reported.end(), [](const std::string& e) { return e.empty(); }))
+    registration_errors_.erase(node.name);
 }
 
 void Controller::ApplyHealthMask(const std::string& node) {

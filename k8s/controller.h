@@ -91,12 +91,15 @@ class Controller {
   const NodeLocker& locker() const { return locker_; }
   struct Stats {
     std::size_t filters = 0, binds = 0, health_passes = 0;
-    std::size_t annotation_errors = 0;  // pods whose allocation annotations could not be decoded
-    std::size_t rollbacks = 0;          // reservations undone because the pod patch failed
-    std::size_t lock_waits = 0;         // binds that waited for a node lock
+    std::size_t annotation_errors = 0;    // pods whose allocation annotations could not be decoded
+    std::size_t registration_errors = 0;  // unreadable device registrations (once per node, vendor, value)
+    std::size_t rollbacks = 0;            // reservations undone because the pod patch failed
+    std::size_t lock_waits = 0;           // binds that waited for a node lock
     std::size_t handshake_patches = 0, cleanups = 0;
   };
   const Stats& stats() const { return stats_; }
+  // Node-vendor registrations that cannot be read now.
+  std::size_t unreadable_registrations() const;
 
  private:
   struct NodeHealth {
@@ -125,6 +128,8 @@ class Controller {
   void OnPodDeleted(const PodView& pod);
   void ReleasePod(const std::string& uid);
   void ApplyHealthMask(const std::string& node);
+  // Logs, counts and records an event for each vendor registration of `node` that became unreadable.
+  void ReportRegistrationErrors(const NodeView& node);
   void ReleaseLeftoverLocks(const std::string& uid);
   void ForgetReleasedLocks(const NodeView& node);
 
@@ -162,6 +167,8 @@ class Controller {
   std::unordered_map<std::string, Reservation> reservations_;              // pod uid -> made by our filter
   std::unordered_map<std::string, std::vector<LockWaiter>> lock_waiters_;  // node -> binds waiting
   std::unordered_set<std::string> annotation_warned_;  // pods whose unreadable annotations were logged
+  // node -> the registration error last reported per backend ("" = readable), for nodes with one.
+  std::unordered_map<std::string, std::vector<std::string>> registration_errors_;
   // node -> locks our binds left for the device plugin to release, until the node shows them gone.
   std::unordered_map<std::string, std::vector<HeldLock>> held_locks_;
   std::size_t background_ = 0;  // leftover-lock releases running

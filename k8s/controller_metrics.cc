@@ -60,6 +60,9 @@ std::string Controller::Metrics() const {
        stats_.lock_waits},
       {"hami_scheduler_annotation_errors_total", "Pod events whose allocation annotations could not be read.",
        stats_.annotation_errors},
+      {"hami_scheduler_registration_errors_total",
+       "Device registrations that could not be read (once per node, vendor and value).",
+       stats_.registration_errors},
       {"hami_scheduler_events_dropped_total", "Pod events dropped because too many were queued.",
        events_.stats().dropped},
   };
@@ -69,6 +72,10 @@ std::string Controller::Metrics() const {
   }
   w.Family("hami_scheduler_ready", "1 once the caches are synced and the first health pass ran.", "gauge");
   w.Sample("hami_scheduler_ready", {}, ready() ? 1 : 0);
+  w.Family("hami_scheduler_unreadable_registrations",
+           "Node and vendor pairs whose device registration cannot be read now (see kubectl describe node).",
+           "gauge");
+  w.Sample("hami_scheduler_unreadable_registrations", {}, static_cast<double>(unreadable_registrations()));
   w.Family("hami_scheduler_nodes", "Nodes in the registry.", "gauge");
   w.Sample("hami_scheduler_nodes", {}, static_cast<double>(state_.NodeCount()));
   w.Family("hami_scheduler_pods", "Pods holding devices in the ledger.", "gauge");

@@ -13,18 +13,27 @@ namespace hami::k8s {
 namespace asio = boost::asio;
 namespace json = boost::json;
 
-json::object MakePodEvent(const PodView& pod, std::string_view type, std::string_view reason,
-                          std::string_view message, const EventRecorderOptions& options, TimePoint now) {
+InvolvedObject InvolvedObject::Of(const PodView& pod) {
+  return {"Pod", pod.ns.empty() ? "default" : pod.ns, pod.name, pod.uid, pod.resource_version};
+}
+
+InvolvedObject InvolvedObject::Of(const NodeView& node) {
+  return {"Node", "", node.name, node.uid, node.resource_version};
+}
+
+json::object MakeEvent(const InvolvedObject& object, std::string_view type, std::string_view reason,
+                       std::string_view message, const EventRecorderOptions& options, TimePoint now) {
   const auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
-  const std::string ns = pod.ns.empty() ? "default" : pod.ns;
+  const std::string ns = object.EventNamespace();
   const std::string stamp = codec::FormatRfc3339(now);
   json::object e;
   e["apiVersion"] = "v1";
   e["kind"] = "Event";
-  e["metadata"] = {{"name", fmt::format("{}.{:x}", pod.name, nanos)}, {"namespace", ns}};
-  json::object involved{{"kind", "Pod"}, {"namespace", ns}, {"name", pod.name}, {"apiVersion", "v1"}};
-  if (!pod.uid.empty()) involved["uid"] = pod.uid;
-  if (!pod.resource_version.empty()) involved["resourceVersion"] = pod.resource_version;
+  e["metadata"] = {{"name", fmt::format("{}.{:x}", object.name, nanos)}, {"namespace", ns}};
+  json::object involved{{"kind", object.kind}, {"name", object.name}, {"apiVersion", "v1"}};
+  if (!object.ns.empty()) involved["namespace"] = object.ns;
+  if (!object.uid.empty()) involved["uid"] = object.uid;
+  if (!object.resource_version.empty()) involved["resourceVersion"] = object.resource_version;
   e["involvedObject"] = std::move(involved);
   e["reason"] = reason;
   e["message"] = message;
@@ -44,7 +53,7 @@ EventRecorder::EventRecorder(asio::any_io_executor executor, ApiClient& client, 
                              EventRecorderOptions options)
     : executor_(std::move(executor)), client_(&client), clock_(&clock), options_(std::move(options)) {}
 
-void EventRecorder::Record(const PodView& pod, std::string_view type, std::string_view reason,
+void EventRecorder::Record(const InvolvedObject& object, std::string_view type, std::string_view reason,
                            std::string message) {
   if (stopped_) return;
   if (queue_.size() >= options_.max_queued) {
@@ -52,9 +61,10 @@ void EventRecorder::Record(const PodView& pod, std::string_view type, std::strin
     return;
   }
   Pending p;
-  p.ns = pod.ns.empty() ? "default" : pod.ns;
-  p.key = fmt::format("{}/{}/{}\x1f{}\x1f{}\x1f{}", p.ns, pod.name, pod.uid, type, reason, message);
-  p.event = MakePodEvent(pod, type, reason, message, options_, clock_->Now());
+  p.ns = object.EventNamespace();
+  p.key = fmt::format("{}/{}/{}/{}\x1f{}\x1f{}\x1f{}", object.kind, p.ns, object.name, object.uid, type,
+                      reason, message);
+  p.event = MakeEvent(object, type, reason, message, options_, clock_->Now());
   queue_.push_back(std::move(p));
   if (senders_ < options_.max_in_flight && senders_ < queue_.size()) {
     ++senders_;
@@ -103,7 +113,7 @@ asio::awaitable<void> EventRecorder::Send(Pending& p) {
   auto r = co_await client_->Create(path, body);
   if (!r) {
     ++stats_.failed;
-    spdlog::warn("could not record event {} on pod {}/{}: {}", p.event["reason"].as_string().c_str(), p.ns,
+    spdlog::warn("could not record event {} on {}/{}: {}", p.event["reason"].as_string().c_str(), p.ns,
                  p.event["involvedObject"].as_object().at("name").as_string().c_str(), r.error().message);
     co_return;
   }

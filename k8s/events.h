@@ -26,10 +26,28 @@ struct EventRecorderOptions {
   std::chrono::seconds aggregate_window{600};
 };
 
-// The core/v1 Event for `pod` (name `<pod>.<hex nanoseconds>`, as client-go names them).
-boost::json::object MakePodEvent(const PodView& pod, std::string_view type, std::string_view reason,
-                                 std::string_view message, const EventRecorderOptions& options,
-                                 TimePoint now);
+// The object an event is about: a pod, or a node (cluster-scoped: its events live in "default", as
+// kubelet's do).
+struct InvolvedObject {
+  std::string kind;  // "Pod" or "Node"
+  std::string ns;    // "" for a node
+  std::string name;
+  std::string uid;
+  std::string resource_version;
+  static InvolvedObject Of(const PodView& pod);
+  static InvolvedObject Of(const NodeView& node);
+  // Where the event is created.
+  std::string EventNamespace() const { return ns.empty() ? "default" : ns; }
+};
+
+// The core/v1 Event for `object` (name `<object>.<hex nanoseconds>`, as client-go names them).
+boost::json::object MakeEvent(const InvolvedObject& object, std::string_view type, std::string_view reason,
+                              std::string_view message, const EventRecorderOptions& options, TimePoint now);
+inline boost::json::object MakePodEvent(const PodView& pod, std::string_view type, std::string_view reason,
+                                        std::string_view message, const EventRecorderOptions& options,
+                                        TimePoint now) {
+  return MakeEvent(InvolvedObject::Of(pod), type, reason, message, options, now);
+}
 
 class EventRecorder {
  public:
@@ -43,7 +61,11 @@ class EventRecorder {
   }
 
   // type: "Normal" or "Warning".
-  void Record(const PodView& pod, std::string_view type, std::string_view reason, std::string message);
+  void Record(const PodView& pod, std::string_view type, std::string_view reason, std::string message) {
+    Record(InvolvedObject::Of(pod), type, reason, std::move(message));
+  }
+  void Record(const InvolvedObject& object, std::string_view type, std::string_view reason,
+              std::string message);
 
   struct Stats {
     std::size_t created = 0;

@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
+#include <cmath>
+#include <tuple>
 
+#include "core/names.h"
 #include "core/strings.h"
 #include "k8s/objects.h"
 
@@ -18,11 +22,35 @@ const json::value* FindKey(const json::object& o, std::string_view key) {
   return nullptr;
 }
 
+namespace {
+
+// A number too large for a double (1e400) parses as infinity, which no JSON text can carry: echoing it back
+// would answer with a bare `Infinity`. Go's decoder refuses such numbers too.
+bool HasNonFiniteNumber(const json::value& root) {
+  std::vector<const json::value*> todo{&root};
+  while (!todo.empty()) {
+    const json::value* v = todo.back();
+    todo.pop_back();
+    if (v->is_double() && !std::isfinite(v->get_double())) return true;
+    if (v->is_array()) {
+      for (const auto& e : v->get_array()) todo.push_back(&e);
+    } else if (v->is_object()) {
+      for (const auto& kv : v->get_object()) todo.push_back(&kv.value());
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 Result<json::object> ParseObject(std::string_view body, std::string_view what) {
   boost::system::error_code ec;
   json::value v = json::parse(body, ec);
   if (ec) return Error{fmt::format("{}: invalid JSON: {}", what, body.empty() ? "EOF" : ec.message())};
   if (!v.is_object()) return Error{fmt::format("{}: expected a JSON object", what)};
+  if (HasNonFiniteNumber(v)) {
+    return Error{fmt::format("{}: a number is out of range (larger than a 64-bit float can hold)", what)};
+  }
   return std::move(v.get_object());
 }
 
@@ -51,6 +79,11 @@ Result<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
   if (pod == nullptr || pod->is_null()) return Error{"extender args missing pod"};
   auto view = PodFromJson(*pod);
   if (!view) return Error{fmt::format("ExtenderArgs.Pod: {}", view.error().message)};
+  // The names go into API paths, annotations and logs: only what the API server itself accepts passes.
+  if (auto ok = ValidateName("ExtenderArgs.Pod.metadata.namespace", view->ns, NameKind::kNamespace); !ok)
+    return ok.error();
+  if (auto ok = ValidateName("ExtenderArgs.Pod.metadata.name", view->name, NameKind::kPod); !ok)
+    return ok.error();
   args.pod = std::move(*view);
   args.pod_json = *pod;
   if (const json::value* names = FindKey(*root, "NodeNames"); names && !names->is_null()) {
@@ -58,6 +91,8 @@ Result<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
     args.node_names.emplace();
     for (const auto& n : names->get_array()) {
       if (!n.is_string()) return Error{"ExtenderArgs.NodeNames: every entry must be a string"};
+      const std::string what = fmt::format("ExtenderArgs.NodeNames[{}]", args.node_names->size());
+      if (auto ok = ValidateName(what, n.get_string(), NameKind::kNode); !ok) return ok.error();
       args.node_names->emplace_back(n.get_string());
     }
   }
@@ -71,6 +106,9 @@ Result<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
       for (const auto& item : items->get_array()) {
         auto node = NodeFromJson(item);
         if (!node) return Error{fmt::format("ExtenderArgs.Nodes: {}", node.error().message)};
+        const std::string what =
+            fmt::format("ExtenderArgs.Nodes.items[{}].metadata.name", args.nodes->size());
+        if (auto ok = ValidateName(what, node->name, NameKind::kNode); !ok) return ok.error();
         args.nodes->push_back(std::move(*node));
         args.nodes_json.push_back(item);
       }
@@ -151,6 +189,17 @@ Result<ExtenderBindingArgs> ParseBindingArgs(std::string_view body) {
     return Error{"ExtenderBindingArgs: PodName and Node are required"};
   }
   if (a.pod_namespace.empty()) a.pod_namespace = "default";
+  for (auto [what, value, kind] :
+       {std::tuple{"ExtenderBindingArgs.PodNamespace", &a.pod_namespace, NameKind::kNamespace},
+        std::tuple{"ExtenderBindingArgs.PodName", &a.pod_name, NameKind::kPod},
+        std::tuple{"ExtenderBindingArgs.Node", &a.node, NameKind::kNode}}) {
+    if (auto ok = ValidateName(what, *value, kind); !ok) return ok.error();
+  }
+  // A UID only goes into the Binding's precondition, but it is echoed in errors and logs: printable ASCII.
+  const bool uid_ok = a.pod_uid.size() <= 128 && std::all_of(a.pod_uid.begin(), a.pod_uid.end(), [](char c) {
+                        return c > ' ' && c < 0x7f && c != '/' && c != '\\' && c != '"';
+                      });
+  if (!uid_ok) return Error{fmt::format("ExtenderBindingArgs.PodUID: {} is not a UID", Quoted(a.pod_uid))};
   return a;
 }
 

@@ -1,6 +1,7 @@
 #include "k8s/http_client.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -11,6 +12,9 @@
 #include <boost/beast/ssl.hpp>
 #include <stdexcept>
 #include <variant>
+
+#include "core/names.h"
+#include "core/strings.h"
 
 namespace hami::k8s {
 namespace asio = boost::asio;
@@ -43,12 +47,68 @@ class Connection {
     return std::visit(std::forward<F>(f), stream_);
   }
   beast::flat_buffer& buffer() { return buffer_; }
+  // Bytes waiting on an idle connection answer no request of ours: whatever asked next would read them. With
+  // TLS only decrypted application data counts (the server may send session tickets at any time).
+  bool HasUnrequestedBytes() {
+    if (buffer_.size() > 0) return true;
+    if (Tls* t = tls()) return SSL_pending(t->native_handle()) > 0;
+    boost::system::error_code ec;
+    return Lowest().socket().available(ec) > 0;
+  }
   bool reused = false;
 
  private:
   std::variant<Plain, Tls> stream_;
   beast::flat_buffer buffer_;
 };
+
+namespace {
+
+bool HeaderSafe(std::string_view v) {
+  return v.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+}
+
+// A path segment that a URL cleaner would take as a relative step, once %2E is read as '.'.
+bool DotSegment(std::string_view segment) {
+  std::size_t dots = 0;
+  for (std::size_t i = 0; i < segment.size();) {
+    if (segment[i] == '.') {
+      ++i;
+    } else if (segment.size() - i >= 3 && segment[i] == '%' && segment[i + 1] == '2' &&
+               (segment[i + 2] == 'e' || segment[i + 2] == 'E')) {
+      i += 3;
+    } else {
+      return false;
+    }
+    ++dots;
+  }
+  return dots == 1 || dots == 2;
+}
+
+}  // namespace
+
+Result<void> ValidateRequest(const HttpRequest& r) {
+  const std::string_view target = r.target;
+  if (target.empty() || target.front() != '/')
+    return Error{fmt::format("request target {} is not a path", Quoted(target))};
+  for (char c : target) {
+    if (c <= ' ' || c >= 0x7f) {
+      return Error{
+          fmt::format("request target {} holds a character that must be percent-escaped", Quoted(target))};
+    }
+  }
+  const std::string_view path = target.substr(0, target.find_first_of("?#"));
+  for (std::string_view segment : Split(path.substr(1), '/')) {
+    if (DotSegment(segment))
+      return Error{fmt::format("request target {} has a '.' or '..' segment", Quoted(target))};
+  }
+  for (auto [name, value] : {std::pair<std::string_view, std::string_view>{"Authorization", r.authorization},
+                             {"User-Agent", r.user_agent},
+                             {"Content-Type", r.content_type}}) {
+    if (!HeaderSafe(value)) return Error{fmt::format("{} header holds CR, LF or NUL", name)};
+  }
+  return {};
+}
 
 namespace {
 
@@ -77,6 +137,10 @@ std::optional<std::chrono::seconds> RetryAfter(const http::fields& f) {
   } catch (const std::exception&) {
   }
   return std::nullopt;
+}
+
+TransportError Refused(std::string message) {
+  return TransportError{"refused to send: " + std::move(message), false, false, true};
 }
 
 TransportError Fail(std::string_view what, const boost::system::error_code& ec, bool sent) {
@@ -211,15 +275,23 @@ asio::awaitable<TransportResult<std::unique_ptr<Connection>>> HttpClient::Open(C
 
 asio::awaitable<TransportResult<HttpResponse>> HttpClient::Send(const HttpRequest& request,
                                                                 std::chrono::milliseconds timeout) {
+  if (auto valid = ValidateRequest(request); !valid) co_return Refused(valid.error().message);
+  if (!HeaderSafe(cfg_.HostHeader())) co_return Refused("Host header holds CR, LF or NUL");
   const auto deadline = Clock::now() + timeout;
   auto req = MakeRequest(request, cfg_);
   for (int attempt = 0;; ++attempt) {
     std::unique_ptr<Connection> conn;
-    if (!idle_.empty()) {
+    while (!idle_.empty() && !conn) {
       conn = std::move(idle_.back());
       idle_.pop_back();
       conn->reused = true;
-    } else {
+      if (conn->HasUnrequestedBytes()) {
+        ++desynced_;
+        spdlog::warn("API server {}: unrequested bytes on an idle connection; closing it", cfg_.HostHeader());
+        conn.reset();
+      }
+    }
+    if (!conn) {
       auto opened = co_await Open(deadline);
       if (!opened) co_return opened.error();
       conn = std::move(*opened);
@@ -234,6 +306,13 @@ asio::awaitable<TransportResult<HttpResponse>> HttpClient::Send(const HttpReques
       if (c.reused && attempt == 0 && safe && !result.error().timed_out) continue;
       co_return result;
     }
+    if (c.buffer().size() > 0) {
+      // More than one answer to one request: the connection is out of step with its requests.
+      ++desynced_;
+      spdlog::warn("API server {}: {} bytes after the answer to {}; closing the connection",
+                   cfg_.HostHeader(), c.buffer().size(), Quoted(request.target));
+      keep_alive = false;
+    }
     if (keep_alive && idle_.size() < max_idle_) {
       c.Lowest().expires_never();
       idle_.push_back(std::move(conn));
@@ -245,6 +324,8 @@ asio::awaitable<TransportResult<HttpResponse>> HttpClient::Send(const HttpReques
 asio::awaitable<TransportResult<HttpResponse>> HttpClient::Stream(
     const HttpRequest& request, std::chrono::milliseconds header_timeout,
     std::chrono::milliseconds idle_timeout, const std::function<void(std::string_view)>& on_data) {
+  if (auto valid = ValidateRequest(request); !valid) co_return Refused(valid.error().message);
+  if (!HeaderSafe(cfg_.HostHeader())) co_return Refused("Host header holds CR, LF or NUL");
   auto req = MakeRequest(request, cfg_);
   auto opened = co_await Open(Clock::now() + header_timeout);
   if (!opened) co_return opened.error();

@@ -38,12 +38,19 @@ struct TransportError {
   std::string message;
   bool request_sent = false;  // the request may have reached the server
   bool timed_out = false;
+  bool refused = false;  // not sent: the request line or a header would have been malformed (never retry)
 };
 template <class T>
 using TransportResult = boost::system::result<T, TransportError>;
 [[noreturn]] void throw_exception_from_error(const TransportError& e, const boost::source_location& where);
 
 class Connection;
+
+// Whether `request` can go on the wire as exactly one request for exactly the object it names: the target is
+// an origin-form path of visible ASCII (anything else must be percent-escaped) without "." or ".." segments
+// (escaped or not), and no header value holds CR, LF or NUL. The error says what is wrong, with the value
+// escaped.
+Result<void> ValidateRequest(const HttpRequest& request);
 
 class HttpClient {
  public:
@@ -66,6 +73,9 @@ class HttpClient {
   const RestConfig& config() const { return cfg_; }
   std::size_t idle_connections() const { return idle_.size(); }
   std::size_t connections_opened() const { return opened_; }
+  // Connections closed because the server sent bytes no request of ours asked for (an answer too many, e.g.
+  // after a request that the server read as two): their next answer would belong to another request.
+  std::size_t desynced_connections() const { return desynced_; }
 
  private:
   HttpClient(boost::asio::any_io_executor executor, RestConfig cfg, std::size_t max_idle);
@@ -78,6 +88,7 @@ class HttpClient {
   std::vector<std::unique_ptr<Connection>> idle_;
   std::size_t max_idle_;
   std::size_t opened_ = 0;
+  std::size_t desynced_ = 0;
 };
 
 }  // namespace hami::k8s

@@ -52,7 +52,7 @@ NodeLocker::NodeLocker(ApiClient& client, const Clock& clock, std::chrono::secon
 std::optional<TimePoint> NodeLocker::MalformedSince(const LockTarget& t,
                                                     const std::optional<std::string>& value) {
   const std::string slot = t.node + "/" + t.key;
-  if (!value || codec::ParseNodeLock(*value)) {
+  if (!value || ReadNodeLock(*value, clock_->Now())) {
     malformed_.erase(slot);
     return std::nullopt;
   }

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/codec/stamps.h"
+#include "core/names.h"
 #include "core/strings.h"
 #include "sim/patch.h"
 
@@ -50,20 +51,8 @@ std::optional<std::uint64_t> ParseRv(std::string_view s) {
   return v;
 }
 
-bool IsAlnumLower(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
-
 // RFC 1123 subdomain (names of most objects) or label (namespaces: no dots, at most 63).
-bool IsDnsName(std::string_view s, bool label) {
-  if (s.empty() || s.size() > (label ? 63u : 253u)) return false;
-  if (!IsAlnumLower(s.front()) || !IsAlnumLower(s.back())) return false;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (IsAlnumLower(c) || c == '-') continue;
-    if (c == '.' && !label && IsAlnumLower(s[i - 1]) && IsAlnumLower(s[i + 1])) continue;
-    return false;
-  }
-  return true;
-}
+bool IsDnsName(std::string_view s, bool label) { return label ? IsDns1123Label(s) : IsDns1123Subdomain(s); }
 
 // A label value, or the name part of a label/annotation key: at most 63 of [A-Za-z0-9_.-], alphanumeric ends.
 bool IsQualifiedPart(std::string_view s, bool allow_empty) {

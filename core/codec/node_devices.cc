@@ -4,7 +4,9 @@
 
 #include <boost/json.hpp>
 #include <limits>
+#include <set>
 
+#include "core/names.h"
 #include "core/strings.h"
 
 namespace hami::codec {
@@ -42,6 +44,51 @@ Result<bool> JsonBool(const json::value& v, std::string_view where) {
   if (!v.is_bool())
     return Error{fmt::format("{}: expected true or false, got {}", where, json::serialize(v))};
   return v.get_bool();
+}
+
+// Fields that travel on in the colon/comma formats (the pod's allocation annotation, the legacy register)
+// must not carry their separators: an id "GPU-0,X,1,1:GPU-1" would make the device plugin and the ledger read
+// devices that were never chosen. Control characters have no business there either.
+Result<void> CheckText(std::string_view value, std::string_view where, std::string_view field) {
+  for (char c : value) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == ',' || c == ':' || c == ';' || u < 0x20 || u == 0x7f) {
+      return Error{fmt::format("{}: {} {} may not contain ',', ':', ';' or control characters", where, field,
+                               Quoted(value))};
+    }
+  }
+  return {};
+}
+
+// What a device must be to enter the registry, whichever format it came in.
+Result<void> CheckDevice(const DeviceInfo& d, std::string_view where) {
+  if (d.id.empty()) return Error{fmt::format("{}: missing the device id", where)};
+  for (auto [field, value] :
+       {std::pair<std::string_view, std::string_view>{"id", d.id}, {"type", d.type}, {"mode", d.mode}}) {
+    if (auto ok = CheckText(value, where, field); !ok) return ok;
+  }
+  for (auto [field, value] : {std::pair<std::string_view, std::int64_t>{"count", d.count},
+                              {"devmem", d.devmem.value()},
+                              {"devcore", d.devcore.value()}}) {
+    if (value < 0)
+      return Error{fmt::format("{} ({}): {} = {} is negative", where, Quoted(d.id), field, value)};
+  }
+  for (const auto& p : d.mig_profiles) {
+    if (auto ok = CheckText(p.name, where, "MIG profile name"); !ok) return ok;
+    if (p.memory_mib < 0 || p.core < 0 || p.slice_count < 0)
+      return Error{
+          fmt::format("{} ({}): MIG profile {} has a negative size", where, Quoted(d.id), Quoted(p.name))};
+  }
+  return {};
+}
+
+// Two devices of one id would share one ledger entry: the second could be handed out beyond its capacity.
+Result<void> CheckUniqueIds(const std::vector<DeviceInfo>& devices) {
+  std::set<std::string_view> seen;
+  for (const auto& d : devices) {
+    if (!seen.insert(d.id).second) return Error{fmt::format("device id {} is listed twice", Quoted(d.id))};
+  }
+  return {};
 }
 
 constexpr std::int64_t kInt32Max = std::numeric_limits<std::int32_t>::max();
@@ -168,10 +215,13 @@ Result<std::vector<DeviceInfo>> DecodeDeviceManifest(std::string_view json_text)
   if (!root.is_array()) return Error{"device manifest: want a JSON array of device objects"};
   std::size_t i = 0;
   for (const auto& v : root.get_array()) {
-    auto d = DecodeManifestDevice(v, i++);
+    auto d = DecodeManifestDevice(v, i);
     if (!d) return d.error();
+    if (auto ok = CheckDevice(*d, fmt::format("device {}", i)); !ok) return ok.error();
+    ++i;
     out.push_back(std::move(*d));
   }
+  if (auto ok = CheckUniqueIds(out); !ok) return ok.error();
   return out;
 }
 
@@ -270,8 +320,10 @@ Result<std::vector<DeviceInfo>> DecodeLegacyDevices(std::string_view text) {
     }
     auto d = DecodeLegacyEntry(seg);
     if (!d) return d.error();
+    if (auto ok = CheckDevice(*d, fmt::format("device entry '{}'", seg)); !ok) return ok.error();
     out.push_back(std::move(*d));
   }
+  if (auto ok = CheckUniqueIds(out); !ok) return ok.error();
   return out;
 }
 

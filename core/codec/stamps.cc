@@ -4,6 +4,7 @@
 
 #include <ctime>
 
+#include "core/names.h"
 #include "core/strings.h"
 
 namespace hami::codec {
@@ -25,6 +26,9 @@ bool FourDigits(std::string_view s, std::size_t at, int& out) {
 }
 
 // Parses "YYYY-MM-DD?HH:MM:SS" (separator at position 10 is `sep`) into a tm; returns chars consumed.
+constexpr int kMinYear = 1970;
+constexpr int kMaxYear = 2200;
+
 bool ParseDateTime(std::string_view s, char sep, std::tm& tm) {
   int y = 0, mo = 0, d = 0, h = 0, mi = 0, se = 0;
   if (s.size() < 19 || !FourDigits(s, 0, y) || s[4] != '-' || !TwoDigits(s, 5, mo) || s[7] != '-' ||
@@ -33,6 +37,9 @@ bool ParseDateTime(std::string_view s, char sep, std::tm& tm) {
     return false;
   }
   if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60) return false;
+  // TimePoint counts nanoseconds in 64 bits (1677-2262): keep every stamp, and every difference of two
+  // stamps, inside that range.
+  if (y < kMinYear || y > kMaxYear) return false;
   tm = std::tm{};
   tm.tm_year = y - 1900;
   tm.tm_mon = mo - 1;
@@ -81,7 +88,10 @@ std::string FormatHandshakeRequest(TimePoint now) {
 Result<TimePoint> ParseRfc3339(std::string_view text) {
   std::tm tm{};
   if (!ParseDateTime(text, 'T', tm)) {
-    return Error{fmt::format("time '{}' is not RFC 3339 (want e.g. 2026-08-21T06:20:39Z)", text)};
+    return Error{
+        fmt::format("time '{}' is not an RFC 3339 time between the years {} and {} (want e.g. "
+                    "2026-08-21T06:20:39Z)",
+                    text, kMinYear, kMaxYear)};
   }
   std::string_view rest = text.substr(19);
   if (!rest.empty() && rest.front() == '.') {
@@ -132,6 +142,11 @@ Result<NodeLock> ParseNodeLock(std::string_view value) {
   auto t = ParseRfc3339(parts[0]);
   if (!t) return Error{fmt::format("node lock '{}': {}", value, t.error().message)};
   lock.taken_at = *t;
+  // The owner is looked up on the API server: a value that is no namespace and pod name is no owner (D8).
+  if (!IsDns1123Label(parts[1]) || !IsDns1123Subdomain(parts[2])) {
+    return Error{fmt::format("node lock '{}': owner '{},{}' is not a namespace and a pod name", value,
+                             parts[1], parts[2])};
+  }
   lock.ns = std::string(parts[1]);
   lock.pod = std::string(parts[2]);
   return lock;

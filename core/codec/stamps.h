@@ -8,6 +8,10 @@
 
 namespace hami::codec {
 
+// A handshake or lock stamp further ahead of our clock than this is malformed (D8), not a promise to wait
+// for: a lock dated years ahead would otherwise block its node forever.
+inline constexpr std::chrono::minutes kMaxFutureSkew{5};
+
 // hami.io/node-handshake*: the scheduler writes `Requesting_YYYY-MM-DD HH:MM:SS` (its local time zone, UTC in
 // the container); any value without "Requesting" is a report from the device plugin.
 struct Handshake {
@@ -18,11 +22,12 @@ struct Handshake {
 Handshake ParseHandshake(std::string_view value, bool present);
 std::string FormatHandshakeRequest(TimePoint now);
 
-// RFC 3339 (`2026-08-21T06:20:39Z`, `...+08:00`, optional fractional seconds).
+// RFC 3339 (`2026-08-21T06:20:39Z`, `...+08:00`, optional fractional seconds), years 1970 to 2200.
 Result<TimePoint> ParseRfc3339(std::string_view text);
 std::string FormatRfc3339(TimePoint t);  // UTC, seconds precision, "Z"
 
-// Node lock value: `<RFC3339>,<namespace>,<pod>`, or a bare RFC3339 timestamp (legacy, no owner).
+// Node lock value: `<RFC3339>,<namespace>,<pod>`, or a bare RFC3339 timestamp (legacy, no owner). An owner
+// that is not a valid namespace and pod name makes the value malformed.
 struct NodeLock {
   TimePoint taken_at{};
   std::string ns;

@@ -25,7 +25,9 @@
 
 #include "cmd/service.h"
 #include "core/codec/pod_devices.h"
+#include "core/codec/stamps.h"
 #include "core/keys.h"
+#include "k8s/http_client.h"
 #include "k8s/objects.h"
 #include "sim/api_server.h"
 #include "sim/device_plugin.h"
@@ -1021,6 +1023,163 @@ TEST_F(SystemTest, KillEndsABindWaitingForALock) {
         EXPECT_TRUE(co_await WaitUntil(eventually, 6s));
       }(),
       20s);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Issue 8: hostile requests and annotations, replayed over loopback HTTP; the API server's state afterwards
+// shows that nothing but the named object was touched, and the process goes on.
+
+class HostileInputTest : public SystemTest {
+ protected:
+  // POSTs `body` to the extender as kube-scheduler would; the answer's body.
+  asio::awaitable<std::string> Post(const std::string& path, const std::string& body) {
+    if (!extender_)
+      extender_ = k8s::HttpClient::Create(ioc_.get_executor(), k8s::LoopbackHttp(service_->port())).value();
+    k8s::HttpRequest request{boost::beast::http::verb::post, path, body, "application/json", "", ""};
+    auto r = co_await extender_->Send(request, 10s);
+    EXPECT_TRUE(r) << path << ": " << (r ? "" : r.error().message);
+    co_return r ? r->body : std::string();
+  }
+  static std::string ErrorOf(const std::string& answer) {
+    boost::system::error_code ec;
+    const json::value v = json::parse(answer, ec);
+    if (ec || !v.is_object() || !v.as_object().contains("Error"))
+      return "<not an extender answer: " + answer + ">";
+    return std::string(v.at("Error").as_string());
+  }
+  static json::value FilterArgs(const std::string& pod_name, const std::string& ns,
+                                const std::vector<std::string>& nodes) {
+    json::value pod = PodJson(pod_name, {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "1000"}});
+    pod.as_object()["metadata"].as_object()["namespace"] = ns;
+    json::array names;
+    for (const auto& n : nodes) names.emplace_back(n);
+    return json::object{{"Pod", pod}, {"NodeNames", names}};
+  }
+  std::vector<std::string> NodeNamesInStore() const {
+    std::vector<std::string> out;
+    for (const auto& o : api_.store().Objects("nodes"))
+      out.emplace_back(o->at("metadata").at("name").as_string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  std::unique_ptr<k8s::HttpClient> extender_;
+};
+
+TEST_F(HostileInputTest, NamesFromRequestsAndLocksNeverReachAnotherObject) {
+  cfg_.node_lock_retry_timeout = 300ms;
+  AddNode("nv-a", {{"nvidia", Cards("nvidia", "nv-a", 2)}});
+  AddNode("nv-b", {{"nvidia", Cards("nvidia", "nv-b", 2)}});
+  StartService();
+  const std::string split =
+      " HTTP/1.1\r\nHost: x\r\n\r\nDELETE /api/v1/nodes/nv-b HTTP/1.1\r\nHost: x\r\n\r\n";
+  // /filter: traversal, query injection and request splitting in the pod's name and namespace, and in a
+  // candidate node name.
+  std::vector<std::string> hostile_filters;
+  for (const auto& args :
+       {FilterArgs("../../../nodes/nv-b", "default", {"nv-a"}),
+        FilterArgs("victim?dryRun=All", "default", {"nv-a"}), FilterArgs("p" + split, "default", {"nv-a"}),
+        FilterArgs("p", "default/pods/victim/../../..", {"nv-a"}),
+        FilterArgs("p", "default", {"nv-a", "nv-b" + split})})
+    hostile_filters.push_back(json::serialize(args));
+  const std::vector<std::string> hostile_binds = {
+      R"({"PodName":"../../../nodes/nv-b","PodNamespace":"default","Node":"nv-a"})",
+      R"({"PodName":"victim","PodNamespace":"default","Node":"nv-b/../../namespaces/default/pods/victim"})",
+      json::serialize(json::object{{"PodName", "victim" + split}, {"Node", "nv-a"}})};
+  const std::string victim_to_a = json::serialize(FilterArgs("victim", "default", {"nv-a"}));
+  const std::string victim_to_b = json::serialize(FilterArgs("victim", "default", {"nv-b"}));
+  CreatePod("victim", Ask{"nvidia", 1, 1000, 0});
+  const std::string bind_victim = json::serialize(json::object{{"PodName", "victim"},
+                                                               {"PodNamespace", "default"},
+                                                               {"PodUID", StoredPod("victim")->uid},
+                                                               {"Node", "nv-a"}});
+  // A lock whose owner is a request line, not a pod.
+  const std::string lock_key = BackendFor("nvidia").Spec().keys.node_lock;
+  const std::string forged = codec::FormatRfc3339(clock_.Now()) + ",default,x" + split;
+  const json::value lock_patch = {{"metadata", {{"annotations", {{lock_key, forged}}}}}};
+  RunCoro(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        CO_ASSERT_TRUE(co_await SystemReady());
+        const std::vector<std::string> nodes_before = NodeNamesInStore();
+        // (The bodies are built outside the coroutine: GCC 12 cannot keep an initializer_list in its frame.)
+        for (const std::string& body : hostile_filters) {
+          const std::string error = ErrorOf(co_await Post("/filter", body));
+          EXPECT_NE(error.find("is not a valid"), std::string::npos) << error;
+        }
+        // /bind: the same in every name it carries.
+        for (const std::string& body : hostile_binds) {
+          const std::string error = ErrorOf(co_await Post("/bind", body));
+          EXPECT_NE(error.find("is not a valid"), std::string::npos) << error;
+        }
+        // The forged lock is a malformed lock (D8), never a name to look up.
+        CO_ASSERT_TRUE(api_.store().Patch(*sim::FindResourceByName("nodes"), "", "nv-a",
+                                          sim::PatchType::kMerge, lock_patch));
+        const std::string filtered = co_await Post("/filter", victim_to_a);
+        EXPECT_EQ(ErrorOf(filtered), "");
+        const std::string bound = ErrorOf(co_await Post("/bind", bind_victim));
+        EXPECT_NE(bound.find("unreadable lock"), std::string::npos) << bound;
+
+        // Nothing else was touched: both nodes and the victim are there, the forged lock is as written.
+        EXPECT_EQ(NodeNamesInStore(), nodes_before);
+        EXPECT_TRUE(StoredPod("victim"));
+        EXPECT_EQ(StoredNode("nv-a")->annotations.at(lock_key), forged);
+        EXPECT_EQ(service_->controller().stats().binds, 4u);
+        // The service still answers, and its API connections stayed in step.
+        EXPECT_EQ(ErrorOf(co_await Post("/filter", victim_to_b)), "");
+      }(),
+      30s);
+}
+
+TEST_F(HostileInputTest, DeviceIdsWithSeparatorsAreRefusedWithAnEventNotCommitted) {
+  // One "device" whose id reads as two in a pod's allocation annotation ("GPU-0,NVIDIA,16000,0:GPU-1").
+  const std::string forged_id = "GPU-x0,NVIDIA,16000,0:GPU-x1";
+  const json::value node = {
+      {"apiVersion", "v1"},
+      {"kind", "Node"},
+      {"metadata",
+       {{"name", "nv-forged"},
+        {"annotations",
+         {{BackendFor("nvidia").Spec().keys.register_annotation,
+           fmt::format(R"([{{"id":"{}","count":8,"devmem":16384,"devcore":100,"type":"T4","health":true}}])",
+                       forged_id)}}}}}};
+  ASSERT_TRUE(api_.store().Create(node));
+  AddNode("nv-good", {{"nvidia", Cards("nvidia", "nv-good", 1)}});
+  StartAll();
+  RunCoro(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        CO_ASSERT_TRUE(co_await SystemReady());
+        const NodeEntry* forged = service_->controller().state().FindNode("nv-forged");
+        CO_ASSERT_TRUE(forged != nullptr);
+        EXPECT_TRUE(forged->devices.empty());
+        std::size_t nvidia = 0;
+        while (backends_.at(nvidia).Spec().config_section != "nvidia") ++nvidia;
+        EXPECT_NE(forged->discovery_error[nvidia].find("may not contain"), std::string::npos)
+            << forged->discovery_error[nvidia];
+        EXPECT_EQ(service_->controller().stats().registration_errors, 1u);
+        EXPECT_NE(service_->controller().Metrics().find("hami_scheduler_unreadable_registrations 1"),
+                  std::string::npos);
+        // A node event says why, once.
+        const std::function<bool()> evented = [this] {
+          for (const auto& e : api_.store().Objects("events")) {
+            const json::object& involved = e->at("involvedObject").as_object();
+            if (involved.at("kind").as_string() == "Node" && involved.at("name").as_string() == "nv-forged" &&
+                e->at("reason").as_string() == "InvalidDeviceRegistration")
+              return true;
+          }
+          return false;
+        };
+        EXPECT_TRUE(co_await WaitUntil(evented, 5s));
+        // Pods go to the node whose devices are real, and never over-commit.
+        for (int i = 0; i < 4; ++i) CreatePod(fmt::format("p{}", i), Ask{"nvidia", 1, 4000, 0});
+        const std::function<bool()> settled = [this] { return Settled(); };
+        EXPECT_TRUE(co_await WaitUntil(settled, 15s));
+        std::vector<std::string> problems = Overcommits();
+        std::erase_if(problems, [](const std::string& p) { return p.starts_with("node nv-forged: "); });
+        EXPECT_TRUE(problems.empty()) << fmt::format("{}", fmt::join(problems, "\n"));
+        for (int i = 0; i < 4; ++i) EXPECT_EQ(StoredPod(fmt::format("p{}", i))->node_name, "nv-good");
+      }(),
+      30s);
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "core/codec/node_devices.h"
@@ -353,6 +354,66 @@ TEST(NodeLock, ParseAndFormat) {
   EXPECT_NE(parts.error().message.find("got 2"), std::string::npos);
   EXPECT_FALSE(ParseNodeLock("lock"));
   EXPECT_FALSE(ParseNodeLock("lock-values,default,pod-gpu"));
+}
+
+// --- Issue 8: wire values that the colon/comma formats cannot carry, or absurd ones, are refused on entry
+
+TEST(DeviceManifest, RefusesSeparatorsNegativesAndDuplicateIds) {
+  const auto error = [](std::string_view manifest) {
+    auto r = DecodeDeviceManifest(manifest);
+    return r ? std::string() : r.error().message;
+  };
+  // One id that would read as two devices in the pod's annotation: GPU-0 and GPU-1, never chosen.
+  EXPECT_NE(
+      error(R"([{"id":"GPU-0,NVIDIA,16000,0:GPU-1","count":4,"devmem":16384,"devcore":100,"health":true}])")
+          .find("may not contain ',', ':', ';'"),
+      std::string::npos);
+  for (std::string_view id : {"a:b", "a;b", R"(a\nb)", R"(a\u0000b)", R"(a\u007fb)"}) {
+    EXPECT_NE(error(fmt::format(R"([{{"id":"{}","count":1,"devmem":1,"health":true}}])", id)), "") << id;
+  }
+  EXPECT_NE(error(R"([{"id":"g","type":"A,B","count":1,"devmem":1}])"), "");
+  EXPECT_NE(error(R"([{"id":"g","mode":"mig;x","count":1,"devmem":1}])"), "");
+  EXPECT_NE(error(R"([{"id":"g","count":-1,"devmem":1}])").find("count = -1 is negative"), std::string::npos);
+  EXPECT_NE(error(R"([{"id":"g","count":1,"devmem":-16384}])").find("devmem"), std::string::npos);
+  EXPECT_NE(error(R"([{"id":"g","count":1,"devmem":1,"devcore":-100}])").find("devcore"), std::string::npos);
+  EXPECT_NE(error(R"([{"id":"g","count":1,"devmem":1,"migProfiles":[{"name":"1g","memoryMB":-5}]}])"), "");
+  EXPECT_NE(
+      error(R"([{"id":"g","count":1,"devmem":1},{"id":"g","count":1,"devmem":1}])").find("listed twice"),
+      std::string::npos);
+  EXPECT_NE(error(R"([{"count":1,"devmem":1}])").find("missing the device id"), std::string::npos);
+  EXPECT_EQ(error(kSeedManifest), "");
+}
+
+TEST(LegacyDevices, RefusesNegativesAndDuplicateIds) {
+  EXPECT_FALSE(DecodeLegacyDevices("DCU-1,-4,16384,100,DCU,0,true:"));
+  EXPECT_FALSE(DecodeLegacyDevices("DCU-1,4,-16384,100,DCU,0,true:"));
+  EXPECT_FALSE(DecodeLegacyDevices("DCU-1,4,16384,-100,DCU,0,true:"));
+  EXPECT_FALSE(DecodeLegacyDevices("DCU-1,4,16384,100,DCU,0,true:DCU-1,4,16384,100,DCU,0,true:"));
+  EXPECT_FALSE(DecodeLegacyDevices(",4,16384,100,DCU,0,true:"));
+  EXPECT_TRUE(DecodeLegacyDevices("DCU-1,4,16384,100,DCU,0,true:DCU-2,4,16384,100,DCU,0,true:"));
+}
+
+TEST(Stamps, YearsOutsideTheClockRangeAreUnreadable) {
+  // Past 2262 a TimePoint (signed 64-bit nanoseconds) would overflow.
+  EXPECT_FALSE(ParseRfc3339("2300-01-01T00:00:00Z"));
+  EXPECT_FALSE(ParseRfc3339("9999-12-31T23:59:59Z"));
+  EXPECT_FALSE(ParseRfc3339("0001-01-01T00:00:00Z"));
+  EXPECT_TRUE(ParseRfc3339("2200-01-01T00:00:00Z"));
+  EXPECT_NE(ParseRfc3339("9999-12-31T23:59:59Z").error().message.find("between the years 1970 and 2200"),
+            std::string::npos);
+  EXPECT_EQ(ParseHandshake("Requesting_9999-12-31 23:59:59", true).kind, Handshake::Kind::kMalformedRequest);
+  EXPECT_FALSE(ParseNodeLock("9999-12-31T23:59:59Z,default,pod"));
+}
+
+TEST(NodeLock, OwnerMustBeANamespaceAndAPodName) {
+  // The owner is looked up on the API server: a path in it would make us read (or act on) another object.
+  for (std::string_view value :
+       {"2026-08-21T06:20:39Z,default,../../nodes/n2", "2026-08-21T06:20:39Z,default,victim?dryRun=All",
+        "2026-08-21T06:20:39Z,default,p\r\nDELETE /api/v1/nodes/n2", "2026-08-21T06:20:39Z,Default,pod",
+        "2026-08-21T06:20:39Z,kube-system/x,pod", "2026-08-21T06:20:39Z,,pod", "2026-08-21T06:20:39Z,ns,"}) {
+    EXPECT_FALSE(ParseNodeLock(value)) << value;
+  }
+  EXPECT_TRUE(ParseNodeLock("2026-08-21T06:20:39Z,kube-system,gpu-pod.v2"));
 }
 
 }  // namespace

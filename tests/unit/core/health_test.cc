@@ -74,6 +74,19 @@ TEST_F(Health, MalformedStampIsStaleAfterTheGraceNotForever) {
   EXPECT_TRUE(EvaluateHealth(dcu_, Node(key, "Requesting", "2"), later.memory, now_ + 61s, 60s).healthy);
 }
 
+// Issue 8: a request stamped ahead of our clock is unreadable (D8), not pending forever.
+TEST_F(Health, FutureRequestIsStaleAfterTheGrace) {
+  const std::string key = "hami.io/node-handshake-dcu";
+  const NodeView n = Node(key, codec::FormatHandshakeRequest(now_ + 24h * 365 * 100), std::nullopt);
+  auto first = EvaluateHealth(dcu_, n, {}, now_, 60s);
+  EXPECT_TRUE(first.healthy);
+  ASSERT_TRUE(first.memory.malformed_since);
+  EXPECT_FALSE(EvaluateHealth(dcu_, n, first.memory, now_ + 61s, 60s).healthy);
+  // Within the allowed skew it is an ordinary pending request.
+  const NodeView skewed = Node(key, codec::FormatHandshakeRequest(now_ + 4min), std::nullopt);
+  EXPECT_FALSE(EvaluateHealth(dcu_, skewed, {}, now_, 60s).memory.malformed_since);
+}
+
 TEST_F(Health, CapacityBackendsAreAlwaysHealthy) {
   auto v = EvaluateHealth(backends::cambricon::DefaultSpec(), NodeView{}, {}, now_, 60s);
   EXPECT_TRUE(v.healthy);

@@ -64,5 +64,25 @@ TEST(NodeLock, ReleaseOnlyWhatIsOurs) {
   EXPECT_TRUE(MayRelease("2026-07-29T13:00:01Z,ns,pod-a", ours, "ns", "pod-a", false));
 }
 
+// Issue 8: a lock dated in the far future would block its node forever; an owner that is no pod name would
+// be looked up as a path.
+TEST(NodeLock, FutureStampsAndForgedOwnersAreMalformed) {
+  EXPECT_EQ(Act(codec::FormatNodeLock(kNow + 4min, "ns", "pod-b")), LockAction::kCheckOwner);  // clock skew
+  EXPECT_EQ(Act(codec::FormatNodeLock(kNow + 6min, "ns", "pod-b")), LockAction::kContended);
+  EXPECT_EQ(Act(codec::FormatNodeLock(kNow + 6min, "ns", "pod-b"), "ns", "pod-a", kShared, kNow - 300s),
+            LockAction::kStealMalformed);
+  EXPECT_EQ(Act("2200-01-01T00:00:00Z,ns,pod-b", "ns", "pod-a", kShared, kNow - 300s),
+            LockAction::kStealMalformed);
+  EXPECT_EQ(Act("9999-01-01T00:00:00Z,ns,pod-b", "ns", "pod-a", kShared, kNow - 300s),
+            LockAction::kStealMalformed);
+  EXPECT_EQ(Act(codec::FormatRfc3339(kNow + 1h), "ns", "pod-a", kCambricon, kNow - 2min),
+            LockAction::kStealMalformed);
+  const std::string forged = codec::FormatRfc3339(kNow - 10s) + ",default,victim\r\nDELETE /api/v1/nodes/n2";
+  EXPECT_EQ(Act(forged), LockAction::kContended);  // never kCheckOwner: no lookup of that "name"
+  EXPECT_EQ(Act(forged, "ns", "pod-a", kShared, kNow - 300s), LockAction::kStealMalformed);
+  EXPECT_FALSE(ReadNodeLock(codec::FormatNodeLock(kNow + 6min, "ns", "p"), kNow));
+  EXPECT_TRUE(ReadNodeLock(codec::FormatNodeLock(kNow + 4min, "ns", "p"), kNow));
+}
+
 }  // namespace
 }  // namespace hami

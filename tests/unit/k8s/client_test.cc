@@ -170,6 +170,43 @@ TEST(Paths, CoreAndGroups) {
   EXPECT_EQ(UrlEncode("app in (a,b)"), "app%20in%20%28a%2Cb%29");
 }
 
+// Issue 8: a name can neither add segments, a query nor a second request to a path.
+TEST(Paths, NamesAreEscapedSegments) {
+  EXPECT_EQ(PathFor("v1", "pods", "default", "../../nodes/n2"),
+            "/api/v1/namespaces/default/pods/..%2F..%2Fnodes%2Fn2");
+  EXPECT_EQ(PathFor("v1", "pods", "default", "p?dryRun=All"),
+            "/api/v1/namespaces/default/pods/p%3FdryRun%3DAll");
+  EXPECT_EQ(PathFor("v1", "pods", "default", "p HTTP/1.1\r\nX: y"),
+            "/api/v1/namespaces/default/pods/p%20HTTP%2F1.1%0D%0AX%3A%20y");
+  EXPECT_EQ(PathFor("v1", "nodes", "", ".."), "/api/v1/nodes/%2E%2E");
+  EXPECT_EQ(PathFor("v1", "pods", ".", "p"), "/api/v1/namespaces/%2E/pods/p");
+  EXPECT_EQ(PathFor("v1", "nodes", "", "a..b"), "/api/v1/nodes/a..b");
+}
+
+TEST(ValidateRequest, RefusesWhatCouldSplitOrRedirectARequest) {
+  const auto refused = [](std::string target, std::string authorization = "") {
+    HttpRequest r;
+    r.target = std::move(target);
+    r.authorization = std::move(authorization);
+    auto v = ValidateRequest(r);
+    return v ? std::string() : v.error().message;
+  };
+  EXPECT_EQ(refused("/api/v1/nodes/n1"), "");
+  EXPECT_EQ(refused("/api/v1/pods?labelSelector=a%3Db&watch=1"), "");
+  EXPECT_EQ(refused("/api/v1/nodes/a..b"), "");
+  EXPECT_NE(refused("/api/v1/nodes/n1 HTTP/1.1\r\nHost: x\r\n\r\nDELETE /api/v1/nodes/n2"), "");
+  EXPECT_NE(refused(std::string("/api/v1/nodes/n\0", 16)), "");
+  EXPECT_NE(refused("/api/v1/nodes/n\x7f"), "");
+  EXPECT_NE(refused("/api/v1/nodes/\xc3\xa9"), "");
+  EXPECT_NE(refused("/api/v1/namespaces/default/pods/../../nodes/n2"), "");
+  EXPECT_NE(refused("/api/v1/nodes/%2e%2E"), "");
+  EXPECT_NE(refused("/api/v1/nodes/.%2E/x"), "");
+  EXPECT_NE(refused("/api/v1/nodes/./x"), "");
+  EXPECT_NE(refused("api/v1/nodes"), "");
+  EXPECT_NE(refused("/api/v1/nodes", "Bearer x\r\nX-Forged: 1"), "");
+  EXPECT_NE(refused("/api/v1/nodes/n1 x").find("percent-escaped"), std::string::npos);
+}
+
 // --- over loopback, against scripted answers
 // -------------------------------------------------------------------
 
@@ -207,6 +244,45 @@ TEST_F(ScriptedServer, RetriesServerErrorsAndHonoursRetryAfterZero) {
   EXPECT_NE(server_.requests()[0].find("GET /api/v1/nodes/n1 HTTP/1.1"), std::string::npos);
   // Keep-alive: the three requests went over one connection.
   EXPECT_EQ(client->http().connections_opened(), 1u);
+}
+
+// A request the client refuses is never sent, never retried, and says why.
+TEST_F(ScriptedServer, MalformedRequestIsRefusedNotSent) {
+  server_.Add(RawHttpServer::Json(200, R"({"kind":"Node","metadata":{"name":"n1"}})"));
+  auto client = Client();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    const std::string path = "/api/v1/nodes/n1\r\nDELETE /api/v1/nodes/n2";
+    auto r = co_await client->Delete(path);
+    EXPECT_FALSE(r);
+    if (!r) {
+      EXPECT_EQ(r.error().kind, ApiErrorKind::kRefused);
+      EXPECT_NE(r.error().message.find("refused to send"), std::string::npos) << r.error().message;
+    }
+  }());
+  EXPECT_TRUE(server_.requests().empty());
+}
+
+// A server that answers one request twice (as one that read a split request does) leaves an answer too many
+// on the connection: it is closed, so the next request gets its own answer and not the stale one.
+TEST_F(ScriptedServer, AnswerTooManyClosesTheConnection) {
+  RawHttpServer::Answer twice = RawHttpServer::Json(200, R"({"kind":"Node","metadata":{"name":"n1"}})");
+  twice.pieces[0] +=
+      RawHttpServer::Json(404, R"({"kind":"Status","reason":"NotFound","code":404})").pieces[0];
+  server_.Add(twice);
+  server_.Add(RawHttpServer::Json(200, R"({"kind":"Node","metadata":{"name":"n3"}})"));
+  auto client = Client();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    const std::string first = "/api/v1/nodes/n1", second = "/api/v1/nodes/n3";
+    auto a = co_await client->Get(first);
+    EXPECT_TRUE(a);
+    auto b = co_await client->Get(second);
+    EXPECT_TRUE(b) << (b ? "" : b.error().message);
+    if (b) {
+      EXPECT_EQ(b->at("metadata").at("name").as_string(), "n3");
+    }
+  }());
+  EXPECT_EQ(client->http().desynced_connections(), 1u);
+  EXPECT_EQ(client->http().connections_opened(), 2u);
 }
 
 TEST_F(ScriptedServer, TypedErrorsAreNotRetried) {

@@ -107,5 +107,62 @@ TEST(ExtenderBinding, ParseAndAnswer) {
   EXPECT_EQ(BindingResultJson("node n1 is locked"), R"({"Error":"node n1 is locked"})");
 }
 
+// Issue 8: names from the request reach API paths, annotations and logs: only valid Kubernetes names pass,
+// and the error names the field and the rule.
+TEST(ExtenderArgs, HostileNamesAreRefusedAtTheEdge) {
+  const auto filter_error = [](std::string pod_name, std::string ns, std::string node) {
+    json::object pod = json::parse(kPod).as_object();
+    pod["metadata"].as_object()["name"] = pod_name;
+    pod["metadata"].as_object()["namespace"] = ns;
+    json::object args{{"Pod", pod}, {"NodeNames", json::array{"n1", json::value(node)}}};
+    auto r = ParseExtenderArgs(json::serialize(args));
+    return r ? std::string() : r.error().message;
+  };
+  EXPECT_EQ(filter_error("p", "ns", "n2"), "");
+  EXPECT_NE(filter_error("../../nodes/n2", "ns", "n2").find("ExtenderArgs.Pod.metadata.name"),
+            std::string::npos);
+  EXPECT_NE(filter_error("p?dryRun=All", "ns", "n2"), "");
+  EXPECT_NE(filter_error("p", "ns/../..", "n2").find("ExtenderArgs.Pod.metadata.namespace"),
+            std::string::npos);
+  EXPECT_NE(filter_error("p", "a.b", "n2"), "");  // a namespace is a label: no dots
+  const std::string split = filter_error("p", "ns", "n2 HTTP/1.1\r\nHost: x\r\n\r\nDELETE /api/v1/nodes/n3");
+  EXPECT_NE(split.find("ExtenderArgs.NodeNames[1]"), std::string::npos) << split;
+  EXPECT_NE(split.find("\\r\\n"), std::string::npos) << "the value is shown escaped: " << split;
+  EXPECT_EQ(split.find('\r'), std::string::npos);
+  EXPECT_NE(filter_error("p", "ns", std::string(254, 'n')), "");
+  EXPECT_NE(filter_error("P", "ns", "n2"), "");
+
+  auto nodes = ParseExtenderArgs(std::string(R"({"Pod":)") + kPod +
+                                 R"(,"Nodes":{"items":[{"metadata":{"name":"../x"}}]}})");
+  ASSERT_FALSE(nodes);
+  EXPECT_NE(nodes.error().message.find("Nodes.items[0].metadata.name"), std::string::npos);
+}
+
+TEST(ExtenderBinding, HostileNamesAreRefusedAtTheEdge) {
+  const auto error = [](std::string_view body) {
+    auto r = ParseBindingArgs(body);
+    return r ? std::string() : r.error().message;
+  };
+  EXPECT_EQ(error(R"({"PodName":"p","PodNamespace":"ns","PodUID":"0b1f-22","Node":"n1.example.com"})"), "");
+  EXPECT_NE(error(R"({"PodName":"../../../nodes/n2","Node":"n1"})").find("ExtenderBindingArgs.PodName"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"PodName":"p","PodNamespace":"..","Node":"n1"})").find("PodNamespace"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"PodName":"p","Node":"n1?dryRun=All"})").find("ExtenderBindingArgs.Node"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"PodName":"p","Node":"n1\r\nX: y"})"), "");
+  EXPECT_NE(error(R"({"PodName":"p","Node":"n1","PodUID":"u\r\n"})").find("PodUID"), std::string::npos);
+}
+
+// A number too large for a double would be echoed as the bare word Infinity, which is not JSON.
+TEST(ExtenderArgs, NumbersOutOfRangeAreRefused) {
+  auto r = ParseExtenderArgs(std::string(R"({"Pod":)") + kPod +
+                             R"(,"Nodes":{"items":[{"metadata":{"name":"t1"},"status":{"x":1e400}}]}})");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("out of range"), std::string::npos);
+  EXPECT_FALSE(ParseBindingArgs(R"({"PodName":"p","Node":"n","x":-1e999})"));
+  EXPECT_TRUE(ParseBindingArgs(R"({"PodName":"p","Node":"n","x":1e300})"));
+}
+
 }  // namespace
 }  // namespace hami::k8s

@@ -1,0 +1,79 @@
+#include "core/names.h"
+
+#include <fmt/format.h>
+
+namespace hami {
+namespace {
+
+bool LowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+// One dot-separated part: Kubernetes' subdomain rule limits the whole name (253), not each part.
+bool IsPartOfSubdomain(std::string_view s) {
+  if (s.empty() || !LowerAlnum(s.front()) || !LowerAlnum(s.back())) return false;
+  for (char c : s) {
+    if (!LowerAlnum(c) && c != '-') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool IsDns1123Label(std::string_view s) { return s.size() <= 63 && IsPartOfSubdomain(s); }
+
+bool IsDns1123Subdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  for (std::size_t start = 0;;) {
+    const std::size_t dot = s.find('.', start);
+    if (!IsPartOfSubdomain(s.substr(start, dot == std::string_view::npos ? dot : dot - start))) return false;
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+}
+
+Result<void> ValidateName(std::string_view what, std::string_view value, NameKind kind) {
+  const bool label = kind == NameKind::kNamespace;
+  if (label ? IsDns1123Label(value) : IsDns1123Subdomain(value)) return {};
+  const std::string_view object = kind == NameKind::kNamespace ? "namespace"
+                                  : kind == NameKind::kPod     ? "pod"
+                                                               : "node";
+  return Error{fmt::format(
+      "{}: {} is not a valid {} name: want a lowercase RFC 1123 {} (at most {} characters of a-z, 0-9, "
+      "'-'{}, starting and ending with a letter or digit)",
+      what, Quoted(value), object, label ? "label" : "subdomain", label ? 63 : 253, label ? "" : " and '.'")};
+}
+
+std::string Quoted(std::string_view s, std::size_t max) {
+  std::string out = "\"";
+  const std::size_t shown = std::min(s.size(), max);
+  for (std::size_t i = 0; i < shown; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    switch (c) {
+      case '\r':
+        out += "\\r";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          out += fmt::format("\\x{:02x}", c);
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  out += '"';
+  if (shown < s.size()) out += fmt::format(" (and {} more bytes)", s.size() - shown);
+  return out;
+}
+
+}  // namespace hami
