@@ -6,6 +6,7 @@
 
 #include "backends/builtin.h"
 #include "config/flags.h"
+#include "k8s/logging.h"
 #include "sim/cli.h"
 
 namespace hami::cmd {
@@ -59,6 +60,8 @@ Result<Backends> BuildBackends(const config::Config& cfg) {
 }
 
 int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  // Before any subcommand logs: every record of the binary is one line, whatever names it carries.
+  k8s::InstallLogEscaping();
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
     out << kUsage;
     return args.empty() ? kExitUsage : kExitOk;

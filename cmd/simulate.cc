@@ -8,6 +8,7 @@
 #include "cmd/app.h"
 #include "config/flags.h"
 #include "core/codec/stamps.h"
+#include "core/health.h"
 #include "core/scheduler.h"
 #include "core/strings.h"
 #include "k8s/objects.h"
@@ -25,7 +26,9 @@ Places pods on a cluster snapshot with the same decision engine the extender use
                    carry hami.io/vgpu-node count as usage; pods with no node are placed, in file order.
   --pods FILE      more pods to place after those (a List, or multi-document YAML).
   -o, --output     json (default) or table.
-  --now TIME       decision time written into annotations (default: now), for reproducible output.
+  --now TIME       decision time written into annotations (default: now), for reproducible output. Node
+                   health is judged at this time too, as serve's health pass does (--handshake-timeout):
+                   a vendor whose handshake request expired unanswered with 0 allocatable is withheld.
 Config flags (--config, --device-config-file, --gpu-scheduler-policy, --node-scheduler-policy, ...) apply.
 Unschedulable pods are results; malformed input exits with status 2 and names the object and field.
 )";
@@ -220,6 +223,7 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
     }
   }
 
+  const TimePoint now = parsed->now.value_or(std::chrono::system_clock::now());
   ClusterState state(*backends);
   for (const auto& q : cluster.quotas) state.quotas().UpsertQuota(q);
   for (const auto& n : cluster.nodes) {
@@ -230,6 +234,16 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
         err << fmt::format("warning: node {}: {}: {}\n", n.name, backends->at(b).Vendor(),
                            entry->discovery_error[b]);
       }
+    }
+    // serve's health pass, once, with nothing remembered: what a serve started at `now` on this snapshot
+    // decides before it answers its first filter. Handshake writes are serve's business, not ours.
+    NodeHealthRecord fresh;
+    for (const NodeHealthStep& step :
+         NodeHealthPass(*backends, n, entry, fresh, now, loaded->config.handshake_timeout)) {
+      if (!step.withhold) continue;
+      state.RemoveVendorDevices(n.name, step.backend);
+      err << fmt::format("warning: node {}: {} devices withheld, as serve would: {}\n", n.name,
+                         backends->at(step.backend).Vendor(), step.verdict.why);
     }
   }
   std::vector<const PodView*> to_place;
@@ -261,7 +275,6 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
     if (selected) candidates.push_back(n.name);
   }
   std::sort(candidates.begin(), candidates.end());
-  const TimePoint now = parsed->now.value_or(std::chrono::system_clock::now());
   std::vector<PodResult> results;
   for (const PodView* p : to_place) {
     PodResult r{p, scheduler.Filter(*p, candidates, now)};

@@ -249,7 +249,8 @@ const FlagDef kFlags[] = {
      &ShowString<&Config::metrics_bind_address>},
     {"legacy-metrics", Group::kServer, true, "", "also export HAMi's legacy metric names",
      &SetBool<&Config::legacy_metrics>, &ShowBoolMember<&Config::legacy_metrics>},
-    {"profiling", Group::kServer, true, "", "enable the profiling endpoints (/debug/pprof) on the extender",
+    {"profiling", Group::kServer, true, "",
+     "accepted for HAMi compatibility; no effect (HAMi's are Go pprof endpoints; none are served here)",
      &SetBool<&Config::profiling>, &ShowBoolMember<&Config::profiling>},
     // Scheduling.
     {"gpu-scheduler-policy", Group::kScheduling, false, "POLICY",
@@ -579,6 +580,11 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args) {
   // only what no single setting shows: the rules across settings.
   ValidateConfig(loaded.config, problems);
   if (!problems.empty()) return ProblemsError(problems);
+  // Set by HAMi's chart (flag or YAML key): accepted so that works, but said once that nothing is served.
+  if (loaded.config.profiling)
+    loaded.config.warnings.push_back(
+        "profiling: accepted for HAMi compatibility and has no effect: HAMi's profiling endpoints are Go's "
+        "pprof, which this scheduler does not have");
   return loaded;
 }
 

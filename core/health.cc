@@ -111,4 +111,45 @@ HealthVerdict EvaluateHealth(const BackendSpec& spec, const NodeView& node, cons
   return v;
 }
 
+bool ShowsLife(const BackendSpec& spec, const NodeView& node) {
+  if (AllocatableCount(node, spec.resources.count) > 0) return true;
+  auto it = spec.keys.handshake.empty() ? node.annotations.end() : node.annotations.find(spec.keys.handshake);
+  return it != node.annotations.end() &&
+         codec::ParseHandshake(it->second, true).kind == codec::Handshake::Kind::kReported;
+}
+
+std::vector<NodeHealthStep> NodeHealthPass(const Backends& backends, const NodeView& node,
+                                           const NodeEntry* entry, NodeHealthRecord& record, TimePoint now,
+                                           std::chrono::seconds grace) {
+  std::vector<NodeHealthStep> steps;
+  record.memory.resize(backends.size());
+  for (std::size_t b = 0; b < backends.size(); ++b) {
+    const BackendSpec& spec = backends.at(b).Spec();
+    if (spec.health == HealthRule::kAlwaysHealthy) continue;
+    // Only nodes that publish this vendor are asked (upstream stamps a handshake on every node).
+    const bool publishes =
+        (!spec.keys.register_annotation.empty() &&
+         node.annotations.contains(spec.keys.register_annotation)) ||
+        (entry != nullptr && b < entry->vendor_range.size() &&
+         entry->vendor_range[b].first != entry->vendor_range[b].second) ||
+        record.unhealthy.contains(b);
+    if (!publishes) continue;
+    NodeHealthStep step{b, EvaluateHealth(spec, node, record.memory[b], now, grace)};
+    record.memory[b] = step.verdict.memory;
+    if (!step.verdict.healthy) {
+      if (record.unhealthy.insert(b).second) {
+        step.withhold = true;
+        record.memory[b] = HealthMemory{};
+      }
+    } else if (record.unhealthy.contains(b) && ShowsLife(spec, node)) {
+      // Only a sign of the plugin brings devices back: a fresh request of ours is none (upstream returns
+      // them on the next pass and withholds them again 60 s later, over and over).
+      record.unhealthy.erase(b);
+      step.restore = true;
+    }
+    steps.push_back(std::move(step));
+  }
+  return steps;
+}
+
 }  // namespace hami

@@ -25,13 +25,6 @@ namespace {
 std::string UidOf(const PodView& pod) { return pod.uid.empty() ? pod.Key() : pod.uid; }
 
 // The device plugin is there: it answered a handshake, or kubelet counts its devices.
-bool ShowsLife(const BackendSpec& spec, const NodeView& node) {
-  if (AllocatableCount(node, spec.resources.count) > 0) return true;
-  auto it = node.annotations.find(spec.keys.handshake);
-  return it != node.annotations.end() &&
-         codec::ParseHandshake(it->second, true).kind == codec::Handshake::Kind::kReported;
-}
-
 bool Finished(const PodView& pod) { return pod.phase == "Succeeded" || pod.phase == "Failed"; }
 
 bool AllInitContainersSucceeded(const PodView& pod) {
@@ -307,41 +300,26 @@ asio::awaitable<void> Controller::HealthPass() {
     json::value value;
   };
   std::vector<Write> writes;
-  // Decide for every node first (synchronously: the caches cannot change under us), then write.
+  // Decide for every node first (synchronously: the caches cannot change under us), then write. The decision
+  // is core's (`simulate` runs the same one); here are its effects.
   for (const auto& [name_key, node] : nodes_->views()) {
-    NodeHealth& h = health_[node.name];
-    h.memory.resize(backends_->size());
-    const NodeEntry* entry = state_.FindNode(node.name);
-    for (std::size_t b = 0; b < backends_->size(); ++b) {
-      const BackendSpec& spec = backends_->at(b).Spec();
-      if (spec.health == HealthRule::kAlwaysHealthy) continue;
-      // Only nodes that publish this vendor are asked (upstream stamps a handshake on every node).
-      const bool publishes =
-          (!spec.keys.register_annotation.empty() &&
-           node.annotations.contains(spec.keys.register_annotation)) ||
-          (entry != nullptr && entry->vendor_range[b].first != entry->vendor_range[b].second) ||
-          h.unhealthy.contains(b);
-      if (!publishes) continue;
-      HealthVerdict v = EvaluateHealth(spec, node, h.memory[b], now, options_.handshake_timeout);
-      h.memory[b] = std::move(v.memory);
+    NodeHealthRecord& h = health_[node.name];
+    for (const NodeHealthStep& step :
+         NodeHealthPass(*backends_, node, state_.FindNode(node.name), h, now, options_.handshake_timeout)) {
+      const BackendSpec& spec = backends_->at(step.backend).Spec();
+      const HealthVerdict& v = step.verdict;
       if (v.handshake_patch && !spec.keys.handshake.empty()) {
         writes.push_back({node.name, spec.keys.handshake, json::value(*v.handshake_patch)});
         ++stats_.handshake_patches;
       }
-      if (!v.healthy) {
-        if (h.unhealthy.insert(b).second) {
-          spdlog::warn("node {}: {} devices withheld: {}", node.name, spec.vendor, v.why);
-          state_.RemoveVendorDevices(node.name, b);
-          h.memory[b] = HealthMemory{};
-          // Removing the handshake lets the device plugin register again on a later pass.
-          if (!spec.keys.handshake.empty())
-            writes.push_back({node.name, spec.keys.handshake, json::value(nullptr)});
-          ++stats_.cleanups;
-        }
-      } else if (h.unhealthy.contains(b) && ShowsLife(spec, node)) {
-        // Only a sign of the plugin brings devices back: a fresh request of ours is none (upstream returns
-        // them on the next pass and withholds them again 60 s later, over and over).
-        h.unhealthy.erase(b);
+      if (step.withhold) {
+        spdlog::warn("node {}: {} devices withheld: {}", node.name, spec.vendor, v.why);
+        state_.RemoveVendorDevices(node.name, step.backend);
+        // Removing the handshake lets the device plugin register again on a later pass.
+        if (!spec.keys.handshake.empty())
+          writes.push_back({node.name, spec.keys.handshake, json::value(nullptr)});
+        ++stats_.cleanups;
+      } else if (step.restore) {
         spdlog::info("node {}: {} devices healthy again: {}", node.name, spec.vendor, v.why);
         state_.UpsertNode(node);
         ApplyHealthMask(node.name);

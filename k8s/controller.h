@@ -102,10 +102,6 @@ class Controller {
   std::size_t unreadable_registrations() const;
 
  private:
-  struct NodeHealth {
-    std::vector<HealthMemory> memory;  // per backend
-    std::set<std::size_t> unhealthy;   // backends whose devices are withheld until healthy again
-  };
   struct Reservation {
     std::uint64_t generation = 0;  // which filter call made it
     std::string patched_rv;        // the pod's resourceVersion after our patch ("" while it is in flight)
@@ -163,7 +159,7 @@ class Controller {
   std::unique_ptr<Informer<NodeView>> nodes_;
   std::unique_ptr<Informer<PodView>> pods_;
   std::unique_ptr<Informer<ResourceQuotaView>> quotas_;
-  std::unordered_map<std::string, NodeHealth> health_;
+  std::unordered_map<std::string, NodeHealthRecord> health_;
   std::unordered_map<std::string, Reservation> reservations_;              // pod uid -> made by our filter
   std::unordered_map<std::string, std::vector<LockWaiter>> lock_waiters_;  // node -> binds waiting
   std::unordered_set<std::string> annotation_warned_;  // pods whose unreadable annotations were logged

@@ -1,10 +1,7 @@
 #include "sim/api_server.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <openssl/crypto.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -22,7 +19,6 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 #include <boost/json.hpp>
-#include <cerrno>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -31,6 +27,7 @@
 #include <variant>
 
 #include "core/strings.h"
+#include "k8s/files.h"
 #include "k8s/yaml_json.h"
 #include "sim/protobuf.h"
 #include "sim/resources.h"
@@ -1080,25 +1077,7 @@ std::string ApiServer::Kubeconfig() const {
 
 Result<void> ApiServer::WriteKubeconfig(const std::string& path) const {
   // Owner-only, like kubectl's own: it may hold a token or a private key.
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Error{fmt::format("cannot write kubeconfig '{}': {}", path, std::strerror(errno))};
-  const std::string text = Kubeconfig();
-  std::size_t written = 0;
-  int error = 0;
-  struct stat st{};
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::fchmod(fd, 0600) != 0) error = errno;  // an old file
-  while (error == 0 && written < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error = n < 0 ? errno : EIO;
-      break;
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  if (::close(fd) != 0 && error == 0) error = errno;
-  if (error != 0) return Error{fmt::format("cannot write kubeconfig '{}': {}", path, std::strerror(error))};
-  return {};
+  return k8s::ReplaceFile(path, Kubeconfig(), 0600, "kubeconfig");
 }
 
 void ApiServer::FailNext(FaultRule rule) {

@@ -8,7 +8,10 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/json.hpp>
+#include <fstream>
+#include <sstream>
 
+#include "cmd/app.h"
 #include "cmd/service.h"
 #include "core/codec/stamps.h"
 #include "core/keys.h"
@@ -408,6 +411,66 @@ TEST_F(ControllerTest, HealthPassRequestsHandshakesAndWithholdsDevicesOfAGonePlu
     co_await c.HealthPass();
     EXPECT_EQ(dcu_devices(), 1u);
   }());
+}
+
+// `simulate` decides as `serve` does (issue 8 §7): one snapshot, with a node whose handshake request expired
+// unanswered and whose nvidia.com/gpu allocatable is 0, through `simulate --now T` and through the controller
+// (its first health pass at T) gives the same placements and the same refusals.
+TEST_F(ControllerTest, SimulateDecidesAsServeOnTheSameSnapshot) {
+  const TimePoint t = std::chrono::floor<std::chrono::seconds>(std::chrono::system_clock::now());
+  clock_ = std::make_unique<FixedClock>(t);
+  json::value stale = NvidiaNode("gpu-stale", 2);
+  stale.at("metadata").as_object()["annotations"].as_object()["hami.io/node-handshake"] =
+      codec::FormatHandshakeRequest(t - 10min);
+  stale.at("status").at("allocatable").as_object()["nvidia.com/gpu"] = "0";
+  ASSERT_TRUE(server_.store().Create(stale));
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-ok", 1)));
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-small", 1, 2000)));
+  const std::vector<std::pair<std::string, int>> pods = {{"p1", 3000}, {"p2", 15000}, {"p3", 3000}};
+  for (const auto& [name, mem] : pods) ASSERT_TRUE(server_.store().Create(GpuPod(name, mem)));
+  // The snapshot, as `kubectl get nodes,pods -A -o json` would print it before serve starts.
+  json::array items;
+  for (const std::string node : {"gpu-stale", "gpu-ok", "gpu-small"})
+    items.push_back(Stored("nodes", "", node));
+  for (const auto& p : pods) items.push_back(Stored("pods", "default", p.first));
+  const std::string snapshot = ::testing::TempDir() + "/simulate_parity_snapshot.json";
+  std::ofstream(snapshot) << json::serialize(
+      json::object{{"apiVersion", "v1"}, {"kind", "List"}, {"items", items}});
+
+  std::ostringstream out, err;
+  ASSERT_EQ(cmd::Simulate({"--cluster", snapshot, "--now", codec::FormatRfc3339(t)}, out, err), cmd::kExitOk)
+      << err.str();
+  const json::value simulated = json::parse(out.str());
+  EXPECT_NE(err.str().find("node gpu-stale: NVIDIA devices withheld"), std::string::npos) << err.str();
+
+  StartService(std::chrono::hours(1));  // one health pass, at t
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    const json::array candidates = {"gpu-ok", "gpu-small", "gpu-stale"};
+    for (std::size_t i = 0; i < pods.size(); ++i) {
+      const std::string& name = pods[i].first;
+      const json::object& sim = simulated.at("results").at(i).as_object();
+      EXPECT_EQ(sim.at("pod").as_string(), "default/" + name);
+      auto served = co_await Post("/filter", FilterArgs(name, candidates));
+      EXPECT_TRUE(served.at("Error").as_string().empty()) << name;
+      const json::array& chosen = served.at("NodeNames").as_array();
+      if (chosen.empty()) {
+        EXPECT_EQ(sim.at("outcome").as_string(), "unschedulable") << name;
+        EXPECT_EQ(json::serialize(sim.at("failedNodes")), json::serialize(served.at("FailedNodes"))) << name;
+      } else {
+        EXPECT_EQ(json::serialize(sim.at("node")), json::serialize(chosen.at(0))) << name;
+        EXPECT_EQ(Annotation(Stored("pods", "default", name), "hami.io/vgpu-devices-allocated"),
+                  std::string(sim.at("annotations").at("hami.io/vgpu-devices-allocated").as_string()))
+            << name;
+      }
+    }
+  }());
+  // And what both decided: the stale node's devices count for nothing.
+  const auto& r = simulated.at("results").as_array();
+  EXPECT_EQ(r.at(0).at("node").as_string(), "gpu-ok");
+  EXPECT_EQ(r.at(1).at("outcome").as_string(), "unschedulable");
+  EXPECT_EQ(r.at(1).at("failedNodes").at("gpu-stale").as_string(), "node unregistered");
+  EXPECT_EQ(r.at(2).at("node").as_string(), "gpu-ok");
 }
 
 TEST_F(ControllerTest, APodRecreatedWhileTheWatchWasDownReleasesTheOldHold) {

@@ -292,5 +292,38 @@ TEST(FlagsHelp, GroupsDefaultsAndIntro) {
   }
 }
 
+// HAMi's --profiling turns on Go's pprof endpoints; there is nothing like them here. The chart passes it, so
+// it stays accepted (flag and YAML key), says so in the help, and warns once when set.
+TEST(Flags, ProfilingIsAcceptedWithOneWarningAndAnHonestHelpLine) {
+  const std::string help = FlagsHelp("hami-scheduler serve");
+  const std::size_t at = help.find("--profiling");
+  ASSERT_NE(at, std::string::npos);
+  const std::string line = help.substr(at, help.find('\n', at) - at);
+  EXPECT_THAT(line, HasSubstr("no effect")) << line;
+  EXPECT_THAT(help, Not(HasSubstr("enable the profiling endpoints")));
+
+  const auto profiling_warnings = [](const LoadedConfig& c) {
+    std::size_t n = 0;
+    for (const auto& w : c.config.warnings) n += w.find("profiling") != std::string::npos ? 1 : 0;
+    return n;
+  };
+  auto flag = Load({"--profiling"});
+  ASSERT_TRUE(flag) << flag.error().message;
+  EXPECT_TRUE(flag->config.profiling);
+  EXPECT_EQ(profiling_warnings(*flag), 1u);
+  EXPECT_THAT(flag->config.warnings, Contains(HasSubstr("has no effect")));
+  // From the file and the flag at once: still one warning.
+  const std::string file = WriteTemp("profiling.yaml", "scheduler:\n  profiling: true\n");
+  auto both = Load({"--config=" + file, "-profiling=true"});
+  ASSERT_TRUE(both) << both.error().message;
+  EXPECT_EQ(profiling_warnings(*both), 1u);
+  auto yaml_only = Load({"--config=" + file});
+  ASSERT_TRUE(yaml_only) << yaml_only.error().message;
+  EXPECT_EQ(profiling_warnings(*yaml_only), 1u);
+  auto off = Load({"--profiling=false"});
+  ASSERT_TRUE(off) << off.error().message;
+  EXPECT_EQ(profiling_warnings(*off), 0u);
+}
+
 }  // namespace
 }  // namespace hami::config

@@ -6,6 +6,7 @@
 #include "backends/hygon/hygon.h"
 #include "backends/nvidia/nvidia.h"
 #include "core/codec/stamps.h"
+#include "tests/support/builders.h"
 
 namespace hami {
 namespace {
@@ -127,6 +128,37 @@ TEST_F(Health, NvidiaDeviceChecks) {
   EXPECT_TRUE(fresh.healthy);
   EXPECT_TRUE(fresh.refresh);
   EXPECT_EQ(fresh.memory.reported_count, 4);
+}
+
+// The pass serve runs per node (and simulate runs once): which vendors are asked, and when their devices are
+// withheld and given back.
+TEST_F(Health, NodeHealthPassWithholdsOnceAndRestoresOnASignOfThePlugin) {
+  const Backends backends = testing::BuiltinBackends();
+  const std::size_t nv = static_cast<std::size_t>(backends.IndexOf("NVIDIA"));
+  NodeView n = testing::NvidiaNode("n", {testing::Gpu("GPU-0", 0)});
+  n.annotations["hami.io/node-handshake"] = codec::FormatHandshakeRequest(now_ - 10min);
+  n.allocatable["nvidia.com/gpu"] = "0";
+  NodeHealthRecord record;
+  auto steps = NodeHealthPass(backends, n, nullptr, record, now_, 60s);
+  ASSERT_EQ(steps.size(), 1u);  // only the vendor that publishes on the node
+  EXPECT_EQ(steps[0].backend, nv);
+  EXPECT_TRUE(steps[0].withhold);
+  EXPECT_FALSE(steps[0].verdict.healthy);
+  EXPECT_TRUE(record.unhealthy.contains(nv));
+  // Withheld already: not again. Our own fresh request is no sign of life.
+  n.annotations["hami.io/node-handshake"] = codec::FormatHandshakeRequest(now_);
+  steps = NodeHealthPass(backends, n, nullptr, record, now_, 60s);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_FALSE(steps[0].withhold);
+  EXPECT_FALSE(steps[0].restore);
+  // The plugin answers: the devices come back.
+  n.annotations["hami.io/node-handshake"] = "Reported 2024-01-24 04:30:00";
+  steps = NodeHealthPass(backends, n, nullptr, record, now_, 60s);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_TRUE(steps[0].restore);
+  EXPECT_FALSE(record.unhealthy.contains(nv));
+  // A node that publishes nothing is not asked.
+  EXPECT_TRUE(NodeHealthPass(backends, NodeView{}, nullptr, record, now_, 60s).empty());
 }
 
 }  // namespace

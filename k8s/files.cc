@@ -1,0 +1,86 @@
+#include "k8s/files.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+namespace hami::k8s {
+namespace {
+
+std::string DirectoryOf(const std::string& path) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+Result<void> Failed(std::string_view what, const std::string& path, std::string_view step, int error) {
+  return Error{fmt::format("cannot write {} '{}': {}: {}", what, path, step, std::strerror(error))};
+}
+
+}  // namespace
+
+Result<void> ReplaceFile(const std::string& path, std::string_view content, mode_t mode,
+                         std::string_view what) {
+  if (path.empty() || path.back() == '/')
+    return Error{fmt::format("cannot write {} '{}': expected a file path", what, path)};
+  const std::string dir = DirectoryOf(path);
+  const std::string base = path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
+  std::random_device random;
+  std::string temp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
+    temp = fmt::format("{}/.{}.{:08x}.tmp", dir, base, random());
+    // O_EXCL: a name someone else planted (a file or a symlink) is never opened.
+    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0 && errno != EEXIST) return Failed(what, path, "create a temporary file", errno);
+  }
+  if (fd < 0) return Failed(what, path, "create a temporary file", EEXIST);
+  int error = 0;
+  const char* step = "";
+  // The umask may have cleared bits of `mode`; a kubeconfig must not end up wider than asked either way.
+  if (::fchmod(fd, mode) != 0) {
+    error = errno;
+    step = "set its mode";
+  }
+  for (std::size_t written = 0; error == 0 && written < content.size();) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = n < 0 ? errno : EIO;
+      step = "write";
+      break;
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  if (error == 0 && ::fsync(fd) != 0) {
+    error = errno;
+    step = "fsync";
+  }
+  if (::close(fd) != 0 && error == 0) {
+    error = errno;
+    step = "close";
+  }
+  // rename(2) replaces the directory entry itself: a symlink at `path` goes, its target stays untouched.
+  if (error == 0 && ::rename(temp.c_str(), path.c_str()) != 0) {
+    error = errno;
+    step = "rename over it";
+  }
+  if (error != 0) {
+    ::unlink(temp.c_str());
+    return Failed(what, path, step, error);
+  }
+  // The rename itself survives a crash once the directory is synced too (best effort: some file systems
+  // refuse fsync on a directory).
+  if (const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir_fd >= 0) {
+    (void)::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+  return {};
+}
+
+}  // namespace hami::k8s
