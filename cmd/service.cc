@@ -14,6 +14,7 @@
 
 #include "cmd/app.h"
 #include "config/flags.h"
+#include "k8s/event_loop.h"
 #include "k8s/metrics.h"
 
 namespace hami::cmd {
@@ -71,12 +72,15 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   main.address = cfg.http_bind;
   main.cert_file = cfg.cert_file;
   main.key_file = cfg.key_file;
+  main.client_ca_file = cfg.client_ca_file;
+  main.max_connections = static_cast<std::size_t>(cfg.max_connections);
   s->server_ = std::make_unique<k8s::HttpServer>(ioc.get_executor(), main);
   s->Routes(*s->server_, true);
   if (!cfg.metrics_bind_address.empty() && cfg.metrics_bind_address != cfg.http_bind) {
     k8s::HttpServerOptions m;
     m.address = cfg.metrics_bind_address;
     m.address_flag = "--metrics-bind-address";
+    m.max_connections = static_cast<std::size_t>(cfg.max_connections);
     s->metrics_ = std::make_unique<k8s::HttpServer>(ioc.get_executor(), m);
     s->Routes(*s->metrics_, false);
   }
@@ -102,9 +106,10 @@ void SchedulerService::Routes(k8s::HttpServer& server, bool extender) {
   using k8s::ServerRequest;
   using k8s::ServerResponse;
   k8s::Controller* c = controller_.get();
-  server.Route(http::verb::get, "/metrics", [c](const ServerRequest&) -> asio::awaitable<ServerResponse> {
-    co_return Respond(200, k8s::prom::kContentType, c->Metrics());
-  });
+  server.Route(http::verb::get, "/metrics",
+               [this, c](const ServerRequest&) -> asio::awaitable<ServerResponse> {
+                 co_return Respond(200, k8s::prom::kContentType, c->Metrics() + ServerMetrics());
+               });
   server.Route(http::verb::get, "/healthz", [](const ServerRequest&) -> asio::awaitable<ServerResponse> {
     co_return Respond(200, kText, "ok\n");
   });
@@ -121,6 +126,43 @@ void SchedulerService::Routes(k8s::HttpServer& server, bool extender) {
     std::string body = co_await c->Bind(r.body, r.body_too_large);
     co_return Respond(200, kJson, std::move(body));
   });
+}
+
+std::string SchedulerService::ServerMetrics() const {
+  k8s::prom::TextWriter w;
+  std::vector<std::pair<const char*, const k8s::HttpServer*>> listeners{{"extender", server_.get()}};
+  if (metrics_) listeners.emplace_back("metrics", metrics_.get());
+  struct Family {
+    const char* name;
+    const char* help;
+    const char* type;
+    std::uint64_t (*value)(const k8s::HttpServer&);
+  };
+  const Family families[] = {
+      {"hami_http_open_connections", "Open connections, per listener.", "gauge",
+       [](const k8s::HttpServer& s) -> std::uint64_t { return s.open_connections(); }},
+      {"hami_http_connection_failures_total",
+       "Connections ended by an exception in their coroutine (a bug, logged; the server went on).", "counter",
+       [](const k8s::HttpServer& s) { return s.connection_failures(); }},
+      {"hami_http_connections_evicted_total",
+       "Idle connections closed at the connection cap to make room for a new one.", "counter",
+       [](const k8s::HttpServer& s) { return s.connections_evicted(); }},
+      {"hami_http_connections_refused_total",
+       "Connections refused with 503 at the connection cap (every connection busy).", "counter",
+       [](const k8s::HttpServer& s) { return s.connections_refused(); }},
+      {"hami_http_request_timeouts_total", "Requests whose head or body did not arrive in time.", "counter",
+       [](const k8s::HttpServer& s) { return s.timeouts(); }},
+  };
+  for (const auto& f : families) {
+    w.Family(f.name, f.help, f.type);
+    for (const auto& [listener, server] : listeners) {
+      w.Sample(f.name, {{"listener", listener}}, static_cast<double>(f.value(*server)));
+    }
+  }
+  w.Family("hami_event_loop_exceptions_total",
+           "Exceptions that escaped the event loop (a bug, logged; the loop went on).", "counter");
+  w.Sample("hami_event_loop_exceptions_total", {}, static_cast<double>(loop_exceptions_));
+  return w.Take();
 }
 
 Result<void> SchedulerService::Listen() {
@@ -274,7 +316,7 @@ int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     watch.async_wait([&](const boost::system::error_code&) { check(); });
   };
   check();
-  ioc.run();
+  k8s::RunLoop(ioc, s.loop_exceptions(), "serve");
   if (s.failure()) {
     err << "hami-scheduler serve: stopped after a failure (see the log above)\n";
     return kExitFailure;

@@ -53,6 +53,11 @@ class SchedulerService {
   std::string url() const;  // http(s)://127.0.0.1:<port>
   k8s::Controller& controller() { return *controller_; }
   k8s::ApiClient& client() { return *client_; }
+  // Exceptions that escaped the event loop running this service (k8s::RunLoop counts them; /metrics shows
+  // them as hami_event_loop_exceptions_total).
+  std::uint64_t& loop_exceptions() { return loop_exceptions_; }
+  // The listeners' connection counters and loop_exceptions() in Prometheus text (part of /metrics).
+  std::string ServerMetrics() const;
 
  private:
   SchedulerService(boost::asio::io_context& ioc, const config::Config& cfg);
@@ -67,6 +72,7 @@ class SchedulerService {
   std::unique_ptr<k8s::HttpServer> metrics_;
   boost::asio::cancellation_signal stop_;
   int running_ = 0;
+  std::uint64_t loop_exceptions_ = 0;
   bool stopping_ = false;
   std::exception_ptr failure_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

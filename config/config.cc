@@ -374,6 +374,12 @@ constexpr Field<Config> kSchedulerFields[] = {
     {"httpBind", [](Reader& r, const Item& it, Config& c) { r.String(it, c.http_bind); }},
     {"certFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.cert_file); }},
     {"keyFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.key_file); }},
+    {"clientCaFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.client_ca_file); }},
+    {"maxConnections",
+     [](Reader& r, const Item& it, Config& c) {
+       if (auto v = r.Int(it, 0, 1048576, "a number of connections from 0 (no cap) to 1048576"))
+         c.max_connections = static_cast<int>(*v);
+     }},
     {"schedulerName", [](Reader& r, const Item& it, Config& c) { r.String(it, c.scheduler_name); }},
     {"metricsBindAddress",
      [](Reader& r, const Item& it, Config& c) { r.String(it, c.metrics_bind_address); }},
@@ -649,6 +655,13 @@ void ValidateConfig(const Config& cfg, std::vector<std::string>& problems) {
                     "only {} is set",
                     cfg.cert_file.empty() ? "the key" : "the certificate"));
   }
+  if (!cfg.client_ca_file.empty() && cfg.cert_file.empty()) {
+    problems.push_back(
+        "--client-ca-file (scheduler.clientCaFile) needs TLS: client certificates are verified only over "
+        "HTTPS; set --cert_file and --key_file (scheduler.certFile, scheduler.keyFile) too");
+  }
+  if (cfg.max_connections < 0)
+    problems.push_back("--max-connections (scheduler.maxConnections): must not be negative");
   if (cfg.http_bind.empty()) problems.push_back("--http_bind (scheduler.httpBind): must not be empty");
 }
 
@@ -831,6 +844,8 @@ std::string ToYaml(const Config& cfg) {
   EmitString(out, "httpBind", cfg.http_bind);
   EmitString(out, "certFile", cfg.cert_file);
   EmitString(out, "keyFile", cfg.key_file);
+  EmitString(out, "clientCaFile", cfg.client_ca_file);
+  out << YAML::Key << "maxConnections" << YAML::Value << cfg.max_connections;
   EmitString(out, "schedulerName", cfg.scheduler_name);
   EmitString(out, "metricsBindAddress", cfg.metrics_bind_address);
   out << YAML::Key << "profiling" << YAML::Value << cfg.profiling;

@@ -22,6 +22,8 @@ struct Config {
   std::string http_bind = "127.0.0.1:8080";       // --http_bind
   std::string cert_file;                          // --cert_file
   std::string key_file;                           // --key_file
+  std::string client_ca_file;                     // --client-ca-file (ours): mTLS for the extender
+  int max_connections = 1024;                     // --max-connections (ours), per listener; 0 = no cap
   std::string scheduler_name = "hami-scheduler";  // --scheduler-name
   std::string metrics_bind_address = ":9395";     // --metrics-bind-address
   bool profiling = false;                         // --profiling

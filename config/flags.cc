@@ -195,6 +195,12 @@ void SetKubeQps(const std::string& flag, const std::string& value, LoadedConfig&
     out.config.kube_qps = v;
   }
 }
+void SetMaxConnections(const std::string& flag, const std::string& value, LoadedConfig& out,
+                       Problems& problems) {
+  if (auto v =
+          Int(flag, value, 0, 1048576, "want a number of connections from 0 (no cap) to 1048576", problems))
+    out.config.max_connections = static_cast<int>(*v);
+}
 void SetKubeBurst(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
   if (auto v = Int(flag, value, 1, 2147483647, "want an integer >= 1", problems))
     out.config.kube_burst = static_cast<int>(*v);
@@ -226,6 +232,7 @@ std::string ShowZero(const Config&) { return "0"; }
 std::string ShowGpuPolicy(const Config& d) { return d.policies.gpu_policy; }
 std::string ShowNodePolicy(const Config& d) { return d.policies.node_policy; }
 std::string ShowRetryTimeout(const Config& d) { return GoDuration(d.node_lock_retry_timeout); }
+std::string ShowMaxConnections(const Config& d) { return std::to_string(d.max_connections); }
 std::string ShowKubeQps(const Config& d) { return fmt::format("{}", d.kube_qps); }
 std::string ShowKubeBurst(const Config& d) { return fmt::format("{}", d.kube_burst); }
 std::string ShowKubeTimeout(const Config& d) { return fmt::format("{}", d.kube_timeout.count()); }
@@ -241,6 +248,12 @@ const FlagDef kFlags[] = {
      &SetString<&Config::cert_file>, &ShowString<&Config::cert_file>},
     {"key_file", Group::kServer, false, "FILE", "TLS private key", &SetString<&Config::key_file>,
      &ShowString<&Config::key_file>},
+    {"client-ca-file", Group::kServer, false, "FILE",
+     "with TLS: the extender requires client certificates signed by these PEM CAs (mTLS)",
+     &SetString<&Config::client_ca_file>, &ShowString<&Config::client_ca_file>},
+    {"max-connections", Group::kServer, false, "N",
+     "open connections per listener at most (0 = no cap); idle ones are closed first", &SetMaxConnections,
+     &ShowMaxConnections},
     {"scheduler-name", Group::kServer, false, "NAME",
      "the source of pod events (HAMi's webhook also wrote it on pods; no webhook is served yet)",
      &SetString<&Config::scheduler_name>, &ShowString<&Config::scheduler_name>},

@@ -1,6 +1,8 @@
 #include "k8s/http_server.h"
 
 #include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -9,6 +11,7 @@
 #include <array>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/ssl.hpp>
@@ -26,6 +29,8 @@
 #include <optional>
 #include <sstream>
 #include <type_traits>
+
+#include "k8s/request_parser.h"
 
 namespace hami::k8s {
 namespace asio = boost::asio;
@@ -95,6 +100,24 @@ Result<std::shared_ptr<asio::ssl::context>> LoadTlsContext(const HttpServerOptio
     return Error{fmt::format("TLS private key \"{}\" does not belong to the certificate \"{}\"", o.key_file,
                              o.cert_file)};
   }
+  if (!o.client_ca_file.empty()) {
+    auto ca = ReadFile("client CA file", o.client_ca_file);
+    if (!ca) return ca.error();
+    ctx->add_certificate_authority(asio::buffer(*ca), ec);
+    if (ec) {
+      return Error{
+          fmt::format("client CA file \"{}\": not PEM certificates ({})", o.client_ca_file, ec.message())};
+    }
+    // Named in the certificate request too: a Go client presents its certificate only to a CA it names.
+    BIO* bio = BIO_new_mem_buf(ca->data(), static_cast<int>(ca->size()));
+    while (X509* ca_cert = bio ? PEM_read_bio_X509(bio, nullptr, nullptr, nullptr) : nullptr) {
+      SSL_CTX_add_client_CA(ctx->native_handle(), ca_cert);
+      X509_free(ca_cert);
+    }
+    if (bio) BIO_free(bio);
+    ERR_clear_error();  // the loop ends on "no start line"
+    ctx->set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert);
+  }
   return ctx;
 }
 
@@ -158,7 +181,9 @@ enum class ReadStatus { kOk, kClosed, kTimeout, kMalformed, kHeaderTooLarge };
 
 ReadStatus Classify(const boost::system::error_code& ec) {
   if (ec == beast::error::timeout) return ReadStatus::kTimeout;
-  if (ec == http::error::header_limit) return ReadStatus::kHeaderTooLarge;
+  // A head, trailer or chunk line larger than the read buffer holds is a head too large as well.
+  if (ec == http::error::header_limit || ec == http::error::buffer_overflow)
+    return ReadStatus::kHeaderTooLarge;
   if (ec == http::error::end_of_stream || ec == http::error::partial_message) return ReadStatus::kClosed;
   // Every other parser error is a request that is not HTTP/1.x as it should be.
   if (ec.category() == http::make_error_code(http::error::bad_method).category())
@@ -168,14 +193,15 @@ ReadStatus Classify(const boost::system::error_code& ec) {
 
 // One accepted connection as the server sees it, for Shutdown() and the deadline of Drained().
 struct ConnectionState {
-  explicit ConnectionState(beast::tcp_stream& stream) : lowest(stream) {}
+  explicit ConnectionState(beast::tcp_stream& stream) : lowest(stream), idle_since(Clock::now()) {}
   void Close() {
     closing = true;
     lowest.close();  // pending reads and writes complete with an error
   }
   beast::tcp_stream& lowest;
-  bool busy = false;     // a request is in flight on it
-  bool closing = false;  // closed by the server: nothing more to say on it
+  bool busy = false;             // a request is in flight on it
+  Clock::time_point idle_since;  // when it last finished a request (or was accepted)
+  bool closing = false;          // closed by the server: nothing more to say on it
 };
 
 }  // namespace
@@ -187,11 +213,13 @@ struct HttpServer::Impl {
   Result<void> LoadTls() {
     const FileStamp cert = StampOf(options.cert_file);
     const FileStamp key = StampOf(options.key_file);
+    const FileStamp ca = StampOf(options.client_ca_file);
     auto ctx = LoadTlsContext(options);
     if (!ctx) return ctx.error();
     tls_context = std::move(*ctx);
     cert_stamp = cert;
     key_stamp = key;
+    ca_stamp = ca;
     return {};
   }
 
@@ -199,11 +227,13 @@ struct HttpServer::Impl {
   void ReloadTlsIfChanged() {
     const FileStamp cert = StampOf(options.cert_file);
     const FileStamp key = StampOf(options.key_file);
-    if (cert == cert_stamp && key == key_stamp) return;
+    const FileStamp ca = StampOf(options.client_ca_file);
+    if (cert == cert_stamp && key == key_stamp && ca == ca_stamp) return;
     // Remembered even when loading fails: one log line per change, not one per connection. A half-written
     // pair (new certificate, old key) fails here and loads when the key changes too.
     cert_stamp = cert;
     key_stamp = key;
+    ca_stamp = ca;
     auto ctx = LoadTlsContext(options);
     if (!ctx) {
       spdlog::error("{}: TLS reload failed, still serving the previous certificate: {}", options.address,
@@ -212,7 +242,8 @@ struct HttpServer::Impl {
     }
     tls_context = std::move(*ctx);
     ++tls_reloads;
-    spdlog::info("{}: TLS certificate reloaded from {}", options.address, options.cert_file);
+    spdlog::info("{}: TLS certificate{} reloaded from {}", options.address,
+                 options.client_ca_file.empty() ? "" : " and client CA", options.cert_file);
   }
 
   void RequestStarted(ConnectionState& conn) {
@@ -221,6 +252,7 @@ struct HttpServer::Impl {
   }
   void RequestFinished(ConnectionState& conn) {
     conn.busy = false;
+    conn.idle_since = Clock::now();
     if (--in_flight == 0) {
       for (auto* waiter : drain_waiters) waiter->cancel();
     }
@@ -231,12 +263,48 @@ struct HttpServer::Impl {
     }
   }
 
+  // Closes the connection idle the longest (none busy with a request); false if every one is busy.
+  bool EvictIdlest() {
+    ConnectionState* idlest = nullptr;
+    for (auto& [id, conn] : connections) {
+      if (conn->busy || conn->closing) continue;
+      if (!idlest || conn->idle_since < idlest->idle_since) idlest = conn;
+    }
+    if (!idlest) return false;
+    idlest->Close();
+    ++evicted;
+    return true;
+  }
+
+  // Room for one more connection under max_connections, evicting the idlest if need be; false if every
+  // connection is busy with a request.
+  bool MakeRoom() {
+    if (options.max_connections == 0) return true;
+    std::size_t live = 0;
+    for (auto& [id, conn] : connections) live += conn->closing ? 0 : 1;
+    if (live < options.max_connections) return true;
+    const bool evicted_one = EvictIdlest();
+    if (!evicted_one) ++refused;
+    LogAtTheCap();
+    return evicted_one;
+  }
+
+  // At most one line a second, with what happened since the last one.
+  void LogAtTheCap() {
+    const auto now = Clock::now();
+    if (now - last_cap_log < std::chrono::seconds(1)) return;
+    last_cap_log = now;
+    spdlog::warn(
+        "{}: at the connection cap ({} = {}): {} idle connections closed, {} refused with 503 so far",
+        options.address, options.max_connections_flag, options.max_connections, evicted, refused);
+  }
+
   asio::any_io_executor executor;
   HttpServerOptions options;
   std::map<std::string, std::map<http::verb, RouteHandler>, std::less<>> routes;
   tcp::acceptor acceptor;
   std::shared_ptr<asio::ssl::context> tls_context;  // each connection keeps the one it started with
-  FileStamp cert_stamp, key_stamp;
+  FileStamp cert_stamp, key_stamp, ca_stamp;
   std::uint16_t port = 0;
   bool stopping = false;
   std::map<std::uint64_t, ConnectionState*> connections;
@@ -245,6 +313,11 @@ struct HttpServer::Impl {
   std::uint64_t timeouts = 0;
   std::uint64_t requests = 0;
   std::uint64_t tls_reloads = 0;
+  std::uint64_t connection_failures = 0;
+  std::uint64_t evicted = 0;
+  std::uint64_t refused = 0;
+  Clock::time_point last_cap_log{};
+  Clock::time_point last_accept_log{};
   std::vector<asio::steady_timer*> drain_waiters;
 };
 
@@ -294,9 +367,7 @@ template <class Stream>
 asio::awaitable<ReadStatus> ReadRequest(const HttpServerOptions& o, Stream& stream, ConnectionState& conn,
                                         beast::flat_buffer& buffer, Clock::time_point start,
                                         IncomingRequest& in) {
-  http::request_parser<http::buffer_body> parser;
-  parser.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(o.header_limit, UINT32_MAX)));
-  parser.body_limit(boost::none);  // the loop below stops at body_limit itself
+  BoundedRequestParser parser({.header_limit = o.header_limit, .body_limit = o.body_limit});
   const auto request_deadline = start + o.read_timeout;
   conn.lowest.expires_at(std::min(start + o.header_timeout, request_deadline));
   auto [hec, hn] = co_await http::async_read_header(stream, buffer, parser, kTuple);
@@ -308,24 +379,13 @@ asio::awaitable<ReadStatus> ReadRequest(const HttpServerOptions& o, Stream& stre
     auto [cec, cn] = co_await asio::async_write(stream, asio::buffer(kContinue), kTuple);
     if (cec) co_return Classify(cec);
   }
-  std::string& body = in.request.body;
-  if (const auto length = parser.content_length(); length && *length <= o.body_limit) body.reserve(*length);
-  std::array<char, kReadChunk> chunk;
   conn.lowest.expires_at(request_deadline);
-  while (!parser.is_done()) {
-    const std::size_t left = o.body_limit - body.size();
-    const std::size_t want = left < chunk.size() ? left + 1 : chunk.size();
-    req.body().data = chunk.data();
-    req.body().size = want;
+  if (!parser.is_done()) {
     auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTuple);
-    if (ec && ec != http::error::need_buffer) co_return Classify(ec);
-    body.append(chunk.data(), want - req.body().size);
-    if (body.size() > o.body_limit) {
-      body.resize(o.body_limit);
-      in.request.body_too_large = true;
-      break;
-    }
+    if (ec && !(ec == http::error::body_limit && parser.body_too_large())) co_return Classify(ec);
   }
+  in.request.body = std::move(req.body());
+  in.request.body_too_large = parser.body_too_large();
   in.request.method = req.method();
   in.request.target = std::string(req.target());
   in.request.path = in.request.target.substr(0, in.request.target.find('?'));
@@ -416,7 +476,7 @@ template <class Stream>
 asio::awaitable<void> RunSession(std::shared_ptr<Impl> self, Stream& stream, ConnectionState& conn,
                                  Clock::time_point connected) {
   const HttpServerOptions& o = self->options;
-  beast::flat_buffer buffer;
+  beast::flat_buffer buffer = MakeRequestBuffer(o.header_limit);
   for (bool first = true; !conn.closing && !self->stopping; first = false) {
     // The first byte of the next request (unless pipelined bytes already wait): a new connection gets the
     // header timeout for its whole first head, a kept-alive one waits up to the idle timeout.
@@ -479,14 +539,40 @@ asio::awaitable<void> RunConnection(std::shared_ptr<Impl> self, tcp::socket sock
   co_await RunSession(self, stream, conn, Clock::now());
 }
 
-void LogConnectionFailure(std::exception_ptr e) {
+// A connection coroutine that threw: a bug, or an input no limit caught. That connection is gone (its
+// socket closed as the coroutine unwound); the server goes on.
+void RecordConnectionFailure(const std::weak_ptr<Impl>& server, const std::string& address,
+                             std::exception_ptr e) {
   if (!e) return;
+  if (auto self = server.lock()) ++self->connection_failures;
   try {
     std::rethrow_exception(e);
   } catch (const std::exception& failure) {
-    spdlog::error("HTTP connection failed: {}", failure.what());
+    spdlog::error("{}: HTTP connection failed: {}", address, failure.what());
   } catch (...) {
-    spdlog::error("HTTP connection failed");
+    spdlog::error("{}: HTTP connection failed with a non-standard exception", address);
+  }
+}
+
+// Every connection is busy at the cap: a short 503 on plain HTTP (a TLS client would need a handshake
+// first, so it is just closed), then the socket closes.
+asio::awaitable<void> Refuse(tcp::socket socket, bool tls) {
+  beast::tcp_stream stream(std::move(socket));
+  if (!tls) {
+    static constexpr std::string_view kBusy =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: "
+        "31\r\nRetry-After: 1\r\nConnection: close\r\n\r\nserver at its connection limit\n";
+    stream.expires_after(kLingerTimeout);
+    auto [ec, n] = co_await asio::async_write(stream, asio::buffer(kBusy), kTuple);
+    if (!ec) {
+      beast::error_code ignored;
+      stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      std::array<char, 4096> sink;  // until the client closes, so that closing does not reset the answer
+      for (;;) {
+        auto [rec, rn] = co_await stream.async_read_some(asio::buffer(sink), kTuple);
+        if (rec) break;
+      }
+    }
   }
 }
 
@@ -508,6 +594,12 @@ Result<std::uint16_t> HttpServer::Listen() {
   Impl& s = *impl_;
   if (s.acceptor.is_open()) return s.port;
   const HttpServerOptions& o = s.options;
+  if (!o.client_ca_file.empty() && o.cert_file.empty()) {
+    return Error{
+        fmt::format("{} \"{}\": a client CA file (client certificates) needs TLS: set a certificate "
+                    "and a key file too",
+                    o.address_flag, o.address)};
+  }
   if (o.cert_file.empty() != o.key_file.empty()) {
     return Error{fmt::format("{} \"{}\": TLS needs both a certificate file and a key file, only {} is set",
                              o.address_flag, o.address, o.cert_file.empty() ? "the key" : "the certificate")};
@@ -553,17 +645,32 @@ asio::awaitable<void> HttpServer::Serve() {
     auto [ec, socket] = co_await self->acceptor.async_accept(kTuple);
     if (self->stopping || ec == asio::error::operation_aborted) break;
     if (ec) {
-      // Out of descriptors and the like: pause instead of spinning; the server stays up.
-      spdlog::warn("{}: accept failed: {}", self->options.address, ec.message());
+      // Out of descriptors: the idlest connection makes room and the next accept gets its descriptor at
+      // once; with none idle, pause instead of spinning. Logged once a second at most; the server stays up.
+      const bool out_of_descriptors = ec == asio::error::no_descriptors || ec.value() == ENFILE ||
+                                      ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
+      const bool made_room = out_of_descriptors && self->EvictIdlest();
+      if (const auto now = Clock::now(); now - self->last_accept_log >= std::chrono::seconds(1)) {
+        self->last_accept_log = now;
+        spdlog::warn("{}: accept failed: {}{}", self->options.address, ec.message(),
+                     made_room ? "; closing idle connections to make room" : "");
+      }
+      if (made_room) continue;
       asio::steady_timer pause(self->executor, std::chrono::milliseconds(50));
       co_await pause.async_wait(kTuple);
       continue;
     }
     boost::system::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
+    if (!self->MakeRoom()) {
+      asio::co_spawn(self->executor, Refuse(std::move(socket), self->tls_context != nullptr), asio::detached);
+      continue;
+    }
     if (self->tls_context) self->ReloadTlsIfChanged();
     asio::co_spawn(self->executor, RunConnection(self, std::move(socket), self->tls_context),
-                   LogConnectionFailure);
+                   [weak = std::weak_ptr<Impl>(self), address = self->options.address](std::exception_ptr e) {
+                     RecordConnectionFailure(weak, address, e);
+                   });
   }
 }
 
@@ -600,5 +707,8 @@ std::size_t HttpServer::open_connections() const { return impl_->connections.siz
 std::uint64_t HttpServer::timeouts() const { return impl_->timeouts; }
 std::uint64_t HttpServer::requests_served() const { return impl_->requests; }
 std::uint64_t HttpServer::tls_reloads() const { return impl_->tls_reloads; }
+std::uint64_t HttpServer::connection_failures() const { return impl_->connection_failures; }
+std::uint64_t HttpServer::connections_evicted() const { return impl_->evicted; }
+std::uint64_t HttpServer::connections_refused() const { return impl_->refused; }
 
 }  // namespace hami::k8s

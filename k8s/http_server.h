@@ -1,7 +1,8 @@
 #pragma once
 // An HTTP/1.1 server for the extender (POST /filter, /bind; GET /healthz, /readyz, /metrics): plain TCP or
 // TLS with certificate hot reload, keep-alive and pipelined requests, exact-path routes, the request timeouts
-// of HAMi's Go server, a body limit that hands the handler the truncated body instead of failing, and a
+// of HAMi's Go server, a body limit that hands the handler the truncated body instead of failing, head and
+// trailer limits (k8s/request_parser.h), a connection cap, optional client certificates (mTLS), and a
 // graceful shutdown. One coroutine per connection on the caller's executor (the one event loop); not
 // thread-safe.
 #include <boost/asio/any_io_executor.hpp>
@@ -46,16 +47,23 @@ using RouteHandler = std::function<boost::asio::awaitable<ServerResponse>(const 
 struct HttpServerOptions {
   std::string address =
       "127.0.0.1:8080";  // "host:port", ":port" (all interfaces), "[::1]:port"; port 0 = any
-  std::string address_flag = "--http_bind";         // names the address in Listen() errors
-  std::size_t body_limit = 1 << 20;                 // 1 MiB, as HAMi
-  std::size_t header_limit = 64 * 1024;             // request line and fields; larger -> 431
+  std::string address_flag = "--http_bind";  // names the address in Listen() errors
+  std::size_t body_limit = 1 << 20;          // 1 MiB, as HAMi
+  std::size_t header_limit = 64 * 1024;      // request line and fields, or trailer; larger -> 431 (max 65533)
   std::chrono::milliseconds header_timeout{15000};  // HAMi ReadHeaderTimeout; also the TLS handshake
   std::chrono::milliseconds read_timeout{60000};    // whole request (head + body), HAMi ReadTimeout
   std::chrono::milliseconds idle_timeout{120000};   // keep-alive wait for the next request
   std::chrono::milliseconds write_timeout{60000};
+  // Open connections at most (0 = no cap). At the cap, a new connection closes the one idle the longest;
+  // when every one is busy with a request, the new one gets a 503 and is closed. Logged once a second.
+  std::size_t max_connections = 1024;
+  std::string max_connections_flag = "--max-connections";  // names the cap in that log line
   // Both set: HTTPS only (TLS 1.2+); the files are read again when either changes (certificate rotation).
   std::string cert_file{};
   std::string key_file{};
+  // Set (needs TLS): clients must present a certificate that chains to one of these PEM CAs, else the
+  // handshake fails. Reloaded with the certificate.
+  std::string client_ca_file{};
 };
 
 class HttpServer {
@@ -90,6 +98,11 @@ class HttpServer {
   std::uint64_t requests_served() const;
   // Successful certificate reloads after the first load.
   std::uint64_t tls_reloads() const;
+  // Connection coroutines that ended with an exception (logged; that connection closed, the server went on).
+  std::uint64_t connection_failures() const;
+  // At the connection cap: idle connections closed to make room, and connections refused with a 503.
+  std::uint64_t connections_evicted() const;
+  std::uint64_t connections_refused() const;
 
   struct Impl;
 

@@ -1,6 +1,7 @@
 #include "k8s/yaml_json.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
@@ -32,7 +33,30 @@ json::value Scalar(const YAML::Node& n) {
   return json::value(s);
 }
 
-Result<json::value> Convert(const YAML::Node& n, std::string_view source) {
+// What one conversion may build: aliases make a small text expand to any size (an alias bomb), or to an
+// endless tree (an alias of its own parent).
+struct Budget {
+  std::string_view source;
+  std::size_t left;  // in bytes: scalar lengths plus one per node
+  std::size_t limit;
+};
+
+Error TooDeep(const YAML::Node& n, std::string_view source) {
+  return Error{fmt::format("{}:{}: YAML nested deeper than {} levels (an alias of its own parent?)", source,
+                           n.Mark().line + 1, kYamlMaxDepth)};
+}
+
+Result<json::value> Convert(const YAML::Node& n, Budget& budget, int depth) {
+  const std::string_view source = budget.source;
+  if (depth > kYamlMaxDepth) return TooDeep(n, source);
+  const std::size_t cost = 1 + (n.IsScalar() ? n.Scalar().size() : 0);
+  if (cost > budget.left) {
+    return Error{fmt::format(
+        "{}:{}: YAML expands to more than {} bytes (its aliases repeat too much: the limit "
+        "is {} times the text plus {} MiB)",
+        source, n.Mark().line + 1, budget.limit, kYamlExpansionFactor, kYamlExpansionSlack >> 20)};
+  }
+  budget.left -= cost;
   switch (n.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
@@ -42,7 +66,7 @@ Result<json::value> Convert(const YAML::Node& n, std::string_view source) {
     case YAML::NodeType::Sequence: {
       json::array a;
       for (const auto& item : n) {
-        auto v = Convert(item, source);
+        auto v = Convert(item, budget, depth + 1);
         if (!v) return v;
         a.push_back(std::move(*v));
       }
@@ -55,7 +79,7 @@ Result<json::value> Convert(const YAML::Node& n, std::string_view source) {
           return Error{
               fmt::format("{}:{}: mapping keys must be plain strings", source, kv.first.Mark().line + 1)};
         }
-        auto v = Convert(kv.second, source);
+        auto v = Convert(kv.second, budget, depth + 1);
         if (!v) return v;
         o[kv.first.Scalar()] = std::move(*v);
       }
@@ -71,13 +95,17 @@ Result<std::vector<json::value>> YamlToJson(std::string_view text, std::string_v
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(std::string(text));
+  } catch (const YAML::DeepRecursion& e) {
+    return Error{fmt::format("{}:{}: YAML nested deeper than {} levels", source, e.mark.line + 1, e.depth())};
   } catch (const YAML::Exception& e) {
     return Error{fmt::format("{}:{}: not valid YAML or JSON: {}", source, e.mark.line + 1, e.msg)};
   }
   std::vector<json::value> out;
+  const std::size_t limit = text.size() * kYamlExpansionFactor + kYamlExpansionSlack;
+  Budget budget{source, limit, limit};  // shared by all documents of the stream
   for (const auto& d : docs) {
     if (d.IsNull()) continue;
-    auto v = Convert(d, source);
+    auto v = Convert(d, budget, 1);
     if (!v) return v.error();
     out.push_back(std::move(*v));
   }

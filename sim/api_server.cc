@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <openssl/crypto.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <array>
@@ -28,6 +29,7 @@
 
 #include "core/strings.h"
 #include "k8s/files.h"
+#include "k8s/request_parser.h"
 #include "k8s/yaml_json.h"
 #include "sim/protobuf.h"
 #include "sim/resources.h"
@@ -425,6 +427,7 @@ struct ApiServer::Impl {
   std::uint64_t next_connection = 1;
   std::size_t watches = 0;
   std::uint64_t requests = 0;
+  std::uint64_t connection_failures = 0;
   std::deque<FaultRule> faults;
   std::chrono::milliseconds latency{0};
   std::string latency_prefix;
@@ -900,16 +903,21 @@ asio::awaitable<void> RunSession(std::shared_ptr<ApiServer::Impl> self, Stream& 
   if constexpr (kIsTls<Stream>) {
     if (!co_await Handshake(*self, stream, conn)) co_return;
   }
-  beast::flat_buffer buffer;
+  constexpr std::size_t kHeaderLimit = 64 * 1024;
+  beast::flat_buffer buffer = k8s::MakeRequestBuffer(kHeaderLimit);
   while (!conn.closing) {
-    http::request_parser<http::string_body> parser;
-    parser.header_limit(64 * 1024);
-    parser.body_limit(self->options.body_limit);
+    // Bounded head, trailer and body, and no throw from inside the read (k8s/request_parser.h).
+    k8s::BoundedRequestParser parser({.header_limit = kHeaderLimit, .body_limit = self->options.body_limit});
     conn.lowest.expires_after(self->options.read_timeout);
     auto [ec, n] = co_await http::async_read(stream, buffer, parser, kUseAwaitable);
-    if (ec == http::error::body_limit || ec == http::error::header_limit) {
-      const Reply r = ErrorReply(RequestEntityTooLarge(fmt::format(
-          "the request is larger than the server accepts ({} bytes of body)", self->options.body_limit)));
+    if (ec == http::error::body_limit || ec == http::error::header_limit ||
+        ec == http::error::buffer_overflow) {
+      const Reply r = ErrorReply(RequestEntityTooLarge(
+          ec == http::error::body_limit
+              ? fmt::format("the request is larger than the server accepts ({} bytes of body)",
+                            self->options.body_limit)
+              : fmt::format("the request head or trailer is larger than the server accepts ({} bytes)",
+                            k8s::kMaxHeaderLimit)));
       auto res = MakeResponse(r, 11, false, false);
       conn.lowest.expires_after(self->options.write_timeout);
       co_await http::async_write(stream, res, kUseAwaitable);
@@ -993,9 +1001,19 @@ asio::awaitable<void> AcceptLoop(std::shared_ptr<ApiServer::Impl> self) {
     }
     if (ec) throw boost::system::system_error(ec, "sim-apiserver accept");
     socket.set_option(tcp::no_delay(true), ec);
-    asio::co_spawn(executor, RunConnection(self, std::move(socket)), [](std::exception_ptr) {
-      // A connection that fails ends alone; the server goes on.
-    });
+    // A connection that fails ends alone (logged, counted); the server goes on.
+    asio::co_spawn(executor, RunConnection(self, std::move(socket)),
+                   [weak = std::weak_ptr<ApiServer::Impl>(self)](std::exception_ptr e) {
+                     if (!e) return;
+                     if (auto server = weak.lock()) ++server->connection_failures;
+                     try {
+                       std::rethrow_exception(e);
+                     } catch (const std::exception& failure) {
+                       spdlog::error("sim-apiserver: connection failed: {}", failure.what());
+                     } catch (...) {
+                       spdlog::error("sim-apiserver: connection failed with a non-standard exception");
+                     }
+                   });
   }
 }
 
@@ -1098,5 +1116,6 @@ void ApiServer::SendBookmarks() { impl_->store.RequestBookmarks(); }
 std::size_t ApiServer::open_watches() const { return impl_->watches; }
 std::size_t ApiServer::open_connections() const { return impl_->connections.size(); }
 std::uint64_t ApiServer::requests_served() const { return impl_->requests; }
+std::uint64_t ApiServer::connection_failures() const { return impl_->connection_failures; }
 
 }  // namespace hami::sim

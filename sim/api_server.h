@@ -127,6 +127,8 @@ class ApiServer {
   std::size_t open_watches() const;  // watch streams being served now
   std::size_t open_connections() const;
   std::uint64_t requests_served() const;
+  // Connection coroutines that ended with an exception (logged; that connection closed, the server went on).
+  std::uint64_t connection_failures() const;
 
   struct Impl;
 

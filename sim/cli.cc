@@ -12,6 +12,7 @@
 #include <ostream>
 
 #include "core/strings.h"
+#include "k8s/event_loop.h"
 #include "k8s/objects.h"
 #include "sim/api_server.h"
 #include "sim/tls.h"
@@ -404,7 +405,13 @@ int RunApiServerCommand(const std::vector<std::string>& args, std::ostream& out,
     stop.emit(asio::cancellation_type::terminal);
   });
   if (hooks.on_serving) hooks.on_serving(server, ioc);
-  ioc.run();
+  std::uint64_t loop_exceptions = 0;
+  k8s::RunLoop(ioc, loop_exceptions, "sim-apiserver");
+  if (loop_exceptions > 0) {
+    err << "sim-apiserver: " << loop_exceptions
+        << " exception(s) escaped the event loop (a bug; see the log)\n";
+    return 1;
+  }
   return exit_code;
 }
 

@@ -542,5 +542,42 @@ TEST_F(ControllerTest, MetricsUseHamiNamesAndCountDecisions) {
   }());
 }
 
+// The metrics listener serves /metrics, /healthz and /readyz and nothing else: /filter and /bind are only
+// on the extender listener. /metrics shows the listeners' connection counters and the loop's exceptions.
+TEST_F(ControllerTest, MetricsListenerHasNoExtenderRoutes) {
+  cfg_.metrics_bind_address = "127.0.0.2:0";  // "127.0.0.1:0", the extender's, would mean the same listener
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  StartService();
+  k8s::RestConfig metrics_rest = k8s::LoopbackHttp(service_->metrics_port());
+  metrics_rest.host = "127.0.0.2";
+  auto metrics = k8s::HttpClient::Create(ioc_.get_executor(), metrics_rest).value();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    const auto call = [&](http::verb verb, const char* path) -> asio::awaitable<k8s::HttpResponse> {
+      const k8s::HttpRequest req{verb, path, verb == http::verb::post ? "{}" : "", "application/json",
+                                 "",   "t"};
+      auto r = co_await metrics->Send(req, 10s);
+      EXPECT_TRUE(r) << path;
+      co_return r ? *r : k8s::HttpResponse{};
+    };
+    EXPECT_EQ((co_await call(http::verb::post, "/filter")).status, 404u);
+    EXPECT_EQ((co_await call(http::verb::post, "/bind")).status, 404u);
+    EXPECT_EQ((co_await call(http::verb::get, "/filter")).status, 404u);
+    EXPECT_EQ((co_await call(http::verb::get, "/healthz")).status, 200u);
+    EXPECT_EQ((co_await call(http::verb::get, "/readyz")).status, 200u);
+    const k8s::HttpResponse m = co_await call(http::verb::get, "/metrics");
+    EXPECT_EQ(m.status, 200u);
+    for (const char* line :
+         {"hami_http_connection_failures_total{listener=\"extender\"} 0",
+          "hami_http_connection_failures_total{listener=\"metrics\"} 0",
+          "hami_http_connections_refused_total{listener=\"metrics\"} 0",
+          "hami_http_open_connections{listener=\"metrics\"} 1", "hami_event_loop_exceptions_total 0"}) {
+      EXPECT_NE(m.body.find(line), std::string::npos) << line << "\n" << m.body;
+    }
+    // The extender listener keeps /metrics too.
+    EXPECT_EQ((co_await Call(http::verb::get, "/metrics")).status, 200u);
+  }());
+}
+
 }  // namespace
 }  // namespace hami

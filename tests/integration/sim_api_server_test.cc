@@ -37,6 +37,7 @@
 #include "sim/protobuf.h"
 #include "sim/selector.h"
 #include "sim/store.h"
+#include "tests/support/hostile_http.h"
 #include "tests/support/run_coro.h"
 #include "tests/support/test_certs.h"
 
@@ -859,6 +860,23 @@ TEST_F(SimApiServer, RejectsBodiesOverTheLimit) {
     auto big = co_await c.Post("/api/v1/namespaces/default/pods", std::string(4096, ' '));
     EXPECT_EQ(big.status, 413u);
   }());
+}
+
+// Oversized heads, trailers, chunk lines and bodies: each is answered with a 4xx or its connection closed,
+// nothing escapes the event loop (RunCoro would rethrow it), and the server keeps answering.
+TEST_F(SimApiServer, HostileRequestsNeverEndTheServer) {
+  Run(
+      [&]() -> asio::awaitable<void> {
+        for (const auto& hostile : hami::testing::HostileRequests("/api/v1/namespaces/default/pods")) {
+          const unsigned status = co_await hami::testing::SendRaw(ioc_, port_, hostile.bytes);
+          EXPECT_TRUE(status == 0 || (status >= 400 && status < 500)) << hostile.name << ": " << status;
+          const unsigned health =
+              co_await hami::testing::SendRaw(ioc_, port_, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+          EXPECT_EQ(health, 200u) << "after " << hostile.name;
+        }
+      }(),
+      60s);
+  EXPECT_EQ(server_->connection_failures(), 0u);
 }
 
 // ---------------------------------------------------------------------------------------------------------

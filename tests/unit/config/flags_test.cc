@@ -235,6 +235,30 @@ TEST(Flags, CrossSettingRulesAreCheckedOnTheFinalConfig) {
   EXPECT_TRUE(ok) << ok.error().message;
 }
 
+TEST(Flags, ClientCaFileAndMaxConnections) {
+  EXPECT_EQ(Load({})->config.max_connections, 1024);
+  auto r = Load({"--cert_file=/tls/tls.crt", "--key_file=/tls/tls.key", "--client-ca-file=/tls/ca.crt",
+                 "--max-connections=8"});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->config.client_ca_file, "/tls/ca.crt");
+  EXPECT_EQ(r->config.max_connections, 8);
+  const std::string config =
+      WriteTemp("mtls.yaml", "scheduler:\n  clientCaFile: /etc/ca.crt\n  maxConnections: 0\n");
+  auto no_tls = Load({"--config=" + config});
+  EXPECT_THAT(ProblemLines(no_tls),
+              ElementsAre("--client-ca-file (scheduler.clientCaFile) needs TLS: client certificates are "
+                          "verified only over HTTPS; set --cert_file and --key_file (scheduler.certFile, "
+                          "scheduler.keyFile) too"));
+  auto yaml = Load({"--config=" + config, "--cert_file=/c", "--key_file=/k"});
+  ASSERT_TRUE(yaml) << yaml.error().message;
+  EXPECT_EQ(yaml->config.client_ca_file, "/etc/ca.crt");
+  EXPECT_EQ(yaml->config.max_connections, 0);
+  EXPECT_THAT(
+      ProblemLines(Load({"--max-connections=-1"})),
+      ElementsAre("--max-connections: -1 is out of range (want a number of connections from 0 (no cap) "
+                  "to 1048576)"));
+}
+
 TEST(Flags, HamiNoOpFlagsAreAcceptedWithWarnings) {
   auto r =
       Load({"--cambricon-mlu-name=cambricon.com/mlu", "--dcu-memory=hygon.com/dcumem", "--mthreads-cores=x",

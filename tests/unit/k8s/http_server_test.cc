@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <boost/asio/as_tuple.hpp>
@@ -10,6 +11,7 @@
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -19,8 +21,11 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "k8s/event_loop.h"
 #include "k8s/http_client.h"
+#include "k8s/request_parser.h"
 #include "sim/tls.h"
+#include "tests/support/hostile_http.h"
 #include "tests/support/run_coro.h"
 #include "tests/support/test_certs.h"
 
@@ -359,6 +364,166 @@ TEST_F(HttpServerTest, MalformedRequestIs400AndClose) {
   }());
 }
 
+// Oversized heads, trailers, chunk lines and bodies: each is answered with a 4xx (or the handler's answer to
+// a cut body) or its connection is closed; nothing escapes the event loop (RunCoro would rethrow it) and
+// the server keeps answering.
+TEST_F(HttpServerTest, HostileRequestsNeverEndTheServer) {
+  const std::uint16_t port = Start();
+  RunCoro(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        for (const auto& hostile : testing::HostileRequests("/filter")) {
+          const unsigned status = co_await testing::SendRaw(ioc_, port, hostile.bytes);
+          EXPECT_TRUE(status == 0 || (status >= 400 && status < 500) || status == 200)
+              << hostile.name << ": " << status;
+          const unsigned health =
+              co_await testing::SendRaw(ioc_, port, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+          EXPECT_EQ(health, 200u) << "after " << hostile.name;
+        }
+      }(),
+      60s);
+  EXPECT_EQ(server_->connection_failures(), 0u);
+}
+
+// The cause of the class above: Beast's own parser throws from inside the read; ours reports an error.
+TEST(BoundedRequestParser, RefusesWhatBeastsParserThrowsOn) {
+  const std::string request = "POST /filter HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" +
+                              std::string("2\r\n{}\r\n0\r\nX-Trailer: ") + std::string(70 * 1024, 't') +
+                              "\r\n\r\n";
+  beast::error_code ec;
+  http::request_parser<http::string_body> beasts;
+  beasts.eager(true);
+  EXPECT_THROW(beasts.put(asio::buffer(request), ec), std::length_error);
+
+  BoundedRequestParser ours({.header_limit = 64 * 1024, .body_limit = 1024});
+  ours.eager(true);
+  ours.put(asio::buffer(request), ec);
+  EXPECT_EQ(ec, http::error::header_limit);
+  EXPECT_EQ(ours.get().body(), "{}");
+
+  // The body limit keeps what fits and says so.
+  BoundedRequestParser small({.header_limit = 1024, .body_limit = 4});
+  small.eager(true);
+  const std::string body = "POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 6\r\n\r\n123456";
+  small.put(asio::buffer(body), ec);
+  EXPECT_EQ(ec, http::error::body_limit);
+  EXPECT_TRUE(small.body_too_large());
+  EXPECT_EQ(small.get().body(), "1234");
+  EXPECT_EQ(small.get().target(), "/x");
+}
+
+// A handler that throws out of run() is logged and counted, and the loop goes on with the next handler.
+TEST(RunLoop, CountsAnExceptionThatEscapesAHandlerAndKeepsRunning) {
+  asio::io_context ioc;
+  bool later_ran = false;
+  asio::post(ioc, [] { throw std::runtime_error("a handler broke"); });
+  asio::post(ioc, [&] { later_ran = true; });
+  std::uint64_t exceptions = 0;
+  RunLoop(ioc, exceptions, "test");
+  EXPECT_EQ(exceptions, 1u);
+  EXPECT_TRUE(later_ran);
+}
+
+// With the cap at 8, 50 idle keep-alive connections: each new one closes the idlest, and /healthz answers.
+TEST_F(HttpServerTest, ConnectionCapClosesTheIdlestAndKeepsAnsweringHealthChecks) {
+  HttpServerOptions options;
+  options.max_connections = 8;
+  const std::uint16_t port = Start(options);
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    std::vector<std::unique_ptr<RawClient>> idle;
+    const std::string health = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+    for (int i = 0; i < 50; ++i) {
+      idle.push_back(std::make_unique<RawClient>(ioc_));
+      co_await idle.back()->Connect(port);
+      EXPECT_EQ((co_await idle.back()->RoundTrip(health)).result_int(), 200u) << "connection " << i;
+    }
+    const std::function<bool()> at_cap = [&] { return server_->open_connections() <= 8; };
+    EXPECT_TRUE(co_await WaitUntil(at_cap)) << server_->open_connections();
+    EXPECT_EQ(server_->connections_evicted(), 42u);
+    EXPECT_TRUE(co_await idle.front()->ClosedByServer());             // the oldest went first
+    const RawResponse res = co_await idle.back()->RoundTrip(health);  // the newest still serves
+    EXPECT_EQ(res.result_int(), 200u);
+    EXPECT_EQ(co_await testing::SendRaw(ioc_, port, health), 200u);
+  }());
+}
+
+// Out of file descriptors (this process's limit lowered): accept() fails with EMFILE until the server
+// closes an idle connection; it used to pause and retry forever, so nothing new was answered.
+TEST_F(HttpServerTest, OutOfDescriptorsClosesIdleConnectionsToAnswerNewOnes) {
+  HttpServerOptions options;
+  options.max_connections = 0;  // no cap: the descriptor limit is what runs out
+  const std::uint16_t port = Start(options);
+  const tcp::endpoint server(asio::ip::make_address("127.0.0.1"), port);
+  tcp::socket probe(ioc_);
+  probe.open(tcp::v4());  // opened before the limit bites
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+  const auto open_now = std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                                      std::filesystem::directory_iterator{});
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(open_now + 40);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  const std::string health = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+  std::vector<std::unique_ptr<tcp::socket>> idle;
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    const auto answered = [&](tcp::socket& s) -> asio::awaitable<bool> {
+      auto [cec] = co_await s.async_connect(server, kTuple);
+      if (cec) co_return false;
+      auto [wec, wn] = co_await asio::async_write(s, asio::buffer(health), kTuple);
+      beast::flat_buffer buffer;
+      RawResponse res;
+      auto [rec, rn] = co_await http::async_read(s, buffer, res, kTuple);
+      co_return !wec && !rec && res.result_int() == 200;
+    };
+    for (int i = 0; i < 200; ++i) {  // until this process cannot open another socket
+      auto s = std::make_unique<tcp::socket>(ioc_);
+      boost::system::error_code ec;
+      s->open(tcp::v4(), ec);
+      if (ec) break;
+      EXPECT_TRUE(co_await answered(*s)) << "connection " << i;
+      idle.push_back(std::move(s));
+    }
+    EXPECT_TRUE(co_await answered(probe));
+    EXPECT_GT(server_->connections_evicted(), 0u);
+  }());
+  ::setrlimit(RLIMIT_NOFILE, &old);
+}
+
+// At the cap with every connection busy, a new one is answered 503 and closed; the busy ones finish.
+TEST_F(HttpServerTest, ConnectionCapRefusesWith503WhenEveryConnectionIsBusy) {
+  HttpServerOptions options;
+  options.max_connections = 2;
+  const std::uint16_t port = Start(options);
+  // Each request holds until `release` (the fixture's /slow shares one timer between requests).
+  int held = 0;
+  bool release = false;
+  server_->Route(http::verb::post, "/hold", [&](const ServerRequest&) -> asio::awaitable<ServerResponse> {
+    ++held;
+    asio::steady_timer tick(ioc_);
+    while (!release) {
+      tick.expires_after(5ms);
+      co_await tick.async_wait(kTuple);
+    }
+    co_return ServerResponse{};
+  });
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    RawClient a(ioc_), b(ioc_);
+    co_await a.Connect(port);
+    co_await b.Connect(port);
+    co_await a.Write(Request("POST", "/hold", "{}"));
+    co_await b.Write(Request("POST", "/hold", "{}"));
+    const std::function<bool()> both = [&] { return held == 2; };
+    CO_ASSERT_TRUE(co_await WaitUntil(both));
+    const std::string health = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+    EXPECT_EQ(co_await testing::SendRaw(ioc_, port, health), 503u);
+    EXPECT_EQ(server_->connections_refused(), 1u);
+    release = true;
+    EXPECT_EQ((co_await a.Read()).result_int(), 200u);
+    EXPECT_EQ((co_await b.Read()).result_int(), 200u);
+    EXPECT_EQ(co_await testing::SendRaw(ioc_, port, health), 200u);  // idle ones make room again
+  }());
+}
+
 TEST_F(HttpServerTest, ShutdownFinishesInFlightRequestsWithConnectionClose) {
   const std::uint16_t port = Start();
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
@@ -516,13 +681,19 @@ class HttpServerTlsTest : public HttpServerTest {
   }
 
   // GET /healthz on a new connection from a client that trusts only `ca`.
-  asio::awaitable<TransportResult<HttpResponse>> HealthzTrusting(std::uint16_t port,
-                                                                 const sim::CertifiedKey& ca) {
+  // With `presented`, the client presents that certificate (a pointer: GCC 12 mishandles a defaulted
+  // coroutine parameter of class type).
+  asio::awaitable<TransportResult<HttpResponse>> HealthzTrusting(
+      std::uint16_t port, const sim::CertifiedKey& ca, const sim::CertifiedKey* presented = nullptr) {
     RestConfig cfg;
     cfg.scheme = "https";
     cfg.host = "127.0.0.1";
     cfg.port = std::to_string(port);
     cfg.ca_pem = ca.cert_pem;
+    if (presented) {
+      cfg.client_cert_pem = presented->cert_pem;
+      cfg.client_key_pem = presented->key_pem;
+    }
     auto client = HttpClient::Create(ioc_.get_executor(), cfg).value();
     HttpRequest request;
     request.target = "/healthz";
@@ -567,6 +738,56 @@ TEST_F(HttpServerTlsTest, ServesHttpsAndReloadsRotatedCertificates) {
     EXPECT_EQ(res->status, 200u);
     EXPECT_EQ(server_->tls_reloads(), 1u);
   }());
+}
+
+// --client-ca-file: only clients with a certificate from that CA get answers.
+TEST_F(HttpServerTlsTest, ClientCaFileRequiresAClientCertificateFromThatCa) {
+  const auto& pki = testing::SharedTestPki();
+  InstallPair(pki.server);
+  const std::string client_ca = (dir_ / "client-ca.crt").string();
+  Install(client_ca, pki.ca.cert_pem);
+  HttpServerOptions options;
+  options.cert_file = cert_;
+  options.key_file = key_;
+  options.client_ca_file = client_ca;
+  const std::uint16_t port = Start(options);
+  const sim::CertifiedKey other_ca = testing::MakeTestCa("other-ca");
+  const sim::CertifiedKey stranger = testing::MakeClientCert(other_ca, "stranger");
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    auto none = co_await HealthzTrusting(port, pki.ca);
+    EXPECT_FALSE(none) << "answered a client without a certificate: " << none->status;
+    auto foreign = co_await HealthzTrusting(port, pki.ca, &stranger);
+    EXPECT_FALSE(foreign) << "answered a client whose certificate another CA signed: " << foreign->status;
+    auto good = co_await HealthzTrusting(port, pki.ca, &pki.client);
+    EXPECT_TRUE(good) << good.error().message;
+    if (good) {
+      EXPECT_EQ(good->status, 200u);
+    }
+
+    // The client CA rotates with the certificate: the stranger's CA is trusted from the next connection.
+    Install(client_ca, other_ca.cert_pem);
+    auto rotated = co_await HealthzTrusting(port, pki.ca, &stranger);
+    EXPECT_TRUE(rotated) << rotated.error().message;
+    EXPECT_FALSE(co_await HealthzTrusting(port, pki.ca, &pki.client));
+  }());
+}
+
+TEST_F(HttpServerTlsTest, ClientCaFileWithoutTlsOrUnreadableIsAListenError) {
+  HttpServerOptions options{.address = "127.0.0.1:0"};
+  options.client_ca_file = (dir_ / "ca.crt").string();
+  EXPECT_EQ(
+      ListenError(options),
+      "--http_bind \"127.0.0.1:0\": a client CA file (client certificates) needs TLS: set a certificate "
+      "and a key file too");
+  InstallPair(testing::SharedTestPki().server);
+  options.cert_file = cert_;
+  options.key_file = key_;
+  EXPECT_EQ(ListenError(options),
+            fmt::format("client CA file \"{}\": No such file or directory", options.client_ca_file));
+  Install(options.client_ca_file, "not a certificate");
+  EXPECT_TRUE(ListenError(options).starts_with(
+      fmt::format("client CA file \"{}\": not PEM certificates", options.client_ca_file)))
+      << ListenError(options);
 }
 
 TEST_F(HttpServerTlsTest, HandshakeTimeoutDropsTheConnection) {

@@ -1,6 +1,11 @@
 #include "k8s/objects.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <boost/json/serialize.hpp>
+
+#include "k8s/yaml_json.h"
 
 namespace hami::k8s {
 namespace {
@@ -133,6 +138,46 @@ TEST(Objects, ConcatenatedJsonObjects) {
                   R"({"kind":"Node","metadata":{"name":"a"}} {"kind":"Node","metadata":{"name":"b"}})", "s")
                   .value();
   EXPECT_EQ(docs.size(), 2u);
+}
+
+// Aliases: a legitimate one is expanded; one that contains itself, and an alias bomb, are errors that name
+// the limit (they overflowed the stack and grew without bound).
+TEST(YamlToJson, ExpandsAliasesWithinBounds) {
+  auto shared = YamlToJson("base: &labels {app: gpu, tier: a}\nnode: {labels: *labels}\n", "t.yaml");
+  ASSERT_TRUE(shared) << shared.error().message;
+  EXPECT_EQ(boost::json::serialize(shared->at(0)),
+            R"({"base":{"app":"gpu","tier":"a"},"node":{"labels":{"app":"gpu","tier":"a"}}})");
+
+  for (const char* endless : {"&a [*a]", "a: &a {b: *a}", "- &x [1, [2, *x]]"}) {
+    auto r = YamlToJson(endless, "self.yaml");
+    ASSERT_FALSE(r) << endless;
+    EXPECT_EQ(r.error().message.find("self.yaml:1: YAML nested deeper than 128 levels"), 0u)
+        << r.error().message;
+  }
+
+  std::string bomb = "a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n";
+  for (int i = 1; i <= 9; ++i) {
+    bomb += fmt::format("a{}: &a{} [", i, i);
+    for (int j = 0; j < 10; ++j) bomb += fmt::format("{}*a{}", j ? ", " : "", i - 1);
+    bomb += "]\n";
+  }
+  auto laughs = YamlToJson(bomb, "bomb.yaml");
+  ASSERT_FALSE(laughs);
+  EXPECT_NE(laughs.error().message.find("YAML expands to more than"), std::string::npos)
+      << laughs.error().message;
+  EXPECT_NE(laughs.error().message.find("4 times the text plus 1 MiB"), std::string::npos)
+      << laughs.error().message;
+
+  std::string deep;  // nesting without aliases is bounded the same way
+  for (int i = 0; i < 200; ++i) deep += "[";
+  for (int i = 0; i < 200; ++i) deep += "]";
+  auto nested = YamlToJson(deep, "deep.yaml");
+  ASSERT_FALSE(nested);
+  EXPECT_NE(nested.error().message.find("nested deeper than"), std::string::npos) << nested.error().message;
+  std::string fine;
+  for (int i = 0; i < 100; ++i) fine += "[";
+  for (int i = 0; i < 100; ++i) fine += "]";
+  EXPECT_TRUE(YamlToJson(fine, "fine.yaml"));
 }
 
 }  // namespace
