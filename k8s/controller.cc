@@ -459,6 +459,11 @@ asio::awaitable<ApiResult<PodView>> Controller::LookupPod(const std::string& ns,
   co_return std::move(*view);
 }
 
+const PodView* Controller::CachedPod(const std::string& key) const {
+  auto it = pods_->views().find(key);
+  return it == pods_->views().end() ? nullptr : &it->second;
+}
+
 std::string Controller::CachedResourceVersion(const std::string& node) const {
   const NodeEntry* entry = state_.FindNode(node);
   return entry == nullptr ? std::string() : entry->node.resource_version;
@@ -561,6 +566,20 @@ asio::awaitable<std::string> Controller::Bind(const std::string& body, bool body
   co_return BindingResultJson(error);
 }
 
+std::string Controller::AlreadyBound(const PodView& pod, const std::string& node) {
+  // A retried /bind (its first answer lost): the binding is done, and the node lock and bind-phase belong to
+  // that first bind and the device plugin; neither is touched.
+  if (pod.node_name == node) {
+    ++stats_.rebinds;
+    spdlog::info("bind: pod {} is already bound to node {}; nothing to do", pod.Key(), node);
+    return std::string();
+  }
+  std::string message =
+      fmt::format("pod {} is already bound to node {}, cannot bind it to {}", pod.Key(), pod.node_name, node);
+  events_.Record(pod, "Warning", "BindingFailed", message);
+  return message;
+}
+
 asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& args) {
   const std::string key = args.pod_namespace + "/" + args.pod_name;
   auto pod = co_await LookupPod(args.pod_namespace, args.pod_name, args.pod_uid);
@@ -580,6 +599,7 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
     events_.Record(*pod, "Warning", "BindingFailed", message);
     return message;
   };
+  if (!pod->node_name.empty()) co_return AlreadyBound(*pod, args.node);
   if (state_.FindNode(args.node) == nullptr) {
     ReleasePod(uid);
     co_return failed(fmt::format("failed to get node {}: not found", args.node));
@@ -630,11 +650,31 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
   const std::string bind_time = std::to_string(
       std::chrono::duration_cast<std::chrono::seconds>(clock_->Now().time_since_epoch()).count());
   if (requests->Any()) {
-    const json::value phase = {
-        {"metadata",
-         {{"annotations", {{keys::kBindPhase, keys::kBindPhaseAllocating}, {keys::kBindTime, bind_time}}}}}};
-    auto patched = co_await client_->MergePatch(pod_path, phase);
-    if (!patched) {
+    // Compare-and-swap on the state we decided from: a cache that has not seen an earlier bind of this pod
+    // (its answer lost, a retry now) must not turn its bind-phase back to allocating.
+    std::string rv = pod->resource_version;
+    for (int attempt = 0;; ++attempt) {
+      json::object meta{
+          {"annotations", {{keys::kBindPhase, keys::kBindPhaseAllocating}, {keys::kBindTime, bind_time}}}};
+      if (!rv.empty()) meta["resourceVersion"] = rv;
+      const json::value phase = {{"metadata", std::move(meta)}};
+      auto patched = co_await client_->MergePatch(pod_path, phase);
+      if (patched) break;
+      if (patched.error().kind == ApiErrorKind::kConflict && attempt < 3) {
+        auto fresh = co_await client_->Get(pod_path);
+        auto view = fresh ? PodFromJson(*fresh) : Result<PodView>(Error{fresh.error().message});
+        if (view && view->uid == pod->uid) {
+          if (view->node_name.empty()) {
+            rv = view->resource_version;
+            continue;
+          }
+          // Bound meanwhile: the locks taken just now are not needed (one re-entered belongs to that bind).
+          for (auto h = held.rbegin(); h != held.rend(); ++h) {
+            if (!h->second.reentered) co_await locker_.Release(h->first, h->second.value);
+          }
+          co_return AlreadyBound(*view, args.node);
+        }
+      }
       co_await release_all();
       co_return failed(fmt::format("could not mark pod {} allocating: {}", key, patched.error().message));
     }

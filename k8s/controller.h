@@ -89,11 +89,14 @@ class Controller {
   const ClusterState& state() const { return state_; }
   const EventRecorder& events() const { return events_; }
   const NodeLocker& locker() const { return locker_; }
+  // The pod as the watch last showed it ("ns/name"); null if not seen.
+  const PodView* CachedPod(const std::string& key) const;
   struct Stats {
     std::size_t filters = 0, binds = 0, health_passes = 0;
     std::size_t annotation_errors = 0;  // pods whose allocation annotations could not be decoded
     std::size_t rollbacks = 0;          // reservations undone because the pod patch failed
     std::size_t lock_waits = 0;         // binds that waited for a node lock
+    std::size_t rebinds = 0;            // binds of pods already bound to the node asked for
     std::size_t handshake_patches = 0, cleanups = 0;
   };
   const Stats& stats() const { return stats_; }
@@ -137,6 +140,8 @@ class Controller {
   boost::asio::awaitable<bool> WaitReady();
   boost::asio::awaitable<std::string> FilterParsed(ExtenderArgs& args);
   boost::asio::awaitable<std::string> BindParsed(const ExtenderBindingArgs& args);
+  // The answer to a bind of a pod that already has spec.nodeName: success on that node, an error elsewhere.
+  std::string AlreadyBound(const PodView& pod, const std::string& node);
   // The pod from the cache, or from the API server when the cache has none or one with another uid.
   boost::asio::awaitable<ApiResult<PodView>> LookupPod(const std::string& ns, const std::string& name,
                                                        const std::string& uid);

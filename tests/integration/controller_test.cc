@@ -450,6 +450,116 @@ TEST_F(ControllerTest, APodRecreatedWhileTheWatchWasDownReleasesTheOldHold) {
   }());
 }
 
+// What the device plugin does once it has set the devices up: bind-phase success, node lock released.
+void Allocated(sim::ApiServer& server, const std::string& pod, const std::string& node) {
+  const json::value done = {{"metadata", {{"annotations", {{"hami.io/bind-phase", "success"}}}}}};
+  EXPECT_TRUE(
+      server.store().Patch(*sim::FindResourceByName("pods"), "default", pod, sim::PatchType::kMerge, done));
+  const json::value unlock = {{"metadata", {{"annotations", {{"hami.io/mutex.lock", nullptr}}}}}};
+  EXPECT_TRUE(
+      server.store().Patch(*sim::FindResourceByName("nodes"), "", node, sim::PatchType::kMerge, unlock));
+}
+
+std::string ResourceVersion(const json::object& o) {
+  return std::string(o.at("metadata").at("resourceVersion").as_string());
+}
+
+TEST_F(ControllerTest, ABindRetriedForABoundPodAnswersWithoutTouchingLockOrPhase) {
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-b", 1)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p1", 3000)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p2", 3000)));
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    k8s::Controller& c = service_->controller();
+    const std::string filter_p1 = FilterArgs("p1", {"gpu-a"});
+    EXPECT_TRUE((co_await Post("/filter", filter_p1)).at("Error").as_string().empty());
+    const std::string bind_p1 = BindArgs(Stored("pods", "default", "p1"), "gpu-a");
+    EXPECT_TRUE((co_await Post("/bind", bind_p1)).at("Error").as_string().empty());
+    const std::function<bool()> seen_bound = [&] {
+      const PodView* p = c.CachedPod("default/p1");
+      return p != nullptr && p->node_name == "gpu-a";
+    };
+    EXPECT_TRUE(co_await WaitUntil(seen_bound));
+
+    // Bound + allocating (the first answer was lost, the device plugin is not done): success, and neither
+    // the pod nor the node is written.
+    const std::string pod_rv = ResourceVersion(Stored("pods", "default", "p1"));
+    const std::string node_rv = ResourceVersion(Stored("nodes", "", "gpu-a"));
+    auto again = co_await Post("/bind", bind_p1);
+    EXPECT_TRUE(again.at("Error").as_string().empty()) << json::serialize(again);
+    EXPECT_EQ(ResourceVersion(Stored("pods", "default", "p1")), pod_rv);
+    EXPECT_EQ(ResourceVersion(Stored("nodes", "", "gpu-a")), node_rv);
+
+    // Bound + success (allocated, lock released): success; no lock is taken, the phase stays success.
+    Allocated(server_, "p1", "gpu-a");
+    const std::function<bool()> seen_done = [&] {
+      const PodView* p = c.CachedPod("default/p1");
+      auto it = p->annotations.find("hami.io/bind-phase");
+      return it != p->annotations.end() && it->second == "success";
+    };
+    EXPECT_TRUE(co_await WaitUntil(seen_done));
+    auto third = co_await Post("/bind", bind_p1);
+    EXPECT_TRUE(third.at("Error").as_string().empty()) << json::serialize(third);
+    EXPECT_EQ(Annotation(Stored("pods", "default", "p1"), "hami.io/bind-phase"), std::string("success"));
+    EXPECT_EQ(Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock"), std::string());
+    EXPECT_EQ(c.stats().rebinds, 2u);
+
+    // Bound elsewhere: a clear error naming both nodes; gpu-b is not locked, the pod not written.
+    const std::string elsewhere = BindArgs(Stored("pods", "default", "p1"), "gpu-b");
+    const std::string rv_before = ResourceVersion(Stored("pods", "default", "p1"));
+    auto other = co_await Post("/bind", elsewhere);
+    EXPECT_NE(std::string(other.at("Error").as_string())
+                  .find("already bound to node gpu-a, cannot bind it to gpu-b"),
+              std::string::npos)
+        << json::serialize(other);
+    EXPECT_EQ(Annotation(Stored("nodes", "", "gpu-b"), "hami.io/mutex.lock"), std::string());
+    EXPECT_EQ(ResourceVersion(Stored("pods", "default", "p1")), rv_before);
+
+    // The node is free for the next pod at once (today's second bind held it until the lock timeout).
+    const std::string filter_p2 = FilterArgs("p2", {"gpu-a"});
+    EXPECT_TRUE((co_await Post("/filter", filter_p2)).at("Error").as_string().empty());
+    const std::string bind_p2 = BindArgs(Stored("pods", "default", "p2"), "gpu-a");
+    EXPECT_TRUE((co_await Post("/bind", bind_p2)).at("Error").as_string().empty());
+    EXPECT_EQ(c.stats().lock_waits, 0u);
+  }());
+}
+
+TEST_F(ControllerTest, ABindRetriedBeforeTheWatchShowsThePodBoundLeavesLockAndPhaseAlone) {
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p1", 3000)));
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    k8s::Controller& c = service_->controller();
+    const std::string filter_p1 = FilterArgs("p1", {"gpu-a"});
+    EXPECT_TRUE((co_await Post("/filter", filter_p1)).at("Error").as_string().empty());
+    const std::function<bool()> seen = [&] {
+      const PodView* p = c.CachedPod("default/p1");
+      return p != nullptr && p->annotations.contains("hami.io/vgpu-node");
+    };
+    EXPECT_TRUE(co_await WaitUntil(seen));
+    // The pod watch is down, so the cache still shows p1 unbound while it is bound and allocated.
+    sim::FaultRule down;
+    down.count = 1000000;
+    down.status = 500;
+    down.method = "GET";
+    down.path_prefix = "/api/v1/pods";
+    server_.FailNext(down);
+    server_.DropWatches();
+    const std::string bind_p1 = BindArgs(Stored("pods", "default", "p1"), "gpu-a");
+    EXPECT_TRUE((co_await Post("/bind", bind_p1)).at("Error").as_string().empty());
+    Allocated(server_, "p1", "gpu-a");
+    EXPECT_TRUE(c.CachedPod("default/p1")->node_name.empty());
+    auto again = co_await Post("/bind", bind_p1);
+    EXPECT_TRUE(again.at("Error").as_string().empty()) << json::serialize(again);
+    EXPECT_EQ(Annotation(Stored("pods", "default", "p1"), "hami.io/bind-phase"), std::string("success"));
+    EXPECT_EQ(Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock"), std::string());
+    server_.ClearFaults();
+  }());
+}
+
 TEST_F(ControllerTest, MetricsUseHamiNamesAndCountDecisions) {
   cfg_.legacy_metrics = true;
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
