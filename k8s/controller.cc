@@ -244,6 +244,7 @@ void Controller::ReleasePod(const std::string& uid) {
   state_.RemovePod(uid);
   reservations_.erase(uid);
   annotation_warned_.erase(uid);
+  undated_.erase(uid);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -253,6 +254,7 @@ asio::awaitable<void> Controller::HealthLoop() {
   while (!synced()) co_await Sleep(std::chrono::milliseconds(20));
   for (;;) {
     co_await HealthPass();
+    co_await ExpireReservations();
     co_await Sleep(options_.health_interval);
   }
 }
@@ -317,6 +319,144 @@ asio::awaitable<void> Controller::HealthPass() {
   ++health_passes_;
   ++stats_.health_passes;
   for (const auto& w : writes) co_await PatchNodeAnnotation(w.node, w.key, w.value);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Reservation expiry
+
+namespace {
+
+// Unix seconds as the filter and bind write them; nullopt if absent or unreadable.
+std::optional<TimePoint> UnixSeconds(const Annotations& a, std::string_view key) {
+  auto it = a.find(std::string(key));
+  if (it == a.end()) return std::nullopt;
+  std::int64_t s = 0;
+  const std::string& v = it->second;
+  const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), s);
+  // Beyond a few centuries the nanosecond clock would overflow.
+  if (ec != std::errc() || ptr != v.data() + v.size() || s < 0 || s > (std::int64_t{1} << 33))
+    return std::nullopt;
+  return TimePoint(std::chrono::seconds(s));
+}
+
+}  // namespace
+
+asio::awaitable<void> Controller::ExpireReservations() {
+  // One sweep at a time (a test's call may meet the loop's): each decides from what the last one left.
+  while (expiring_) co_await Sleep(std::chrono::milliseconds(5));
+  expiring_ = true;
+  struct Done {
+    bool* flag;
+    ~Done() { *flag = false; }
+  } done{&expiring_};
+  const TimePoint now = clock_->Now();
+  struct Expiry {
+    std::string uid, ns, name, resource_version;
+    std::uint64_t generation;  // of the reservation when decided (0: none)
+  };
+  std::vector<Expiry> due;
+  std::unordered_set<std::string> dated;
+  for (const auto& [key, pod] : pods_->views()) {
+    if (!pod.node_name.empty() || Finished(pod) || !pod.annotations.contains(keys::kAssignedNode)) continue;
+    const std::string uid = UidOf(pod);
+    auto res = reservations_.find(uid);
+    if (res != reservations_.end() && res->second.patched_rv.empty()) continue;  // a filter is writing it
+    // The latest of filter and bind; a stamp far in the future is no stamp (it would never expire).
+    std::optional<TimePoint> since = UnixSeconds(pod.annotations, keys::kDecisionTime);
+    if (auto bound = UnixSeconds(pod.annotations, keys::kBindTime); bound && (!since || *bound > *since))
+      since = bound;
+    if (since && *since > now + std::chrono::minutes(5)) since.reset();
+    if (!since) since = undated_.try_emplace(uid, now).first->second;
+    dated.insert(uid);
+    if (now - *since < options_.reservation_timeout) continue;
+    due.push_back({uid, pod.ns, pod.name, pod.resource_version,
+                   res == reservations_.end() ? 0 : res->second.generation});
+  }
+  std::erase_if(undated_, [&](const auto& kv) { return !dated.contains(kv.first); });
+
+  // Ledger entries the annotations no longer back (removed by someone, or by an expiry that raced a filter).
+  std::vector<std::string> orphans;
+  state_.ForEachPod([&](const PodAllocation& a, const auto&) {
+    if (reservations_.contains(a.uid)) return;
+    auto it = pods_->views().find(a.ns + "/" + a.name);
+    if (it == pods_->views().end() || UidOf(it->second) != a.uid ||
+        !it->second.annotations.contains(keys::kAssignedNode))
+      orphans.push_back(a.uid);
+  });
+  for (const auto& uid : orphans) {
+    spdlog::info("ledger: pod uid {} no longer carries an allocation: released", uid);
+    ReleasePod(uid);
+  }
+
+  // Node locks left by a bind that never completed (the process was killed between lock and binding, or
+  // the pod was bound elsewhere afterwards): nobody would release them before the lock timeout, and every
+  // bind to the node waits meanwhile.
+  std::vector<std::pair<LockTarget, std::string>> abandoned;
+  for (const auto& [name, node] : nodes_->views()) {
+    for (std::size_t b = 0; b < backends_->size(); ++b) {
+      const BackendSpec& spec = backends_->at(b).Spec();
+      if (spec.keys.node_lock.empty() || !spec.lock.owner_aware) continue;
+      auto value = node.annotations.find(spec.keys.node_lock);
+      if (value == node.annotations.end()) continue;
+      if (std::any_of(abandoned.begin(), abandoned.end(), [&](const auto& a) {
+            return a.first.node == node.name && a.first.key == spec.keys.node_lock;
+          }))
+        continue;
+      auto lock = codec::ParseNodeLock(value->second);
+      if (!lock || lock->legacy) continue;
+      auto it = pods_->views().find(lock->ns + "/" + lock->pod);
+      const PodView* owner = it == pods_->views().end() ? nullptr : &it->second;
+      const bool elsewhere = owner != nullptr && !owner->node_name.empty() && owner->node_name != node.name;
+      // Unbound, gone, or allocated already (the device plugin's release was lost): nobody needs it now.
+      bool idle = owner == nullptr || owner->node_name.empty();
+      if (owner != nullptr) {
+        auto phase = owner->annotations.find(std::string(keys::kBindPhase));
+        idle |= phase != owner->annotations.end() &&
+                (phase->second == keys::kBindPhaseSuccess || phase->second == keys::kBindPhaseFailed);
+      }
+      if (elsewhere || (idle && now - lock->taken_at >= options_.reservation_timeout))
+        abandoned.push_back({LockTarget{node.name, spec.keys.node_lock, spec.lock, lock->ns, lock->pod},
+                             value->second});
+    }
+  }
+  for (const auto& [target, value] : abandoned) {
+    spdlog::warn("node {}: lock {} of pod {}/{} is needed no more (its bind did not complete, or the device "
+                 "plugin's release was lost): releasing it",
+                 target.node, target.key, target.pod_ns, target.pod_name);
+    ++stats_.abandoned_locks;
+    co_await locker_.Release(target, value);  // only if it still holds that value
+  }
+
+  for (const Expiry& e : due) {
+    json::object annotations{{keys::kAssignedNode, nullptr}, {keys::kDecisionTime, nullptr},
+                             {keys::kBindPhase, nullptr},    {keys::kBindTime, nullptr},
+                             {keys::kMigAllocations, nullptr}};
+    for (std::size_t b = 0; b < backends_->size(); ++b) {
+      const BackendKeys& k = backends_->at(b).Spec().keys;
+      if (!k.allocated.empty()) annotations[k.allocated] = nullptr;
+      if (!k.to_allocate.empty()) annotations[k.to_allocate] = nullptr;
+    }
+    // Compare-and-swap: a re-filter or a bind that wrote the pod since we looked wins.
+    const json::value patch = {{"metadata",
+                                {{"annotations", std::move(annotations)},
+                                 {"labels", {{keys::kAssignedNode, nullptr}}},
+                                 {"resourceVersion", e.resource_version}}}};
+    const std::string path = PathFor("v1", "pods", e.ns, e.name);
+    auto patched = co_await client_->MergePatch(path, patch);
+    if (!patched) {
+      if (patched.error().kind != ApiErrorKind::kConflict && patched.error().kind != ApiErrorKind::kNotFound)
+        spdlog::warn("pod {}/{}: could not remove an expired reservation: {}", e.ns, e.name,
+                     patched.error().message);
+      continue;
+    }
+    ++stats_.expired;
+    spdlog::warn("pod {}/{}: not bound {}s after its filter: reservation freed, allocation annotations "
+                 "removed",
+                 e.ns, e.name, options_.reservation_timeout.count());
+    // A filter that began while the patch was out decides again; its reservation stays.
+    auto res = reservations_.find(e.uid);
+    if (res == reservations_.end() || res->second.generation == e.generation) ReleasePod(e.uid);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -49,6 +49,10 @@ struct ControllerOptions {
   std::chrono::milliseconds node_lock_retry_timeout{28000};
   // How long /filter waits for the caches and the first health pass before answering an error.
   std::chrono::milliseconds ready_wait{25000};
+  // A pod that carries our allocation but has no spec.nodeName this long after its filter (hami.io/vgpu-time)
+  // or its bind (hami.io/bind-time) loses it: a failed binding or a restart between filter and bind would
+  // otherwise hold its devices until the pod is re-filtered or deleted (HAMi holds them that long).
+  std::chrono::seconds reservation_timeout{300};
   bool legacy_metrics = false;
   Reflector::Options reflector_defaults;  // page size and backoffs for the watches (path is set per resource)
 };
@@ -63,6 +67,10 @@ class Controller {
   boost::asio::awaitable<void> Run();
   // One health pass over every node (PROTOCOL.md §3); Run() calls it on its timer.
   boost::asio::awaitable<void> HealthPass();
+  // Frees the reservations of pods left unbound for longer than the reservation timeout (their annotations
+  // are removed with a compare-and-swap patch), and ledger entries whose pod no longer carries an allocation.
+  // Run() calls it after every health pass.
+  boost::asio::awaitable<void> ExpireReservations();
 
   // Caches synced at least once.
   bool synced() const;
@@ -98,6 +106,8 @@ class Controller {
     std::size_t lock_waits = 0;         // binds that waited for a node lock
     std::size_t rebinds = 0;            // binds of pods already bound to the node asked for
     std::size_t handshake_patches = 0, cleanups = 0;
+    std::size_t expired = 0;  // reservations of pods never bound, freed after the reservation timeout
+    std::size_t abandoned_locks = 0;  // node locks of binds that never completed, released
   };
   const Stats& stats() const { return stats_; }
 
@@ -167,10 +177,13 @@ class Controller {
   std::unordered_map<std::string, Reservation> reservations_;              // pod uid -> made by our filter
   std::unordered_map<std::string, std::vector<LockWaiter>> lock_waiters_;  // node -> binds waiting
   std::unordered_set<std::string> annotation_warned_;  // pods whose unreadable annotations were logged
+  // Pods whose decision time is unreadable (or far in the future): when this process first saw them.
+  std::unordered_map<std::string, TimePoint> undated_;
   // node -> locks our binds left for the device plugin to release, until the node shows them gone.
   std::unordered_map<std::string, std::vector<HeldLock>> held_locks_;
   std::size_t background_ = 0;  // leftover-lock releases running
   bool stopping_ = false;
+  bool expiring_ = false;  // an ExpireReservations() sweep is running
   std::uint64_t generation_ = 0;
   std::size_t health_passes_ = 0;
   Stats stats_;
