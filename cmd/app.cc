@@ -28,6 +28,7 @@ Usage:
                              [--client-ca-file F] [--token-auth-file F]
                                               an in-memory Kubernetes API server (kubectl works against it)
   hami-scheduler sim-device-plugins --kubeconfig FILE --node NAME=VENDOR:COUNTxMIB...  simulated device plugins
+  hami-scheduler sim-kube-scheduler --kubeconfig FILE --extender URL   a kube-scheduler stand-in
   hami-scheduler config [flags]               print the effective configuration (same as --print-config)
   hami-scheduler version
 
@@ -78,6 +79,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   if (command == "serve") return Serve(rest, out, err);
   if (command == "demo") return Demo(rest, out, err);
   if (command == "sim-device-plugins") return SimDevicePlugins(rest, out, err);
+  if (command == "sim-kube-scheduler") return SimKubeScheduler(rest, out, err);
   // Bare flags run the extender, as HAMi's `scheduler --http_bind=... ` does (--print-config prints).
   if (command.starts_with("-")) return Serve(args, out, err);
   if (command == "config") {

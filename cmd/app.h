@@ -24,6 +24,7 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
 int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int Demo(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int SimDevicePlugins(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int SimKubeScheduler(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 std::string VersionString();
 

@@ -64,6 +64,7 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   o.handshake_timeout = cfg.handshake_timeout;
   o.node_lock_timeout = cfg.node_lock_timeout;
   o.node_lock_retry_timeout = cfg.node_lock_retry_timeout;
+  o.reservation_timeout = cfg.reservation_timeout;
   o.legacy_metrics = cfg.legacy_metrics;
   if (options.reflector_backoff) o.reflector_defaults.backoff_initial = *options.reflector_backoff;
   s->controller_ = std::make_unique<k8s::Controller>(ioc.get_executor(), *s->client_, backends, o, clock);

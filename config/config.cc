@@ -399,6 +399,8 @@ constexpr Field<Config> kSchedulerFields[] = {
      [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(1), c.health_check_interval); }},
     {"handshakeTimeout",
      [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(1), c.handshake_timeout); }},
+    {"reservationTimeout",
+     [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(1), c.reservation_timeout); }},
     {"kubeconfig", [](Reader& r, const Item& it, Config& c) { r.String(it, c.kubeconfig); }},
     {"kubeQPS",
      [](Reader& r, const Item& it, Config& c) {
@@ -648,6 +650,8 @@ void ValidateConfig(const Config& cfg, std::vector<std::string>& problems) {
     problems.push_back("--health-check-interval (scheduler.healthCheckInterval): must be > 0");
   if (cfg.handshake_timeout.count() <= 0)
     problems.push_back("--handshake-timeout (scheduler.handshakeTimeout): must be > 0");
+  if (cfg.reservation_timeout.count() <= 0)
+    problems.push_back("--reservation-timeout (scheduler.reservationTimeout): must be > 0");
   if (cfg.cert_file.empty() != cfg.key_file.empty()) {
     problems.push_back(
         fmt::format("TLS needs both a certificate and a key (--cert_file/scheduler.certFile and "
@@ -862,6 +866,7 @@ std::string ToYaml(const Config& cfg) {
       << cfg.force_overwrite_default_scheduler;
   out << YAML::Key << "healthCheckInterval" << YAML::Value << FormatDuration(cfg.health_check_interval);
   out << YAML::Key << "handshakeTimeout" << YAML::Value << FormatDuration(cfg.handshake_timeout);
+  out << YAML::Key << "reservationTimeout" << YAML::Value << FormatDuration(cfg.reservation_timeout);
   EmitString(out, "kubeconfig", cfg.kubeconfig);
   out << YAML::Key << "kubeQPS" << YAML::Value << fmt::format("{}", cfg.kube_qps);
   out << YAML::Key << "kubeBurst" << YAML::Value << cfg.kube_burst;

@@ -35,6 +35,7 @@ struct Config {
   bool force_overwrite_default_scheduler = true;             // --force-overwrite-default-scheduler
   std::chrono::seconds health_check_interval{15};            // --health-check-interval (ours)
   std::chrono::seconds handshake_timeout{60};                // --handshake-timeout (ours)
+  std::chrono::seconds reservation_timeout{300};             // --reservation-timeout (ours)
   // Kubernetes client.
   std::string kubeconfig;                // --kubeconfig
   double kube_qps = 5;                   // --kube-qps

@@ -287,6 +287,10 @@ const FlagDef kFlags[] = {
     {"handshake-timeout", Group::kScheduling, false, "DURATION",
      "a node whose device plugin has not answered the handshake for this long is unhealthy",
      &SetSeconds<&Config::handshake_timeout, 1>, &ShowSecondsMember<&Config::handshake_timeout>},
+    {"reservation-timeout", Group::kScheduling, false, "DURATION",
+     "devices reserved for a pod that is not bound this long after its filter (or bind) are freed and its "
+     "allocation annotations removed (keep above the extender httpTimeout and --node-lock-retry-timeout)",
+     &SetSeconds<&Config::reservation_timeout, 1>, &ShowSecondsMember<&Config::reservation_timeout>},
     // Kubernetes client.
     {"kubeconfig", Group::kKube, false, "FILE",
      "kubeconfig file (none: $KUBECONFIG, else ~/.kube/config, else the in-cluster service account)",

@@ -271,6 +271,7 @@ void Controller::ReleasePod(const std::string& uid) {
   state_.RemovePod(uid);
   reservations_.erase(uid);
   annotation_warned_.erase(uid);
+  undated_.erase(uid);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -280,6 +281,7 @@ asio::awaitable<void> Controller::HealthLoop() {
   while (!synced()) co_await Sleep(std::chrono::milliseconds(20));
   for (;;) {
     co_await HealthPass();
+    co_await ExpireReservations();
     co_await Sleep(options_.health_interval);
   }
 }
@@ -329,6 +331,144 @@ asio::awaitable<void> Controller::HealthPass() {
   ++health_passes_;
   ++stats_.health_passes;
   for (const auto& w : writes) co_await PatchNodeAnnotation(w.node, w.key, w.value);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Reservation expiry
+
+namespace {
+
+// Unix seconds as the filter and bind write them; nullopt if absent or unreadable.
+std::optional<TimePoint> UnixSeconds(const Annotations& a, std::string_view key) {
+  auto it = a.find(std::string(key));
+  if (it == a.end()) return std::nullopt;
+  std::int64_t s = 0;
+  const std::string& v = it->second;
+  const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), s);
+  // Beyond a few centuries the nanosecond clock would overflow.
+  if (ec != std::errc() || ptr != v.data() + v.size() || s < 0 || s > (std::int64_t{1} << 33))
+    return std::nullopt;
+  return TimePoint(std::chrono::seconds(s));
+}
+
+}  // namespace
+
+asio::awaitable<void> Controller::ExpireReservations() {
+  // One sweep at a time (a test's call may meet the loop's): each decides from what the last one left.
+  while (expiring_) co_await Sleep(std::chrono::milliseconds(5));
+  expiring_ = true;
+  struct Done {
+    bool* flag;
+    ~Done() { *flag = false; }
+  } done{&expiring_};
+  const TimePoint now = clock_->Now();
+  struct Expiry {
+    std::string uid, ns, name, resource_version;
+    std::uint64_t generation;  // of the reservation when decided (0: none)
+  };
+  std::vector<Expiry> due;
+  std::unordered_set<std::string> dated;
+  for (const auto& [key, pod] : pods_->views()) {
+    if (!pod.node_name.empty() || Finished(pod) || !pod.annotations.contains(keys::kAssignedNode)) continue;
+    const std::string uid = UidOf(pod);
+    auto res = reservations_.find(uid);
+    if (res != reservations_.end() && res->second.patched_rv.empty()) continue;  // a filter is writing it
+    // The latest of filter and bind; a stamp far in the future is no stamp (it would never expire).
+    std::optional<TimePoint> since = UnixSeconds(pod.annotations, keys::kDecisionTime);
+    if (auto bound = UnixSeconds(pod.annotations, keys::kBindTime); bound && (!since || *bound > *since))
+      since = bound;
+    if (since && *since > now + std::chrono::minutes(5)) since.reset();
+    if (!since) since = undated_.try_emplace(uid, now).first->second;
+    dated.insert(uid);
+    if (now - *since < options_.reservation_timeout) continue;
+    due.push_back({uid, pod.ns, pod.name, pod.resource_version,
+                   res == reservations_.end() ? 0 : res->second.generation});
+  }
+  std::erase_if(undated_, [&](const auto& kv) { return !dated.contains(kv.first); });
+
+  // Ledger entries the annotations no longer back (removed by someone, or by an expiry that raced a filter).
+  std::vector<std::string> orphans;
+  state_.ForEachPod([&](const PodAllocation& a, const auto&) {
+    if (reservations_.contains(a.uid)) return;
+    auto it = pods_->views().find(a.ns + "/" + a.name);
+    if (it == pods_->views().end() || UidOf(it->second) != a.uid ||
+        !it->second.annotations.contains(keys::kAssignedNode))
+      orphans.push_back(a.uid);
+  });
+  for (const auto& uid : orphans) {
+    spdlog::info("ledger: pod uid {} no longer carries an allocation: released", uid);
+    ReleasePod(uid);
+  }
+
+  // Node locks left by a bind that never completed (the process was killed between lock and binding, or
+  // the pod was bound elsewhere afterwards): nobody would release them before the lock timeout, and every
+  // bind to the node waits meanwhile.
+  std::vector<std::pair<LockTarget, std::string>> abandoned;
+  for (const auto& [name, node] : nodes_->views()) {
+    for (std::size_t b = 0; b < backends_->size(); ++b) {
+      const BackendSpec& spec = backends_->at(b).Spec();
+      if (spec.keys.node_lock.empty() || !spec.lock.owner_aware) continue;
+      auto value = node.annotations.find(spec.keys.node_lock);
+      if (value == node.annotations.end()) continue;
+      if (std::any_of(abandoned.begin(), abandoned.end(), [&](const auto& a) {
+            return a.first.node == node.name && a.first.key == spec.keys.node_lock;
+          }))
+        continue;
+      auto lock = codec::ParseNodeLock(value->second);
+      if (!lock || lock->legacy) continue;
+      auto it = pods_->views().find(lock->ns + "/" + lock->pod);
+      const PodView* owner = it == pods_->views().end() ? nullptr : &it->second;
+      const bool elsewhere = owner != nullptr && !owner->node_name.empty() && owner->node_name != node.name;
+      // Unbound, gone, or allocated already (the device plugin's release was lost): nobody needs it now.
+      bool idle = owner == nullptr || owner->node_name.empty();
+      if (owner != nullptr) {
+        auto phase = owner->annotations.find(std::string(keys::kBindPhase));
+        idle |= phase != owner->annotations.end() &&
+                (phase->second == keys::kBindPhaseSuccess || phase->second == keys::kBindPhaseFailed);
+      }
+      if (elsewhere || (idle && now - lock->taken_at >= options_.reservation_timeout))
+        abandoned.push_back({LockTarget{node.name, spec.keys.node_lock, spec.lock, lock->ns, lock->pod},
+                             value->second});
+    }
+  }
+  for (const auto& [target, value] : abandoned) {
+    spdlog::warn("node {}: lock {} of pod {}/{} is needed no more (its bind did not complete, or the device "
+                 "plugin's release was lost): releasing it",
+                 target.node, target.key, target.pod_ns, target.pod_name);
+    ++stats_.abandoned_locks;
+    co_await locker_.Release(target, value);  // only if it still holds that value
+  }
+
+  for (const Expiry& e : due) {
+    json::object annotations{{keys::kAssignedNode, nullptr}, {keys::kDecisionTime, nullptr},
+                             {keys::kBindPhase, nullptr},    {keys::kBindTime, nullptr},
+                             {keys::kMigAllocations, nullptr}};
+    for (std::size_t b = 0; b < backends_->size(); ++b) {
+      const BackendKeys& k = backends_->at(b).Spec().keys;
+      if (!k.allocated.empty()) annotations[k.allocated] = nullptr;
+      if (!k.to_allocate.empty()) annotations[k.to_allocate] = nullptr;
+    }
+    // Compare-and-swap: a re-filter or a bind that wrote the pod since we looked wins.
+    const json::value patch = {{"metadata",
+                                {{"annotations", std::move(annotations)},
+                                 {"labels", {{keys::kAssignedNode, nullptr}}},
+                                 {"resourceVersion", e.resource_version}}}};
+    const std::string path = PathFor("v1", "pods", e.ns, e.name);
+    auto patched = co_await client_->MergePatch(path, patch);
+    if (!patched) {
+      if (patched.error().kind != ApiErrorKind::kConflict && patched.error().kind != ApiErrorKind::kNotFound)
+        spdlog::warn("pod {}/{}: could not remove an expired reservation: {}", e.ns, e.name,
+                     patched.error().message);
+      continue;
+    }
+    ++stats_.expired;
+    spdlog::warn("pod {}/{}: not bound {}s after its filter: reservation freed, allocation annotations "
+                 "removed",
+                 e.ns, e.name, options_.reservation_timeout.count());
+    // A filter that began while the patch was out decides again; its reservation stays.
+    auto res = reservations_.find(e.uid);
+    if (res == reservations_.end() || res->second.generation == e.generation) ReleasePod(e.uid);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -471,6 +611,11 @@ asio::awaitable<ApiResult<PodView>> Controller::LookupPod(const std::string& ns,
   co_return std::move(*view);
 }
 
+const PodView* Controller::CachedPod(const std::string& key) const {
+  auto it = pods_->views().find(key);
+  return it == pods_->views().end() ? nullptr : &it->second;
+}
+
 std::string Controller::CachedResourceVersion(const std::string& node) const {
   const NodeEntry* entry = state_.FindNode(node);
   return entry == nullptr ? std::string() : entry->node.resource_version;
@@ -573,6 +718,20 @@ asio::awaitable<std::string> Controller::Bind(const std::string& body, bool body
   co_return BindingResultJson(error);
 }
 
+std::string Controller::AlreadyBound(const PodView& pod, const std::string& node) {
+  // A retried /bind (its first answer lost): the binding is done, and the node lock and bind-phase belong to
+  // that first bind and the device plugin; neither is touched.
+  if (pod.node_name == node) {
+    ++stats_.rebinds;
+    spdlog::info("bind: pod {} is already bound to node {}; nothing to do", pod.Key(), node);
+    return std::string();
+  }
+  std::string message =
+      fmt::format("pod {} is already bound to node {}, cannot bind it to {}", pod.Key(), pod.node_name, node);
+  events_.Record(pod, "Warning", "BindingFailed", message);
+  return message;
+}
+
 asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& args) {
   const std::string key = args.pod_namespace + "/" + args.pod_name;
   auto pod = co_await LookupPod(args.pod_namespace, args.pod_name, args.pod_uid);
@@ -592,6 +751,7 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
     events_.Record(*pod, "Warning", "BindingFailed", message);
     return message;
   };
+  if (!pod->node_name.empty()) co_return AlreadyBound(*pod, args.node);
   if (state_.FindNode(args.node) == nullptr) {
     ReleasePod(uid);
     co_return failed(fmt::format("failed to get node {}: not found", args.node));
@@ -642,11 +802,31 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
   const std::string bind_time = std::to_string(
       std::chrono::duration_cast<std::chrono::seconds>(clock_->Now().time_since_epoch()).count());
   if (requests->Any()) {
-    const json::value phase = {
-        {"metadata",
-         {{"annotations", {{keys::kBindPhase, keys::kBindPhaseAllocating}, {keys::kBindTime, bind_time}}}}}};
-    auto patched = co_await client_->MergePatch(pod_path, phase);
-    if (!patched) {
+    // Compare-and-swap on the state we decided from: a cache that has not seen an earlier bind of this pod
+    // (its answer lost, a retry now) must not turn its bind-phase back to allocating.
+    std::string rv = pod->resource_version;
+    for (int attempt = 0;; ++attempt) {
+      json::object meta{
+          {"annotations", {{keys::kBindPhase, keys::kBindPhaseAllocating}, {keys::kBindTime, bind_time}}}};
+      if (!rv.empty()) meta["resourceVersion"] = rv;
+      const json::value phase = {{"metadata", std::move(meta)}};
+      auto patched = co_await client_->MergePatch(pod_path, phase);
+      if (patched) break;
+      if (patched.error().kind == ApiErrorKind::kConflict && attempt < 3) {
+        auto fresh = co_await client_->Get(pod_path);
+        auto view = fresh ? PodFromJson(*fresh) : Result<PodView>(Error{fresh.error().message});
+        if (view && view->uid == pod->uid) {
+          if (view->node_name.empty()) {
+            rv = view->resource_version;
+            continue;
+          }
+          // Bound meanwhile: the locks taken just now are not needed (one re-entered belongs to that bind).
+          for (auto h = held.rbegin(); h != held.rend(); ++h) {
+            if (!h->second.reentered) co_await locker_.Release(h->first, h->second.value);
+          }
+          co_return AlreadyBound(*view, args.node);
+        }
+      }
       co_await release_all();
       co_return failed(fmt::format("could not mark pod {} allocating: {}", key, patched.error().message));
     }

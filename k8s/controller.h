@@ -49,6 +49,10 @@ struct ControllerOptions {
   std::chrono::milliseconds node_lock_retry_timeout{28000};
   // How long /filter waits for the caches and the first health pass before answering an error.
   std::chrono::milliseconds ready_wait{25000};
+  // A pod that carries our allocation but has no spec.nodeName this long after its filter (hami.io/vgpu-time)
+  // or its bind (hami.io/bind-time) loses it: a failed binding or a restart between filter and bind would
+  // otherwise hold its devices until the pod is re-filtered or deleted (HAMi holds them that long).
+  std::chrono::seconds reservation_timeout{300};
   bool legacy_metrics = false;
   Reflector::Options reflector_defaults;  // page size and backoffs for the watches (path is set per resource)
 };
@@ -63,6 +67,10 @@ class Controller {
   boost::asio::awaitable<void> Run();
   // One health pass over every node (PROTOCOL.md §3); Run() calls it on its timer.
   boost::asio::awaitable<void> HealthPass();
+  // Frees the reservations of pods left unbound for longer than the reservation timeout (their annotations
+  // are removed with a compare-and-swap patch), and ledger entries whose pod no longer carries an allocation.
+  // Run() calls it after every health pass.
+  boost::asio::awaitable<void> ExpireReservations();
 
   // Caches synced at least once.
   bool synced() const;
@@ -89,13 +97,18 @@ class Controller {
   const ClusterState& state() const { return state_; }
   const EventRecorder& events() const { return events_; }
   const NodeLocker& locker() const { return locker_; }
+  // The pod as the watch last showed it ("ns/name"); null if not seen.
+  const PodView* CachedPod(const std::string& key) const;
   struct Stats {
     std::size_t filters = 0, binds = 0, health_passes = 0;
     std::size_t annotation_errors = 0;    // pods whose allocation annotations could not be decoded
     std::size_t registration_errors = 0;  // unreadable device registrations (once per node, vendor, value)
     std::size_t rollbacks = 0;            // reservations undone because the pod patch failed
     std::size_t lock_waits = 0;           // binds that waited for a node lock
+    std::size_t rebinds = 0;              // binds of pods already bound to the node asked for
     std::size_t handshake_patches = 0, cleanups = 0;
+    std::size_t expired = 0;  // reservations of pods never bound, freed after the reservation timeout
+    std::size_t abandoned_locks = 0;  // node locks of binds that never completed, released
   };
   const Stats& stats() const { return stats_; }
   // Node-vendor registrations that cannot be read now.
@@ -138,6 +151,8 @@ class Controller {
   boost::asio::awaitable<bool> WaitReady();
   boost::asio::awaitable<std::string> FilterParsed(ExtenderArgs& args);
   boost::asio::awaitable<std::string> BindParsed(const ExtenderBindingArgs& args);
+  // The answer to a bind of a pod that already has spec.nodeName: success on that node, an error elsewhere.
+  std::string AlreadyBound(const PodView& pod, const std::string& node);
   // The pod from the cache, or from the API server when the cache has none or one with another uid.
   boost::asio::awaitable<ApiResult<PodView>> LookupPod(const std::string& ns, const std::string& name,
                                                        const std::string& uid);
@@ -165,10 +180,13 @@ class Controller {
   std::unordered_set<std::string> annotation_warned_;  // pods whose unreadable annotations were logged
   // node -> the registration error last reported per backend ("" = readable), for nodes with one.
   std::unordered_map<std::string, std::vector<std::string>> registration_errors_;
+  // Pods whose decision time is unreadable (or far in the future): when this process first saw them.
+  std::unordered_map<std::string, TimePoint> undated_;
   // node -> locks our binds left for the device plugin to release, until the node shows them gone.
   std::unordered_map<std::string, std::vector<HeldLock>> held_locks_;
   std::size_t background_ = 0;  // leftover-lock releases running
   bool stopping_ = false;
+  bool expiring_ = false;  // an ExpireReservations() sweep is running
   std::uint64_t generation_ = 0;
   std::size_t health_passes_ = 0;
   Stats stats_;

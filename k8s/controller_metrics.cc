@@ -56,6 +56,13 @@ std::string Controller::Metrics() const {
        "Times a vendor's devices were withheld from a node as unhealthy.", stats_.cleanups},
       {"hami_scheduler_reservation_rollbacks_total",
        "Filter reservations undone because the pod could not be patched.", stats_.rollbacks},
+      {"hami_scheduler_reservations_expired_total",
+       "Reservations of pods never bound within --reservation-timeout: freed, annotations removed.",
+       stats_.expired},
+      {"hami_scheduler_abandoned_locks_released_total",
+       "Node locks of binds that never completed (owner unbound past --reservation-timeout, or bound "
+       "elsewhere), released.",
+       stats_.abandoned_locks},
       {"hami_scheduler_node_lock_waits_total", "Binds that waited for a node lock held by another pod.",
        stats_.lock_waits},
       {"hami_scheduler_annotation_errors_total", "Pod events whose allocation annotations could not be read.",

@@ -90,6 +90,7 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t) {
     if (d.action == LockAction::kReenter) {
       ++stats_.reentered;
       out.acquired = true;
+      out.reentered = true;
       out.value = *read.value;
       out.resource_version = read.resource_version;
       co_return out;

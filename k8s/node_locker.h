@@ -27,6 +27,7 @@ struct LockTarget {
 struct LockOutcome {
   bool acquired = false;
   bool contention = false;       // held by someone else: worth waiting for
+  bool reentered = false;        // it was ours already (taken by an earlier bind of the same pod)
   std::string value;             // what we wrote (acquired), to release exactly that later
   std::string resource_version;  // the node's resourceVersion with our value in place (acquired)
   std::string message;           // why not, for the bind error and the event

@@ -24,6 +24,8 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <random>
+#include <utility>
 #include <type_traits>
 #include <variant>
 
@@ -429,6 +431,18 @@ struct ApiServer::Impl {
   std::uint64_t requests = 0;
   std::uint64_t connection_failures = 0;
   std::deque<FaultRule> faults;
+  RandomFaults random_faults;
+  std::mt19937_64 fault_rng;
+  ApiServer::FaultStats fault_stats;
+  // Whether this answer is to be lost (drawn once per request that was not refused by a random fault).
+  bool drop_pending = false;  // set by a drop_answer FaultRule for the request being handled
+  bool DropAnswer(const Call& c) {
+    if (std::exchange(drop_pending, false)) return true;
+    if (random_faults.drop_rate <= 0 || c.segments.size() < 2) return false;
+    if (std::uniform_real_distribution<double>(0, 1)(fault_rng) >= random_faults.drop_rate) return false;
+    ++fault_stats.drops;
+    return true;
+  }
   std::chrono::milliseconds latency{0};
   std::string latency_prefix;
   int expire_watches = 0;
@@ -482,8 +496,24 @@ Outcome ApiServer::Impl::Handle(const Call& c) {
     if (!it->method.empty() && !EqualsIgnoreCase(it->method, c.method_name)) continue;
     if (!c.path.starts_with(it->path_prefix)) continue;
     const ApiError e = FaultError(*it);
+    const bool drop = it->drop_answer;
     if (--it->count <= 0) faults.erase(it);
-    return ErrorReply(e);
+    if (!drop) return ErrorReply(e);
+    drop_pending = true;
+    break;
+  }
+  if ((random_faults.error_rate > 0 || random_faults.conflict_rate > 0) && c.segments.size() >= 2) {
+    const double r = std::uniform_real_distribution<double>(0, 1)(fault_rng);
+    if (r < random_faults.error_rate) {
+      ++fault_stats.errors;
+      return ErrorReply(InternalError("injected fault (random)"));
+    }
+    const bool write = c.method == http::verb::patch || c.method == http::verb::put;
+    if (write && r < random_faults.error_rate + random_faults.conflict_rate) {
+      ++fault_stats.conflicts;
+      const std::string resource = c.segments.size() > 3 ? c.segments[c.segments.size() - 2] : "";
+      return ErrorReply(StaleConflict("", resource, c.segments.back()));
+    }
   }
   const auto& s = c.segments;
   const bool get = c.method == http::verb::get || c.method == http::verb::head;
@@ -952,6 +982,7 @@ asio::awaitable<void> RunSession(std::shared_ptr<ApiServer::Impl> self, Stream& 
       outcome = self->Handle(call);
     }
     if (auto* reply = std::get_if<Reply>(&outcome)) {
+      if (self->DropAnswer(call)) break;  // done, but the client never hears of it
       auto res = MakeResponse(*reply, req.version(), keep_alive, req.method() == http::verb::head);
       conn.lowest.expires_after(self->options.write_timeout);
       auto [wec, wn] = co_await http::async_write(stream, res, kUseAwaitable);
@@ -1102,6 +1133,11 @@ void ApiServer::FailNext(FaultRule rule) {
   if (rule.count > 0) impl_->faults.push_back(std::move(rule));
 }
 void ApiServer::ClearFaults() { impl_->faults.clear(); }
+void ApiServer::SetRandomFaults(RandomFaults faults) {
+  impl_->fault_rng.seed(faults.seed);
+  impl_->random_faults = faults;
+}
+ApiServer::FaultStats ApiServer::random_fault_stats() const { return impl_->fault_stats; }
 void ApiServer::SetLatency(std::chrono::milliseconds delay, std::string path_prefix) {
   impl_->latency = delay;
   impl_->latency_prefix = std::move(path_prefix);

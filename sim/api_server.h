@@ -71,6 +71,17 @@ struct FaultRule {
   std::string method;       // "" matches any ("GET", "PATCH", ...)
   std::string path_prefix;  // "" matches any ("/api/v1/namespaces/default/pods")
   int retry_after_seconds = 1;
+  bool drop_answer = false;  // instead: carry the request out, then close without answering (answer lost)
+};
+
+// Faults drawn at random for every request but the discovery ones (/healthz, /version, ...), for fault
+// runs; seeded, so the same seed and the same requests draw the same faults.
+struct RandomFaults {
+  double error_rate = 0;     // answer 500 InternalError without acting
+  double conflict_rate = 0;  // PATCH and PUT answer 409 Conflict without acting
+  double drop_rate = 0;      // act, then close the connection without answering (an answer lost)
+  std::uint64_t seed = 1;
+  bool any() const { return error_rate > 0 || conflict_rate > 0 || drop_rate > 0; }
 };
 
 class ApiServer {
@@ -108,6 +119,11 @@ class ApiServer {
   // ---- Fault injection (test hooks).
 
   void FailNext(FaultRule rule);  // rules are consumed in the order given
+  void SetRandomFaults(RandomFaults faults);  // all rates 0: none
+  struct FaultStats {
+    std::uint64_t errors = 0, conflicts = 0, drops = 0;
+  };
+  FaultStats random_fault_stats() const;
   void ClearFaults();
   // Delays every response whose path starts with `path_prefix` ("" = all) by `delay`; 0 removes the delay.
   void SetLatency(std::chrono::milliseconds delay, std::string path_prefix = "");

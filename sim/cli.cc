@@ -8,7 +8,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/json.hpp>
+#include <charconv>
 #include <csignal>
+#include <functional>
 #include <ostream>
 
 #include "core/strings.h"
@@ -27,6 +29,8 @@ constexpr std::string_view kUsage =
                                      [--bookmark-interval SECONDS] [--history EVENTS]
                                      [--generate-tls | --tls-cert-file FILE --tls-private-key-file FILE]
                                      [--client-ca-file FILE] [--token-auth-file FILE]
+                                     [--fault-error-rate P] [--fault-conflict-rate P]
+                                     [--fault-drop-rate P] [--fault-seed N] [--fault-paused]
 
 Serves an in-memory Kubernetes API (nodes, pods with bindings, events, leases, resource quotas,
 namespaces) until SIGINT/SIGTERM: over plain HTTP to anyone by default, or over HTTPS with
@@ -51,6 +55,13 @@ authentication. Point kubectl at it with the kubeconfig it writes.
   --client-ca-file FILE   accept client certificates signed by these CAs (needs TLS); the CN is the user
   --token-auth-file FILE  accept the bearer tokens of this kube-apiserver static token file (CSV lines
                           token,user,uid[,"group1,group2"]); the kubeconfig uses the first one
+  --fault-error-rate P     fail this fraction (0 to 1) of requests with 500 InternalError, at random
+  --fault-conflict-rate P  answer this fraction of PATCH and PUT requests 409 Conflict, at random
+  --fault-drop-rate P      carry out this fraction of requests but close the connection instead of
+                          answering (a lost answer)
+  --fault-seed N          seed of the fault draws (default 1): the same requests draw the same faults
+  --fault-paused          start with the random faults off; SIGUSR1 turns them on and off (a fault
+                          run's setup and quiet phases)
 With --generate-tls, --client-ca-file or --token-auth-file, requests without valid credentials answer
 401 Unauthorized (except /version, /healthz, /livez and /readyz).
 )";
@@ -66,6 +77,8 @@ struct Args {
   std::string token_auth_file;
   bool generate_tls = false;
   ApiServerOptions options;
+  RandomFaults faults;
+  bool faults_paused = false;
   bool help = false;
 };
 
@@ -92,6 +105,14 @@ Result<void> ParseListen(std::string_view text, Args& a) {
   if (!p) return p.error();
   a.port = static_cast<std::uint16_t>(*p);
   return {};
+}
+
+Result<double> ParseRate(std::string_view flag, std::string_view text) {
+  double v = -1;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !(v >= 0 && v <= 1))
+    return Error{fmt::format("{} '{}': expected a fraction from 0 to 1", flag, text)};
+  return v;
 }
 
 Result<Args> ParseArgs(const std::vector<std::string>& args) {
@@ -158,6 +179,33 @@ Result<Args> ParseArgs(const std::vector<std::string>& args) {
           problems.push_back(s.error().message);
         }
       }
+    } else if (flag == "--fault-error-rate" || flag == "--fault-conflict-rate" ||
+               flag == "--fault-drop-rate") {
+      if (take()) {
+        auto r = ParseRate(flag, value);
+        if (!r) {
+          problems.push_back(r.error().message);
+        } else {
+          (flag == "--fault-error-rate"      ? a.faults.error_rate
+           : flag == "--fault-conflict-rate" ? a.faults.conflict_rate
+                                             : a.faults.drop_rate) = *r;
+        }
+      }
+    } else if (flag == "--fault-paused") {
+      if (has_value) {
+        problems.push_back("--fault-paused takes no value");
+      } else {
+        a.faults_paused = true;
+      }
+    } else if (flag == "--fault-seed") {
+      if (take()) {
+        auto n = ParseIntInRange(value, "--fault-seed", 0, 2'000'000'000);
+        if (n) {
+          a.faults.seed = static_cast<std::uint64_t>(*n);
+        } else {
+          problems.push_back(n.error().message);
+        }
+      }
     } else if (flag == "--history") {
       if (take()) {
         auto n = ParseIntInRange(value, "--history", 1, 10'000'000);
@@ -171,6 +219,8 @@ Result<Args> ParseArgs(const std::vector<std::string>& args) {
       problems.push_back(fmt::format("unknown flag '{}'", args[i]));
     }
   }
+  if (a.faults.error_rate + a.faults.conflict_rate > 1)
+    problems.push_back("--fault-error-rate and --fault-conflict-rate add up to more than 1");
   if (a.tls_cert_file.empty() != a.tls_key_file.empty()) {
     problems.push_back("--tls-cert-file and --tls-private-key-file must be given together");
   }
@@ -359,6 +409,13 @@ int RunApiServerCommand(const std::vector<std::string>& args, std::ostream& out,
     if (!skipped.empty()) out << fmt::format(" (skipped {}: {})", skipped.size(), Join(skipped, ", "));
     out << "\n";
   }
+  bool faults_on = parsed->faults.any() && !parsed->faults_paused;
+  if (faults_on) server.SetRandomFaults(parsed->faults);
+  if (parsed->faults.any())
+    out << fmt::format("sim-apiserver: random faults: {} errors, {} conflicts, {} dropped answers "
+                       "(seed {}){}; SIGUSR1 turns them {}\n",
+                       parsed->faults.error_rate, parsed->faults.conflict_rate, parsed->faults.drop_rate,
+                       parsed->faults.seed, faults_on ? "" : ", paused", faults_on ? "off" : "on");
   auto port = server.Listen();
   if (!port) {
     err << port.error().message << "\n";
@@ -378,6 +435,29 @@ int RunApiServerCommand(const std::vector<std::string>& args, std::ostream& out,
   out.flush();
 
   asio::signal_set signals(ioc, SIGINT, SIGTERM);
+  // SIGUSR1 turns the random faults on and off (the seed carries on: the draws do not repeat).
+  asio::signal_set quiet(ioc, SIGUSR1);
+  std::function<void()> await_quiet = [&] {
+    quiet.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      faults_on = !faults_on;
+      const auto s = server.random_fault_stats();
+      if (faults_on) {
+        RandomFaults f = parsed->faults;
+        f.seed += s.errors + s.conflicts + s.drops;
+        server.SetRandomFaults(f);
+        out << "sim-apiserver: random faults on\n";
+      } else {
+        server.SetRandomFaults({});
+        out << fmt::format("sim-apiserver: random faults off; {} errors, {} conflicts, {} dropped answers "
+                           "so far\n",
+                           s.errors, s.conflicts, s.drops);
+      }
+      out.flush();
+      await_quiet();
+    });
+  };
+  await_quiet();
   asio::cancellation_signal stop;
   int exit_code = 1;
   asio::co_spawn(ioc, server.Serve(), asio::bind_cancellation_slot(stop.slot(), [&](std::exception_ptr e) {
@@ -396,6 +476,7 @@ int RunApiServerCommand(const std::vector<std::string>& args, std::ostream& out,
                      }
                    }
                    signals.cancel();
+                   quiet.cancel();
                  }));
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (ec) return;

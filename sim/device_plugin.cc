@@ -431,7 +431,15 @@ asio::awaitable<bool> DevicePlugin::Allocate(const std::string& pod_key) {
     taken_.erase(pod.uid);  // switched to not answering while queued: a later SetMode takes it up again
     co_return true;
   }
-  if (!WantsAllocation(pod)) co_return true;
+  if (!WantsAllocation(pod)) {
+    // Answered already: an earlier attempt's patch went through with its answer lost. Its lock release
+    // never ran.
+    const std::string* phase = AnnotationOf(pod.annotations, std::string(keys::kBindPhase));
+    if (pod.node_name == options_.node && phase != nullptr &&
+        (*phase == keys::kBindPhaseSuccess || *phase == keys::kBindPhaseFailed))
+      co_await ReleaseLock(pod);
+    co_return true;
+  }
   const std::string& to_allocate_key = backend_->Spec().keys.to_allocate;
   const std::string devices = pod.annotations.at(to_allocate_key);
   bool success = options_.mode == PluginMode::kNormal;

@@ -513,6 +513,254 @@ TEST_F(ControllerTest, APodRecreatedWhileTheWatchWasDownReleasesTheOldHold) {
   }());
 }
 
+// What the device plugin does once it has set the devices up: bind-phase success, node lock released.
+void Allocated(sim::ApiServer& server, const std::string& pod, const std::string& node) {
+  const json::value done = {{"metadata", {{"annotations", {{"hami.io/bind-phase", "success"}}}}}};
+  EXPECT_TRUE(
+      server.store().Patch(*sim::FindResourceByName("pods"), "default", pod, sim::PatchType::kMerge, done));
+  const json::value unlock = {{"metadata", {{"annotations", {{"hami.io/mutex.lock", nullptr}}}}}};
+  EXPECT_TRUE(
+      server.store().Patch(*sim::FindResourceByName("nodes"), "", node, sim::PatchType::kMerge, unlock));
+}
+
+std::string ResourceVersion(const json::object& o) {
+  return std::string(o.at("metadata").at("resourceVersion").as_string());
+}
+
+TEST_F(ControllerTest, ABindRetriedForABoundPodAnswersWithoutTouchingLockOrPhase) {
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-b", 1)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p1", 3000)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p2", 3000)));
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    k8s::Controller& c = service_->controller();
+    const std::string filter_p1 = FilterArgs("p1", {"gpu-a"});
+    EXPECT_TRUE((co_await Post("/filter", filter_p1)).at("Error").as_string().empty());
+    const std::string bind_p1 = BindArgs(Stored("pods", "default", "p1"), "gpu-a");
+    EXPECT_TRUE((co_await Post("/bind", bind_p1)).at("Error").as_string().empty());
+    const std::function<bool()> seen_bound = [&] {
+      const PodView* p = c.CachedPod("default/p1");
+      return p != nullptr && p->node_name == "gpu-a";
+    };
+    EXPECT_TRUE(co_await WaitUntil(seen_bound));
+
+    // Bound + allocating (the first answer was lost, the device plugin is not done): success, and neither
+    // the pod nor the node is written.
+    const std::string pod_rv = ResourceVersion(Stored("pods", "default", "p1"));
+    const std::string node_rv = ResourceVersion(Stored("nodes", "", "gpu-a"));
+    auto again = co_await Post("/bind", bind_p1);
+    EXPECT_TRUE(again.at("Error").as_string().empty()) << json::serialize(again);
+    EXPECT_EQ(ResourceVersion(Stored("pods", "default", "p1")), pod_rv);
+    EXPECT_EQ(ResourceVersion(Stored("nodes", "", "gpu-a")), node_rv);
+
+    // Bound + success (allocated, lock released): success; no lock is taken, the phase stays success.
+    Allocated(server_, "p1", "gpu-a");
+    const std::function<bool()> seen_done = [&] {
+      const PodView* p = c.CachedPod("default/p1");
+      auto it = p->annotations.find("hami.io/bind-phase");
+      return it != p->annotations.end() && it->second == "success";
+    };
+    EXPECT_TRUE(co_await WaitUntil(seen_done));
+    auto third = co_await Post("/bind", bind_p1);
+    EXPECT_TRUE(third.at("Error").as_string().empty()) << json::serialize(third);
+    EXPECT_EQ(Annotation(Stored("pods", "default", "p1"), "hami.io/bind-phase"), std::string("success"));
+    EXPECT_EQ(Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock"), std::string());
+    EXPECT_EQ(c.stats().rebinds, 2u);
+
+    // Bound elsewhere: a clear error naming both nodes; gpu-b is not locked, the pod not written.
+    const std::string elsewhere = BindArgs(Stored("pods", "default", "p1"), "gpu-b");
+    const std::string rv_before = ResourceVersion(Stored("pods", "default", "p1"));
+    auto other = co_await Post("/bind", elsewhere);
+    EXPECT_NE(std::string(other.at("Error").as_string())
+                  .find("already bound to node gpu-a, cannot bind it to gpu-b"),
+              std::string::npos)
+        << json::serialize(other);
+    EXPECT_EQ(Annotation(Stored("nodes", "", "gpu-b"), "hami.io/mutex.lock"), std::string());
+    EXPECT_EQ(ResourceVersion(Stored("pods", "default", "p1")), rv_before);
+
+    // The node is free for the next pod at once (today's second bind held it until the lock timeout).
+    const std::string filter_p2 = FilterArgs("p2", {"gpu-a"});
+    EXPECT_TRUE((co_await Post("/filter", filter_p2)).at("Error").as_string().empty());
+    const std::string bind_p2 = BindArgs(Stored("pods", "default", "p2"), "gpu-a");
+    EXPECT_TRUE((co_await Post("/bind", bind_p2)).at("Error").as_string().empty());
+    EXPECT_EQ(c.stats().lock_waits, 0u);
+  }());
+}
+
+TEST_F(ControllerTest, ABindRetriedBeforeTheWatchShowsThePodBoundLeavesLockAndPhaseAlone) {
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p1", 3000)));
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    k8s::Controller& c = service_->controller();
+    const std::string filter_p1 = FilterArgs("p1", {"gpu-a"});
+    EXPECT_TRUE((co_await Post("/filter", filter_p1)).at("Error").as_string().empty());
+    const std::function<bool()> seen = [&] {
+      const PodView* p = c.CachedPod("default/p1");
+      return p != nullptr && p->annotations.contains("hami.io/vgpu-node");
+    };
+    EXPECT_TRUE(co_await WaitUntil(seen));
+    // The pod watch is down, so the cache still shows p1 unbound while it is bound and allocated.
+    sim::FaultRule down;
+    down.count = 1000000;
+    down.status = 500;
+    down.method = "GET";
+    down.path_prefix = "/api/v1/pods";
+    server_.FailNext(down);
+    server_.DropWatches();
+    const std::string bind_p1 = BindArgs(Stored("pods", "default", "p1"), "gpu-a");
+    EXPECT_TRUE((co_await Post("/bind", bind_p1)).at("Error").as_string().empty());
+    Allocated(server_, "p1", "gpu-a");
+    EXPECT_TRUE(c.CachedPod("default/p1")->node_name.empty());
+    auto again = co_await Post("/bind", bind_p1);
+    EXPECT_TRUE(again.at("Error").as_string().empty()) << json::serialize(again);
+    EXPECT_EQ(Annotation(Stored("pods", "default", "p1"), "hami.io/bind-phase"), std::string("success"));
+    EXPECT_EQ(Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock"), std::string());
+    server_.ClearFaults();
+  }());
+}
+
+TEST_F(ControllerTest, AReservationNeverBoundExpiresAndItsAnnotationsGo) {
+  auto fixed = std::make_unique<FixedClock>(std::chrono::system_clock::now());
+  FixedClock* clock = fixed.get();
+  clock_ = std::move(fixed);
+  cfg_.reservation_timeout = 300s;
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p1", 10000)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p2", 3000)));
+  StartService(std::chrono::hours(1));  // passes (and expiry) run when the test says so
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    k8s::Controller& c = service_->controller();
+    const auto used = [&] { return c.state().FindNode("gpu-a")->usage[0].mem.value(); };
+    const std::string filter_p1 = FilterArgs("p1", {"gpu-a"});
+    EXPECT_TRUE((co_await Post("/filter", filter_p1)).at("Error").as_string().empty());
+    // The binding itself fails: p1 stays Pending, allocating, with its devices held.
+    sim::FaultRule refuse;
+    refuse.count = 100;
+    refuse.status = 500;
+    refuse.method = "POST";
+    refuse.path_prefix = "/api/v1/namespaces/default/pods/p1/binding";
+    server_.FailNext(refuse);
+    clock->Advance(10s);
+    const std::string bind_p1 = BindArgs(Stored("pods", "default", "p1"), "gpu-a");
+    EXPECT_FALSE((co_await Post("/bind", bind_p1)).at("Error").as_string().empty());
+    server_.ClearFaults();
+    EXPECT_EQ(Annotation(Stored("pods", "default", "p1"), "hami.io/bind-phase"), std::string("allocating"));
+    const std::function<bool()> seen = [&] {
+      const PodView* p = c.CachedPod("default/p1");
+      return p != nullptr && p->annotations.contains("hami.io/bind-phase");
+    };
+    EXPECT_TRUE(co_await WaitUntil(seen));
+    EXPECT_EQ(used(), 10000);
+
+    // A bound pod is never expired, however old its decision.
+    const std::string filter_p2 = FilterArgs("p2", {"gpu-a"});
+    EXPECT_TRUE((co_await Post("/filter", filter_p2)).at("Error").as_string().empty());
+    const std::string bind_p2 = BindArgs(Stored("pods", "default", "p2"), "gpu-a");
+    EXPECT_TRUE((co_await Post("/bind", bind_p2)).at("Error").as_string().empty());
+    const std::function<bool()> p2_bound = [&] {
+      const PodView* p = c.CachedPod("default/p2");
+      return p != nullptr && !p->node_name.empty();
+    };
+    EXPECT_TRUE(co_await WaitUntil(p2_bound));
+    EXPECT_EQ(used(), 13000);
+
+    // The timeout counts from the bind (the later stamp): not yet 300 s after it.
+    clock->Advance(299s);
+    co_await c.ExpireReservations();
+    EXPECT_EQ(c.stats().expired, 0u);
+    EXPECT_EQ(used(), 13000);
+    clock->Advance(2s);
+    co_await c.ExpireReservations();
+    EXPECT_EQ(c.stats().expired, 1u);
+    EXPECT_EQ(used(), 3000);
+    const json::object p1 = Stored("pods", "default", "p1");
+    for (const char* key : {"hami.io/vgpu-node", "hami.io/vgpu-time", "hami.io/vgpu-devices-allocated",
+                            "hami.io/vgpu-devices-to-allocate", "hami.io/bind-phase", "hami.io/bind-time"})
+      EXPECT_EQ(Annotation(p1, key), std::string()) << key;
+    const auto* labels = p1.at("metadata").as_object().if_contains("labels");
+    EXPECT_TRUE(labels == nullptr || !labels->as_object().contains("hami.io/vgpu-node"));
+    EXPECT_FALSE(Annotation(Stored("pods", "default", "p2"), "hami.io/vgpu-node").empty());
+    // The watch event of the cleared pod changes nothing more; the pod can be filtered again from scratch.
+    const std::function<bool()> cleared = [&] {
+      return !c.CachedPod("default/p1")->annotations.contains("hami.io/vgpu-node");
+    };
+    EXPECT_TRUE(co_await WaitUntil(cleared));
+    co_await c.ExpireReservations();
+    EXPECT_EQ(c.stats().expired, 1u);
+    EXPECT_EQ(used(), 3000);
+    const std::string again = FilterArgs("p1", {"gpu-a"});
+    auto refiltered = co_await Post("/filter", again);
+    EXPECT_EQ(json::serialize(refiltered.at("NodeNames")), std::string(R"(["gpu-a"])"));
+    EXPECT_EQ(used(), 13000);
+    auto m = co_await Call(http::verb::get, "/metrics");
+    EXPECT_NE(m.body.find("hami_scheduler_reservations_expired_total 1"), std::string::npos) << m.body;
+  }());
+}
+
+TEST_F(ControllerTest, ReservationsAndLocksLeftByAKilledProcessAreFreedButNotADecisionRewrittenMeanwhile) {
+  const auto start = std::chrono::system_clock::now();
+  auto fixed = std::make_unique<FixedClock>(start);
+  FixedClock* clock = fixed.get();
+  clock_ = std::move(fixed);
+  cfg_.reservation_timeout = 120s;
+  // The killed process had also locked the node for p1's bind.
+  json::value node = NvidiaNode("gpu-a", 1);
+  node.at("metadata").at("annotations").as_object()["hami.io/mutex.lock"] =
+      codec::FormatNodeLock(start, "default", "p1");
+  ASSERT_TRUE(server_.store().Create(node));
+  // Left by a process killed between filter and bind: annotations, a decision time, no nodeName.
+  const std::string stamp =
+      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(start.time_since_epoch()).count());
+  for (const char* name : {"p1", "p2"}) {
+    json::value pod = GpuPod(name, 4000);
+    pod.at("metadata").as_object()["annotations"] = {
+        {"hami.io/vgpu-node", "gpu-a"},
+        {"hami.io/vgpu-time", stamp},
+        {"hami.io/vgpu-devices-allocated", "gpu-a-gpu0,NVIDIA,4000,0:;"},
+        {"hami.io/vgpu-devices-to-allocate", "gpu-a-gpu0,NVIDIA,4000,0:;"}};
+    ASSERT_TRUE(server_.store().Create(pod));
+  }
+  StartService(std::chrono::hours(1));
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    k8s::Controller& c = service_->controller();
+    EXPECT_EQ(c.state().FindNode("gpu-a")->usage[0].mem.value(), 8000);
+    co_await c.ExpireReservations();  // too early for either, and for the lock
+    EXPECT_EQ(c.stats().expired, 0u);
+    EXPECT_FALSE(Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock").empty());
+    // p2 is re-filtered (its decision rewritten) while the pod watch is down: the cache still shows the old
+    // state, whose resourceVersion the expiry's compare-and-swap names, so p2's new decision stays.
+    sim::FaultRule down;
+    down.count = 1000000;
+    down.status = 500;
+    down.method = "GET";
+    down.path_prefix = "/api/v1/pods";
+    server_.FailNext(down);
+    server_.DropWatches();
+    clock->Advance(121s);
+    const std::string fresh = std::to_string(
+        std::chrono::duration_cast<std::chrono::seconds>(clock->Now().time_since_epoch()).count());
+    const json::value refiltered = {{"metadata", {{"annotations", {{"hami.io/vgpu-time", fresh}}}}}};
+    EXPECT_TRUE(server_.store().Patch(*sim::FindResourceByName("pods"), "default", "p2",
+                                      sim::PatchType::kMerge, refiltered));
+    co_await c.ExpireReservations();
+    EXPECT_EQ(c.stats().expired, 1u);
+    EXPECT_EQ(Annotation(Stored("pods", "default", "p1"), "hami.io/vgpu-node"), std::string());
+    EXPECT_EQ(Annotation(Stored("pods", "default", "p1"), "hami.io/vgpu-devices-to-allocate"), std::string());
+    EXPECT_EQ(Annotation(Stored("pods", "default", "p2"), "hami.io/vgpu-node"), std::string("gpu-a"));
+    EXPECT_EQ(Annotation(Stored("pods", "default", "p2"), "hami.io/vgpu-time"), fresh);
+    EXPECT_EQ(c.state().FindNode("gpu-a")->usage[0].mem.value(), 4000);
+    EXPECT_EQ(Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock"), std::string());
+    EXPECT_EQ(c.stats().abandoned_locks, 1u);
+    server_.ClearFaults();
+  }());
+}
+
 TEST_F(ControllerTest, MetricsUseHamiNamesAndCountDecisions) {
   cfg_.legacy_metrics = true;
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));

@@ -471,6 +471,29 @@ TEST_F(DevicePluginTest, LockHeldByAnotherPodIsLeftInPlace) {
   }());
 }
 
+TEST_F(DevicePluginTest, AnAnswerWhoseReplyWasLostStillReleasesTheLock) {
+  const Backend& backend = MakeBackend("nvidia");
+  CreateNode({{"hami.io/mutex.lock", LockValue(backend, "p1")}});
+  // The plugin's answer to the pod goes through, but its reply never arrives.
+  sim::FaultRule lost;
+  lost.method = "PATCH";
+  lost.path_prefix = "/api/v1/namespaces/default/pods/p1";
+  lost.drop_answer = true;
+  server_.FailNext(lost);
+  DevicePlugin& plugin = Start(backend, Options(DevicesFor("nvidia")));
+  CreatePod("p1", {{"hami.io/vgpu-devices-to-allocate", "GPU-aaaa,NVIDIA,3000,30:;"}});
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    const std::function<bool()> answered = [&] {
+      return PodAnnotation("p1", "hami.io/bind-phase") == "success";
+    };
+    CO_ASSERT_TRUE(co_await WaitUntil(answered));
+    // The retry finds the pod answered already; the lock must not stay behind.
+    const std::function<bool()> unlocked = [&] { return !NodeAnnotation("hami.io/mutex.lock"); };
+    EXPECT_TRUE(co_await WaitUntil(unlocked));
+    EXPECT_GE(plugin.stats().api_errors, 1u);
+  }());
+}
+
 TEST_F(DevicePluginTest, FailAllocationSetsFailedKeepsToAllocateAndReleasesTheLock) {
   const Backend& backend = MakeBackend("hygon");
   CreateNode({{"hami.io/mutex.lock", LockValue(backend, "p1")}});

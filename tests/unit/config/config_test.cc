@@ -168,6 +168,7 @@ TEST(ConfigYaml, FullSchedulerSection) {
   forceOverwriteDefaultScheduler: false
   healthCheckInterval: 30
   handshakeTimeout: 1h30m
+  reservationTimeout: 2m30s
   kubeconfig: /root/.kube/config
   kubeQPS: 50.5
   kubeBurst: 100
@@ -196,6 +197,7 @@ TEST(ConfigYaml, FullSchedulerSection) {
   EXPECT_FALSE(cfg.force_overwrite_default_scheduler);
   EXPECT_EQ(cfg.health_check_interval, seconds(30));
   EXPECT_EQ(cfg.handshake_timeout, seconds(5400));
+  EXPECT_EQ(cfg.reservation_timeout, seconds(150));
   EXPECT_EQ(cfg.kubeconfig, "/root/.kube/config");
   EXPECT_DOUBLE_EQ(cfg.kube_qps, 50.5);
   EXPECT_EQ(cfg.kube_burst, 100);
@@ -595,6 +597,7 @@ Config RichConfig() {
   cfg.force_overwrite_default_scheduler = false;
   cfg.health_check_interval = seconds(7);
   cfg.handshake_timeout = seconds(90);
+  cfg.reservation_timeout = seconds(45);
   cfg.kubeconfig = "~";  // null in plain YAML
   cfg.kube_qps = 12.25;
   cfg.kube_burst = 33;
@@ -677,6 +680,7 @@ TEST(ConfigToYaml, RoundTripsThroughApplyYaml) {
   EXPECT_EQ(got.force_overwrite_default_scheduler, want.force_overwrite_default_scheduler);
   EXPECT_EQ(got.health_check_interval, want.health_check_interval);
   EXPECT_EQ(got.handshake_timeout, want.handshake_timeout);
+  EXPECT_EQ(got.reservation_timeout, want.reservation_timeout);
   EXPECT_EQ(got.kubeconfig, want.kubeconfig);
   EXPECT_EQ(got.kube_qps, want.kube_qps);
   EXPECT_EQ(got.kube_burst, want.kube_burst);
@@ -718,6 +722,7 @@ TEST(ConfigToYaml, ShapeAndDurations) {
   EXPECT_THAT(yaml, HasSubstr("  nodeLockTimeout: 5m\n"));
   EXPECT_THAT(yaml, HasSubstr("  nodeLockRetryTimeout: 28s\n"));
   EXPECT_THAT(yaml, HasSubstr("  handshakeTimeout: 1m\n"));
+  EXPECT_THAT(yaml, HasSubstr("  reservationTimeout: 5m\n"));
   EXPECT_THAT(yaml, HasSubstr("  kubeTimeout: 0s\n"));
   EXPECT_THAT(yaml, HasSubstr("  certFile: \"\"\n"));
   EXPECT_THAT(yaml, HasSubstr("  nodeLabelSelector: {}\n"));

@@ -141,8 +141,12 @@ TEST(Flags, BooleansTakeTheirValueAfterEquals) {
 TEST(Flags, DurationsAndOurFlags) {
   auto r = Load({"--node-lock-timeout=2m", "--node-lock-retry-timeout=500ms", "--kube-timeout=30",
                  "--health-check-interval=10s", "--handshake-timeout=2m30s", "--kubeconfig=/tmp/kc",
-                 "--log-level=error", "--print-config"});
+                 "--log-level=error", "--print-config", "--reservation-timeout=90s"});
   ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->config.reservation_timeout, seconds(90));
+  auto zero = Load({"--reservation-timeout=0s"});
+  ASSERT_FALSE(zero);
+  EXPECT_THAT(zero.error().message, HasSubstr("--reservation-timeout"));
   EXPECT_EQ(r->config.node_lock_timeout, seconds(120));
   EXPECT_EQ(r->config.node_lock_retry_timeout, milliseconds(500));
   EXPECT_EQ(r->config.kube_timeout, seconds(30));
