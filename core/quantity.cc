@@ -142,7 +142,7 @@ std::int64_t Quantity::CeilValue() const {
   constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
   constexpr u128 kHalf = (~static_cast<u128>(0)) / 2;
   bool fraction = false;
-  // Every doubling is applied (stopping at int64's range lost the rest: "92372.000Ti" came out 2^k too small).
+  // Every doubling is applied (stopping at int64's range lost the rest: "92372.000Ti" was 2^k too small).
   // A fraction's trailing zeros go first, exactly; a decimal digit is dropped only when 128 bits run out.
   while (e10 < 0 && m != 0 && m % 10 == 0) {
     m /= 10;

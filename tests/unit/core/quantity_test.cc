@@ -58,7 +58,7 @@ TEST(Quantity, CeilValueRoundsUp) {
 }
 
 TEST(Quantity, CeilValueAppliesTheWholeBinaryExponent) {
-  // Found by tests/fuzz/fuzz_quantity: mantissa * 2^k passed int64's range before the decimal point was applied.
+  // Found by tests/fuzz/fuzz_quantity: mantissa * 2^k passed int64's range before the decimal point applied.
   EXPECT_EQ(Quantity::Parse("92372.000Ti").value().CeilValue(), std::int64_t{92372} << 40);
   EXPECT_EQ(Quantity::Parse("1.5000000000Ti").value().CeilValue(), std::int64_t{3} << 39);
   EXPECT_EQ(Quantity::Parse("3.00000000000000000001Ei").value().CeilValue(), (std::int64_t{3} << 60) + 1);

@@ -152,7 +152,8 @@ TEST_F(HttpServerTest, HeadResponsesHaveNoBody) {
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     RawClient client(ioc_);
     co_await client.Connect(port);
-    co_await client.Write("HEAD /healthz HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    co_await client.Write(
+        "HEAD /healthz HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
     RawResponse head = co_await client.ReadHeadResponse();
     EXPECT_EQ(head.result_int(), 405u);
     EXPECT_EQ(Header(head, http::field::content_length), "19");  // "Method Not Allowed\n", not sent
