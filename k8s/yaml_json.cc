@@ -34,14 +34,16 @@ json::value Scalar(const YAML::Node& n) {
   return json::value(s);
 }
 
-// The offset of the first byte that does not belong to a well-formed UTF-8 sequence, if any.
-std::optional<std::size_t> InvalidUtf8At(std::string_view s) {
+// The offset of the first byte that is not well-formed UTF-8 or is a control character YAML does not allow
+// (all of C0 but tab, LF and CR, and DEL), if any. yaml-cpp takes a stream starting with NULs for UTF-16/32.
+std::optional<std::size_t> UnreadableAt(std::string_view s) {
   std::size_t i = 0;
   while (i < s.size()) {
     const auto c = static_cast<unsigned char>(s[i]);
     std::size_t len = 0;
     std::uint32_t cp = 0;
     if (c < 0x80) {
+      if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F) return i;
       ++i;
       continue;
     } else if (c >= 0xC2 && c <= 0xDF) {
@@ -109,9 +111,10 @@ Result<json::value> Convert(const YAML::Node& n, std::string_view source) {
 
 Result<std::vector<json::value>> YamlToJson(std::string_view text, std::string_view source) {
   // yaml-cpp passes bytes through: invalid UTF-8 would become JSON strings that no JSON reader accepts.
-  if (auto bad = InvalidUtf8At(text)) {
-    return Error{fmt::format("{}: not valid YAML or JSON: invalid UTF-8 at byte {} (want UTF-8 text)", source,
-                             *bad)};
+  if (auto bad = UnreadableAt(text)) {
+    return Error{fmt::format("{}: not valid YAML or JSON: invalid UTF-8 or a control character at byte {} "
+                             "(want UTF-8 text)",
+                             source, *bad)};
   }
   std::vector<YAML::Node> docs;
   try {
