@@ -2,7 +2,7 @@
 FROM debian:12 AS build
 WORKDIR /src
 COPY scripts/install-deps.sh scripts/install-deps.sh
-RUN ./scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
+RUN ./scripts/install-deps.sh --build-only && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN BUILD_DIR=/build BUILD_TYPE=Release ./scripts/build.sh -DHAMI_BUILD_TESTS=OFF -DHAMI_BUILD_BENCH=OFF \
  && strip /build/hami-scheduler

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <limits>
 
 #include "core/codec/pod_devices.h"
 
@@ -69,12 +70,25 @@ Result<std::vector<DeviceInfo>> CapacityDevices(const NodeView& node, const Back
   if (*cores == 0) return out;
   auto mem = CapacityCount(node, r.memory);
   if (!mem) return mem.error();
-  for (std::int64_t i = 0; i * cores_per_card < *cores; ++i) {
+  // A capacity of "2Gi" cores would otherwise make millions of cards (and exhaust memory here).
+  constexpr std::int64_t kMaxCards = 1024;
+  const std::int64_t cards = *cores / cores_per_card + (*cores % cores_per_card != 0);
+  if (cards > kMaxCards) {
+    return Error{fmt::format("capacity {}={} makes {} cards of {} cores, more than the {} a node can have",
+                             r.cores, *cores, cards, cores_per_card, kMaxCards)};
+  }
+  __extension__ using Int128 = __int128;
+  const Int128 per_card = Int128{*mem} * r.memory_factor * cores_per_card / *cores;  // no int64 overflow
+  if (per_card > std::numeric_limits<std::int32_t>::max()) {
+    return Error{fmt::format("capacity {}={} gives each card more than {} MiB", r.memory, *mem,
+                             std::numeric_limits<std::int32_t>::max())};
+  }
+  for (std::int64_t i = 0; i < cards; ++i) {
     DeviceInfo d;
     d.index = static_cast<std::int32_t>(i);
     d.id = fmt::format("{}-{}-{}", node.name, id_infix, i);
     d.count = 100;
-    d.devmem = MiB(static_cast<std::int32_t>(*mem * r.memory_factor * cores_per_card / *cores));
+    d.devmem = MiB(static_cast<std::int32_t>(per_card));
     d.devcore = Cores(cores_per_card);
     d.type = spec.vendor;
     d.health = true;

@@ -65,7 +65,7 @@ class SchedulerService {
   void Spawn(boost::asio::awaitable<void> task, const char* what, boost::asio::cancellation_slot slot = {});
 
   boost::asio::io_context* ioc_;
-  const config::Config* cfg_;
+  [[maybe_unused]] const config::Config* cfg_;  // not read yet (clang: -Wunused-private-field)
   std::unique_ptr<k8s::ApiClient> client_;
   std::unique_ptr<k8s::Controller> controller_;
   std::unique_ptr<k8s::HttpServer> server_;

@@ -140,11 +140,23 @@ std::int64_t Quantity::CeilValue() const {
   u128 m = mantissa_;
   int e10 = exp10_;
   constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
+  constexpr u128 kHalf = (~static_cast<u128>(0)) / 2;
+  bool fraction = false;
+  // Every doubling is applied (stopping at int64's range lost the rest: "92372.000Ti" was 2^k too small).
+  // A fraction's trailing zeros go first, exactly; a decimal digit is dropped only when 128 bits run out.
+  while (e10 < 0 && m != 0 && m % 10 == 0) {
+    m /= 10;
+    ++e10;
+  }
   for (int k = 0; k < exp2_; ++k) {
-    if (m > static_cast<u128>(kMax)) break;
+    while (m > kHalf && e10 < 0) {
+      if (m % 10 != 0) fraction = true;
+      m /= 10;
+      ++e10;
+    }
+    if (m > kHalf) return negative_ ? std::numeric_limits<std::int64_t>::min() : kMax;
     m *= 2;
   }
-  bool fraction = false;
   while (e10 < 0) {
     if (m % 10 != 0) fraction = true;
     m /= 10;

@@ -446,8 +446,8 @@ asio::awaitable<bool> WriteResponse(Stream& stream, ConnectionState& conn, Serve
   res.set(http::field::content_type, r.content_type.empty() ? "text/plain; charset=utf-8" : r.content_type);
   res.keep_alive(keep_alive);
   if (r.status != 204 && r.status != 304) {
-    res.body() = std::move(r.body);
-    res.content_length(res.body().size());
+    res.content_length(r.body.size());
+    if (!r.body_omitted) res.body() = std::move(r.body);
   }
   conn.lowest.expires_after(timeout);
   auto [ec, n] = co_await http::async_write(stream, res, kTuple);
@@ -459,7 +459,7 @@ template <class Stream>
 asio::awaitable<void> CloseGracefully(Stream& stream, ConnectionState& conn) {
   conn.lowest.expires_after(kLingerTimeout);
   if constexpr (std::is_same_v<Stream, TlsStream>) {
-    auto [ec] = co_await stream.async_shutdown(kTuple);  // close_notify both ways
+    co_await stream.async_shutdown(kTuple);  // close_notify both ways; its outcome does not matter
   } else {
     beast::error_code ignored;
     conn.lowest.socket().shutdown(tcp::socket::shutdown_send, ignored);
@@ -508,6 +508,9 @@ asio::awaitable<void> RunSession(std::shared_ptr<Impl> self, Stream& stream, Con
     }
     ++self->requests;
     ServerResponse response = co_await Dispatch(*self, in.request);
+    // A response to HEAD has no body (its Content-Length still says how long it would be): bytes after the
+    // head would be read by the client as the next response.
+    if (in.request.method == http::verb::head) response.body_omitted = true;
     // A body cut at the limit leaves the rest unread: the connection cannot carry another request.
     const bool keep_alive = in.keep_alive && !in.request.body_too_large && !self->stopping;
     if (conn.closing) break;

@@ -38,6 +38,7 @@ struct ServerResponse {
   // Extra headers. Content-Type comes from `content_type`; Content-Length, Transfer-Encoding and Connection
   // belong to the server. Those, and names or values with CR/LF, are ignored here.
   std::vector<std::pair<std::string, std::string>> headers;
+  bool body_omitted = false;  // set by the server for HEAD: Content-Length of `body`, no body sent
 };
 
 // Handlers run on the server's executor; they may co_await (e.g. API calls). The request outlives the call.

@@ -136,7 +136,9 @@ asio::awaitable<void> Reflector::Run() {
         list_from = "";  // the version we had is gone too: ask for the most recent state
         continue;
       }
-      co_await Sleep(Backoff(failures++, options_.backoff_initial, options_.backoff_max, rng_));
+      // Not `Backoff(failures++, ...)` inside co_await: clang 16 sees two modifications there (-Wunsequenced).
+      const auto delay = Backoff(failures++, options_.backoff_initial, options_.backoff_max, rng_);
+      co_await Sleep(delay);
       continue;
     }
     for (;;) {
@@ -162,7 +164,8 @@ asio::awaitable<void> Reflector::Run() {
         ++stats_.expired;
         break;  // relist from the last version we saw
       }
-      co_await Sleep(Backoff(failures++, options_.backoff_initial, options_.backoff_max, rng_));
+      const auto delay = Backoff(failures++, options_.backoff_initial, options_.backoff_max, rng_);
+      co_await Sleep(delay);
       if (kind == ApiErrorKind::kTransport || kind == ApiErrorKind::kTooManyRequests ||
           kind == ApiErrorKind::kServer) {
         continue;  // the server is busy or unreachable: re-watch without relisting

@@ -5,6 +5,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 namespace hami::k8s {
@@ -31,6 +33,46 @@ json::value Scalar(const YAML::Node& n) {
     if (looks_numeric && ec == std::errc() && p == end) return d;
   }
   return json::value(s);
+}
+
+// The offset of the first byte that is not well-formed UTF-8 or is a control character YAML does not allow
+// (all of C0 but tab, LF and CR, and DEL), if any. yaml-cpp takes a stream starting with NULs for UTF-16/32.
+std::optional<std::size_t> UnreadableAt(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t len = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) {
+      if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7F) return i;
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + len > s.size()) return i;
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong forms, UTF-16 surrogates and values past U+10FFFF.
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return i;
+    }
+    i += len;
+  }
+  return std::nullopt;
 }
 
 // What one conversion may build: aliases make a small text expand to any size (an alias bomb), or to an
@@ -92,6 +134,12 @@ Result<json::value> Convert(const YAML::Node& n, Budget& budget, int depth) {
 }  // namespace
 
 Result<std::vector<json::value>> YamlToJson(std::string_view text, std::string_view source) {
+  // yaml-cpp passes bytes through: invalid UTF-8 would become JSON strings that no JSON reader accepts.
+  if (auto bad = UnreadableAt(text)) {
+    return Error{fmt::format("{}: not valid YAML or JSON: invalid UTF-8 or a control character at byte {} "
+                             "(want UTF-8 text)",
+                             source, *bad)};
+  }
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(std::string(text));

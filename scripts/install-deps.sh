@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of hami-scheduler on Debian 12 (bookworm), by exact package name.
 # Boost is pinned to 1.81: libboost-all-dev / libboost-dev are 1.74 and conflict with it.
+# Usage: scripts/install-deps.sh [--build-only]   (--build-only: without the sanitizer and fuzzing compiler)
 set -euo pipefail
 
 PACKAGES=(
@@ -11,6 +12,8 @@ PACKAGES=(
   libssl-dev
   openssl curl iproute2 procps python3
 )
+# The sanitizer build and the libFuzzer targets (scripts/build-asan.sh, scripts/fuzz.sh).
+if [ "${1:-}" != "--build-only" ]; then PACKAGES+=(clang-16 libfuzzer-16-dev); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

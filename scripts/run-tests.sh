@@ -10,8 +10,22 @@ t_build=$(date +%s)
 ctest_log=$(mktemp)
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure --timeout 300 -j "$(nproc)" | tee "$ctest_log"
 unit_and_integration=$(sed -n 's/.* tests failed out of \([0-9]*\)$/\1/p' "$ctest_log" | tail -1)
-rm -f "$ctest_log"
 t_test=$(date +%s)
+# The same unit and integration tests built with ASan + UBSan (clang-16, build-asan/), plus each fuzz target's
+# committed corpus replayed (label fuzz); then every fuzz target for 20 s.
+./scripts/build-asan.sh
+t_asan_build=$(date +%s)
+ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} \
+  ctest --test-dir "${ASAN_BUILD_DIR:-build-asan}" -L 'unit|integration|fuzz' --output-on-failure --timeout 600 \
+  -j "$(nproc)" | tee "$ctest_log"
+sanitized=$(sed -n 's/.* tests failed out of \([0-9]*\)$/\1/p' "$ctest_log" | tail -1)
+rm -f "$ctest_log"
+t_asan=$(date +%s)
+fuzz_log=$(mktemp)
+FUZZ_NO_BUILD=1 ./scripts/fuzz.sh "${FUZZ_SECONDS:-20}" | tee "$fuzz_log"
+fuzzers=$(sed -n 's/^fuzz: \([0-9]*\) of [0-9]* targets passed$/\1/p' "$fuzz_log")
+rm -f "$fuzz_log"
+t_fuzz=$(date +%s)
 e2e_suites=0
 # The real control plane (etcd, kube-apiserver, kube-scheduler built from the Kubernetes Go modules and cached
 # in ~/.cache/hami-e2e; the first build takes about 5 minutes).
@@ -25,6 +39,8 @@ else
   echo "e2e: SKIPPED: no Go toolchain (>= 1.24) to build the Kubernetes control plane"
 fi
 t_e2e=$(date +%s)
-echo "time: deps $((t_deps - start))s, build $((t_build - t_deps))s, tests $((t_test - t_build))s, e2e $((t_e2e - t_test))s"
+echo "time: deps $((t_deps - start))s, build $((t_build - t_deps))s, tests $((t_test - t_build))s," \
+  "asan build $((t_asan_build - t_test))s, asan tests $((t_asan - t_asan_build))s, fuzz $((t_fuzz - t_asan))s," \
+  "e2e $((t_e2e - t_fuzz))s"
 # Every step above stops the script on failure, so reaching here means everything passed.
-echo "summary: $(( ${unit_and_integration:-0} + e2e_suites )) passed, 0 failed"
+echo "summary: $(( ${unit_and_integration:-0} + ${sanitized:-0} + ${fuzzers:-0} + e2e_suites )) passed, 0 failed"

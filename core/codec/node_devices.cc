@@ -333,7 +333,7 @@ std::string EncodeLegacyDevices(const std::vector<DeviceInfo>& devices) {
     out += fmt::format("{},{},{},{},{},{},{},{},{}:", d.id, d.count, d.devmem.value(), d.devcore.value(),
                        d.type, d.numa, d.health ? "true" : "false", d.index, d.mode);
   }
-  return out;
+  return devices.empty() ? ":" : out;  // "" would be unreadable: the decoder wants at least one ':'
 }
 
 Result<void> ApplyPairScores(std::string_view json_text, std::vector<DeviceInfo>& devices) {

@@ -22,7 +22,7 @@ std::string EncodeDeviceManifest(const std::vector<DeviceInfo>& devices);
 // `id,count,devmem,devcore,type,numa,health[,index,mode]`. A value without ':' is an error; ":" alone means
 // no devices. The 7-field form gets index 0, mode hami-core.
 Result<std::vector<DeviceInfo>> DecodeLegacyDevices(std::string_view text);
-// Always 9 fields per device, each followed by ':'.
+// Always 9 fields per device, each followed by ':'; no devices is ":".
 std::string EncodeLegacyDevices(const std::vector<DeviceInfo>& devices);
 
 // `[{"uuid":"GPU-0","score":{"GPU-1":100}}]`: attaches pair scores to the devices with the same id.

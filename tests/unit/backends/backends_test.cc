@@ -327,6 +327,22 @@ TEST(CambriconDiscover, CardsAreCeilOfVcoreOverHundred) {
   EXPECT_EQ(partial->size(), 2u);
 }
 
+// Found by tests/fuzz/fuzz_node_discovery: "2Gi" cores made 21 million cards (the fuzzer ran out of memory),
+// and a huge memory capacity overflowed the per-card computation.
+TEST(CambriconDiscover, AbsurdCapacityIsAnErrorNotMillionsOfCards) {
+  auto b = Make("cambricon");
+  auto many = b->Discover(CapacityNode("n", {{"cambricon.com/mlu.smlu.vcore", "2Gi"}}));
+  ASSERT_FALSE(many);
+  EXPECT_TRUE(Contains(many.error().message, "cambricon.com/mlu.smlu.vcore")) << many.error().message;
+  auto huge = b->Discover(CapacityNode(
+      "n", {{"cambricon.com/mlu.smlu.vcore", "100"}, {"cambricon.com/mlu.smlu.vmemory", "8Ei"}}));
+  ASSERT_FALSE(huge);
+  EXPECT_TRUE(Contains(huge.error().message, "cambricon.com/mlu.smlu.vmemory")) << huge.error().message;
+  auto max = b->Discover(CapacityNode("n", {{"cambricon.com/mlu.smlu.vcore", "102400"}}));
+  ASSERT_TRUE(max) << max.error().message;
+  EXPECT_EQ(max->size(), 1024u);
+}
+
 TEST(CambriconDiscover, AbsentIsEmptyMalformedIsAnError) {
   auto b = Make("cambricon");
   auto none = b->Discover(CapacityNode("n", {}));

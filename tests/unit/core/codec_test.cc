@@ -157,6 +157,9 @@ TEST(LegacyDevices, EncodeIsNineFieldsAndRoundTrips) {
   const std::string enc = EncodeLegacyDevices(d);
   EXPECT_EQ(enc, "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4,10,7680,100,NVIDIA-Tesla P4,0,true,1,hami-core:");
   EXPECT_EQ(DecodeLegacyDevices(enc).value(), d);
+  // No devices: what the decoder reads as none (found by tests/fuzz/fuzz_legacy_devices; "" is unreadable).
+  EXPECT_EQ(EncodeLegacyDevices({}), ":");
+  EXPECT_TRUE(DecodeLegacyDevices(EncodeLegacyDevices({})).value().empty());
   // The protocol's Hygon example.
   auto dcu = DecodeLegacyDevices("DCU-0001,4,16384,100,DCU-K100,0,true:DCU-0002,4,16384,100,DCU-K100,0,true:")
                  .value();

@@ -57,6 +57,15 @@ TEST(Quantity, CeilValueRoundsUp) {
   EXPECT_EQ(Quantity::Parse("2Ki").value().CeilValue(), 2048);
 }
 
+TEST(Quantity, CeilValueAppliesTheWholeBinaryExponent) {
+  // Found by tests/fuzz/fuzz_quantity: mantissa * 2^k passed int64's range before the decimal point applied.
+  EXPECT_EQ(Quantity::Parse("92372.000Ti").value().CeilValue(), std::int64_t{92372} << 40);
+  EXPECT_EQ(Quantity::Parse("1.5000000000Ti").value().CeilValue(), std::int64_t{3} << 39);
+  EXPECT_EQ(Quantity::Parse("3.00000000000000000001Ei").value().CeilValue(), (std::int64_t{3} << 60) + 1);
+  EXPECT_EQ(Quantity::Parse("-1.5000000000Ti").value().CeilValue(), -(std::int64_t{3} << 39));
+  EXPECT_EQ(Quantity::Parse("9000000000000000000.0Ei").value().CeilValue(), INT64_MAX);
+}
+
 TEST(Quantity, InvalidTextNamesInputAndExpectation) {
   for (const char* bad : {"", "abc", "1.2.3", "1KB", "1K", "1e", "e3", "--1", "1 Gi", "0x10"}) {
     auto q = Quantity::Parse(bad);

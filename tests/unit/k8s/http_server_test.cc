@@ -67,6 +67,13 @@ class RawClient {
     co_await http::async_read(socket_, buffer_, res, asio::use_awaitable);
     co_return res;
   }
+  // A response to HEAD: its Content-Length describes a body that is not sent.
+  asio::awaitable<RawResponse> ReadHeadResponse() {
+    http::response_parser<http::string_body> parser;
+    parser.skip(true);
+    co_await http::async_read(socket_, buffer_, parser, asio::use_awaitable);
+    co_return parser.release();
+  }
   asio::awaitable<RawResponse> RoundTrip(const std::string& bytes) {
     co_await Write(bytes);
     co_return co_await Read();
@@ -142,6 +149,23 @@ class HttpServerTest : public ::testing::Test {
   ServerRequest last_;
   std::unique_ptr<HttpServer> server_;
 };
+
+// Found by tests/fuzz/fuzz_http_request: the 405 body followed the head of a HEAD response, and the client
+// read it as the start of the next response on the connection.
+TEST_F(HttpServerTest, HeadResponsesHaveNoBody) {
+  const std::uint16_t port = Start();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    RawClient client(ioc_);
+    co_await client.Connect(port);
+    co_await client.Write(
+        "HEAD /healthz HTTP/1.1\r\nHost: t\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+    RawResponse head = co_await client.ReadHeadResponse();
+    EXPECT_EQ(head.result_int(), 405u);
+    EXPECT_EQ(Header(head, http::field::content_length), "19");  // "Method Not Allowed\n", not sent
+    RawResponse next = co_await client.Read();
+    EXPECT_EQ(next.result_int(), 200u);
+  }());
+}
 
 TEST_F(HttpServerTest, RoutesExactPathsAnd404And405) {
   const std::uint16_t port = Start();

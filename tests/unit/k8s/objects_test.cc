@@ -30,6 +30,24 @@ TEST(Objects, NodeFromJson) {
   EXPECT_EQ(n.capacity.at("nvidia.com/gpu"), "40");
 }
 
+// Found by tests/fuzz/fuzz_yaml: yaml-cpp passed invalid UTF-8 through into JSON strings that no JSON
+// reader accepts (the embedded API server then answered with invalid JSON).
+TEST(Objects, YamlWithInvalidUtf8IsRefused) {
+  // A stray byte, a cut sequence, a surrogate, an overlong '/', a value past U+10FFFF; NULs, which yaml-cpp
+  // reads as UTF-32 and turns into invalid UTF-8; other control characters.
+  for (std::string_view bad : std::initializer_list<std::string_view>{
+           "a: \xff\n", "k\xc3: v\n", "a: \xed\xa0\x80\n", "a: \xc0\xaf\n", "a: \xf4\x90\x80\x80",
+           std::string_view("-\0\0\0\x01 1\n", 9), "a: \x01\n", "a: \x7f\n"}) {
+    auto r = YamlToJson(bad, "pods.yaml");
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message.find("pods.yaml"), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("UTF-8"), std::string::npos) << r.error().message;
+  }
+  auto ok = YamlToJson("a: \"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"\n", "pods.yaml");
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ(ok->at(0).at("a").as_string(), "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80");
+}
+
 TEST(Objects, PodFromYamlList) {
   auto set = Collect(R"(
 apiVersion: v1
