@@ -190,6 +190,8 @@ void SchedulerService::Spawn(asio::awaitable<void> task, const char* what, asio:
                      std::rethrow_exception(e);
                    } catch (const std::exception& ex) {
                      spdlog::error("{} stopped: {}", what, ex.what());
+                   } catch (...) {
+                     spdlog::error("{} stopped: an exception that is no std::exception", what);
                    }
                    failure_ = e;
                  }));

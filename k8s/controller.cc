@@ -130,6 +130,11 @@ std::size_t Controller::unreadable_registrations() const {
   return n;
 }
 
+bool Controller::BindInFlight(const std::string& key, const std::string& uid) const {
+  auto [b, e] = binds_in_flight_.equal_range(key);
+  return std::any_of(b, e, [&](const auto& kv) { return kv.second == uid; });
+}
+
 bool Controller::synced() const { return nodes_->synced() && pods_->synced() && quotas_->synced(); }
 
 std::string Controller::NotReadyReason() const {
@@ -373,6 +378,7 @@ asio::awaitable<void> Controller::ExpireReservations() {
     const std::string uid = UidOf(pod);
     auto res = reservations_.find(uid);
     if (res != reservations_.end() && res->second.patched_rv.empty()) continue;  // a filter is writing it
+    if (BindInFlight(key, uid)) continue;                                        // a bind is using it
     // The latest of filter and bind; a stamp far in the future is no stamp (it would never expire).
     std::optional<TimePoint> since = UnixSeconds(pod.annotations, keys::kDecisionTime);
     if (auto bound = UnixSeconds(pod.annotations, keys::kBindTime); bound && (!since || *bound > *since))
@@ -416,8 +422,16 @@ asio::awaitable<void> Controller::ExpireReservations() {
         continue;
       auto lock = codec::ParseNodeLock(value->second);
       if (!lock || lock->legacy) continue;
-      auto it = pods_->views().find(lock->ns + "/" + lock->pod);
+      const std::string owner_key = lock->ns + "/" + lock->pod;
+      if (binds_in_flight_.contains(owner_key)) continue;  // a bind of ours is using it right now
+      auto it = pods_->views().find(owner_key);
       const PodView* owner = it == pods_->views().end() ? nullptr : &it->second;
+      // Held by us for another pod of that name than the cache shows (re-created, the cache behind).
+      if (auto held = held_locks_.find(node.name);
+          held != held_locks_.end() && owner != nullptr &&
+          std::any_of(held->second.begin(), held->second.end(),
+                      [&](const HeldLock& h) { return h.value == value->second && h.uid != UidOf(*owner); }))
+        continue;
       const bool elsewhere = owner != nullptr && !owner->node_name.empty() && owner->node_name != node.name;
       // Unbound, gone, or allocated already (the device plugin's release was lost): nobody needs it now.
       bool idle = owner == nullptr || owner->node_name.empty();
@@ -427,21 +441,24 @@ asio::awaitable<void> Controller::ExpireReservations() {
                 (phase->second == keys::kBindPhaseSuccess || phase->second == keys::kBindPhaseFailed);
       }
       if (elsewhere || (idle && now - lock->taken_at >= options_.reservation_timeout))
-        abandoned.push_back({LockTarget{node.name, spec.keys.node_lock, spec.lock, lock->ns, lock->pod},
-                             value->second});
+        abandoned.push_back(
+            {LockTarget{node.name, spec.keys.node_lock, spec.lock, lock->ns, lock->pod}, value->second});
     }
   }
   for (const auto& [target, value] : abandoned) {
-    spdlog::warn("node {}: lock {} of pod {}/{} is needed no more (its bind did not complete, or the device "
-                 "plugin's release was lost): releasing it",
-                 target.node, target.key, target.pod_ns, target.pod_name);
+    spdlog::warn(
+        "node {}: lock {} of pod {}/{} is needed no more (its bind did not complete, or the device "
+        "plugin's release was lost): releasing it",
+        target.node, target.key, target.pod_ns, target.pod_name);
     ++stats_.abandoned_locks;
     co_await locker_.Release(target, value);  // only if it still holds that value
   }
 
   for (const Expiry& e : due) {
-    json::object annotations{{keys::kAssignedNode, nullptr}, {keys::kDecisionTime, nullptr},
-                             {keys::kBindPhase, nullptr},    {keys::kBindTime, nullptr},
+    json::object annotations{{keys::kAssignedNode, nullptr},
+                             {keys::kDecisionTime, nullptr},
+                             {keys::kBindPhase, nullptr},
+                             {keys::kBindTime, nullptr},
                              {keys::kMigAllocations, nullptr}};
     for (std::size_t b = 0; b < backends_->size(); ++b) {
       const BackendKeys& k = backends_->at(b).Spec().keys;
@@ -462,9 +479,10 @@ asio::awaitable<void> Controller::ExpireReservations() {
       continue;
     }
     ++stats_.expired;
-    spdlog::warn("pod {}/{}: not bound {}s after its filter: reservation freed, allocation annotations "
-                 "removed",
-                 e.ns, e.name, options_.reservation_timeout.count());
+    spdlog::warn(
+        "pod {}/{}: not bound {}s after its filter: reservation freed, allocation annotations "
+        "removed",
+        e.ns, e.name, options_.reservation_timeout.count());
     // A filter that began while the patch was out decides again; its reservation stays.
     auto res = reservations_.find(e.uid);
     if (res == reservations_.end() || res->second.generation == e.generation) ReleasePod(e.uid);
@@ -752,6 +770,21 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
     return message;
   };
   if (!pod->node_name.empty()) co_return AlreadyBound(*pod, args.node);
+  // While this bind runs, the expiry sweep leaves the pod's reservation and its node locks alone.
+  binds_in_flight_.emplace(key, uid);
+  struct InFlight {
+    std::unordered_multimap<std::string, std::string>& binds;
+    std::string key, uid;
+    ~InFlight() {
+      auto [b, e] = binds.equal_range(key);
+      for (auto it = b; it != e; ++it) {
+        if (it->second == uid) {
+          binds.erase(it);
+          break;
+        }
+      }
+    }
+  } in_flight{binds_in_flight_, key, uid};
   if (state_.FindNode(args.node) == nullptr) {
     ReleasePod(uid);
     co_return failed(fmt::format("failed to get node {}: not found", args.node));
@@ -816,15 +849,27 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
         auto fresh = co_await client_->Get(pod_path);
         auto view = fresh ? PodFromJson(*fresh) : Result<PodView>(Error{fresh.error().message});
         if (view && view->uid == pod->uid) {
-          if (view->node_name.empty()) {
+          const PodAllocation* still = state_.FindPod(uid);
+          auto assigned = view->annotations.find(std::string(keys::kAssignedNode));
+          if (view->node_name.empty() && still != nullptr && still->node == args.node &&
+              assigned != view->annotations.end() && assigned->second == args.node) {
             rv = view->resource_version;
             continue;
           }
-          // Bound meanwhile: the locks taken just now are not needed (one re-entered belongs to that bind).
-          for (auto h = held.rbegin(); h != held.rend(); ++h) {
-            if (!h->second.reentered) co_await locker_.Release(h->first, h->second.value);
+          if (!view->node_name.empty()) {
+            // Bound meanwhile: the locks taken just now are not needed (one re-entered belongs to that bind).
+            for (auto h = held.rbegin(); h != held.rend(); ++h) {
+              if (!h->second.reentered) co_await locker_.Release(h->first, h->second.value);
+            }
+            co_return AlreadyBound(*view, args.node);
           }
-          co_return AlreadyBound(*view, args.node);
+          // The reservation went (expired or re-filtered elsewhere) while we waited: binding now would bind
+          // the pod without its devices.
+          co_await release_all();
+          co_return failed(
+              fmt::format("pod {} lost its device reservation on node {} while binding; it must be "
+                          "filtered again",
+                          key, args.node));
         }
       }
       co_await release_all();
@@ -833,6 +878,7 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
   }
   const std::string ns = pod->ns, name = pod->name, node = args.node, pod_uid = pod->uid;
   auto bound = co_await client_->Bind(ns, name, pod_uid, node);
+  bool outcome_unknown = false;
   if (!bound &&
       (bound.error().kind == ApiErrorKind::kConflict || bound.error().kind == ApiErrorKind::kTransport)) {
     // The binding may have gone through with its answer lost (or a retry of ours met our own binding).
@@ -840,7 +886,17 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
     if (now_pod) {
       auto view = PodFromJson(*now_pod);
       if (view && view->uid == pod->uid && view->node_name == node) bound = ApiResult<void>{};
+    } else {
+      outcome_unknown = bound.error().kind == ApiErrorKind::kTransport;
     }
+  }
+  if (!bound && outcome_unknown) {
+    // Perhaps bound and allocating: releasing the lock could put two pods in allocating on one node. The
+    // locks stay held as after a success; the device plugin, the retried bind or the sweep clears them.
+    for (auto& [target, lock] : held)
+      held_locks_[target.node].push_back(HeldLock{target, lock.value, lock.resource_version, uid});
+    co_return failed(fmt::format("could not tell whether pod {} was bound to node {}: {}", key, node,
+                                 bound.error().message));
   }
   if (!bound) {
     co_await release_all();

@@ -107,7 +107,7 @@ class Controller {
     std::size_t lock_waits = 0;           // binds that waited for a node lock
     std::size_t rebinds = 0;              // binds of pods already bound to the node asked for
     std::size_t handshake_patches = 0, cleanups = 0;
-    std::size_t expired = 0;  // reservations of pods never bound, freed after the reservation timeout
+    std::size_t expired = 0;          // reservations of pods never bound, freed after the reservation timeout
     std::size_t abandoned_locks = 0;  // node locks of binds that never completed, released
   };
   const Stats& stats() const { return stats_; }
@@ -180,6 +180,9 @@ class Controller {
   std::unordered_set<std::string> annotation_warned_;  // pods whose unreadable annotations were logged
   // node -> the registration error last reported per backend ("" = readable), for nodes with one.
   std::unordered_map<std::string, std::vector<std::string>> registration_errors_;
+  // "ns/name" -> uid of each /bind running now: the expiry sweep leaves their reservations and locks alone.
+  std::unordered_multimap<std::string, std::string> binds_in_flight_;
+  bool BindInFlight(const std::string& key, const std::string& uid) const;
   // Pods whose decision time is unreadable (or far in the future): when this process first saw them.
   std::unordered_map<std::string, TimePoint> undated_;
   // node -> locks our binds left for the device plugin to release, until the node shows them gone.

@@ -88,6 +88,62 @@ Error TooDeep(const YAML::Node& n, std::string_view source) {
                            n.Mark().line + 1, kYamlMaxDepth)};
 }
 
+// yaml-cpp 0.7 loops forever (allocating) on a quoted scalar outside any collection followed by ',' (`"a",`,
+// `- 1\n"b",`, `!t 'a' ,`; found by tests/fuzz/fuzz_yaml). That is never valid YAML: find it first. Returns
+// the line (1-based) of such a ','. Tracks flow depth so that `[\n"a",\n"b"]` is left alone.
+std::optional<std::size_t> CommaAfterTopLevelQuote(std::string_view s) {
+  int flow = 0;
+  std::size_t line = 1;
+  bool line_start = true;  // only blanks, `---`, tags and anchors so far on this line
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '\n') {
+      ++line;
+      line_start = true;
+      continue;
+    }
+    if (c == '#' && (i == 0 || s[i - 1] == ' ' || s[i - 1] == '\t' || s[i - 1] == '\n')) {
+      while (i + 1 < s.size() && s[i + 1] != '\n') ++i;  // a comment
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      const bool top = flow == 0 && line_start;
+      // The end of the quoted scalar: '\' escapes in double quotes, '' is a quote in single ones.
+      std::size_t j = i + 1;
+      for (; j < s.size(); ++j) {
+        if (s[j] == '\n') ++line;
+        if (c == '"' && s[j] == '\\') {
+          ++j;
+        } else if (s[j] == c) {
+          if (c == '\'' && j + 1 < s.size() && s[j + 1] == '\'') {
+            ++j;
+          } else {
+            break;
+          }
+        }
+      }
+      i = j;
+      line_start = false;
+      if (!top) continue;
+      std::size_t k = j + 1, at = line;
+      while (k < s.size() && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r' || s[k] == '\n'))
+        at += s[k++] == '\n';
+      if (k < s.size() && s[k] == ',') return at;
+      continue;
+    }
+    if (c == '[' || c == '{') ++flow;
+    if ((c == ']' || c == '}') && flow > 0) --flow;
+    if (line_start && (c == ' ' || c == '\t' || c == '\r')) continue;
+    if (line_start && (c == '!' || c == '&' || c == '-')) {
+      // A tag, an anchor or `---` before the node: skip the word, stay at the line's start.
+      while (i + 1 < s.size() && s[i + 1] != ' ' && s[i + 1] != '\n') ++i;
+      continue;
+    }
+    line_start = false;
+  }
+  return std::nullopt;
+}
+
 Result<json::value> Convert(const YAML::Node& n, Budget& budget, int depth) {
   const std::string_view source = budget.source;
   if (depth > kYamlMaxDepth) return TooDeep(n, source);
@@ -121,6 +177,12 @@ Result<json::value> Convert(const YAML::Node& n, Budget& budget, int depth) {
           return Error{
               fmt::format("{}:{}: mapping keys must be plain strings", source, kv.first.Mark().line + 1)};
         }
+        // Keys are copied too: an alias of a map with long keys must pay for them.
+        if (kv.first.Scalar().size() > budget.left) {
+          return Error{fmt::format("{}:{}: YAML expands to more than {} bytes (its aliases repeat too much)",
+                                   source, kv.first.Mark().line + 1, budget.limit)};
+        }
+        budget.left -= kv.first.Scalar().size();
         auto v = Convert(kv.second, budget, depth + 1);
         if (!v) return v;
         o[kv.first.Scalar()] = std::move(*v);
@@ -136,9 +198,14 @@ Result<json::value> Convert(const YAML::Node& n, Budget& budget, int depth) {
 Result<std::vector<json::value>> YamlToJson(std::string_view text, std::string_view source) {
   // yaml-cpp passes bytes through: invalid UTF-8 would become JSON strings that no JSON reader accepts.
   if (auto bad = UnreadableAt(text)) {
-    return Error{fmt::format("{}: not valid YAML or JSON: invalid UTF-8 or a control character at byte {} "
-                             "(want UTF-8 text)",
-                             source, *bad)};
+    return Error{
+        fmt::format("{}: not valid YAML or JSON: invalid UTF-8 or a control character at byte {} "
+                    "(want UTF-8 text)",
+                    source, *bad)};
+  }
+  if (auto line = CommaAfterTopLevelQuote(text)) {
+    return Error{fmt::format("{}:{}: not valid YAML or JSON: ',' after a quoted scalar outside a list or map",
+                             source, *line)};
   }
   std::vector<YAML::Node> docs;
   try {

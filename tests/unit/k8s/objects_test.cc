@@ -32,6 +32,23 @@ TEST(Objects, NodeFromJson) {
 
 // Found by tests/fuzz/fuzz_yaml: yaml-cpp passed invalid UTF-8 through into JSON strings that no JSON
 // reader accepts (the embedded API server then answered with invalid JSON).
+// yaml-cpp 0.7 never returns on these (found by tests/fuzz/fuzz_yaml): refused before it sees them.
+TEST(Objects, YamlThatHangsYamlCppIsRefused) {
+  for (std::string_view bad :
+       std::initializer_list<std::string_view>{"\"a\",", "\"a\", -{\"b", "- 1\n\"b\",", "'a' ,b", "\"a\"\n,",
+                                               "--- !t &x \"a\\\"\",#", "# c\n\"a\",[]"}) {
+    auto r = YamlToJson(bad, "pods.yaml");
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.error().message.find("',' after a quoted scalar"), std::string::npos) << r.error().message;
+  }
+  for (std::string_view good : std::initializer_list<std::string_view>{
+           "[\n\"a\",\n'b'\n]", "{\"a\": 1,\n\"b\": \"x,y\"}", "k: \"a\"\n", "- \"x\"\n- 'y'\n", "\"a\": 1\n",
+           "k: |\n  echo \"a\", b\n", "\"it''s\"\n"}) {
+    auto r = YamlToJson(good, "pods.yaml");
+    EXPECT_TRUE(r) << good << ": " << r.error().message;
+  }
+}
+
 TEST(Objects, YamlWithInvalidUtf8IsRefused) {
   // A stray byte, a cut sequence, a surrogate, an overlong '/', a value past U+10FFFF; NULs, which yaml-cpp
   // reads as UTF-32 and turns into invalid UTF-8; other control characters.
