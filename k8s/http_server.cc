@@ -58,7 +58,7 @@ struct FileStamp {
 };
 
 FileStamp StampOf(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return {};
   return {static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec, st.st_ino,
           st.st_size};
@@ -199,8 +199,10 @@ struct ConnectionState {
     lowest.close();  // pending reads and writes complete with an error
   }
   beast::tcp_stream& lowest;
-  bool busy = false;             // a request is in flight on it
+  bool busy = false;             // a request is in flight on it (from its first byte)
+  bool handling = false;         // its request was read whole: the handler runs or the answer is written
   Clock::time_point idle_since;  // when it last finished a request (or was accepted)
+  Clock::time_point read_since;  // when its request in flight began to arrive
   bool closing = false;          // closed by the server: nothing more to say on it
 };
 
@@ -248,10 +250,12 @@ struct HttpServer::Impl {
 
   void RequestStarted(ConnectionState& conn) {
     conn.busy = true;
+    conn.read_since = Clock::now();
     ++in_flight;
   }
   void RequestFinished(ConnectionState& conn) {
     conn.busy = false;
+    conn.handling = false;
     conn.idle_since = Clock::now();
     if (--in_flight == 0) {
       for (auto* waiter : drain_waiters) waiter->cancel();
@@ -263,13 +267,21 @@ struct HttpServer::Impl {
     }
   }
 
-  // Closes the connection idle the longest (none busy with a request); false if every one is busy.
-  bool EvictIdlest() {
+  // Closes the connection idle the longest; with none idle and `reading_too`, the one whose request has been
+  // arriving the longest (at the cap, clients that trickle heads or bodies must not hold every slot against
+  // health checks). A request read whole is never cut. False if there is none to close.
+  bool EvictIdlest(bool reading_too) {
     ConnectionState* idlest = nullptr;
+    ConnectionState* slowest = nullptr;
     for (auto& [id, conn] : connections) {
-      if (conn->busy || conn->closing) continue;
-      if (!idlest || conn->idle_since < idlest->idle_since) idlest = conn;
+      if (conn->closing || conn->handling) continue;
+      if (!conn->busy) {
+        if (!idlest || conn->idle_since < idlest->idle_since) idlest = conn;
+      } else if (!slowest || conn->read_since < slowest->read_since) {
+        slowest = conn;
+      }
     }
+    if (!idlest && reading_too) idlest = slowest;
     if (!idlest) return false;
     idlest->Close();
     ++evicted;
@@ -283,7 +295,7 @@ struct HttpServer::Impl {
     std::size_t live = 0;
     for (auto& [id, conn] : connections) live += conn->closing ? 0 : 1;
     if (live < options.max_connections) return true;
-    const bool evicted_one = EvictIdlest();
+    const bool evicted_one = EvictIdlest(/*reading_too=*/true);
     if (!evicted_one) ++refused;
     LogAtTheCap();
     return evicted_one;
@@ -507,6 +519,7 @@ asio::awaitable<void> RunSession(std::shared_ptr<Impl> self, Stream& stream, Con
       break;
     }
     ++self->requests;
+    conn.handling = true;
     ServerResponse response = co_await Dispatch(*self, in.request);
     // A response to HEAD has no body (its Content-Length still says how long it would be): bytes after the
     // head would be read by the client as the next response.
@@ -652,7 +665,7 @@ asio::awaitable<void> HttpServer::Serve() {
       // once; with none idle, pause instead of spinning. Logged once a second at most; the server stays up.
       const bool out_of_descriptors = ec == asio::error::no_descriptors || ec.value() == ENFILE ||
                                       ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
-      const bool made_room = out_of_descriptors && self->EvictIdlest();
+      const bool made_room = out_of_descriptors && self->EvictIdlest(/*reading_too=*/false);
       if (const auto now = Clock::now(); now - self->last_accept_log >= std::chrono::seconds(1)) {
         self->last_accept_log = now;
         spdlog::warn("{}: accept failed: {}{}", self->options.address, ec.message(),

@@ -548,6 +548,29 @@ TEST_F(HttpServerTest, ConnectionCapRefusesWith503WhenEveryConnectionIsBusy) {
   }());
 }
 
+// Clients that open connections and trickle their heads (or bodies) must not hold every slot against
+// health checks: at the cap, the one whose request has been arriving the longest makes room.
+TEST_F(HttpServerTest, ConnectionCapEvictsTricklingRequestsForHealthChecks) {
+  HttpServerOptions options;
+  options.max_connections = 3;
+  const std::uint16_t port = Start(options);
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    RawClient a(ioc_), b(ioc_), c(ioc_);
+    co_await a.Connect(port);
+    co_await b.Connect(port);
+    co_await c.Connect(port);
+    co_await a.Write("P");  // a head, byte by byte
+    co_await b.Write("POST /filter HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{");  // a body, slowly
+    co_await c.Write("GET /healthz HTTP/1.1\r\nHost: t\r\n");
+    const std::function<bool()> reading = [&] { return server_->in_flight() == 3; };
+    CO_ASSERT_TRUE(co_await WaitUntil(reading));
+    const std::string health = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+    EXPECT_EQ(co_await testing::SendRaw(ioc_, port, health), 200u);
+    EXPECT_EQ(co_await testing::SendRaw(ioc_, port, health), 200u);
+    EXPECT_EQ(server_->connections_refused(), 0u);
+  }());
+}
+
 TEST_F(HttpServerTest, ShutdownFinishesInFlightRequestsWithConnectionClose) {
   const std::uint16_t port = Start();
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
