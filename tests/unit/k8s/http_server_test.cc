@@ -473,7 +473,18 @@ TEST_F(HttpServerTest, ConnectionCapClosesTheIdlestAndKeepsAnsweringHealthChecks
 
 // Out of file descriptors (this process's limit lowered): accept() fails with EMFILE until the server
 // closes an idle connection; it used to pause and retry forever, so nothing new was answered.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
+#define HAMI_UNDER_SANITIZER 1
+#endif
+#endif
+
 TEST_F(HttpServerTest, OutOfDescriptorsClosesIdleConnectionsToAnswerNewOnes) {
+#ifdef HAMI_UNDER_SANITIZER
+  // The sanitizer runtime needs descriptors of its own to report (its symbolizer), and its vptr check takes
+  // the error category of the EMFILE error for a foreign object: this test runs in the normal build only.
+  GTEST_SKIP() << "exhausts the descriptors the sanitizer runtime needs";
+#endif
   HttpServerOptions options;
   options.max_connections = 0;  // no cap: the descriptor limit is what runs out
   const std::uint16_t port = Start(options);
