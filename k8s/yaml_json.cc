@@ -222,6 +222,7 @@ Result<std::vector<json::value>> YamlToJson(std::string_view text, std::string_v
     if (d.IsNull()) continue;
     auto v = Convert(d, budget, 1);
     if (!v) return v.error();
+    if (v->is_null()) continue;  // an empty document, tagged or not, is no object either
     out.push_back(std::move(*v));
   }
   return out;
