@@ -2,13 +2,13 @@
 // settings as `serve`). Differential property: Beast's request parser, run on the same bytes with the
 // server's limits, predicts exactly which responses come back, in order, with which status, HTTP version
 // and echoed target and body. Also: nothing escapes the event loop, nothing hangs, no connection is left.
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/this_coro.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
@@ -76,6 +76,9 @@ struct Expected {
   unsigned version = 11;
   bool head = false;
   std::optional<std::string> echo;  // the echoed body for the echo routes
+  // A chunked request with trailer fields whose bytes (with the head's) pass the header limit: the server
+  // counts trailer fields itself (k8s/request_parser.cc) where Beast's parser does not, so 431 is right too.
+  bool trailer_may_431 = false;
 };
 
 // What the server must answer, request by request, predicted by parsing the bytes with the server's limits.
@@ -88,9 +91,11 @@ std::vector<Expected> Predict(std::string_view input) {
     p.eager(true);
     boost::beast::error_code ec;
     std::size_t used = p.put(asio::buffer(input.data(), input.size()), ec);
+    std::size_t used_total = used;
     input.remove_prefix(used);
     while (!ec && !p.is_done() && used > 0 && !input.empty()) {
       used = p.put(asio::buffer(input.data(), input.size()), ec);
+      used_total += used;
       input.remove_prefix(used);
     }
     if (!ec && !p.is_done()) p.put_eof(ec);  // the client's FIN
@@ -112,6 +117,7 @@ std::vector<Expected> Predict(std::string_view input) {
     }
     const auto& req = p.get();
     Expected e;
+    e.trailer_may_431 = req.chunked() && used_total > kHeaderLimit;
     e.version = req.version();
     e.head = req.method() == http::verb::head;
     const std::string target(req.target());
@@ -194,9 +200,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (res.result_int() == 100) continue;  // the interim answer to Expect: 100-continue
     FUZZ_CHECK(index < expected.size(), fmt::format("response {} is one too many:\n{}", index, received));
     const Expected& want = expected[index];
-    FUZZ_CHECK(res.result_int() == want.status,
-               fmt::format("response {}: status {}, want {}:\n{}", index, res.result_int(), want.status,
-                           received));
+    if (want.trailer_may_431 && res.result_int() == 431) {
+      FUZZ_CHECK(rest.empty(),
+                 fmt::format("an answer after a 431, which closes the connection:\n{}", received));
+      return 0;
+    }
+    FUZZ_CHECK(res.result_int() == want.status, fmt::format("response {}: status {}, want {}:\n{}", index,
+                                                            res.result_int(), want.status, received));
     FUZZ_CHECK(res.version() == want.version,
                fmt::format("response {}: another HTTP version:\n{}", index, received));
     if (want.echo) {
