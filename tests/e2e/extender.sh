@@ -43,13 +43,6 @@ fi
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/hami-e2e-extender.XXXXXX")"
 SERVE_PID=""
 PLUGINS_PID=""
-stop_pid() { # pid: SIGTERM, SIGKILL after 10 s
-  local pid="$1" i
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null
-  for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
-  kill -KILL "$pid" 2>/dev/null
-}
 cleanup() {
   stop_pid "$PLUGINS_PID"
   stop_pid "$SERVE_PID"
@@ -63,32 +56,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'bad "interrupted or timed out"; finish' INT TERM
 
-free_port() { # a loopback TCP port nobody listens on
-  local p i
-  for i in $(seq 1 200); do
-    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 12000 ))
-    [ "$p" != "${EXT_PORT:-}" ] || continue
-    if [ -z "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ]; then echo "$p"; return 0; fi
-  done
-  return 1
-}
-EXT_PORT="$(free_port)" && METRICS_PORT="$(free_port)" || { bad "no free loopback port"; finish; }
+EXT_PORT="$(free_port)" && METRICS_PORT="$(free_port "$EXT_PORT")" || { bad "no free loopback port"; finish; }
 EXT="http://127.0.0.1:$EXT_PORT"
-
-# wait_for SECONDS COMMAND...: true once COMMAND succeeds, false at the deadline.
-wait_for() {
-  local deadline=$(( $(date +%s) + $1 )); shift
-  until "$@" >/dev/null 2>&1; do
-    [ "$(date +%s)" -lt "$deadline" ] || return 1
-    sleep 0.5
-  done
-}
 
 # ------------------------------------------------------------------ control plane with our extender
 mkdir -p "$WORK/logs"
 SCHED_CONFIG="$WORK/kube-scheduler-config.yaml"
-sed "s#urlPrefix: http://127.0.0.1:8080#urlPrefix: $EXT#" "$ROOT/deploy/kube-scheduler-config.yaml" > "$SCHED_CONFIG"
-if ! grep -q "urlPrefix: $EXT\$" "$SCHED_CONFIG"; then
+if ! extender_scheduler_config "$SCHED_CONFIG" "$EXT"; then
   bad "deploy/kube-scheduler-config.yaml has no 'urlPrefix: http://127.0.0.1:8080' line to point at port $EXT_PORT"
   finish
 fi

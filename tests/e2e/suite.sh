@@ -55,3 +55,41 @@ finish() {
   [ "$FAIL" = 0 ] && [ "$PASS" -gt 0 ]
   exit $?
 }
+
+# --- Process and wait helpers shared by the suites that run our own processes (extender.sh, bench.sh).
+
+# stop_pid PID: SIGTERM, SIGKILL after 10 s.
+stop_pid() {
+  local pid="$1" i
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for i in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.2; done
+  kill -KILL "$pid" 2>/dev/null
+}
+
+# free_port [EXCLUDED...]: prints a loopback TCP port nobody listens on and not among EXCLUDED.
+free_port() {
+  local p i
+  for i in $(seq 1 200); do
+    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 12000 ))
+    [[ " $* " != *" $p "* ]] || continue
+    if [ -z "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ]; then echo "$p"; return 0; fi
+  done
+  return 1
+}
+
+# wait_for SECONDS COMMAND...: true once COMMAND succeeds, false at the deadline.
+wait_for() {
+  local deadline=$(( $(date +%s) + $1 )); shift
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$deadline" ] || return 1
+    sleep 0.5
+  done
+}
+
+# extender_scheduler_config OUT URL: deploy/kube-scheduler-config.yaml with its urlPrefix pointing at URL.
+extender_scheduler_config() {
+  local out="$1" url="$2"
+  sed "s#urlPrefix: http://127.0.0.1:8080#urlPrefix: $url#" "$E2E_DIR/../../deploy/kube-scheduler-config.yaml" > "$out"
+  grep -q "urlPrefix: $url\$" "$out"
+}
