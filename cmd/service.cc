@@ -54,6 +54,9 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   auto client = k8s::ApiClient::Create(ioc.get_executor(), rest, co);
   if (!client) return client.error();
   s->client_ = std::move(*client);
+  auto event_client = k8s::ApiClient::Create(ioc.get_executor(), rest, co);
+  if (!event_client) return event_client.error();
+  s->event_client_ = std::move(*event_client);
 
   k8s::ControllerOptions o;
   o.scheduler_name = cfg.scheduler_name;
@@ -67,7 +70,8 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   o.reservation_timeout = cfg.reservation_timeout;
   o.legacy_metrics = cfg.legacy_metrics;
   if (options.reflector_backoff) o.reflector_defaults.backoff_initial = *options.reflector_backoff;
-  s->controller_ = std::make_unique<k8s::Controller>(ioc.get_executor(), *s->client_, backends, o, clock);
+  s->controller_ = std::make_unique<k8s::Controller>(ioc.get_executor(), *s->client_, *s->event_client_,
+                                                     backends, o, clock);
 
   k8s::HttpServerOptions main;
   main.address = cfg.http_bind;

@@ -67,6 +67,9 @@ class SchedulerService {
   boost::asio::io_context* ioc_;
   [[maybe_unused]] const config::Config* cfg_;  // not read yet (clang: -Wunused-private-field)
   std::unique_ptr<k8s::ApiClient> client_;
+  // Events have a client (and so a rate limit) of their own, as kube-scheduler's event broadcaster does: a
+  // burst of events never delays a filter or a bind.
+  std::unique_ptr<k8s::ApiClient> event_client_;
   std::unique_ptr<k8s::Controller> controller_;
   std::unique_ptr<k8s::HttpServer> server_;
   std::unique_ptr<k8s::HttpServer> metrics_;

@@ -140,6 +140,23 @@ std::string PathFor(std::string_view group_version, std::string_view resource, s
   return path;
 }
 
+std::string ResourceOfPath(std::string_view path) {
+  path = path.substr(0, path.find('?'));
+  std::vector<std::string_view> seg;
+  for (std::size_t at = 0; at < path.size();) {
+    const std::size_t next = std::min(path.find('/', at), path.size());
+    if (next > at) seg.push_back(path.substr(at, next - at));
+    at = next + 1;
+  }
+  // Past the group and version: "api/v1" or "apis/<group>/<version>".
+  std::size_t i = !seg.empty() && seg[0] == "api" ? 2 : 3;
+  if (seg.size() > i + 2 && seg[i] == "namespaces") i += 2;  // a namespaced resource, not a namespace
+  if (i >= seg.size()) return "other";
+  std::string resource(seg[i]);
+  if (i + 2 < seg.size()) resource += "/" + std::string(seg[i + 2]);  // a subresource
+  return resource;
+}
+
 Result<std::unique_ptr<ApiClient>> ApiClient::Create(asio::any_io_executor executor, RestConfig cfg,
                                                      ClientOptions options) {
   auto http = HttpClient::Create(executor, std::move(cfg), options.max_idle_connections);
@@ -173,6 +190,7 @@ std::string ApiClient::Authorization() {
 asio::awaitable<void> ApiClient::WaitForToken() {
   const auto wait = limiter_.Reserve(Clock::now());
   if (wait > Clock::duration::zero()) {
+    throttled_seconds_ += std::chrono::duration<double>(wait).count();
     asio::steady_timer timer(executor_, wait);
     co_await timer.async_wait(asio::use_awaitable);
   }
@@ -187,6 +205,7 @@ asio::awaitable<ApiResult<HttpResponse>> ApiClient::Call(const HttpRequest& in, 
     co_await WaitForToken();
     request.authorization = Authorization();
     ++requests_;
+    ++by_kind_[{ToLower(what.substr(0, what.find(' '))), ResourceOfPath(request.target)}];
     auto sent = co_await http_->Send(request, options_.timeout);
     ApiError error;
     bool request_sent = true;
@@ -309,11 +328,24 @@ asio::awaitable<ApiResult<json::value>> ApiClient::Delete(const std::string& pat
 
 asio::awaitable<ApiResult<void>> ApiClient::Bind(const std::string& ns, const std::string& pod,
                                                  const std::string& uid, const std::string& node) {
+  const std::map<std::string, std::string> none;
+  co_return co_await Bind(ns, pod, uid, node, none);
+}
+
+asio::awaitable<ApiResult<void>> ApiClient::Bind(const std::string& ns, const std::string& pod,
+                                                 const std::string& uid, const std::string& node,
+                                                 const std::map<std::string, std::string>& annotations) {
+  json::object metadata{{"name", pod}, {"namespace", ns}};
+  if (!uid.empty()) metadata["uid"] = uid;
+  if (!annotations.empty()) {
+    json::object a;
+    for (const auto& [k, v] : annotations) a[k] = v;
+    metadata["annotations"] = std::move(a);
+  }
   json::object binding{{"apiVersion", "v1"},
                        {"kind", "Binding"},
-                       {"metadata", json::object{{"name", pod}, {"namespace", ns}, {"uid", uid}}},
+                       {"metadata", std::move(metadata)},
                        {"target", json::object{{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
-  if (uid.empty()) binding["metadata"].get_object().erase("uid");
   const std::string path = PathFor("v1", "pods", ns, pod) + "/binding";
   const HttpRequest request{http::verb::post, path, json::serialize(binding), "application/json", "", ""};
   const std::string what = "POST " + path;
@@ -334,6 +366,7 @@ asio::awaitable<ApiResult<void>> ApiClient::Watch(const std::string& path, const
   co_await WaitForToken();
   HttpRequest req{http::verb::get, target, "", "", Authorization(), options_.user_agent};
   ++requests_;
+  ++by_kind_[{"watch", ResourceOfPath(path)}];
   json::stream_parser parser;
   std::optional<ApiError> stream_error;
   const auto deliver = [&](json::value v) {

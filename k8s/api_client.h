@@ -8,6 +8,7 @@
 #include <boost/json/value.hpp>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -121,9 +122,13 @@ class ApiClient {
   boost::asio::awaitable<ApiResult<boost::json::value>> MergePatch(const std::string& path,
                                                                    const boost::json::value& patch);
   boost::asio::awaitable<ApiResult<boost::json::value>> Delete(const std::string& path);
-  // POST pods/<name>/binding with the pod's UID as precondition.
+  // POST pods/<name>/binding with the pod's UID as precondition. The API server copies the Binding's
+  // annotations onto the pod in the same update that sets spec.nodeName.
   boost::asio::awaitable<ApiResult<void>> Bind(const std::string& ns, const std::string& pod,
                                                const std::string& uid, const std::string& node);
+  boost::asio::awaitable<ApiResult<void>> Bind(const std::string& ns, const std::string& pod,
+                                               const std::string& uid, const std::string& node,
+                                               const std::map<std::string, std::string>& annotations);
 
   // Streams a watch; `on_event` runs on the loop for each event as it is parsed (JSON values are framed by a
   // streaming parser, never by lines). Returns when the server ends the stream (normally at its timeout), or
@@ -134,6 +139,13 @@ class ApiClient {
   const RestConfig& config() const { return http_->config(); }
   HttpClient& http() { return *http_; }
   std::size_t requests_sent() const { return requests_; }
+  // Requests sent (every attempt), by verb and resource ("get pods", "create pods/binding", "watch nodes"):
+  // what the rate limit is spent on.
+  using RequestKey =
+      std::pair<std::string, std::string>;  // verb (lower case, "watch" and "list" apart), resource
+  const std::map<RequestKey, std::uint64_t>& requests_by_kind() const { return by_kind_; }
+  // Time requests spent waiting for the client-side rate limit, summed over requests.
+  double throttled_seconds() const { return throttled_seconds_; }
 
  private:
   ApiClient(boost::asio::any_io_executor executor, std::unique_ptr<HttpClient> http, ClientOptions options);
@@ -157,7 +169,13 @@ class ApiClient {
   std::string token_;
   std::chrono::steady_clock::time_point token_read_{};
   std::size_t requests_ = 0;
+  std::map<RequestKey, std::uint64_t> by_kind_;
+  double throttled_seconds_ = 0;
 };
+
+// The resource a request path names: "/api/v1/namespaces/d/pods/p/binding" -> "pods/binding",
+// "/apis/coordination.k8s.io/v1/namespaces/d/leases" -> "leases", "/api/v1/namespaces/d" -> "namespaces".
+std::string ResourceOfPath(std::string_view path);
 
 // Path helpers: "/api/v1/namespaces/<ns>/pods/<name>", "/apis/coordination.k8s.io/v1/...". The namespace and
 // name are percent-escaped (EscapePathSegment); every path the client sends is built here.

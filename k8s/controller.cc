@@ -36,16 +36,6 @@ bool AllInitContainersSucceeded(const PodView& pod) {
   return true;
 }
 
-// resourceVersions are opaque, but etcd's (and the embedded server's) are increasing integers: when both
-// read as integers, a larger one is a later state.
-bool LaterOrSame(const std::string& rv, const std::string& reference) {
-  if (rv == reference) return true;
-  std::uint64_t a = 0, b = 0;
-  const auto pa = std::from_chars(rv.data(), rv.data() + rv.size(), a);
-  const auto pb = std::from_chars(reference.data(), reference.data() + reference.size(), b);
-  return pa.ec == std::errc() && pb.ec == std::errc() && a > b;
-}
-
 asio::awaitable<void> Sleep(std::chrono::milliseconds d) {
   asio::steady_timer t(co_await asio::this_coro::executor, d);
   co_await t.async_wait(asio::as_tuple(asio::use_awaitable));
@@ -68,16 +58,18 @@ std::string SummarizeFailures(const std::map<std::string, std::string>& failed) 
 
 }  // namespace
 
-Controller::Controller(asio::any_io_executor executor, ApiClient& client, const Backends& backends,
-                       ControllerOptions options, const Clock& clock)
+Controller::Controller(asio::any_io_executor executor, ApiClient& client, ApiClient& event_client,
+                       const Backends& backends, ControllerOptions options, const Clock& clock)
     : executor_(executor),
       client_(&client),
+      event_client_(&event_client),
       backends_(&backends),
       options_(std::move(options)),
       clock_(&clock),
       state_(backends),
       scheduler_(state_, options_.policies),
-      events_(executor, client, clock, EventRecorderOptions{options_.scheduler_name, options_.hostname}),
+      events_(executor, event_client, clock,
+              EventRecorderOptions{options_.scheduler_name, options_.hostname}),
       locker_(client, clock, options_.node_lock_timeout),
       filter_latency_(prom::Histogram::LatencyBuckets()),
       bind_latency_(prom::Histogram::LatencyBuckets()) {
@@ -204,6 +196,7 @@ void Controller::OnPod(const PodView& pod) {
   if (Finished(pod)) {
     ReleasePod(uid);
     ReleaseLeftoverLocks(uid);
+    if (!lock_waiters_.empty()) WakeAllLockWaiters();  // it may own a lock someone waits for
     return;
   }
   // A pod without hami.io/vgpu-node is not ours (yet): a reservation whose patch is on its way stays.
@@ -229,6 +222,7 @@ void Controller::OnPod(const PodView& pod) {
 void Controller::OnPodDeleted(const PodView& pod) {
   ReleasePod(UidOf(pod));
   ReleaseLeftoverLocks(UidOf(pod));
+  if (!lock_waiters_.empty()) WakeAllLockWaiters();
 }
 
 void Controller::ReleaseLeftoverLocks(const std::string& uid) {
@@ -634,9 +628,12 @@ const PodView* Controller::CachedPod(const std::string& key) const {
   return it == pods_->views().end() ? nullptr : &it->second;
 }
 
-std::string Controller::CachedResourceVersion(const std::string& node) const {
-  const NodeEntry* entry = state_.FindNode(node);
-  return entry == nullptr ? std::string() : entry->node.resource_version;
+LockView Controller::CachedLock(const LockTarget& target) {
+  const NodeEntry* entry = state_.FindNode(target.node);
+  if (entry == nullptr) return locker_.Current(target, "", std::nullopt);
+  auto a = entry->node.annotations.find(target.key);
+  return locker_.Current(target, entry->node.resource_version,
+                         a == entry->node.annotations.end() ? std::nullopt : std::optional(a->second));
 }
 
 void Controller::Stop() {
@@ -644,78 +641,107 @@ void Controller::Stop() {
   for (auto& [node, waiters] : lock_waiters_) {
     for (auto& w : waiters) w.timer->cancel();
   }
-  lock_waiters_.clear();
 }
 
 void Controller::WakeLockWaiters(const std::string& node) {
+  ++lock_wakeups_;
   auto it = lock_waiters_.find(node);
   if (it == lock_waiters_.end()) return;
-  const NodeEntry* entry = state_.FindNode(node);
-  auto& waiters = it->second;
-  for (auto w = waiters.begin(); w != waiters.end(); ++w) {
-    // Wake the longest-waiting bind whose lock is free now; the others keep waiting their turn.
-    if (entry != nullptr && entry->node.annotations.contains(w->key)) continue;
-    w->timer->cancel();
-    waiters.erase(w);
-    break;
+  // Only the longest-waiting bind per lock looks (at the caches); the others keep their turn.
+  std::vector<std::string> keys;
+  for (auto& w : it->second) {
+    if (std::find(keys.begin(), keys.end(), w.key) != keys.end()) continue;
+    keys.push_back(w.key);
+    w.timer->cancel();
   }
-  if (waiters.empty()) lock_waiters_.erase(it);
+}
+
+void Controller::WakeAllLockWaiters() {
+  std::vector<std::string> nodes;
+  for (const auto& [node, waiters] : lock_waiters_) nodes.push_back(node);
+  for (const auto& node : nodes) WakeLockWaiters(node);
 }
 
 asio::awaitable<LockOutcome> Controller::AcquireWaiting(const LockTarget& target,
                                                         steady_clock::time_point deadline) {
-  // First come, first served: a bind arriving while others wait for this node queues behind them instead of
-  // taking the lock the moment it is released under their noses.
-  bool waited = false;
-  bool queue_first =
-      lock_waiters_.contains(target.node) && options_.node_lock_retry_timeout.count() > 0 && !stopping_;
-  bool at_front = false;  // a woken waiter that loses the race keeps its place
-  for (;;) {
-    LockOutcome out;
-    if (!queue_first) {
-      const std::string seen = CachedResourceVersion(target.node);
-      out = co_await locker_.Acquire(target);
-      if (out.acquired || !out.contention) co_return out;
-      // The node changed while we asked (perhaps the release we would wait for): ask again rather than wait
-      // for a wake-up that has already gone by.
-      if (CachedResourceVersion(target.node) != seen && steady_clock::now() < deadline && !stopping_)
-        continue;
+  // First come, first served, driven by the watches: only the bind at the head of a lock's queue may ask the
+  // API server, and only once the caches show the lock free (or stale, or its owner gone); the others wait
+  // without a request. (Every waiting bind re-reading the node and the owner pod each second spent the whole
+  // client budget on polls: at --kube-qps 50 with 40 binds queued on one node, each lock hand-over waited
+  // about a second for a token.) The node watch wakes the head; its timer re-checks the caches for expiry.
+  const PodCached cached = [this](const std::string& ns, const std::string& name) {
+    return pods_->views().contains(ns + "/" + name);
+  };
+  asio::steady_timer timer(executor_);
+  const LockWaiter me{&timer, target.key};
+  bool queued = false;
+  struct Leave {  // however the wait ends, the queue forgets us and the next bind gets its turn
+    Controller* c;
+    const LockTarget* target;
+    const asio::steady_timer* timer;
+    const bool* queued;
+    ~Leave() {
+      if (!*queued) return;
+      auto it = c->lock_waiters_.find(target->node);
+      if (it == c->lock_waiters_.end()) return;
+      std::erase_if(it->second, [&](const LockWaiter& w) { return w.timer == timer; });
+      if (it->second.empty()) {
+        c->lock_waiters_.erase(it);
+      } else {
+        c->WakeLockWaiters(target->node);
+      }
     }
-    queue_first = false;
+  } leave{this, &target, &timer, &queued};
+  const auto my_turn = [&] {
+    auto it = lock_waiters_.find(target.node);
+    if (it == lock_waiters_.end()) return !queued;
+    for (const auto& w : it->second) {
+      if (w.key == target.key) return w.timer == &timer;  // the first waiter for this lock
+    }
+    return !queued;
+  };
+  bool waited = false;
+  std::string busy;
+  for (;;) {
+    bool missed_wakeup = false;
+    if (my_turn() && !stopping_) {
+      const LockView seen = CachedLock(target);
+      std::optional<std::string> reason = locker_.BusyReason(target, seen, cached);
+      if (!reason) {
+        const std::uint64_t wakeups = lock_wakeups_;
+        LockOutcome out = co_await locker_.Acquire(target, &seen, cached);
+        if (out.acquired || !out.contention) co_return out;
+        reason = out.message;
+        // A wake-up while we asked (the release we lost to?) found no timer waiting: look again now.
+        missed_wakeup = lock_wakeups_ != wakeups;
+      }
+      busy = std::move(*reason);
+    }
     const auto now = steady_clock::now();
     if (options_.node_lock_retry_timeout.count() == 0 || now >= deadline || stopping_) {
-      if (waited || out.message.empty())
+      LockOutcome out;
+      out.contention = true;
+      if (stopping_) {
+        out.message =
+            fmt::format("scheduler shutting down while waiting for node {} to be unlocked", target.node);
+      } else if (!waited && !busy.empty()) {
+        out.message = busy;
+      } else {
         out.message = fmt::format("timed out after {}ms waiting for node {} to be unlocked{}{}",
                                   options_.node_lock_retry_timeout.count(), target.node,
-                                  out.message.empty() ? "" : ": ", out.message);
-      out.contention = true;
+                                  busy.empty() ? "" : ": ", busy);
+      }
       co_return out;
     }
     if (!waited) ++stats_.lock_waits;
     waited = true;
-    // Woken by the node watch when the lock goes away; the timer also re-checks expiry now and then.
-    asio::steady_timer timer(executor_,
-                             std::min<steady_clock::duration>(deadline - now, std::chrono::seconds(1)));
-    auto& queue = lock_waiters_[target.node];
-    const LockWaiter me{&timer, target.key};
-    if (at_front) {
-      queue.insert(queue.begin(), me);
-    } else {
-      queue.push_back(me);
+    if (!queued) {
+      lock_waiters_[target.node].push_back(me);
+      queued = true;
     }
+    if (missed_wakeup) continue;
+    timer.expires_after(std::min<steady_clock::duration>(deadline - now, std::chrono::seconds(1)));
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-    if (auto it = lock_waiters_.find(target.node); it != lock_waiters_.end()) {
-      std::erase_if(it->second, [&](const LockWaiter& w) { return w.timer == &timer; });
-      if (it->second.empty()) lock_waiters_.erase(it);
-    }
-    if (stopping_) {
-      out.acquired = false;
-      out.contention = true;
-      out.message =
-          fmt::format("scheduler shutting down while waiting for node {} to be unlocked", target.node);
-      co_return out;
-    }
-    at_front = true;
   }
 }
 
@@ -832,60 +858,49 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
   };
 
   const std::string pod_path = PathFor("v1", "pods", pod->ns, pod->name);
-  const std::string bind_time = std::to_string(
-      std::chrono::duration_cast<std::chrono::seconds>(clock_->Now().time_since_epoch()).count());
   if (requests->Any()) {
-    // Compare-and-swap on the state we decided from: a cache that has not seen an earlier bind of this pod
-    // (its answer lost, a retry now) must not turn its bind-phase back to allocating.
-    std::string rv = pod->resource_version;
-    for (int attempt = 0;; ++attempt) {
-      json::object meta{
-          {"annotations", {{keys::kBindPhase, keys::kBindPhaseAllocating}, {keys::kBindTime, bind_time}}}};
-      if (!rv.empty()) meta["resourceVersion"] = rv;
-      const json::value phase = {{"metadata", std::move(meta)}};
-      auto patched = co_await client_->MergePatch(pod_path, phase);
-      if (patched) break;
-      if (patched.error().kind == ApiErrorKind::kConflict && attempt < 3) {
-        auto fresh = co_await client_->Get(pod_path);
-        auto view = fresh ? PodFromJson(*fresh) : Result<PodView>(Error{fresh.error().message});
-        if (view && view->uid == pod->uid) {
-          const PodAllocation* still = state_.FindPod(uid);
-          auto assigned = view->annotations.find(std::string(keys::kAssignedNode));
-          if (view->node_name.empty() && still != nullptr && still->node == args.node &&
-              assigned != view->annotations.end() && assigned->second == args.node) {
-            rv = view->resource_version;
-            continue;
-          }
-          if (!view->node_name.empty()) {
-            // Bound meanwhile: the locks taken just now are not needed (one re-entered belongs to that bind).
-            for (auto h = held.rbegin(); h != held.rend(); ++h) {
-              if (!h->second.reentered) co_await locker_.Release(h->first, h->second.value);
-            }
-            co_return AlreadyBound(*view, args.node);
-          }
-          // The reservation went (expired or re-filtered elsewhere) while we waited: binding now would bind
-          // the pod without its devices.
-          co_await release_all();
-          co_return failed(
-              fmt::format("pod {} lost its device reservation on node {} while binding; it must be "
-                          "filtered again",
-                          key, args.node));
-        }
-      }
+    // Waiting for the lock took time: the devices must still be reserved for this pod on this node.
+    const PodAllocation* still = state_.FindPod(uid);
+    if (still == nullptr || still->node != args.node) {
       co_await release_all();
-      co_return failed(fmt::format("could not mark pod {} allocating: {}", key, patched.error().message));
+      co_return failed(fmt::format(
+          "pod {} lost its device reservation on node {} while binding; it must be filtered again", key,
+          args.node));
     }
   }
+  // bind-phase `allocating` travels in the Binding: the API server sets it in the same update as
+  // spec.nodeName (HAMi patches the pod first, one more request and a window in which a failed binding
+  // leaves the pod `allocating`). A pod bound already is refused by the API server, so a stale cache
+  // cannot turn a finished pod back to `allocating`.
+  std::map<std::string, std::string> bind_annotations;
+  if (requests->Any()) {
+    bind_annotations[std::string(keys::kBindPhase)] = std::string(keys::kBindPhaseAllocating);
+    bind_annotations[std::string(keys::kBindTime)] = std::to_string(
+        std::chrono::duration_cast<std::chrono::seconds>(clock_->Now().time_since_epoch()).count());
+  }
   const std::string ns = pod->ns, name = pod->name, node = args.node, pod_uid = pod->uid;
-  auto bound = co_await client_->Bind(ns, name, pod_uid, node);
+  auto bound = co_await client_->Bind(ns, name, pod_uid, node, bind_annotations);
   bool outcome_unknown = false;
   if (!bound &&
       (bound.error().kind == ApiErrorKind::kConflict || bound.error().kind == ApiErrorKind::kTransport)) {
-    // The binding may have gone through with its answer lost (or a retry of ours met our own binding).
+    // The binding may have gone through with its answer lost, or the pod was bound before (an earlier bind
+    // of it whose answer was lost).
     auto now_pod = co_await client_->Get(pod_path);
     if (now_pod) {
       auto view = PodFromJson(*now_pod);
-      if (view && view->uid == pod->uid && view->node_name == node) bound = ApiResult<void>{};
+      if (view && view->uid == pod->uid && !view->node_name.empty()) {
+        auto phase = view->annotations.find(std::string(keys::kBindPhase));
+        const bool settled = phase != view->annotations.end() && phase->second != keys::kBindPhaseAllocating;
+        if (view->node_name != node || settled) {
+          // Bound elsewhere, or its device plugin is done already: the locks taken just now are not needed
+          // (one re-entered belongs to that earlier bind).
+          for (auto h = held.rbegin(); h != held.rend(); ++h) {
+            if (!h->second.reentered) co_await locker_.Release(h->first, h->second.value);
+          }
+          co_return AlreadyBound(*view, node);
+        }
+        bound = ApiResult<void>{};  // bound here and allocating: the device plugin releases the locks
+      }
     } else {
       outcome_unknown = bound.error().kind == ApiErrorKind::kTransport;
     }

@@ -59,8 +59,12 @@ struct ControllerOptions {
 
 class Controller {
  public:
+  // `event_client` posts the events (its own rate limit); `client` everything else.
+  Controller(boost::asio::any_io_executor executor, ApiClient& client, ApiClient& event_client,
+             const Backends& backends, ControllerOptions options, const Clock& clock);
   Controller(boost::asio::any_io_executor executor, ApiClient& client, const Backends& backends,
-             ControllerOptions options, const Clock& clock);
+             ControllerOptions options, const Clock& clock)
+      : Controller(std::move(executor), client, client, backends, std::move(options), clock) {}
   ~Controller();
 
   // Watches nodes, pods and quotas and runs the health pass every interval, until cancelled.
@@ -158,12 +162,16 @@ class Controller {
                                                        const std::string& uid);
   boost::asio::awaitable<LockOutcome> AcquireWaiting(const LockTarget& target,
                                                      std::chrono::steady_clock::time_point deadline);
+  // Wakes the first waiting bind of each lock on `node` (all nodes: a lock owner may be gone).
   void WakeLockWaiters(const std::string& node);
-  std::string CachedResourceVersion(const std::string& node) const;
+  void WakeAllLockWaiters();
+  // The lock as the node cache (or our own newer write) shows it.
+  LockView CachedLock(const LockTarget& target);
   void RecordFilterEvent(const PodView& pod, const FilterOutcome& outcome);
 
   boost::asio::any_io_executor executor_;
   ApiClient* client_;
+  ApiClient* event_client_;
   const Backends* backends_;
   ControllerOptions options_;
   const Clock* clock_;
@@ -175,8 +183,9 @@ class Controller {
   std::unique_ptr<Informer<PodView>> pods_;
   std::unique_ptr<Informer<ResourceQuotaView>> quotas_;
   std::unordered_map<std::string, NodeHealthRecord> health_;
-  std::unordered_map<std::string, Reservation> reservations_;              // pod uid -> made by our filter
-  std::unordered_map<std::string, std::vector<LockWaiter>> lock_waiters_;  // node -> binds waiting
+  std::unordered_map<std::string, Reservation> reservations_;  // pod uid -> made by our filter
+  std::unordered_map<std::string, std::vector<LockWaiter>>
+      lock_waiters_;                                   // node -> binds waiting, oldest first
   std::unordered_set<std::string> annotation_warned_;  // pods whose unreadable annotations were logged
   // node -> the registration error last reported per backend ("" = readable), for nodes with one.
   std::unordered_map<std::string, std::vector<std::string>> registration_errors_;
@@ -189,7 +198,8 @@ class Controller {
   std::unordered_map<std::string, std::vector<HeldLock>> held_locks_;
   std::size_t background_ = 0;  // leftover-lock releases running
   bool stopping_ = false;
-  bool expiring_ = false;  // an ExpireReservations() sweep is running
+  std::uint64_t lock_wakeups_ = 0;  // WakeLockWaiters() calls so far
+  bool expiring_ = false;           // an ExpireReservations() sweep is running
   std::uint64_t generation_ = 0;
   std::size_t health_passes_ = 0;
   Stats stats_;

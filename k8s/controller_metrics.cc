@@ -77,6 +77,23 @@ std::string Controller::Metrics() const {
     w.Family(c.name, c.help, "counter");
     w.Sample(c.name, {}, static_cast<double>(c.value));
   }
+  // What the API budget (--kube-qps/--kube-burst, one bucket per client) is spent on.
+  std::vector<std::pair<const char*, const ApiClient*>> clients{{"scheduler", client_}};
+  if (event_client_ != client_) clients.emplace_back("events", event_client_);
+  w.Family("hami_kube_requests_total",
+           "API requests sent (every attempt), by client, verb and resource (pods/binding: the binding).",
+           "counter");
+  for (const auto& [name, client] : clients) {
+    for (const auto& [kind, n] : client->requests_by_kind())
+      w.Sample("hami_kube_requests_total",
+               {{"client", name}, {"verb", kind.first}, {"resource", kind.second}}, static_cast<double>(n));
+  }
+  w.Family("hami_kube_rate_limiter_wait_seconds_total",
+           "Time requests waited for the client-side rate limit (--kube-qps, --kube-burst), summed.",
+           "counter");
+  for (const auto& [name, client] : clients)
+    w.Sample("hami_kube_rate_limiter_wait_seconds_total", {{"client", name}}, client->throttled_seconds());
+
   w.Family("hami_scheduler_ready", "1 once the caches are synced and the first health pass ran.", "gauge");
   w.Sample("hami_scheduler_ready", {}, ready() ? 1 : 0);
   w.Family("hami_scheduler_unreadable_registrations",

@@ -9,6 +9,7 @@
 
 #include "core/codec/stamps.h"
 #include "core/node_lock.h"
+#include "k8s/reflector.h"
 
 namespace hami::k8s {
 namespace asio = boost::asio;
@@ -72,18 +73,63 @@ asio::awaitable<void> NodeLocker::Backoff(int attempt) {
   co_await timer.async_wait(asio::use_awaitable);
 }
 
-asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t) {
+void NodeLocker::Wrote(const LockTarget& t, const std::string& resource_version,
+                       std::optional<std::string> value) {
+  written_[t.node + "/" + t.key] = LockView{resource_version, std::move(value)};
+}
+
+LockView NodeLocker::Current(const LockTarget& t, const std::string& cached_rv,
+                             const std::optional<std::string>& cached_value) {
+  if (auto it = written_.find(t.node + "/" + t.key); it != written_.end()) {
+    if (!LaterOrSame(cached_rv, it->second.resource_version)) return it->second;
+    written_.erase(it);  // the cache has caught up
+  }
+  return LockView{cached_rv, cached_value};
+}
+
+namespace {
+
+std::string ContentionMessage(const LockTarget& t, const codec::NodeLock& owner) {
+  return fmt::format("node {} is locked by pod {}/{} since {}: node lock contention", t.node, owner.ns,
+                     owner.pod, codec::FormatRfc3339(owner.taken_at));
+}
+
+}  // namespace
+
+std::optional<std::string> NodeLocker::BusyReason(const LockTarget& t, const LockView& seen,
+                                                  const PodCached& cached) {
+  const LockDecision d = DecideLock(t.node, seen.value, t.pod_ns, t.pod_name, clock_->Now(), timeout_, t.rule,
+                                    MalformedSince(t, seen.value));
+  if (d.action == LockAction::kContended) return d.why;
+  if (d.action == LockAction::kCheckOwner && cached) {
+    const auto owner = codec::ParseNodeLock(*seen.value);
+    if (owner && cached(owner->ns, owner->pod)) return ContentionMessage(t, *owner);
+  }
+  return std::nullopt;
+}
+
+asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t, const LockView* seen,
+                                                 const PodCached& cached) {
   const std::string node_path = PathFor("v1", "nodes", "", t.node);
   LockOutcome out;
   std::string last_error;
+  int reads = 0;  // of the node from the API server
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    if (attempt > 0) co_await Backoff(attempt - 1);
-    auto node = co_await client_->Get(node_path);
-    if (!node) {
-      out.message = fmt::format("failed to get node {}: {}", t.node, node.error().message);
-      co_return out;
+    NodeRead read;
+    if (attempt == 0 && seen != nullptr && !seen->resource_version.empty()) {
+      read = NodeRead{seen->resource_version, seen->value};  // the cache's view: no request
+    } else {
+      // A conflict on a read of our own means another writer is busy on the node: back off. One on the
+      // cache's view only means the cache was behind: read at once.
+      if (reads > 0) co_await Backoff(reads - 1);
+      ++reads;
+      auto node = co_await client_->Get(node_path);
+      if (!node) {
+        out.message = fmt::format("failed to get node {}: {}", t.node, node.error().message);
+        co_return out;
+      }
+      read = ReadLock(*node, t.key);
     }
-    const NodeRead read = ReadLock(*node, t.key);
     const TimePoint now = clock_->Now();
     LockDecision d = DecideLock(t.node, read.value, t.pod_ns, t.pod_name, now, timeout_, t.rule,
                                 MalformedSince(t, read.value));
@@ -97,13 +143,15 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t) {
     }
     if (d.action == LockAction::kCheckOwner) {
       const auto owner = codec::ParseNodeLock(*read.value);
+      const bool exists = cached && cached(owner->ns, owner->pod);
       const std::string pod_path = PathFor("v1", "pods", owner->ns, owner->pod);
-      auto pod = co_await client_->Get(pod_path);
+      // (No co_await inside a conditional expression: GCC 12 destroys its temporaries twice.)
+      ApiResult<json::value> pod = json::value();
+      if (!exists) pod = co_await client_->Get(pod_path);
       if (pod) {
         ++stats_.contended;
         out.contention = true;
-        out.message = fmt::format("node {} is locked by pod {}/{} since {}: node lock contention", t.node,
-                                  owner->ns, owner->pod, codec::FormatRfc3339(owner->taken_at));
+        out.message = ContentionMessage(t, *owner);
         co_return out;
       }
       if (pod.error().kind != ApiErrorKind::kNotFound) {
@@ -128,6 +176,7 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t) {
       out.acquired = true;
       out.value = value;
       out.resource_version = ReadLock(*patched, t.key).resource_version;
+      Wrote(t, out.resource_version, value);
       co_return out;
     }
     last_error = patched.error().message;
@@ -143,6 +192,7 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t) {
         out.acquired = true;
         out.value = value;
         out.resource_version = ReadLock(*again, t.key).resource_version;
+        Wrote(t, out.resource_version, value);
         co_return out;
       }
       continue;
@@ -171,6 +221,7 @@ asio::awaitable<void> NodeLocker::Release(const LockTarget& t, const std::string
     auto patched = co_await client_->MergePatch(node_path, patch);
     if (patched) {
       ++stats_.released;
+      Wrote(t, ReadLock(*patched, t.key).resource_version, std::nullopt);
       co_return;
     }
     if (patched.error().kind == ApiErrorKind::kNotFound) co_return;

@@ -1,10 +1,14 @@
 #pragma once
-// The node lock on the wire (PROTOCOL.md §5): reads the node from the API server, asks core's DecideLock what
-// to do, and writes with a compare-and-swap merge patch (metadata.resourceVersion). Conflicts are retried
-// with capped backoff; a lost answer to our own patch is recognised by finding our value in place; a lock
-// whose owner pod no longer exists is replaced; a release never deletes a value someone else wrote.
+// The node lock on the wire (PROTOCOL.md §5): decides with core's DecideLock from the node as the caller's
+// cache shows it (or as our own last lock write left it, while the cache has not caught up), and writes with
+// a compare-and-swap merge patch (metadata.resourceVersion): a lock taken on a fresh cache costs one request.
+// A conflict (the cache was behind) reads the node from the API server and decides again, with capped
+// backoff; a lost answer to our own patch is recognised by finding our value in place; a lock whose owner
+// pod no longer exists is replaced (the pod cache answers "exists" without a request); a release never
+// deletes a value someone else wrote.
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -24,6 +28,15 @@ struct LockTarget {
   std::string pod_name;
 };
 
+// A node's lock annotation at one resourceVersion.
+struct LockView {
+  std::string resource_version;
+  std::optional<std::string> value;
+};
+
+// Whether the pod cache holds pod <ns>/<name>: a lock owner found there exists (one not found is looked up).
+using PodCached = std::function<bool(const std::string& ns, const std::string& name)>;
+
 struct LockOutcome {
   bool acquired = false;
   bool contention = false;       // held by someone else: worth waiting for
@@ -37,7 +50,16 @@ class NodeLocker {
  public:
   NodeLocker(ApiClient& client, const Clock& clock, std::chrono::seconds timeout);
 
-  boost::asio::awaitable<LockOutcome> Acquire(const LockTarget& target);
+  // `seen`: the lock as the cache shows it (nullptr: read it from the API server first).
+  boost::asio::awaitable<LockOutcome> Acquire(const LockTarget& target, const LockView* seen = nullptr,
+                                              const PodCached& cached = {});
+  // The lock as `cached_rv`/`cached_value` (the node cache) show it, unless our own later write is newer.
+  LockView Current(const LockTarget& target, const std::string& cached_rv,
+                   const std::optional<std::string>& cached_value);
+  // Why a bind must wait for `seen` (held by a pod that exists, and not stale), or nullopt when taking it
+  // is worth a request. Decides without a request.
+  std::optional<std::string> BusyReason(const LockTarget& target, const LockView& seen,
+                                        const PodCached& cached);
   // Removes the lock if it still holds `written` (or is ours); errors are logged, never thrown.
   boost::asio::awaitable<void> Release(const LockTarget& target, const std::string& written);
 
@@ -50,11 +72,13 @@ class NodeLocker {
   // When an unreadable lock value was first seen on (node, key) (D8: stale after the timeout).
   std::optional<TimePoint> MalformedSince(const LockTarget& target, const std::optional<std::string>& value);
   boost::asio::awaitable<void> Backoff(int attempt);
+  void Wrote(const LockTarget& target, const std::string& resource_version, std::optional<std::string> value);
 
   ApiClient* client_;
   const Clock* clock_;
   std::chrono::seconds timeout_;
   std::map<std::string, std::pair<std::string, TimePoint>> malformed_;  // node/key -> (value, first seen)
+  std::map<std::string, LockView> written_;  // node/key -> our last lock write, until the cache shows it
   std::mt19937 rng_{std::random_device{}()};
   Stats stats_;
 };

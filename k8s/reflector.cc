@@ -4,6 +4,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
+#include <charconv>
 
 namespace hami::k8s {
 namespace asio = boost::asio;
@@ -31,6 +32,14 @@ std::string ObjectKeyOf(const json::value& object) {
 
 std::string ResourceVersionOf(const json::value& object) {
   return Field(Metadata(object), "resourceVersion");
+}
+
+bool LaterOrSame(const std::string& rv, const std::string& reference) {
+  if (rv == reference) return true;
+  std::uint64_t a = 0, b = 0;
+  const auto pa = std::from_chars(rv.data(), rv.data() + rv.size(), a);
+  const auto pb = std::from_chars(reference.data(), reference.data() + reference.size(), b);
+  return pa.ec == std::errc() && pb.ec == std::errc() && a > b;
 }
 
 Reflector::Reflector(ApiClient& client, Options options, Handlers handlers)
@@ -136,7 +145,8 @@ asio::awaitable<void> Reflector::Run() {
         list_from = "";  // the version we had is gone too: ask for the most recent state
         continue;
       }
-      // Not `Backoff(failures++, ...)` inside co_await: clang 16 sees two modifications there (-Wunsequenced).
+      // Not `Backoff(failures++, ...)` inside co_await: clang 16 sees two modifications there
+      // (-Wunsequenced).
       const auto delay = Backoff(failures++, options_.backoff_initial, options_.backoff_max, rng_);
       co_await Sleep(delay);
       continue;

@@ -21,6 +21,9 @@ namespace hami::k8s {
 // "ns/name", or "name" for cluster-scoped objects.
 std::string ObjectKeyOf(const boost::json::value& object);
 std::string ResourceVersionOf(const boost::json::value& object);
+// resourceVersions are opaque, but etcd's (and the embedded server's) are increasing integers: when both
+// read as integers, a larger one is a later state. False when either is not an integer (unless equal).
+bool LaterOrSame(const std::string& rv, const std::string& reference);
 
 class Reflector {
  public:
