@@ -157,9 +157,17 @@ asio::awaitable<Result<void>> EnsureNode(k8s::ApiClient& client, const std::stri
 
 class PluginsRun {
  public:
-  PluginsRun(asio::io_context& ioc, k8s::ApiClient& client, std::vector<PlannedNode> nodes,
-             const SimPluginsFlags& flags, std::ostream& out, std::ostream& err)
-      : ioc_(ioc), client_(client), nodes_(std::move(nodes)), flags_(flags), out_(out), err_(err) {}
+  PluginsRun(asio::io_context& ioc, k8s::ApiClient& client, k8s::RestConfig rest, k8s::ClientOptions options,
+             std::vector<PlannedNode> nodes, const SimPluginsFlags& flags, std::ostream& out,
+             std::ostream& err)
+      : ioc_(ioc),
+        client_(client),
+        rest_(std::move(rest)),
+        options_(std::move(options)),
+        nodes_(std::move(nodes)),
+        flags_(flags),
+        out_(out),
+        err_(err) {}
 
   int Run();
 
@@ -170,7 +178,12 @@ class PluginsRun {
   void Stop();
 
   asio::io_context& ioc_;
-  k8s::ApiClient& client_;
+  k8s::ApiClient& client_;  // creates the nodes
+  // Each node's plugin has a client (and so a rate limit) of its own, as on a real node: one shared budget
+  // would make the plugins of a big simulated cluster the slowest part of every allocation.
+  k8s::RestConfig rest_;
+  k8s::ClientOptions options_;
+  std::vector<std::unique_ptr<k8s::ApiClient>> plugin_clients_;
   std::vector<PlannedNode> nodes_;
   const SimPluginsFlags& flags_;
   std::ostream& out_;
@@ -197,7 +210,15 @@ void PluginsRun::StartPlugin(const PlannedNode& node) {
   options.devices = SimDevicesOf(node.spec, *node.backend);
   options.allocate_delay = flags_.allocate_delay;
   options.register_interval = flags_.register_interval;
-  auto plugin = std::make_unique<sim::DevicePlugin>(client_, *node.backend, options);
+  auto client = k8s::ApiClient::Create(ioc_.get_executor(), rest_, options_);
+  if (!client) {
+    err_ << "sim-device-plugins: node " << node.spec.name << ": " << client.error().message << "\n";
+    exit_code_ = kExitFailure;
+    done_ = true;
+    return;
+  }
+  plugin_clients_.push_back(std::move(*client));
+  auto plugin = std::make_unique<sim::DevicePlugin>(*plugin_clients_.back(), *node.backend, options);
   plugin->on_log = [this, name = node.spec.name](const std::string& line) { Print(name, line); };
   ++running_;
   asio::co_spawn(ioc_, plugin->Run(),
@@ -222,7 +243,10 @@ asio::awaitable<void> PluginsRun::Setup() {
       co_return;
     }
   }
-  for (const PlannedNode& node : nodes_) StartPlugin(node);
+  for (const PlannedNode& node : nodes_) {
+    StartPlugin(node);
+    if (done_) co_return;
+  }
   out_ << fmt::format("sim-device-plugins: {} node(s) running against {} (SIGINT/SIGTERM stops)\n",
                       nodes_.size(), flags_.kubeconfig)
        << std::flush;
@@ -455,14 +479,14 @@ int SimDevicePlugins(const std::vector<std::string>& args, std::ostream& out, st
   asio::io_context ioc(1);
   k8s::ClientOptions options;
   options.user_agent = "hami-sim-device-plugins";
-  options.qps = 50;  // several plugins share the client
+  options.qps = 50;  // per node: each plugin has a client of its own
   options.burst = 100;
   auto client = k8s::ApiClient::Create(ioc.get_executor(), *rest, options);
   if (!client) {
     err << "hami-scheduler sim-device-plugins: " << client.error().message << "\n";
     return kExitFailure;
   }
-  PluginsRun run(ioc, **client, std::move(*planned), *flags, out, err);
+  PluginsRun run(ioc, **client, *rest, options, std::move(*planned), *flags, out, err);
   return run.Run();
 }
 
