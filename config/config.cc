@@ -387,6 +387,11 @@ constexpr Field<Config> kSchedulerFields[] = {
     {"gpuSchedulerPolicy", &ReadGpuPolicy},
     {"nodeSchedulerPolicy", &ReadNodePolicy},
     {"nodeLabelSelector", &ReadLabelSelector},
+    {"busyNodeThreshold",
+     [](Reader& r, const Item& it, Config& c) {
+       if (auto v = r.Int(it, 0, 1000000, "a number of allocations from 0 (off) to 1000000"))
+         c.policies.busy_node_threshold = static_cast<int>(*v);
+     }},
     {"nodeLockTimeout",
      [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(1), c.node_lock_timeout); }},
     {"nodeLockRetryTimeout",
@@ -860,6 +865,7 @@ std::string ToYaml(const Config& cfg) {
   out << YAML::BeginMap;
   for (const auto& [k, v] : cfg.node_label_selector) EmitString(out, k, v);
   out << YAML::EndMap;
+  out << YAML::Key << "busyNodeThreshold" << YAML::Value << cfg.policies.busy_node_threshold;
   out << YAML::Key << "nodeLockTimeout" << YAML::Value << FormatDuration(cfg.node_lock_timeout);
   out << YAML::Key << "nodeLockRetryTimeout" << YAML::Value << FormatDuration(cfg.node_lock_retry_timeout);
   out << YAML::Key << "forceOverwriteDefaultScheduler" << YAML::Value

@@ -149,18 +149,18 @@ void UnsupportedVendorSwitch(const std::string& flag, const std::string& value, 
         fmt::format("{}: this scheduler does not implement that vendor; the flag is ignored", flag));
 }
 
-template <std::string Config::* Member>
+template <std::string Config::*Member>
 void SetString(const std::string&, const std::string& value, LoadedConfig& out, Problems&) {
   out.config.*Member = value;
 }
 
-template <bool Config::* Member>
+template <bool Config::*Member>
 void SetBool(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
   if (auto v = Bool(flag, value, problems)) out.config.*Member = *v;
 }
 
 // A duration in whole seconds of at least `Min` seconds.
-template <std::chrono::seconds Config::* Member, int Min>
+template <std::chrono::seconds Config::*Member, int Min>
 void SetSeconds(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
   Seconds(flag, value, std::chrono::seconds(Min), out.config.*Member, problems);
 }
@@ -201,6 +201,12 @@ void SetMaxConnections(const std::string& flag, const std::string& value, Loaded
           Int(flag, value, 0, 1048576, "want a number of connections from 0 (no cap) to 1048576", problems))
     out.config.max_connections = static_cast<int>(*v);
 }
+void SetBusyNodeThreshold(const std::string& flag, const std::string& value, LoadedConfig& out,
+                          Problems& problems) {
+  if (auto v = Int(flag, value, 0, 1000000, "want a number of allocations from 0 (off) to 1000000", problems))
+    out.config.policies.busy_node_threshold = static_cast<int>(*v);
+}
+std::string ShowBusyNodeThreshold(const Config& d) { return std::to_string(d.policies.busy_node_threshold); }
 void SetKubeBurst(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
   if (auto v = Int(flag, value, 1, 2147483647, "want an integer >= 1", problems))
     out.config.kube_burst = static_cast<int>(*v);
@@ -215,15 +221,15 @@ void CheckBoolOnly(const std::string& flag, const std::string& value, LoadedConf
   (void)Bool(flag, value, problems);
 }
 
-template <std::string Config::* Member>
+template <std::string Config::*Member>
 std::string ShowString(const Config& d) {
   return Quote(d.*Member);
 }
-template <bool Config::* Member>
+template <bool Config::*Member>
 std::string ShowBoolMember(const Config& d) {
   return ShowBool(d.*Member);
 }
-template <std::chrono::seconds Config::* Member>
+template <std::chrono::seconds Config::*Member>
 std::string ShowSecondsMember(const Config& d) {
   return ShowSeconds(d.*Member);
 }
@@ -271,6 +277,11 @@ const FlagDef kFlags[] = {
      &ShowGpuPolicy},
     {"node-scheduler-policy", Group::kScheduling, false, "POLICY", "default node policy: binpack or spread",
      &SetNodePolicy, &ShowNodePolicy},
+    {"busy-node-threshold", Group::kScheduling, false, "N",
+     "allocations in flight (reserved or bound, not yet set up by the device plugin) at which a node ranks "
+     "below every fitting node with fewer, so a burst spreads instead of queueing on one node lock (0 = the "
+     "node policy alone)",
+     &SetBusyNodeThreshold, &ShowBusyNodeThreshold},
     {"node-label-selector", Group::kScheduling, false, "K=V,...",
      "only nodes with all these labels are considered", &SetLabelSelector, &ShowNone},
     {"node-lock-timeout", Group::kScheduling, false, "DURATION", "a node lock older than this is stale",

@@ -96,6 +96,7 @@ void ClusterState::ReapplyUsage(NodeEntry& entry) {
   entry.usage.assign(entry.devices.size(), DeviceUsage{});
   entry.mig_in_use.assign(entry.devices.size(), {});
   entry.unknown_device_charges = 0;
+  entry.allocations_in_flight = 0;
   entry.totals.used = entry.totals.used_cores = entry.totals.used_mem = 0;
   auto pods = pods_by_node_.find(entry.node.name);
   if (pods == pods_by_node_.end()) return;
@@ -121,6 +122,7 @@ std::vector<std::string> ClusterState::NodeNames() const {
 }
 
 void ClusterState::Apply(NodeEntry& entry, const PodRecord& record, int sign) {
+  if (record.allocation.in_flight) entry.allocations_in_flight += sign;
   for (const auto& c : record.charges) {
     auto d = entry.by_uuid.find(c.uuid);
     if (d == entry.by_uuid.end() || entry.devices[static_cast<std::size_t>(d->second)].vendor != c.vendor) {
@@ -175,6 +177,11 @@ bool ClusterState::AddPod(PodAllocation allocation) {
     if (existing->second.allocation.node == allocation.node &&
         SameDevices(existing->second.allocation.devices, allocation.devices) &&
         existing->second.allocation.mig == allocation.mig) {
+      if (existing->second.allocation.in_flight != allocation.in_flight) {
+        existing->second.allocation.in_flight = allocation.in_flight;
+        if (auto n = nodes_.find(allocation.node); n != nodes_.end())
+          n->second.allocations_in_flight += allocation.in_flight ? 1 : -1;
+      }
       return false;
     }
     RemovePod(uid);
@@ -243,6 +250,8 @@ Result<std::optional<PodAllocation>> AllocationFromAnnotations(const PodView& po
   a.name = pod.name;
   a.node = node->second;
   a.num_init = pod.init_containers.size();
+  if (auto phase = pod.annotations.find(keys::kBindPhase); phase != pod.annotations.end())
+    a.in_flight = phase->second != keys::kBindPhaseSuccess && phase->second != keys::kBindPhaseFailed;
   for (const auto& b : backends) {
     const auto& key = b->Spec().keys.allocated;
     auto v = pod.annotations.find(key);

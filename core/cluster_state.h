@@ -41,6 +41,9 @@ struct NodeEntry {
   std::unordered_map<std::string, int> by_uuid;
   std::unordered_set<std::string> pods;  // uids of pods charged to this node
   int unknown_device_charges = 0;        // charges naming a UUID this node does not have
+  // Pods charged here whose device plugin has not set them up yet (PodAllocation::in_flight): binds queued
+  // on the node lock or allocating.
+  int allocations_in_flight = 0;
   bool has_mig = false;
 
   bool HasDevices() const { return !devices.empty(); }
@@ -55,6 +58,8 @@ struct PodAllocation {
   std::size_t num_init = 0;
   PodDevices devices;  // per vendor, per container
   std::vector<codec::MigAllocation> mig;
+  // Reserved or bound, and not yet set up by the device plugin (no hami.io/bind-phase success or failed).
+  bool in_flight = true;
 };
 
 // Lets node lookups take a string_view without building a std::string.
@@ -83,7 +88,8 @@ class ClusterState {
   std::size_t NodeCount() const { return nodes_.size(); }
 
   // --- usage ledger --------------------------------------------------------------------------------------
-  // Adds (or replaces) a pod's hold; returns false if an identical hold was already recorded.
+  // Adds (or replaces) a pod's hold; returns false if an identical hold was already recorded (its in_flight
+  // flag is updated all the same).
   bool AddPod(PodAllocation allocation);
   // Releases a pod's hold; returns the released allocation, if any.
   std::optional<PodAllocation> RemovePod(std::string_view uid);

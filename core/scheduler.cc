@@ -35,7 +35,12 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
   // prefetch a few nodes ahead while fitting. This keeps large clusters near the cost of small ones.
   resolved_.resize(candidates.size());
   for (std::size_t i = 0; i < candidates.size(); ++i) resolved_[i] = state_->FindNode(candidates[i]);
-  std::vector<std::pair<std::size_t, double>> fitting;
+  struct Fitting {
+    std::size_t index;  // into candidates
+    double score;
+    bool busy;  // allocations in flight at the threshold
+  };
+  std::vector<Fitting> fitting;
   fitting.reserve(candidates.size());
   std::string reason;
   constexpr std::size_t kPrefetchDistance = 4;
@@ -55,25 +60,28 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
       out.failed_nodes[candidates[i]] = reason;
       continue;
     }
-    fitting.emplace_back(i, node->totals.Score());
+    fitting.push_back(
+        {i, node->totals.Score(),
+         options_.busy_node_threshold > 0 && node->allocations_in_flight >= options_.busy_node_threshold});
   }
   out.fitting_count = fitting.size();
   if (fitting.empty()) {
     out.kind = FilterOutcome::Kind::kUnschedulable;
     return out;
   }
-  // binpack: the most used node first; spread: the least used. Ties go to the smaller node name.
-  const auto better = [&](const std::pair<std::size_t, double>& a, const std::pair<std::size_t, double>& b) {
-    if (a.second != b.second) return spread ? a.second < b.second : a.second > b.second;
-    return candidates[a.first] < candidates[b.first];
+  // Nodes not busy first; then binpack: the most used node first; spread: the least used. Ties go to the
+  // smaller node name.
+  const auto better = [&](const Fitting& a, const Fitting& b) {
+    if (a.busy != b.busy) return b.busy;
+    if (a.score != b.score) return spread ? a.score < b.score : a.score > b.score;
+    return candidates[a.index] < candidates[b.index];
   };
   const std::size_t top = std::min<std::size_t>(10, fitting.size());
   std::partial_sort(fitting.begin(), fitting.begin() + static_cast<std::ptrdiff_t>(top), fitting.end(),
                     better);
-  for (std::size_t i = 0; i < top; ++i)
-    out.best.emplace_back(candidates[fitting[i].first], fitting[i].second);
+  for (std::size_t i = 0; i < top; ++i) out.best.emplace_back(candidates[fitting[i].index], fitting[i].score);
 
-  out.node = candidates[fitting.front().first];
+  out.node = candidates[fitting.front().index];
   const NodeEntry* chosen = state_->FindNode(out.node);
   fitter_.Fit(*ctx, *requests, *chosen, &out.devices, nullptr);
   out.kind = FilterOutcome::Kind::kScheduled;

@@ -13,6 +13,12 @@ namespace hami {
 struct SchedulerOptions {
   std::string gpu_policy = std::string(kPolicySpread);    // default device policy
   std::string node_policy = std::string(kPolicyBinpack);  // default node policy
+  // A node with this many allocations in flight (NodeEntry::allocations_in_flight: reserved or bound, not
+  // yet set up by its device plugin) ranks below every fitting node with fewer, whatever the policy says:
+  // the node lock lets one pod at a time allocate on a node, so a burst that binpack would send to one node
+  // spreads over the nodes that fit instead of queueing behind that node's lock. Once the burst is set up,
+  // the policy alone decides again. 0: the policy alone, always.
+  int busy_node_threshold = 2;
 };
 
 struct FilterOutcome {

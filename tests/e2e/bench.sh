@@ -12,6 +12,8 @@
 # Default: all four presets.
 #   --qps Q --burst B     serve's --kube-qps/--kube-burst (default 50/100); --qps 5 --burst 10 is upstream's
 #   --deadline S          seconds a case may take from the first pod created (default 300)
+#   --allocate-delay D    the simulated plugins' time to set a pod's devices up (default 20ms)
+#   --serve-args "..."    more flags for serve (word-split), e.g. "--busy-node-threshold 0"
 #   --trace               kube-scheduler -v=4, serve at debug level, and the API server's audit log (Metadata
 #                         level) in the work dir: one pod can be followed through all three
 #   --out FILE            append one Markdown table row per case to FILE
@@ -30,7 +32,7 @@ source "$E2E_DIR/suite.sh"
 export HAMI_E2E_BENCH_TIMEOUT
 bounded_reexec bench BENCH "$@"
 
-QPS=50 BURST=100 DEADLINE=300 TRACE=0 OUT="" KEEP=0
+QPS=50 BURST=100 DEADLINE=300 TRACE=0 OUT="" KEEP=0 DELAY=20ms SERVE_ARGS=""
 HAMI="$ROOT/${BUILD_DIR:-build}/hami-scheduler"
 CASES=()
 while [ $# -gt 0 ]; do
@@ -38,6 +40,8 @@ while [ $# -gt 0 ]; do
     --qps) QPS="$2"; shift ;;
     --burst) BURST="$2"; shift ;;
     --deadline) DEADLINE="$2"; shift ;;
+    --allocate-delay) DELAY="$2"; shift ;;
+    --serve-args) SERVE_ARGS="$2"; shift ;;
     --trace) TRACE=1 ;;
     --out) OUT="$2"; shift ;;
     --hami) HAMI="$2"; shift ;;
@@ -93,11 +97,11 @@ run_case() { # NAME PODS NODES POLICY CORES
   "$HAMI" serve --kubeconfig "$HAMI_E2E_KUBECONFIG" --http_bind "127.0.0.1:$ext_port" \
     --metrics-bind-address "127.0.0.1:$metrics_port" --kube-qps "$QPS" --kube-burst "$BURST" \
     --node-scheduler-policy "$policy" --device-config-file "$ROOT/deploy/device-config.yaml" \
-    "${serve_log_args[@]}" > "$WORK/logs/hami-serve.log" 2>&1 < /dev/null &
+    "${serve_log_args[@]}" $SERVE_ARGS > "$WORK/logs/hami-serve.log" 2>&1 < /dev/null &
   SERVE_PID=$!
   local node_args=() i
   for i in $(seq -w 1 "$nodes"); do node_args+=(--node "bench-$i=nvidia:8x16384:10:NVIDIA-Tesla-T4"); done
-  "$HAMI" sim-device-plugins --kubeconfig "$HAMI_E2E_KUBECONFIG" "${node_args[@]}" --allocate-delay 20ms \
+  "$HAMI" sim-device-plugins --kubeconfig "$HAMI_E2E_KUBECONFIG" "${node_args[@]}" --allocate-delay "$DELAY" \
     --device-config-file "$ROOT/deploy/device-config.yaml" > "$WORK/logs/sim-device-plugins.log" 2>&1 < /dev/null &
   PLUGINS_PID=$!
   metrics() { curl -fsS --max-time 5 "http://127.0.0.1:$metrics_port/metrics"; }
@@ -132,7 +136,7 @@ run_case() { # NAME PODS NODES POLICY CORES
   timeouts="$(grep -c 'context deadline exceeded\|Client.Timeout' "$WORK/logs/kube-scheduler.log")"
   contention="$(grep -c 'lock contention\|waiting for node' "$WORK/logs/kube-scheduler.log")"
   local line
-  line="| $name | $pods pods / $nodes nodes, $policy | $QPS/$BURST | $allocated/$pods | ${all_s} s | $rate | ${p50} s | $used | $(awk -v a="$cpu1" -v b="$cpu0" 'BEGIN { printf "%.2f", a - b }') s | $rss MiB | $requests | $timeouts / $contention |"
+  line="| $name | $pods pods / $nodes nodes, $policy, plugin $DELAY${SERVE_ARGS:+, $SERVE_ARGS} | $QPS/$BURST | $allocated/$pods | ${all_s} s | $rate | ${p50} s | $used | $(awk -v a="$cpu1" -v b="$cpu0" 'BEGIN { printf "%.2f", a - b }') s | $rss MiB | $requests | $timeouts / $contention |"
   log "$line"
   [ -z "$OUT" ] || printf '%s\n' "$line" >> "$OUT"
   if [ "$allocated" = "$pods" ] && [ "$over" = 0 ] && [ "$(field errors)" = "[]" ]; then

@@ -263,6 +263,18 @@ TEST(Flags, ClientCaFileAndMaxConnections) {
                   "to 1048576)"));
 }
 
+TEST(Flags, BusyNodeThreshold) {
+  EXPECT_EQ(Load({})->config.policies.busy_node_threshold, 2);
+  EXPECT_EQ(Load({"--busy-node-threshold=0"})->config.policies.busy_node_threshold, 0);
+  const std::string config = WriteTemp("busy.yaml", "scheduler:\n  busyNodeThreshold: 5\n");
+  EXPECT_EQ(Load({"--config=" + config})->config.policies.busy_node_threshold, 5);
+  EXPECT_THAT(ProblemLines(Load({"--busy-node-threshold=many"})),
+              ElementsAre(HasSubstr("--busy-node-threshold: 'many'")));
+  EXPECT_THAT(ProblemLines(Load({"--busy-node-threshold=-1"})),
+              ElementsAre("--busy-node-threshold: -1 is out of range (want a number of allocations from 0 "
+                          "(off) to 1000000)"));
+}
+
 TEST(Flags, HamiNoOpFlagsAreAcceptedWithWarnings) {
   auto r =
       Load({"--cambricon-mlu-name=cambricon.com/mlu", "--dcu-memory=hygon.com/dcumem", "--mthreads-cores=x",

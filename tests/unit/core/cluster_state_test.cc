@@ -134,6 +134,13 @@ TEST(AllocationFromAnnotations, ReadsEveryVendorsAllocatedKey) {
   EXPECT_EQ(a->node, "n1");
   EXPECT_EQ(a->devices.at("NVIDIA")[0][0].uuid, "GPU-0");
   EXPECT_EQ(a->devices.at("DCU")[1][0].mem, 1000_MiB);
+  // In flight until the device plugin answers: no phase (filtered) or allocating; success and failed end it.
+  EXPECT_TRUE(a->in_flight);
+  for (const auto& [phase, in_flight] : std::initializer_list<std::pair<const char*, bool>>{
+           {"allocating", true}, {"success", false}, {"failed", false}}) {
+    p.annotations["hami.io/bind-phase"] = phase;
+    EXPECT_EQ(AllocationFromAnnotations(p, backends).value()->in_flight, in_flight) << phase;
+  }
   p.annotations["hami.io/vgpu-devices-allocated"] = "GPU-0,NVIDIA,x,0:;";
   auto bad = AllocationFromAnnotations(p, backends);
   ASSERT_FALSE(bad);

@@ -128,6 +128,38 @@ TEST_F(PolicyMatrix, ReserveIsSeenByTheNextDecision) {
   EXPECT_EQ(n->usage[1].used, 3);
 }
 
+TEST_F(PolicyMatrix, ABusyNodeRanksBelowFittingNodesUntilItsAllocationsAreSetUp) {
+  const PodView pod = Pod("new", {Want("c", 1000, 20)});
+  const auto decide = [&](int threshold) {
+    SchedulerOptions o{"binpack", "binpack"};
+    o.busy_node_threshold = threshold;
+    Scheduler s(state_, o);
+    return s.Filter(pod, {"node1", "node2"}, kNow).node;
+  };
+  // binpack picks the fuller node2; with a second allocation in flight there (pod2's and pod3's) it is
+  // busy, and the next pod goes to node1 while node2's device plugin works.
+  EXPECT_EQ(decide(2), "node2");
+  Hold("pod3", "node2", "device3", 1000, 10);
+  EXPECT_EQ(state_.FindNode("node2")->allocations_in_flight, 2);
+  EXPECT_EQ(decide(2), "node1");
+  EXPECT_EQ(decide(0), "node2");  // off: the policy alone
+  EXPECT_EQ(decide(3), "node2");
+  // A node re-read from the API server keeps its count.
+  state_.UpsertNode(testing::NvidiaNode("node2", {Gpu("device3", 0), Gpu("device4", 1)}));
+  EXPECT_EQ(state_.FindNode("node2")->allocations_in_flight, 2);
+  // Both busy: the policy decides among them.
+  Hold("pod4", "node1", "device1", 1000, 10);
+  EXPECT_EQ(decide(2), "node2");
+  // The device plugin set pod2 up (bind-phase success): node2 is no longer busy; binpack goes on there.
+  PodAllocation settled = *state_.FindPod("pod2");
+  settled.in_flight = false;
+  EXPECT_FALSE(state_.AddPod(settled));  // the same hold
+  EXPECT_EQ(state_.FindNode("node2")->allocations_in_flight, 1);
+  EXPECT_EQ(decide(2), "node2");
+  state_.RemovePod("pod3");
+  EXPECT_EQ(state_.FindNode("node2")->allocations_in_flight, 0);
+}
+
 TEST_F(PolicyMatrix, RefilterFreesTheEarlierReservation) {
   Scheduler s(state_, SchedulerOptions{"binpack", "binpack"});
   PodView p = Pod("again", {Want("c", 2000, 5)});
