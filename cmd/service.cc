@@ -51,12 +51,17 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   co.qps = cfg.kube_qps;
   co.burst = cfg.kube_burst;
   if (cfg.kube_timeout.count() > 0) co.timeout = cfg.kube_timeout;
-  auto client = k8s::ApiClient::Create(ioc.get_executor(), rest, co);
-  if (!client) return client.error();
-  s->client_ = std::move(*client);
   auto event_client = k8s::ApiClient::Create(ioc.get_executor(), rest, co);
   if (!event_client) return event_client.error();
   s->event_client_ = std::move(*event_client);
+  co.shared_limiter = std::make_shared<k8s::RateLimiter>(co.qps, co.burst);
+  auto client = k8s::ApiClient::Create(ioc.get_executor(), rest, co);
+  if (!client) return client.error();
+  s->client_ = std::move(*client);
+  co.background = true;
+  auto background = k8s::ApiClient::Create(ioc.get_executor(), rest, co);
+  if (!background) return background.error();
+  s->background_client_ = std::move(*background);
 
   k8s::ControllerOptions o;
   o.scheduler_name = cfg.scheduler_name;
@@ -70,8 +75,10 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   o.reservation_timeout = cfg.reservation_timeout;
   o.legacy_metrics = cfg.legacy_metrics;
   if (options.reflector_backoff) o.reflector_defaults.backoff_initial = *options.reflector_backoff;
-  s->controller_ = std::make_unique<k8s::Controller>(ioc.get_executor(), *s->client_, *s->event_client_,
-                                                     backends, o, clock);
+  s->controller_ = std::make_unique<k8s::Controller>(
+      ioc.get_executor(),
+      k8s::Controller::Clients{s->client_.get(), s->background_client_.get(), s->event_client_.get()},
+      backends, o, clock);
 
   k8s::HttpServerOptions main;
   main.address = cfg.http_bind;

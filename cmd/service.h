@@ -70,6 +70,8 @@ class SchedulerService {
   // Events have a client (and so a rate limit) of their own, as kube-scheduler's event broadcaster does: a
   // burst of events never delays a filter or a bind.
   std::unique_ptr<k8s::ApiClient> event_client_;
+  // Health-pass handshakes and clean-ups: client_'s rate limit, used only when no decision needs it.
+  std::unique_ptr<k8s::ApiClient> background_client_;
   std::unique_ptr<k8s::Controller> controller_;
   std::unique_ptr<k8s::HttpServer> server_;
   std::unique_ptr<k8s::HttpServer> metrics_;

@@ -88,11 +88,26 @@ ApiError ErrorFromResponse(const HttpResponse& response, std::string_view what) 
 RateLimiter::RateLimiter(double qps, int burst)
     : qps_(qps), burst_(std::max(1, burst)), tokens_(std::max(1, burst)), last_(Clock::now()) {}
 
-Clock::duration RateLimiter::Reserve(Clock::time_point now) {
-  if (qps_ <= 0) return Clock::duration::zero();  // unlimited
+void RateLimiter::Refill(Clock::time_point now) {
   const double elapsed = std::chrono::duration<double>(now - last_).count();
+  if (elapsed <= 0) return;
   last_ = now;
   tokens_ = std::min(burst_, tokens_ + elapsed * qps_);
+}
+
+std::optional<Clock::duration> RateLimiter::TryTake(Clock::time_point now) {
+  if (qps_ <= 0) return std::nullopt;  // unlimited
+  Refill(now);
+  if (tokens_ >= 1) {
+    tokens_ -= 1;
+    return std::nullopt;
+  }
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>((1 - tokens_) / qps_));
+}
+
+Clock::duration RateLimiter::Reserve(Clock::time_point now) {
+  if (qps_ <= 0) return Clock::duration::zero();  // unlimited
+  Refill(now);
   tokens_ -= 1;
   if (tokens_ >= 0) return Clock::duration::zero();
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(-tokens_ / qps_));
@@ -168,7 +183,8 @@ ApiClient::ApiClient(asio::any_io_executor executor, std::unique_ptr<HttpClient>
     : executor_(std::move(executor)),
       http_(std::move(http)),
       options_(std::move(options)),
-      limiter_(options_.qps, options_.burst),
+      limiter_(options_.shared_limiter ? options_.shared_limiter
+                                       : std::make_shared<RateLimiter>(options_.qps, options_.burst)),
       rng_(std::random_device{}()) {}
 
 std::string ApiClient::Authorization() {
@@ -188,7 +204,16 @@ std::string ApiClient::Authorization() {
 }
 
 asio::awaitable<void> ApiClient::WaitForToken() {
-  const auto wait = limiter_.Reserve(Clock::now());
+  if (options_.background) {
+    const auto start = Clock::now();
+    while (auto again = limiter_->TryTake(Clock::now())) {
+      asio::steady_timer timer(executor_, *again);
+      co_await timer.async_wait(asio::use_awaitable);
+    }
+    throttled_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+    co_return;
+  }
+  const auto wait = limiter_->Reserve(Clock::now());
   if (wait > Clock::duration::zero()) {
     throttled_seconds_ += std::chrono::duration<double>(wait).count();
     asio::steady_timer timer(executor_, wait);

@@ -57,6 +57,12 @@ struct ClientOptions {
   // Keep-alive connections kept open between requests. Binds, filters and events run concurrently: fewer
   // idle connections than requests in flight means new TCP (and TLS) handshakes under load.
   std::size_t max_idle_connections = 32;
+  // A rate limit shared with other clients (then qps/burst above are not used): one --kube-qps budget for
+  // the decisions and the background work of one process.
+  std::shared_ptr<class RateLimiter> shared_limiter;
+  // Background requests (health-pass handshakes, clean-ups) take a token only when one is free and no
+  // decision has booked it: they never delay a filter or a bind.
+  bool background = false;
 };
 
 // Token bucket: `qps` tokens per second, at most `burst` banked. Waits on the caller's executor.
@@ -65,12 +71,16 @@ class RateLimiter {
   RateLimiter(double qps, int burst);
   // How long the caller must wait before its request may go (and takes the token).
   std::chrono::steady_clock::duration Reserve(std::chrono::steady_clock::time_point now);
+  // For a background request: takes a token if one is free now (nullopt), else says when to ask again.
+  // Tokens booked by Reserve() are never free, so background requests only use what decisions leave.
+  std::optional<std::chrono::steady_clock::duration> TryTake(std::chrono::steady_clock::time_point now);
 
  private:
   double qps_;
   double burst_;
   double tokens_;
   std::chrono::steady_clock::time_point last_;
+  void Refill(std::chrono::steady_clock::time_point now);
 };
 
 // Capped exponential backoff with full jitter: attempt n waits a random time in [d/2, d], d =
@@ -164,7 +174,7 @@ class ApiClient {
   boost::asio::any_io_executor executor_;
   std::unique_ptr<HttpClient> http_;
   ClientOptions options_;
-  RateLimiter limiter_;
+  std::shared_ptr<RateLimiter> limiter_;
   std::mt19937 rng_;
   std::string token_;
   std::chrono::steady_clock::time_point token_read_{};

@@ -58,26 +58,27 @@ std::string SummarizeFailures(const std::map<std::string, std::string>& failed) 
 
 }  // namespace
 
-Controller::Controller(asio::any_io_executor executor, ApiClient& client, ApiClient& event_client,
-                       const Backends& backends, ControllerOptions options, const Clock& clock)
+Controller::Controller(asio::any_io_executor executor, Clients clients, const Backends& backends,
+                       ControllerOptions options, const Clock& clock)
     : executor_(executor),
-      client_(&client),
-      event_client_(&event_client),
+      client_(clients.decisions),
+      background_client_(clients.background),
+      event_client_(clients.events),
       backends_(&backends),
       options_(std::move(options)),
       clock_(&clock),
       state_(backends),
       scheduler_(state_, options_.policies),
-      events_(executor, event_client, clock,
+      events_(executor, *clients.events, clock,
               EventRecorderOptions{options_.scheduler_name, options_.hostname}),
-      locker_(client, clock, options_.node_lock_timeout),
+      locker_(*clients.decisions, clock, options_.node_lock_timeout),
       filter_latency_(prom::Histogram::LatencyBuckets()),
       bind_latency_(prom::Histogram::LatencyBuckets()) {
   Reflector::Options node_watch = options_.reflector_defaults;
   node_watch.path = "/api/v1/nodes";
   node_watch.label_selector = options_.node_label_selector;
   nodes_ = std::make_unique<Informer<NodeView>>(
-      client, node_watch, NodeFromJson,
+      *client_, node_watch, NodeFromJson,
       Informer<NodeView>::Handlers{.on_add = [this](const NodeView& n) { OnNode(n); },
                                    .on_update =
                                        [this](const NodeView& old_node, const NodeView& n) {
@@ -91,7 +92,7 @@ Controller::Controller(asio::any_io_executor executor, ApiClient& client, ApiCli
   Reflector::Options pod_watch = options_.reflector_defaults;
   pod_watch.path = "/api/v1/pods";
   pods_ = std::make_unique<Informer<PodView>>(
-      client, pod_watch, PodFromJson,
+      *client_, pod_watch, PodFromJson,
       Informer<PodView>::Handlers{.on_add = [this](const PodView& p) { OnPod(p); },
                                   .on_update =
                                       [this](const PodView& old_pod, const PodView& p) {
@@ -103,7 +104,7 @@ Controller::Controller(asio::any_io_executor executor, ApiClient& client, ApiCli
   Reflector::Options quota_watch = options_.reflector_defaults;
   quota_watch.path = "/api/v1/resourcequotas";
   quotas_ = std::make_unique<Informer<ResourceQuotaView>>(
-      client, quota_watch, ResourceQuotaFromJson,
+      *client_, quota_watch, ResourceQuotaFromJson,
       Informer<ResourceQuotaView>::Handlers{
           .on_add = [this](const ResourceQuotaView& q) { state_.quotas().UpsertQuota(q); },
           .on_update = [this](const ResourceQuotaView&,
@@ -289,7 +290,7 @@ asio::awaitable<void> Controller::PatchNodeAnnotation(const std::string& node, c
                                                       const json::value& value) {
   const std::string path = PathFor("v1", "nodes", "", node);
   const json::value patch = {{"metadata", {{"annotations", {{key, value}}}}}};
-  auto r = co_await client_->MergePatch(path, patch);
+  auto r = co_await background_client_->MergePatch(path, patch);
   if (!r && r.error().kind != ApiErrorKind::kNotFound)
     spdlog::warn("node {}: could not write {}: {}", node, key, r.error().message);
 }
@@ -465,7 +466,7 @@ asio::awaitable<void> Controller::ExpireReservations() {
                                  {"labels", {{keys::kAssignedNode, nullptr}}},
                                  {"resourceVersion", e.resource_version}}}};
     const std::string path = PathFor("v1", "pods", e.ns, e.name);
-    auto patched = co_await client_->MergePatch(path, patch);
+    auto patched = co_await background_client_->MergePatch(path, patch);
     if (!patched) {
       if (patched.error().kind != ApiErrorKind::kConflict && patched.error().kind != ApiErrorKind::kNotFound)
         spdlog::warn("pod {}/{}: could not remove an expired reservation: {}", e.ns, e.name,

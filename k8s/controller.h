@@ -59,12 +59,20 @@ struct ControllerOptions {
 
 class Controller {
  public:
-  // `event_client` posts the events (its own rate limit); `client` everything else.
-  Controller(boost::asio::any_io_executor executor, ApiClient& client, ApiClient& event_client,
-             const Backends& backends, ControllerOptions options, const Clock& clock);
+  // `client` makes the decisions' requests (and watches); `background` the health pass's handshakes and the
+  // expiry sweep's patches (a background client sharing its rate limit: ClientOptions::background);
+  // `events` posts the events (a rate limit of its own).
+  struct Clients {
+    ApiClient* decisions;
+    ApiClient* background;
+    ApiClient* events;
+  };
+  Controller(boost::asio::any_io_executor executor, Clients clients, const Backends& backends,
+             ControllerOptions options, const Clock& clock);
   Controller(boost::asio::any_io_executor executor, ApiClient& client, const Backends& backends,
              ControllerOptions options, const Clock& clock)
-      : Controller(std::move(executor), client, client, backends, std::move(options), clock) {}
+      : Controller(std::move(executor), Clients{&client, &client, &client}, backends, std::move(options),
+                   clock) {}
   ~Controller();
 
   // Watches nodes, pods and quotas and runs the health pass every interval, until cancelled.
@@ -171,6 +179,7 @@ class Controller {
 
   boost::asio::any_io_executor executor_;
   ApiClient* client_;
+  ApiClient* background_client_;
   ApiClient* event_client_;
   const Backends* backends_;
   ControllerOptions options_;

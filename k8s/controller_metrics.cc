@@ -79,6 +79,7 @@ std::string Controller::Metrics() const {
   }
   // What the API budget (--kube-qps/--kube-burst, one bucket per client) is spent on.
   std::vector<std::pair<const char*, const ApiClient*>> clients{{"scheduler", client_}};
+  if (background_client_ != client_) clients.emplace_back("background", background_client_);
   if (event_client_ != client_) clients.emplace_back("events", event_client_);
   w.Family("hami_kube_requests_total",
            "API requests sent (every attempt), by client, verb and resource (pods/binding: the binding).",

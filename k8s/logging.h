@@ -2,11 +2,11 @@
 // Log records are one line each: values from outside (pod and node names, annotation values, request
 // bodies) can carry CR/LF and would otherwise forge log lines. Escaping is done once, in the formatter every
 // sink uses, so no call site has to remember it.
+#include <spdlog/formatter.h>
+
 #include <memory>
 #include <string>
 #include <string_view>
-
-#include <spdlog/formatter.h>
 
 namespace hami::k8s {
 

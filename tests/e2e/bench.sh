@@ -109,7 +109,13 @@ run_case() { # NAME PODS NODES POLICY CORES
   if ! wait_for 120 registered; then
     bad "$name: serve not ready with $nodes nodes registered within 120 s"; tail -n 5 "$WORK/logs/hami-serve.log"; return
   fi
-  sleep 1  # let the first health pass's writes drain from the token bucket, as in a cluster that has been up
+  # As in a cluster that has been up: the first health pass has written every node's handshake (background
+  # requests, at most one per node), and the token bucket has filled again.
+  handshakes_sent() {
+    [ "$(metrics | awk '/^hami_kube_requests_total\{client="background",verb="patch",resource="nodes"\}/ { print $NF }')" -ge "$nodes" ] 2>/dev/null
+  }
+  wait_for 300 handshakes_sent || log "$name: the first health pass's handshakes were not all sent within 300 s"
+  sleep "$(awk -v b="$BURST" -v q="$QPS" 'BEGIN { printf "%.1f", b / q + 1 }')"
   local before_metrics cpu0
   before_metrics="$(metrics)"
   printf '%s\n' "$before_metrics" > "$WORK/metrics-before.txt"

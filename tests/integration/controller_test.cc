@@ -424,9 +424,13 @@ TEST_F(ControllerTest, HealthPassRequestsHandshakesAndWithholdsDevicesOfAGonePlu
     const auto dcu_devices = [&] { return c.state().FindNode("dcu-a")->devices.size(); };
     EXPECT_EQ(dcu_devices(), 1u);
     // The first pass asked for a handshake (Hygon's key) and none on NVIDIA's node without... NVIDIA's key.
+    // Written, and seen by the node cache (the next pass decides from the cache).
     const std::function<bool()> asked = [&] {
+      const auto& cached = c.state().FindNode("dcu-a")->node.annotations;
+      auto seen = cached.find("hami.io/node-handshake-dcu");
       return Annotation(Stored("nodes", "", "dcu-a"), "hami.io/node-handshake-dcu")
-          .starts_with("Requesting_");
+                 .starts_with("Requesting_") &&
+             seen != cached.end() && seen->second.starts_with("Requesting_");
     };
     EXPECT_TRUE(co_await WaitUntil(asked));
     // Within the 60 s window the devices stay; after it, with no allocatable count, they are withheld and the

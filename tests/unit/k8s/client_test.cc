@@ -137,6 +137,29 @@ TEST(RateLimiter, BurstThenQps) {
   EXPECT_EQ(limiter.Reserve(t0 + 2s), std::chrono::steady_clock::duration::zero());
 }
 
+TEST(RateLimiter, BackgroundRequestsOnlyUseTokensNoDecisionBooked) {
+  RateLimiter limiter(10, 2);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto seconds = [](std::chrono::steady_clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+  };
+  EXPECT_FALSE(limiter.TryTake(t0));  // a free token: taken
+  EXPECT_EQ(limiter.Reserve(t0), std::chrono::steady_clock::duration::zero());
+  // Empty: a background request is told to come back when a token would be free...
+  auto again = limiter.TryTake(t0);
+  ASSERT_TRUE(again);
+  EXPECT_NEAR(seconds(*again), 0.1, 1e-6);
+  // ...but a decision books that token first, and the next one too.
+  EXPECT_NEAR(seconds(limiter.Reserve(t0 + 50ms)), 0.05, 1e-6);
+  EXPECT_NEAR(seconds(limiter.Reserve(t0 + 50ms)), 0.15, 1e-6);
+  EXPECT_TRUE(limiter.TryTake(t0 + 100ms));
+  EXPECT_TRUE(limiter.TryTake(t0 + 200ms));
+  // Once the decisions' bookings are paid back, the background request goes.
+  EXPECT_FALSE(limiter.TryTake(t0 + 300ms));
+  RateLimiter unlimited(0, 1);
+  EXPECT_FALSE(unlimited.TryTake(t0));
+}
+
 TEST(Backoff, CappedExponentialWithJitter) {
   std::mt19937 rng(7);
   for (int attempt = 0; attempt < 12; ++attempt) {
