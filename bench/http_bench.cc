@@ -269,7 +269,7 @@ struct Counters {
   std::size_t scheduler_requests = 0;  // sent by the scheduler service's API client
   std::size_t scheduler_connections = 0;
   std::size_t plugin_requests = 0;
-  std::size_t lock_waits = 0, rollbacks = 0;
+  std::size_t lock_waits = 0;
   std::size_t events_created = 0, events_aggregated = 0, events_dropped = 0, events_failed = 0;
   double filter_seconds = 0, filter_count = 0, bind_seconds = 0, bind_count = 0;
   std::size_t allocated = 0, lock_releases = 0, plugin_errors = 0;
@@ -282,7 +282,6 @@ struct Counters {
     d.scheduler_connections -= b.scheduler_connections;
     d.plugin_requests -= b.plugin_requests;
     d.lock_waits -= b.lock_waits;
-    d.rollbacks -= b.rollbacks;
     d.events_created -= b.events_created;
     d.events_aggregated -= b.events_aggregated;
     d.events_dropped -= b.events_dropped;
@@ -365,7 +364,6 @@ class Harness {
       c.scheduler_connections = service_->client().http().connections_opened();
       const auto& s = service_->controller().stats();
       c.lock_waits = s.lock_waits;
-      c.rollbacks = s.rollbacks;
       const auto& e = service_->controller().events().stats();
       c.events_created = e.created;
       c.events_aggregated = e.aggregated;
@@ -639,11 +637,11 @@ void PrintServerSide(const Counters& d, std::size_t measured) {
   const double per = static_cast<double>(measured);
   fmt::print(
       "  server: API server requests {} ({:.2f} per measured call; scheduler {} on {} new connections, "
-      "device plugins {}), events created {} aggregated {} dropped {} failed {}, rollbacks {}, lock waits "
+      "device plugins {}), events created {} aggregated {} dropped {} failed {}, lock waits "
       "{}\n",
       d.api_requests, static_cast<double>(d.api_requests) / per, d.scheduler_requests,
       d.scheduler_connections, d.plugin_requests, d.events_created, d.events_aggregated, d.events_dropped,
-      d.events_failed, d.rollbacks, d.lock_waits);
+      d.events_failed, d.lock_waits);
   fmt::print("  server thread CPU: {:.3f} ms per measured call\n", d.cpu_seconds * 1000 / per);
   if (d.filter_count > 0)
     fmt::print(

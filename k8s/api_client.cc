@@ -354,18 +354,20 @@ asio::awaitable<ApiResult<json::value>> ApiClient::Delete(const std::string& pat
 asio::awaitable<ApiResult<void>> ApiClient::Bind(const std::string& ns, const std::string& pod,
                                                  const std::string& uid, const std::string& node) {
   const std::map<std::string, std::string> none;
-  co_return co_await Bind(ns, pod, uid, node, none);
+  co_return co_await Bind(ns, pod, uid, node, none, none);
 }
 
 asio::awaitable<ApiResult<void>> ApiClient::Bind(const std::string& ns, const std::string& pod,
                                                  const std::string& uid, const std::string& node,
-                                                 const std::map<std::string, std::string>& annotations) {
+                                                 const std::map<std::string, std::string>& annotations,
+                                                 const std::map<std::string, std::string>& labels) {
   json::object metadata{{"name", pod}, {"namespace", ns}};
   if (!uid.empty()) metadata["uid"] = uid;
-  if (!annotations.empty()) {
-    json::object a;
-    for (const auto& [k, v] : annotations) a[k] = v;
-    metadata["annotations"] = std::move(a);
+  for (const auto& [field, values] : {std::pair{"annotations", &annotations}, std::pair{"labels", &labels}}) {
+    if (values->empty()) continue;
+    json::object o;
+    for (const auto& [k, v] : *values) o[k] = v;
+    metadata[field] = std::move(o);
   }
   json::object binding{{"apiVersion", "v1"},
                        {"kind", "Binding"},

@@ -136,9 +136,11 @@ class ApiClient {
   // annotations onto the pod in the same update that sets spec.nodeName.
   boost::asio::awaitable<ApiResult<void>> Bind(const std::string& ns, const std::string& pod,
                                                const std::string& uid, const std::string& node);
+  // ... and its labels too (from Kubernetes 1.35 on; older API servers ignore them).
   boost::asio::awaitable<ApiResult<void>> Bind(const std::string& ns, const std::string& pod,
                                                const std::string& uid, const std::string& node,
-                                               const std::map<std::string, std::string>& annotations);
+                                               const std::map<std::string, std::string>& annotations,
+                                               const std::map<std::string, std::string>& labels);
 
   // Streams a watch; `on_event` runs on the loop for each event as it is parsed (JSON values are framed by a
   // streaming parser, never by lines). Returns when the server ends the stream (normally at its timeout), or

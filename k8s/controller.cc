@@ -200,11 +200,12 @@ void Controller::OnPod(const PodView& pod) {
     if (!lock_waiters_.empty()) WakeAllLockWaiters();  // it may own a lock someone waits for
     return;
   }
-  // A pod without hami.io/vgpu-node is not ours (yet): a reservation whose patch is on its way stays.
+  // A pod without hami.io/vgpu-node holds nothing (our reservation, if any, is written by its Binding).
   if (!pod.annotations.contains(keys::kAssignedNode)) return;
   if (auto res = reservations_.find(uid); res != reservations_.end()) {
-    // Our filter decided for this pod: events older than its patch must not undo the decision.
-    if (res->second.patched_rv.empty() || !LaterOrSame(pod.resource_version, res->second.patched_rv)) return;
+    // Our filter decided for this pod and the Binding writes the decision: until the pod shows bound,
+    // annotations it carries are an earlier decision's.
+    if (pod.node_name.empty()) return;
     reservations_.erase(res);
   }
   auto decoded = AllocationFromAnnotations(pod, *backends_);
@@ -353,6 +354,16 @@ std::optional<TimePoint> UnixSeconds(const Annotations& a, std::string_view key)
 
 }  // namespace
 
+std::vector<std::string_view> Controller::AllocationKeys() const {
+  std::vector<std::string_view> out{keys::kAssignedNode, keys::kDecisionTime, keys::kMigAllocations};
+  for (const auto& backend : *backends_) {
+    const BackendKeys& k = backend->Spec().keys;
+    if (!k.allocated.empty()) out.push_back(k.allocated);
+    if (!k.to_allocate.empty()) out.push_back(k.to_allocate);
+  }
+  return out;
+}
+
 asio::awaitable<void> Controller::ExpireReservations() {
   // One sweep at a time (a test's call may meet the loop's): each decides from what the last one left.
   while (expiring_) co_await Sleep(std::chrono::milliseconds(5));
@@ -362,18 +373,18 @@ asio::awaitable<void> Controller::ExpireReservations() {
     ~Done() { *flag = false; }
   } done{&expiring_};
   const TimePoint now = clock_->Now();
+  // Pods carrying an allocation without spec.nodeName (an earlier decision's, or HAMi's: its filter writes
+  // the pod before the bind).
   struct Expiry {
     std::string uid, ns, name, resource_version;
-    std::uint64_t generation;  // of the reservation when decided (0: none)
   };
   std::vector<Expiry> due;
   std::unordered_set<std::string> dated;
   for (const auto& [key, pod] : pods_->views()) {
     if (!pod.node_name.empty() || Finished(pod) || !pod.annotations.contains(keys::kAssignedNode)) continue;
     const std::string uid = UidOf(pod);
-    auto res = reservations_.find(uid);
-    if (res != reservations_.end() && res->second.patched_rv.empty()) continue;  // a filter is writing it
-    if (BindInFlight(key, uid)) continue;                                        // a bind is using it
+    if (reservations_.contains(uid)) continue;  // ours, in memory: expired below
+    if (BindInFlight(key, uid)) continue;       // a bind is using it
     // The latest of filter and bind; a stamp far in the future is no stamp (it would never expire).
     std::optional<TimePoint> since = UnixSeconds(pod.annotations, keys::kDecisionTime);
     if (auto bound = UnixSeconds(pod.annotations, keys::kBindTime); bound && (!since || *bound > *since))
@@ -382,8 +393,18 @@ asio::awaitable<void> Controller::ExpireReservations() {
     if (!since) since = undated_.try_emplace(uid, now).first->second;
     dated.insert(uid);
     if (now - *since < options_.reservation_timeout) continue;
-    due.push_back({uid, pod.ns, pod.name, pod.resource_version,
-                   res == reservations_.end() ? 0 : res->second.generation});
+    due.push_back({uid, pod.ns, pod.name, pod.resource_version});
+  }
+  // Our own decisions never bound: nothing was written on the pod, so freeing them is all there is to do.
+  std::vector<std::string> stale;
+  for (const auto& [uid, r] : reservations_) {
+    if (now - r.decided >= options_.reservation_timeout && !BindInFlight(r.key, uid)) stale.push_back(uid);
+  }
+  for (const auto& uid : stale) {
+    spdlog::warn("pod {}: not bound {}s after its filter: reservation freed", reservations_.at(uid).key,
+                 options_.reservation_timeout.count());
+    ++stats_.expired;
+    ReleasePod(uid);
   }
   std::erase_if(undated_, [&](const auto& kv) { return !dated.contains(kv.first); });
 
@@ -450,16 +471,8 @@ asio::awaitable<void> Controller::ExpireReservations() {
   }
 
   for (const Expiry& e : due) {
-    json::object annotations{{keys::kAssignedNode, nullptr},
-                             {keys::kDecisionTime, nullptr},
-                             {keys::kBindPhase, nullptr},
-                             {keys::kBindTime, nullptr},
-                             {keys::kMigAllocations, nullptr}};
-    for (std::size_t b = 0; b < backends_->size(); ++b) {
-      const BackendKeys& k = backends_->at(b).Spec().keys;
-      if (!k.allocated.empty()) annotations[k.allocated] = nullptr;
-      if (!k.to_allocate.empty()) annotations[k.to_allocate] = nullptr;
-    }
+    json::object annotations{{keys::kBindPhase, nullptr}, {keys::kBindTime, nullptr}};
+    for (const std::string_view k : AllocationKeys()) annotations[k] = nullptr;
     // Compare-and-swap: a re-filter or a bind that wrote the pod since we looked wins.
     const json::value patch = {{"metadata",
                                 {{"annotations", std::move(annotations)},
@@ -478,9 +491,8 @@ asio::awaitable<void> Controller::ExpireReservations() {
         "pod {}/{}: not bound {}s after its filter: reservation freed, allocation annotations "
         "removed",
         e.ns, e.name, options_.reservation_timeout.count());
-    // A filter that began while the patch was out decides again; its reservation stays.
-    auto res = reservations_.find(e.uid);
-    if (res == reservations_.end() || res->second.generation == e.generation) ReleasePod(e.uid);
+    // A filter that decided while the patch was out holds a reservation of its own: it stays.
+    if (!reservations_.contains(e.uid)) ReleasePod(e.uid);
   }
 }
 
@@ -530,11 +542,11 @@ asio::awaitable<std::string> Controller::FilterParsed(ExtenderArgs& args) {
   } else if (args.nodes) {
     for (const auto& n : *args.nodes) candidates.push_back(n.name);
   }
-  // A re-filter decides without the pod's earlier reservation (and its quota). Until a new decision is
-  // written on the pod, the earlier one is what its annotations say, so it is put back whenever none is.
-  // A reservation whose patch is still in flight is no annotation yet: it is not put back.
-  const auto in_flight = reservations_.find(uid);
-  const bool previous_written = in_flight == reservations_.end() || !in_flight->second.patched_rv.empty();
+  // A re-filter decides without the pod's earlier reservation (and its quota). An earlier decision written
+  // on the pod (by HAMi, or an earlier version of ours) is what its annotations say until a Binding writes
+  // a new one, so it is put back whenever no new one is made; an earlier reservation of ours was never
+  // written, and goes.
+  const bool previous_written = !reservations_.contains(uid);
   std::optional<PodAllocation> previous = state_.RemovePod(uid);
   if (!previous_written) previous.reset();
   reservations_.erase(uid);
@@ -563,36 +575,12 @@ asio::awaitable<std::string> Controller::FilterParsed(ExtenderArgs& args) {
       break;
   }
 
-  // Reserve before the patch goes out, so a concurrent filter cannot hand out the same devices.
+  // The decision is held in memory and written on the pod by its Binding (BindParsed), in the same update
+  // that sets spec.nodeName: one request per pod less than HAMi's filter patch, and the device plugin never
+  // sees a half-written pod. A restart between filter and bind loses the reservation; the bind then fails
+  // and kube-scheduler filters the pod again.
   scheduler_.Reserve(pod, outcome);
-  const std::uint64_t generation = ++generation_;
-  reservations_[uid] = Reservation{generation, ""};
-  json::object annotations;
-  for (const auto& [k, v] : outcome.annotations) annotations[k] = v;
-  // A merge patch only sets keys: clear a MIG list an earlier decision left that this one does not replace.
-  if (!outcome.annotations.contains(keys::kMigAllocations) && pod.annotations.contains(keys::kMigAllocations))
-    annotations[keys::kMigAllocations] = nullptr;
-  json::object metadata{{"annotations", std::move(annotations)}};
-  // The label lets selectors find a node's pods; a node name longer than a label value may be (63) would make
-  // the API server refuse the whole patch, so such a node is named by the annotation alone.
-  if (IsLabelValue(outcome.node)) metadata["labels"] = {{keys::kAssignedNode, outcome.node}};
-  const json::value patch = {{"metadata", std::move(metadata)}};
-  const std::string path = PathFor("v1", "pods", pod.ns, pod.name);
-  auto patched = co_await client_->MergePatch(path, patch);
-  auto res = reservations_.find(uid);
-  const bool still_ours = res != reservations_.end() && res->second.generation == generation;
-  if (!patched) {
-    if (still_ours) {
-      ReleasePod(uid);
-      keep_previous();
-      ++stats_.rollbacks;
-    }
-    std::string message = fmt::format("could not write the allocation on node {} to pod {}: {}", outcome.node,
-                                      pod.Key(), patched.error().message);
-    events_.Record(pod, "Warning", "FilteringFailed", message);
-    co_return fail(std::move(message));
-  }
-  if (still_ours) res->second.patched_rv = ResourceVersionOf(*patched);
+  reservations_[uid] = Reservation{++generation_, pod.Key(), outcome.node, now, outcome.annotations};
   ++filter_results_["scheduled"];
   RecordFilterEvent(pod, outcome);
   co_return ToJson(ToFilterResult(outcome, args));
@@ -675,14 +663,14 @@ asio::awaitable<LockOutcome> Controller::AcquireWaiting(const LockTarget& target
   };
   asio::steady_timer timer(executor_);
   const LockWaiter me{&timer, target.key};
-  bool queued = false;
+  // Queued from the start: a bind taking the lock right now is the head, so one arriving meanwhile waits
+  // for its outcome instead of racing it (a compare-and-swap bound to conflict, then a read).
+  lock_waiters_[target.node].push_back(me);
   struct Leave {  // however the wait ends, the queue forgets us and the next bind gets its turn
     Controller* c;
     const LockTarget* target;
     const asio::steady_timer* timer;
-    const bool* queued;
     ~Leave() {
-      if (!*queued) return;
       auto it = c->lock_waiters_.find(target->node);
       if (it == c->lock_waiters_.end()) return;
       std::erase_if(it->second, [&](const LockWaiter& w) { return w.timer == timer; });
@@ -692,14 +680,12 @@ asio::awaitable<LockOutcome> Controller::AcquireWaiting(const LockTarget& target
         c->WakeLockWaiters(target->node);
       }
     }
-  } leave{this, &target, &timer, &queued};
+  } leave{this, &target, &timer};
   const auto my_turn = [&] {
-    auto it = lock_waiters_.find(target.node);
-    if (it == lock_waiters_.end()) return !queued;
-    for (const auto& w : it->second) {
+    for (const auto& w : lock_waiters_[target.node]) {
       if (w.key == target.key) return w.timer == &timer;  // the first waiter for this lock
     }
-    return !queued;
+    return false;
   };
   bool waited = false;
   std::string busy;
@@ -736,10 +722,6 @@ asio::awaitable<LockOutcome> Controller::AcquireWaiting(const LockTarget& target
     }
     if (!waited) ++stats_.lock_waits;
     waited = true;
-    if (!queued) {
-      lock_waiters_[target.node].push_back(me);
-      queued = true;
-    }
     if (missed_wakeup) continue;
     timer.expires_after(std::min<steady_clock::duration>(deadline - now, std::chrono::seconds(1)));
     co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
@@ -869,18 +851,38 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
           args.node));
     }
   }
-  // bind-phase `allocating` travels in the Binding: the API server sets it in the same update as
-  // spec.nodeName (HAMi patches the pod first, one more request and a window in which a failed binding
-  // leaves the pod `allocating`). A pod bound already is refused by the API server, so a stale cache
-  // cannot turn a finished pod back to `allocating`.
-  std::map<std::string, std::string> bind_annotations;
+  // The decision (our filter's, held since) and bind-phase `allocating` travel in the Binding: the API
+  // server writes them in the same update as spec.nodeName. HAMi patches the pod at filter and again before
+  // binding: two requests more, and a failed binding leaves the pod `allocating`. A pod bound already is
+  // refused, so a stale cache cannot turn a finished pod back to `allocating`.
+  std::map<std::string, std::string> bind_annotations, bind_labels;
   if (requests->Any()) {
+    if (auto res = reservations_.find(uid); res != reservations_.end()) {
+      for (const auto& [k, v] : res->second.annotations) bind_annotations[k] = v;
+      // The label lets selectors find a node's pods (a node name too long for a label value is named by the
+      // annotation alone). The API server copies a Binding's labels from Kubernetes 1.35 on.
+      if (IsLabelValue(args.node)) bind_labels[std::string(keys::kAssignedNode)] = args.node;
+      // A Binding only sets keys: allocation keys an earlier decision left that this one does not replace are
+      // removed first (a pod HAMi filtered before, or a MIG list no longer wanted).
+      json::object stale;
+      for (const std::string_view k : AllocationKeys()) {
+        if (pod->annotations.contains(k) && !bind_annotations.contains(std::string(k))) stale[k] = nullptr;
+      }
+      if (!stale.empty()) {
+        const json::value patch = {{"metadata", {{"annotations", std::move(stale)}}}};
+        if (auto cleared = co_await client_->MergePatch(pod_path, patch); !cleared) {
+          co_await release_all();
+          co_return failed(
+              fmt::format("could not clear pod {}'s earlier allocation: {}", key, cleared.error().message));
+        }
+      }
+    }
     bind_annotations[std::string(keys::kBindPhase)] = std::string(keys::kBindPhaseAllocating);
     bind_annotations[std::string(keys::kBindTime)] = std::to_string(
         std::chrono::duration_cast<std::chrono::seconds>(clock_->Now().time_since_epoch()).count());
   }
   const std::string ns = pod->ns, name = pod->name, node = args.node, pod_uid = pod->uid;
-  auto bound = co_await client_->Bind(ns, name, pod_uid, node, bind_annotations);
+  auto bound = co_await client_->Bind(ns, name, pod_uid, node, bind_annotations, bind_labels);
   bool outcome_unknown = false;
   if (!bound &&
       (bound.error().kind == ApiErrorKind::kConflict || bound.error().kind == ApiErrorKind::kTransport)) {

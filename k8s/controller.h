@@ -109,13 +109,14 @@ class Controller {
   const ClusterState& state() const { return state_; }
   const EventRecorder& events() const { return events_; }
   const NodeLocker& locker() const { return locker_; }
+  // Whether our filter holds a decision for pod `uid` that no Binding has written yet.
+  bool Reserved(const std::string& uid) const { return reservations_.contains(uid); }
   // The pod as the watch last showed it ("ns/name"); null if not seen.
   const PodView* CachedPod(const std::string& key) const;
   struct Stats {
     std::size_t filters = 0, binds = 0, health_passes = 0;
     std::size_t annotation_errors = 0;    // pods whose allocation annotations could not be decoded
     std::size_t registration_errors = 0;  // unreadable device registrations (once per node, vendor, value)
-    std::size_t rollbacks = 0;            // reservations undone because the pod patch failed
     std::size_t lock_waits = 0;           // binds that waited for a node lock
     std::size_t rebinds = 0;              // binds of pods already bound to the node asked for
     std::size_t handshake_patches = 0, cleanups = 0;
@@ -127,9 +128,13 @@ class Controller {
   std::size_t unreadable_registrations() const;
 
  private:
+  // A decision of our filter, held in memory until the pod shows bound: the Binding writes it on the pod.
   struct Reservation {
     std::uint64_t generation = 0;  // which filter call made it
-    std::string patched_rv;        // the pod's resourceVersion after our patch ("" while it is in flight)
+    std::string key;               // "ns/name"
+    std::string node;
+    TimePoint decided;
+    Annotations annotations;  // the allocation, as the Binding writes it
   };
   struct HeldLock {
     LockTarget target;
@@ -176,6 +181,9 @@ class Controller {
   // The lock as the node cache (or our own newer write) shows it.
   LockView CachedLock(const LockTarget& target);
   void RecordFilterEvent(const PodView& pod, const FilterOutcome& outcome);
+  // The pod annotations a decision consists of (hami.io/vgpu-node, -time, the MIG list, every backend's
+  // allocated and to-allocate keys).
+  std::vector<std::string_view> AllocationKeys() const;
 
   boost::asio::any_io_executor executor_;
   ApiClient* client_;
@@ -192,7 +200,7 @@ class Controller {
   std::unique_ptr<Informer<PodView>> pods_;
   std::unique_ptr<Informer<ResourceQuotaView>> quotas_;
   std::unordered_map<std::string, NodeHealthRecord> health_;
-  std::unordered_map<std::string, Reservation> reservations_;  // pod uid -> made by our filter
+  std::unordered_map<std::string, Reservation> reservations_;  // pod uid -> made by our filter, not yet bound
   std::unordered_map<std::string, std::vector<LockWaiter>>
       lock_waiters_;                                   // node -> binds waiting, oldest first
   std::unordered_set<std::string> annotation_warned_;  // pods whose unreadable annotations were logged

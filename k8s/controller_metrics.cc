@@ -54,8 +54,6 @@ std::string Controller::Metrics() const {
        stats_.handshake_patches},
       {"hami_scheduler_device_cleanups_total",
        "Times a vendor's devices were withheld from a node as unhealthy.", stats_.cleanups},
-      {"hami_scheduler_reservation_rollbacks_total",
-       "Filter reservations undone because the pod could not be patched.", stats_.rollbacks},
       {"hami_scheduler_reservations_expired_total",
        "Reservations of pods never bound within --reservation-timeout: freed, annotations removed.",
        stats_.expired},

@@ -641,10 +641,13 @@ ApiResult<ObjectPtr> Store::Bind(std::string_view ns, std::string_view pod, cons
   json::value& next_spec = next["spec"];
   if (!next_spec.is_object()) next_spec = json::object{};
   next_spec.as_object()["nodeName"] = node;
-  if (const json::value* ann = bmeta ? bmeta->if_contains("annotations") : nullptr; ann && ann->is_object()) {
-    json::value& dst = Meta(next)["annotations"];
+  // Annotations and (as Kubernetes 1.35 and later) labels of the Binding are copied onto the pod.
+  for (const char* field : {"annotations", "labels"}) {
+    const json::value* from = bmeta ? bmeta->if_contains(field) : nullptr;
+    if (from == nullptr || !from->is_object()) continue;
+    json::value& dst = Meta(next)[field];
     if (!dst.is_object()) dst = json::object{};
-    for (const auto& kv : ann->get_object()) dst.as_object()[kv.key()] = kv.value();
+    for (const auto& kv : from->get_object()) dst.as_object()[kv.key()] = kv.value();
   }
   json::value& status = next["status"];
   if (!status.is_object()) status = json::object{};

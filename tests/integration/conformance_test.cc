@@ -102,7 +102,8 @@ class Conformance : public ::testing::TestWithParam<std::string> {
   template <class T>
   T Run(asio::awaitable<T> body) {
     std::optional<T> out;
-    RunCoro(ioc_, [&]() -> asio::awaitable<void> { out = co_await std::move(body); }(), 20s);
+    RunCoro(
+        ioc_, [&]() -> asio::awaitable<void> { out = co_await std::move(body); }(), 20s);
     return std::move(*out);
   }
   json::value CreatePod(const std::string& name, const std::string& extra_labels = "{}") {

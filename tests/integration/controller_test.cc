@@ -133,6 +133,13 @@ class ControllerTest : public ::testing::Test {
   k8s::RestConfig rest_;
   config::Config cfg_;
   Backends backends_;
+  // Tests that move time themselves: the service reads this clock (call before StartService()).
+  FixedClock* UseFixedClock(TimePoint start = std::chrono::system_clock::now()) {
+    auto fixed = std::make_unique<FixedClock>(start);
+    FixedClock* clock = fixed.get();
+    clock_ = std::move(fixed);
+    return clock;
+  }
   std::unique_ptr<Clock> clock_ = std::make_unique<SystemClock>();
   std::unique_ptr<cmd::SchedulerService> service_;
   std::unique_ptr<k8s::HttpClient> extender_;
@@ -157,7 +164,7 @@ TEST_F(ControllerTest, ReadyOnlyAfterSyncAndFirstHealthPass) {
   }());
 }
 
-TEST_F(ControllerTest, FilterReservesAndPatchesThenBindLocksAndBinds) {
+TEST_F(ControllerTest, FilterReservesThenBindLocksAndWritesTheDecisionWithTheBinding) {
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-b", 1, 2000)));
   ASSERT_TRUE(server_.store().Create(GpuPod("p1", 3000)));
@@ -182,13 +189,9 @@ TEST_F(ControllerTest, FilterReservesAndPatchesThenBindLocksAndBinds) {
     EXPECT_NE(std::string(u.at("FailedNodes").at("gpu-b").as_string()).find("CardInsufficientMemory"),
               std::string::npos);
     EXPECT_EQ(std::string(u.at("FailedNodes").at("ghost").as_string()), std::string("node unregistered"));
+    // Reserved, and nothing written on the pod yet: the Binding writes the decision.
     json::object pod = Stored("pods", "default", "p1");
-    EXPECT_EQ(Annotation(pod, "hami.io/vgpu-node"), std::string("gpu-a"));
-    EXPECT_EQ(Annotation(pod, "hami.io/vgpu-devices-allocated"), std::string("gpu-a-gpu0,NVIDIA,3000,0:;"));
-    EXPECT_EQ(Annotation(pod, "hami.io/vgpu-devices-to-allocate"), std::string("gpu-a-gpu0,NVIDIA,3000,0:;"));
-    EXPECT_FALSE(Annotation(pod, "hami.io/vgpu-time").empty());
-    EXPECT_EQ(std::string(pod.at("metadata").at("labels").at("hami.io/vgpu-node").as_string()),
-              std::string("gpu-a"));
+    EXPECT_EQ(Annotation(pod, "hami.io/vgpu-node"), std::string());
     EXPECT_EQ(service_->controller().state().PodCount(), 1u);
 
     const std::string bind_p1 = BindArgs(pod, "gpu-a");
@@ -196,6 +199,12 @@ TEST_F(ControllerTest, FilterReservesAndPatchesThenBindLocksAndBinds) {
     EXPECT_TRUE(b.at("Error").as_string().empty());
     pod = Stored("pods", "default", "p1");
     EXPECT_EQ(std::string(pod.at("spec").at("nodeName").as_string()), std::string("gpu-a"));
+    EXPECT_EQ(Annotation(pod, "hami.io/vgpu-node"), std::string("gpu-a"));
+    EXPECT_EQ(Annotation(pod, "hami.io/vgpu-devices-allocated"), std::string("gpu-a-gpu0,NVIDIA,3000,0:;"));
+    EXPECT_EQ(Annotation(pod, "hami.io/vgpu-devices-to-allocate"), std::string("gpu-a-gpu0,NVIDIA,3000,0:;"));
+    EXPECT_FALSE(Annotation(pod, "hami.io/vgpu-time").empty());
+    EXPECT_EQ(std::string(pod.at("metadata").at("labels").at("hami.io/vgpu-node").as_string()),
+              std::string("gpu-a"));
     EXPECT_EQ(Annotation(pod, "hami.io/bind-phase"), std::string("allocating"));
     EXPECT_FALSE(Annotation(pod, "hami.io/bind-time").empty());
     const std::string lock = Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock");
@@ -210,6 +219,32 @@ TEST_F(ControllerTest, FilterReservesAndPatchesThenBindLocksAndBinds) {
   EXPECT_TRUE(reasons.contains("BindingSucceed"));
 }
 
+TEST_F(ControllerTest, AnEarlierDecisionsKeysTheBindingDoesNotReplaceAreRemovedBeforeIt) {
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  // Filtered before by HAMi (it writes the decision at filter) onto a Hygon node, then never bound.
+  json::value pod = GpuPod("p1", 3000);
+  pod.at("metadata").as_object()["annotations"] = {
+      {"hami.io/vgpu-node", "dcu-x"},
+      {"hami.io/vgpu-time", "1716199325"},
+      {"hami.io/dcu-devices-allocated", "DCU-1,DCU,1000,10:;"},
+      {"hami.io/hcu-devices-to-allocate", "DCU-1,DCU,1000,10:;"}};
+  ASSERT_TRUE(server_.store().Create(pod));
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    const std::string args = FilterArgs("p1", {"gpu-a"});
+    EXPECT_TRUE((co_await Post("/filter", args)).at("Error").as_string().empty());
+    const std::string bind = BindArgs(Stored("pods", "default", "p1"), "gpu-a");
+    EXPECT_TRUE((co_await Post("/bind", bind)).at("Error").as_string().empty());
+    const json::object bound = Stored("pods", "default", "p1");
+    EXPECT_EQ(Annotation(bound, "hami.io/vgpu-node"), std::string("gpu-a"));
+    EXPECT_EQ(Annotation(bound, "hami.io/vgpu-devices-to-allocate"),
+              std::string("gpu-a-gpu0,NVIDIA,3000,0:;"));
+    EXPECT_EQ(Annotation(bound, "hami.io/dcu-devices-allocated"), std::string());
+    EXPECT_EQ(Annotation(bound, "hami.io/hcu-devices-to-allocate"), std::string());  // Hygon's (D2)
+  }());
+}
+
 TEST_F(ControllerTest, ANodeNameTooLongForALabelIsWrittenAsAnAnnotationOnly) {
   const std::string node(70, 'n');  // a valid node name (DNS subdomain), too long for a label value
   ASSERT_TRUE(server_.store().Create(NvidiaNode(node, 1)));
@@ -220,6 +255,8 @@ TEST_F(ControllerTest, ANodeNameTooLongForALabelIsWrittenAsAnAnnotationOnly) {
     const std::string args = FilterArgs("p1", {node});
     auto r = co_await Post("/filter", args);
     EXPECT_TRUE(r.at("Error").as_string().empty()) << json::serialize(r);
+    const std::string bind_p1 = BindArgs(Stored("pods", "default", "p1"), node);
+    EXPECT_TRUE((co_await Post("/bind", bind_p1)).at("Error").as_string().empty());
     const json::object pod = Stored("pods", "default", "p1");
     EXPECT_EQ(Annotation(pod, "hami.io/vgpu-node"), node);
     const auto* labels = pod.at("metadata").as_object().if_contains("labels");
@@ -245,9 +282,8 @@ TEST_F(ControllerTest, NodesFormForSchedulersWithoutNodeCache) {
     const auto& chosen = r.at("Nodes").at("items").as_array();
     CO_ASSERT_EQ(chosen.size(), 1u);
     EXPECT_EQ(std::string(chosen[0].at("metadata").at("name").as_string()), std::string("gpu-a"));
-    // The decision is live, as with NodeNames: reserved and written on the pod.
+    // The decision is live, as with NodeNames: reserved (the Binding writes it).
     EXPECT_EQ(service_->controller().state().PodCount(), 1u);
-    EXPECT_EQ(Annotation(Stored("pods", "default", "p1"), "hami.io/vgpu-node"), std::string("gpu-a"));
   }());
 }
 
@@ -361,7 +397,7 @@ TEST_F(ControllerTest, QueuedBindsTakeTheLockInArrivalOrderWithoutPolling) {
   }());
 }
 
-TEST_F(ControllerTest, RefilterFreesTheEarlierReservationAndAFailedPatchRollsBack) {
+TEST_F(ControllerTest, RefilterFreesTheEarlierReservationAndFilterWritesNothing) {
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   ASSERT_TRUE(server_.store().Create(GpuPod("p1", 10000)));
   StartService();
@@ -375,25 +411,18 @@ TEST_F(ControllerTest, RefilterFreesTheEarlierReservationAndAFailedPatchRollsBac
     }
     EXPECT_EQ(service_->controller().state().PodCount(), 1u);
     EXPECT_EQ(service_->controller().state().FindNode("gpu-a")->usage[0].mem.value(), 10000);
-    // The pod patch fails (after the client's retries): the new reservation is undone and the error
-    // reported; the pod keeps the one its annotations still carry.
-    sim::FaultRule rule;
-    rule.count = 20;
-    rule.status = 500;
-    rule.method = "PATCH";
-    rule.path_prefix = "/api/v1/namespaces/default/pods/p1";
-    server_.FailNext(rule);
-    auto r = co_await Post("/filter", args);
-    EXPECT_NE(std::string(r.at("Error").as_string()).find("could not write the allocation"),
-              std::string::npos)
-        << json::serialize(r);
-    EXPECT_EQ(service_->controller().stats().rollbacks, 1u);
-    EXPECT_EQ(service_->controller().state().PodCount(), 1u);
-    EXPECT_EQ(service_->controller().state().FindNode("gpu-a")->usage[0].mem.value(), 10000);
-    // An unschedulable re-filter writes nothing on the pod either: the earlier reservation stays too.
+    // The decision is held in memory until the Binding writes it: the filter sent no request at all.
+    EXPECT_EQ(Annotation(Stored("pods", "default", "p1"), "hami.io/vgpu-node"), std::string());
+    for (const auto& [kind, n] : service_->client().requests_by_kind())
+      EXPECT_TRUE(kind.first == "list" || kind.first == "watch" || kind.second == "nodes")
+          << kind.first << " " << kind.second << ": " << n;
+    // An unschedulable re-filter frees the earlier reservation: kube-scheduler will not bind it there.
     const std::string nowhere = FilterArgs("p1", {"ghost"});
     auto u = co_await Post("/filter", nowhere);
     EXPECT_EQ(json::serialize(u.at("NodeNames")), std::string("[]"));
+    EXPECT_EQ(service_->controller().state().FindNode("gpu-a")->usage[0].mem.value(), 0);
+    auto again = co_await Post("/filter", args);
+    EXPECT_EQ(json::serialize(again.at("NodeNames")), std::string(R"(["gpu-a"])"));
     EXPECT_EQ(service_->controller().state().FindNode("gpu-a")->usage[0].mem.value(), 10000);
     // Deleting the pod releases it.
     EXPECT_TRUE(server_.store().Delete(*sim::FindResourceByName("pods"), "default", "p1"));
@@ -405,9 +434,7 @@ TEST_F(ControllerTest, RefilterFreesTheEarlierReservationAndAFailedPatchRollsBac
 }
 
 TEST_F(ControllerTest, HealthPassRequestsHandshakesAndWithholdsDevicesOfAGonePlugin) {
-  auto fixed = std::make_unique<FixedClock>(std::chrono::system_clock::now());
-  FixedClock* clock = fixed.get();
-  clock_ = std::move(fixed);
+  FixedClock* clock = UseFixedClock();
   // A Hygon node whose device plugin registered but does not answer handshakes and has no allocatable count.
   json::value dcu = {
       {"apiVersion", "v1"},
@@ -522,6 +549,13 @@ TEST_F(ControllerTest, SimulateDecidesAsServeOnTheSameSnapshot) {
         EXPECT_EQ(json::serialize(sim.at("failedNodes")), json::serialize(served.at("FailedNodes"))) << name;
       } else {
         EXPECT_EQ(json::serialize(sim.at("node")), json::serialize(chosen.at(0))) << name;
+        // Bound (the Binding writes the decision), and the node lock released as its device plugin would.
+        const std::string node(chosen.at(0).as_string());
+        const std::string bind = BindArgs(Stored("pods", "default", name), node);
+        EXPECT_TRUE((co_await Post("/bind", bind)).at("Error").as_string().empty()) << name;
+        const json::value unlock = {{"metadata", {{"annotations", {{"hami.io/mutex.lock", nullptr}}}}}};
+        EXPECT_TRUE(server_.store().Patch(*sim::FindResourceByName("nodes"), "", node, sim::PatchType::kMerge,
+                                          unlock));
         EXPECT_EQ(Annotation(Stored("pods", "default", name), "hami.io/vgpu-devices-allocated"),
                   std::string(sim.at("annotations").at("hami.io/vgpu-devices-allocated").as_string()))
             << name;
@@ -661,10 +695,7 @@ TEST_F(ControllerTest, ABindRetriedBeforeTheWatchShowsThePodBoundLeavesLockAndPh
     k8s::Controller& c = service_->controller();
     const std::string filter_p1 = FilterArgs("p1", {"gpu-a"});
     EXPECT_TRUE((co_await Post("/filter", filter_p1)).at("Error").as_string().empty());
-    const std::function<bool()> seen = [&] {
-      const PodView* p = c.CachedPod("default/p1");
-      return p != nullptr && p->annotations.contains("hami.io/vgpu-node");
-    };
+    const std::function<bool()> seen = [&] { return c.CachedPod("default/p1") != nullptr; };
     EXPECT_TRUE(co_await WaitUntil(seen));
     // The pod watch is down, so the cache still shows p1 unbound while it is bound and allocated.
     sim::FaultRule down;
@@ -687,9 +718,7 @@ TEST_F(ControllerTest, ABindRetriedBeforeTheWatchShowsThePodBoundLeavesLockAndPh
 }
 
 TEST_F(ControllerTest, AReservationNeverBoundExpiresAndItsAnnotationsGo) {
-  auto fixed = std::make_unique<FixedClock>(std::chrono::system_clock::now());
-  FixedClock* clock = fixed.get();
-  clock_ = std::move(fixed);
+  FixedClock* clock = UseFixedClock();
   cfg_.reservation_timeout = 300s;
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   ASSERT_TRUE(server_.store().Create(GpuPod("p1", 10000)));
@@ -699,30 +728,25 @@ TEST_F(ControllerTest, AReservationNeverBoundExpiresAndItsAnnotationsGo) {
     co_await Ready();
     k8s::Controller& c = service_->controller();
     const auto used = [&] { return c.state().FindNode("gpu-a")->usage[0].mem.value(); };
-    const std::string filter_p1 = FilterArgs("p1", {"gpu-a"});
-    EXPECT_TRUE((co_await Post("/filter", filter_p1)).at("Error").as_string().empty());
-    // The binding itself fails: p1 stays Pending, allocating, with its devices held.
-    sim::FaultRule refuse;
-    refuse.count = 100;
-    refuse.status = 500;
-    refuse.method = "POST";
-    refuse.path_prefix = "/api/v1/namespaces/default/pods/p1/binding";
-    server_.FailNext(refuse);
+    // p1 as HAMi's extender leaves a pod whose binding failed (it writes the decision at filter and the
+    // phase before binding): allocated, `allocating`, stamped at the filter and, 10 s later, at the bind.
+    const auto unix_seconds = [&] {
+      return std::to_string(
+          std::chrono::duration_cast<std::chrono::seconds>(clock->Now().time_since_epoch()).count());
+    };
+    const std::string filter_time = unix_seconds();
     clock->Advance(10s);
-    const std::string bind_p1 = BindArgs(Stored("pods", "default", "p1"), "gpu-a");
-    EXPECT_FALSE((co_await Post("/bind", bind_p1)).at("Error").as_string().empty());
-    server_.ClearFaults();
-    // bind-phase travels in the Binding: a failed binding leaves none behind.
-    EXPECT_EQ(Annotation(Stored("pods", "default", "p1"), "hami.io/bind-phase"), std::string());
-    // As HAMi's extender leaves a pod whose binding failed (it patches the phase first): `allocating`,
-    // stamped at the bind.
-    const std::string bind_time = std::to_string(
-        std::chrono::duration_cast<std::chrono::seconds>(clock->Now().time_since_epoch()).count());
-    const json::value hami_phase = {
-        {"metadata",
-         {{"annotations", {{"hami.io/bind-phase", "allocating"}, {"hami.io/bind-time", bind_time}}}}}};
+    const json::value hami_left = {{"metadata",
+                                    {{"labels", {{"hami.io/vgpu-node", "gpu-a"}}},
+                                     {"annotations",
+                                      {{"hami.io/vgpu-node", "gpu-a"},
+                                       {"hami.io/vgpu-time", filter_time},
+                                       {"hami.io/vgpu-devices-allocated", "gpu-a-gpu0,NVIDIA,10000,0:;"},
+                                       {"hami.io/vgpu-devices-to-allocate", "gpu-a-gpu0,NVIDIA,10000,0:;"},
+                                       {"hami.io/bind-phase", "allocating"},
+                                       {"hami.io/bind-time", unix_seconds()}}}}}};
     EXPECT_TRUE(server_.store().Patch(*sim::FindResourceByName("pods"), "default", "p1",
-                                      sim::PatchType::kMerge, hami_phase));
+                                      sim::PatchType::kMerge, hami_left));
     const std::function<bool()> seen = [&] {
       const PodView* p = c.CachedPod("default/p1");
       return p != nullptr && p->annotations.contains("hami.io/bind-phase");
@@ -775,11 +799,52 @@ TEST_F(ControllerTest, AReservationNeverBoundExpiresAndItsAnnotationsGo) {
   }());
 }
 
+TEST_F(ControllerTest, OurReservationOfAPodNeverBoundIsFreedAfterTheTimeoutWithNothingToClean) {
+  FixedClock* clock = UseFixedClock();
+  cfg_.reservation_timeout = 300s;
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p1", 10000)));
+  StartService(std::chrono::hours(1));  // passes (and expiry) run when the test says so
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    k8s::Controller& c = service_->controller();
+    const auto used = [&] { return c.state().FindNode("gpu-a")->usage[0].mem.value(); };
+    const std::string filter_p1 = FilterArgs("p1", {"gpu-a"});
+    EXPECT_TRUE((co_await Post("/filter", filter_p1)).at("Error").as_string().empty());
+    // The binding fails: nothing was written on the pod (the decision and the phase travel in the Binding),
+    // and the devices stay reserved for a retry.
+    sim::FaultRule refuse;
+    refuse.count = 100;
+    refuse.status = 500;
+    refuse.method = "POST";
+    refuse.path_prefix = "/api/v1/namespaces/default/pods/p1/binding";
+    server_.FailNext(refuse);
+    const std::string bind_p1 = BindArgs(Stored("pods", "default", "p1"), "gpu-a");
+    EXPECT_FALSE((co_await Post("/bind", bind_p1)).at("Error").as_string().empty());
+    server_.ClearFaults();
+    const json::object p1 = Stored("pods", "default", "p1");
+    for (const char* key : {"hami.io/vgpu-node", "hami.io/vgpu-devices-to-allocate", "hami.io/bind-phase"})
+      EXPECT_EQ(Annotation(p1, key), std::string()) << key;
+    EXPECT_EQ(Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock"), std::string());
+    EXPECT_EQ(used(), 10000);
+    clock->Advance(299s);
+    co_await c.ExpireReservations();
+    EXPECT_EQ(used(), 10000);
+    clock->Advance(2s);
+    co_await c.ExpireReservations();
+    EXPECT_EQ(c.stats().expired, 1u);
+    EXPECT_EQ(used(), 0);
+    // The bind kube-scheduler may still send finds no reservation and says so.
+    auto late = co_await Post("/bind", bind_p1);
+    EXPECT_NE(std::string(late.at("Error").as_string()).find("holds no device reservation"),
+              std::string::npos)
+        << json::serialize(late);
+  }());
+}
+
 TEST_F(ControllerTest, ReservationsAndLocksLeftByAKilledProcessAreFreedButNotADecisionRewrittenMeanwhile) {
   const auto start = std::chrono::system_clock::now();
-  auto fixed = std::make_unique<FixedClock>(start);
-  FixedClock* clock = fixed.get();
-  clock_ = std::move(fixed);
+  FixedClock* clock = UseFixedClock(start);
   cfg_.reservation_timeout = 120s;
   // The killed process had also locked the node for p1's bind.
   json::value node = NvidiaNode("gpu-a", 1);

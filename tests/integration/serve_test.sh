@@ -69,12 +69,20 @@ filter "$tmp/pod.created" gpu-a100-1 gpu-v100-1 mlu-370-1 >"$tmp/filter.out"
 check "/filter chooses one node" \
   'python3 -c "import json,sys; r=json.load(open(\"$tmp/filter.out\")); sys.exit(0 if r[\"Error\"]==\"\" and len(r[\"NodeNames\"])==1 else 1)"' \
   "$(cat "$tmp/filter.out")"
-check "the pod carries its allocation" \
-  'curl -s "$apiserver/api/v1/namespaces/default/pods/p1" | grep -q "hami.io/vgpu-devices-to-allocate"'
+bind() { # POD-JSON FILTER-OUT: binds the pod to the node the filter chose
+  python3 -c "import json,sys; p=json.load(open(sys.argv[1]))['metadata']; r=json.load(open(sys.argv[2]))
+print(json.dumps({'PodName': p['name'], 'PodNamespace': 'default', 'PodUID': p.get('uid', ''), 'Node': r['NodeNames'][0]}))" \
+    "$@" | curl -s -X POST -H 'Content-Type: application/json' --data-binary @- "$base/bind"
+}
+bind "$tmp/pod.created" "$tmp/filter.out" >"$tmp/bind.out"
+check "/bind binds it, and the Binding wrote its allocation on the pod" \
+  'grep -q "\"Error\":\"\"" "$tmp/bind.out" && curl -s "$apiserver/api/v1/namespaces/default/pods/p1" | grep -q "hami.io/vgpu-devices-to-allocate"' \
+  "$(cat "$tmp/bind.out")"
 sed 's/"p1"/"gone"/' "$tmp/pod.json" >"$tmp/gone.json"
 filter "$tmp/gone.json" gpu-a100-1 >"$tmp/gone.out"
-check "a pod the API server does not know: Error naming it" \
-  'grep -q "default/gone" "$tmp/gone.out" && grep -q "not found" "$tmp/gone.out"' "$(cat "$tmp/gone.out")"
+bind "$tmp/gone.json" "$tmp/gone.out" >"$tmp/gone-bind.out"
+check "a pod the API server does not know: the bind's Error names it" \
+  'grep -q "default/gone" "$tmp/gone-bind.out" && grep -q "not found" "$tmp/gone-bind.out"' "$(cat "$tmp/gone.out" "$tmp/gone-bind.out")"
 head -c 1100000 /dev/zero | tr '\0' ' ' >"$tmp/big.json"
 curl -s -X POST -H 'Content-Type: application/json' --data-binary @"$tmp/big.json" "$base/filter" >"$tmp/big.out"
 check "a body over 1 MiB is an Error in a 200 answer" 'grep -q "1 MiB" "$tmp/big.out"' "$(cat "$tmp/big.out")"

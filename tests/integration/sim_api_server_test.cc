@@ -1959,7 +1959,7 @@ TEST(ApiServerCommand, GenerateTlsWritesAKubeconfigTheClientUses) {
         // (Executors and clients in named variables: GCC 12 mishandles temporaries in co_await expressions.)
         const asio::any_io_executor executor = ioc.get_executor();
         EXPECT_TRUE(server.url().starts_with("https://127.0.0.1:")) << server.url();
-        struct stat st{};
+        struct stat st {};
         EXPECT_EQ(::stat(kubeconfig.path().c_str(), &st), 0);
         EXPECT_EQ(st.st_mode & 0777, 0600u) << "the kubeconfig holds a private key";
         auto cfg = k8s::ResolveRestConfig(kubeconfig.path(), k8s::ConfigEnv::System());
