@@ -75,6 +75,7 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   o.reservation_timeout = cfg.reservation_timeout;
   o.legacy_metrics = cfg.legacy_metrics;
   if (options.reflector_backoff) o.reflector_defaults.backoff_initial = *options.reflector_backoff;
+  if (options.bind_backlog) o.bind_backlog = *options.bind_backlog;
   s->controller_ = std::make_unique<k8s::Controller>(
       ioc.get_executor(),
       k8s::Controller::Clients{s->client_.get(), s->background_client_.get(), s->event_client_.get()},

@@ -24,6 +24,7 @@ struct ServiceOptions {
   std::optional<std::chrono::milliseconds> health_interval;
   std::optional<std::chrono::milliseconds> reflector_backoff;  // first backoff of the watches
   std::string hostname;                                        // event source host ("" = gethostname)
+  std::optional<std::chrono::milliseconds> bind_backlog;       // ControllerOptions::bind_backlog
 };
 
 class SchedulerService {

@@ -149,6 +149,7 @@ class ApiClient {
                                                 const std::function<void(WatchEvent&&)>& on_event);
 
   const RestConfig& config() const { return http_->config(); }
+  const ClientOptions& options() const { return options_; }
   HttpClient& http() { return *http_; }
   std::size_t requests_sent() const { return requests_; }
   // Requests sent (every attempt), by verb and resource ("get pods", "create pods/binding", "watch nodes"):

@@ -508,6 +508,29 @@ asio::awaitable<bool> Controller::WaitReady() {
   co_return true;
 }
 
+asio::awaitable<void> Controller::AwaitBindBacklog() {
+  // Backpressure: kube-scheduler filters pod after pod and hands each bind over at once, so with a small
+  // --kube-qps a burst queues binds for longer than its 30 s httpTimeout (each bind needs two requests of
+  // the budget), they fail, and the pods come back after a backoff. Holding the next decision while the
+  // binds in flight need more than kBindBacklog of the budget paces kube-scheduler's queue to the budget
+  // instead: the same throughput, no failed binds. Bounded, so a stuck bind cannot stall every filter.
+  constexpr double kRequestsPerBind = 2;  // the lock's compare-and-swap and the Binding
+  constexpr std::chrono::seconds kMaxHold{20};
+  const std::chrono::duration<double> kBindBacklog = options_.bind_backlog;
+  const double qps = client_->options().qps;
+  if (qps <= 0 || options_.bind_backlog.count() == 0) co_return;
+  const auto backlog = [&] {
+    return std::chrono::duration<double>(static_cast<double>(binds_in_flight_.size()) * kRequestsPerBind /
+                                         qps);
+  };
+  if (backlog() <= kBindBacklog) co_return;
+  const auto start = steady_clock::now();
+  ++stats_.filters_held;
+  while (backlog() > kBindBacklog && steady_clock::now() - start < kMaxHold && !stopping_)
+    co_await Sleep(std::chrono::milliseconds(50));
+  filter_held_seconds_ += std::chrono::duration<double>(steady_clock::now() - start).count();
+}
+
 asio::awaitable<std::string> Controller::Filter(const std::string& body, bool body_too_large) {
   const auto start = steady_clock::now();
   ++stats_.filters;
@@ -534,6 +557,7 @@ asio::awaitable<std::string> Controller::FilterParsed(ExtenderArgs& args) {
     return ToJson(r);
   };
   if (!co_await WaitReady()) co_return fail("hami-scheduler is not ready: " + NotReadyReason());
+  co_await AwaitBindBacklog();
   const PodView& pod = args.pod;
   const std::string uid = UidOf(pod);
   std::vector<std::string> candidates;

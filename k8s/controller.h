@@ -53,6 +53,9 @@ struct ControllerOptions {
   // or its bind (hami.io/bind-time) loses it: a failed binding or a restart between filter and bind would
   // otherwise hold its devices until the pod is re-filtered or deleted (HAMi holds them that long).
   std::chrono::seconds reservation_timeout{300};
+  // A filter is held (at most 20 s) while the binds in flight need more than this of the --kube-qps
+  // budget (two requests each): binds queued longer would pass kube-scheduler's 30 s httpTimeout. 0: never.
+  std::chrono::milliseconds bind_backlog{10000};
   bool legacy_metrics = false;
   Reflector::Options reflector_defaults;  // page size and backoffs for the watches (path is set per resource)
 };
@@ -122,6 +125,7 @@ class Controller {
     std::size_t handshake_patches = 0, cleanups = 0;
     std::size_t expired = 0;          // reservations of pods never bound, freed after the reservation timeout
     std::size_t abandoned_locks = 0;  // node locks of binds that never completed, released
+    std::size_t filters_held = 0;     // filters that waited for the binds in flight (AwaitBindBacklog)
   };
   const Stats& stats() const { return stats_; }
   // Node-vendor registrations that cannot be read now.
@@ -166,6 +170,8 @@ class Controller {
 
   // --- filter / bind
   boost::asio::awaitable<bool> WaitReady();
+  // Holds a filter while the binds in flight need more than a few seconds of the --kube-qps budget.
+  boost::asio::awaitable<void> AwaitBindBacklog();
   boost::asio::awaitable<std::string> FilterParsed(ExtenderArgs& args);
   boost::asio::awaitable<std::string> BindParsed(const ExtenderBindingArgs& args);
   // The answer to a bind of a pod that already has spec.nodeName: success on that node, an error elsewhere.
@@ -221,6 +227,7 @@ class Controller {
   std::size_t health_passes_ = 0;
   Stats stats_;
   // Metrics.
+  double filter_held_seconds_ = 0;
   prom::Histogram filter_latency_;
   prom::Histogram bind_latency_;
   std::map<std::string, std::uint64_t> filter_results_;  // scheduled, unschedulable, error, passthrough

@@ -63,6 +63,9 @@ std::string Controller::Metrics() const {
        stats_.abandoned_locks},
       {"hami_scheduler_node_lock_waits_total", "Binds that waited for a node lock held by another pod.",
        stats_.lock_waits},
+      {"hami_scheduler_filters_held_total",
+       "Filters held back while the binds in flight needed too much of the --kube-qps budget.",
+       stats_.filters_held},
       {"hami_scheduler_annotation_errors_total", "Pod events whose allocation annotations could not be read.",
        stats_.annotation_errors},
       {"hami_scheduler_registration_errors_total",
@@ -87,6 +90,10 @@ std::string Controller::Metrics() const {
       w.Sample("hami_kube_requests_total",
                {{"client", name}, {"verb", kind.first}, {"resource", kind.second}}, static_cast<double>(n));
   }
+  w.Family("hami_scheduler_filter_held_seconds_total",
+           "Time filters were held back for the binds in flight (backpressure on kube-scheduler's queue).",
+           "counter");
+  w.Sample("hami_scheduler_filter_held_seconds_total", {}, filter_held_seconds_);
   w.Family("hami_kube_rate_limiter_wait_seconds_total",
            "Time requests waited for the client-side rate limit (--kube-qps, --kube-burst), summed.",
            "counter");

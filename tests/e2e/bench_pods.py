@@ -69,26 +69,29 @@ class Tracker:
 
 
 def watch(args, tracker, ready):
+    """List, then watch; a watch the API server ends (its own timeout) is started again from a new list."""
     try:
-        conn = connection(args)
         base = f"/api/v1/namespaces/{args.namespace}/pods"
-        conn.request("GET", base)
-        listed = json.loads(conn.getresponse().read())
-        for pod in listed.get("items", []):
-            tracker.update(pod)
-        rv = listed["metadata"]["resourceVersion"]
-        conn.request("GET", f"{base}?watch=1&resourceVersion={rv}&timeoutSeconds={int(args.deadline) + 60}")
-        resp = conn.getresponse()
-        if resp.status != 200:
-            raise RuntimeError(f"watch answered {resp.status}: {resp.read()[:200]!r}")
-        ready.set()
         while not tracker.all_done.is_set():
-            line = resp.readline()
-            if not line:
-                raise RuntimeError("watch ended early")
-            event = json.loads(line)
-            if event.get("type") in ("ADDED", "MODIFIED"):
-                tracker.update(event["object"])
+            conn = connection(args)
+            conn.request("GET", base)
+            listed = json.loads(conn.getresponse().read())
+            for pod in listed.get("items", []):
+                tracker.update(pod)
+            rv = listed["metadata"]["resourceVersion"]
+            conn.request("GET", f"{base}?watch=1&resourceVersion={rv}&timeoutSeconds={int(args.deadline) + 60}")
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise RuntimeError(f"watch answered {resp.status}: {resp.read()[:200]!r}")
+            ready.set()
+            while not tracker.all_done.is_set():
+                line = resp.readline()
+                if not line:
+                    break
+                event = json.loads(line)
+                if event.get("type") in ("ADDED", "MODIFIED"):
+                    tracker.update(event["object"])
+            conn.close()
     except Exception as e:  # reported in the summary: the run is invalid
         tracker.error = f"watch: {e}"
         ready.set()

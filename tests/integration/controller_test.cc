@@ -70,7 +70,7 @@ class ControllerTest : public ::testing::Test {
     backends_ = testing::BuiltinBackends();
   }
   void StartService(std::chrono::milliseconds health_interval = 50ms) {
-    cmd::ServiceOptions so;
+    cmd::ServiceOptions so = service_options_;
     so.health_interval = health_interval;
     so.reflector_backoff = 5ms;
     so.hostname = "test-host";
@@ -141,6 +141,7 @@ class ControllerTest : public ::testing::Test {
     return clock;
   }
   std::unique_ptr<Clock> clock_ = std::make_unique<SystemClock>();
+  cmd::ServiceOptions service_options_;
   std::unique_ptr<cmd::SchedulerService> service_;
   std::unique_ptr<k8s::HttpClient> extender_;
 };
@@ -394,6 +395,64 @@ TEST_F(ControllerTest, QueuedBindsTakeTheLockInArrivalOrderWithoutPolling) {
                 std::string("allocating"));
     }
     EXPECT_EQ(reads(), before);  // the locks were taken from the cached node
+  }());
+}
+
+TEST_F(ControllerTest, AFilterWaitsWhileTheBindsInFlightNeedMoreOfTheBudgetThanTheirTimeout) {
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 2)));
+  const std::vector<std::string> pods{"q1", "q2", "q3", "q4"};
+  for (const auto& p : pods) ASSERT_TRUE(server_.store().Create(GpuPod(p, 1000)));
+  // 2 requests/s (the burst is large, so no request actually waits): a bind in flight needs 1 s of it.
+  cfg_.kube_qps = 2;
+  cfg_.kube_burst = 1000;
+  cfg_.node_lock_retry_timeout = 20s;
+  service_options_.bind_backlog = 1500ms;
+  StartService(std::chrono::hours(1));
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    k8s::Controller& c = service_->controller();
+    for (std::size_t i = 0; i < 3; ++i) {
+      const std::string args = FilterArgs(pods[i], {"gpu-a"});
+      EXPECT_TRUE((co_await Post("/filter", args)).at("Error").as_string().empty());
+    }
+    const std::string bind_q1 = BindArgs(Stored("pods", "default", "q1"), "gpu-a");
+    EXPECT_TRUE((co_await Post("/bind", bind_q1)).at("Error").as_string().empty());
+    // q2 and q3 wait for q1's lock: 2 s of the budget in flight, more than 1.5 s.
+    for (std::size_t i = 1; i < 3; ++i) {
+      // The coroutine owns its body (Post takes it by reference).
+      asio::co_spawn(
+          ioc_,
+          [&, args = BindArgs(Stored("pods", "default", pods[i]), "gpu-a")]() -> asio::awaitable<void> {
+            co_await Post("/bind", args);
+          },
+          asio::detached);
+      const std::function<bool()> queued = [&, i] { return c.stats().lock_waits == i; };
+      EXPECT_TRUE(co_await WaitUntil(queued));
+    }
+    bool answered = false;
+    const std::string filter_q4 = FilterArgs("q4", {"gpu-a"});
+    asio::co_spawn(
+        ioc_,
+        [&]() -> asio::awaitable<void> {
+          auto r = co_await Post("/filter", filter_q4);
+          EXPECT_TRUE(r.at("Error").as_string().empty()) << json::serialize(r);
+          answered = true;
+        },
+        asio::detached);
+    const std::function<bool()> held = [&] { return c.stats().filters_held == 1; };
+    EXPECT_TRUE(co_await WaitUntil(held));
+    asio::steady_timer pause(ioc_, 300ms);
+    co_await pause.async_wait(asio::use_awaitable);
+    EXPECT_FALSE(answered);
+    // q1's plugin is done: q2 binds, one bind is left in flight (1 s), and q4's filter goes on.
+    const json::value release = {{"metadata", {{"annotations", {{"hami.io/mutex.lock", nullptr}}}}}};
+    EXPECT_TRUE(server_.store().Patch(*sim::FindResourceByName("nodes"), "", "gpu-a", sim::PatchType::kMerge,
+                                      release));
+    const std::function<bool()> done = [&] { return answered; };
+    EXPECT_TRUE(co_await WaitUntil(done));
+    auto m = co_await Call(http::verb::get, "/metrics");
+    EXPECT_NE(m.body.find("hami_scheduler_filters_held_total 1"), std::string::npos);
+    c.Stop();  // q3 still waits for q2's lock
   }());
 }
 
