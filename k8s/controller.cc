@@ -604,7 +604,7 @@ asio::awaitable<std::string> Controller::FilterParsed(ExtenderArgs& args) {
   // sees a half-written pod. A restart between filter and bind loses the reservation; the bind then fails
   // and kube-scheduler filters the pod again.
   scheduler_.Reserve(pod, outcome);
-  reservations_[uid] = Reservation{++generation_, pod.Key(), outcome.node, now, outcome.annotations};
+  reservations_[uid] = Reservation{pod.Key(), outcome.node, now, outcome.annotations};
   ++filter_results_["scheduled"];
   RecordFilterEvent(pod, outcome);
   co_return ToJson(ToFilterResult(outcome, args));

@@ -134,7 +134,6 @@ class Controller {
  private:
   // A decision of our filter, held in memory until the pod shows bound: the Binding writes it on the pod.
   struct Reservation {
-    std::uint64_t generation = 0;  // which filter call made it
     std::string key;               // "ns/name"
     std::string node;
     TimePoint decided;
@@ -223,7 +222,6 @@ class Controller {
   bool stopping_ = false;
   std::uint64_t lock_wakeups_ = 0;  // WakeLockWaiters() calls so far
   bool expiring_ = false;           // an ExpireReservations() sweep is running
-  std::uint64_t generation_ = 0;
   std::size_t health_passes_ = 0;
   Stats stats_;
   // Metrics.
