@@ -102,7 +102,9 @@ std::optional<Clock::duration> RateLimiter::TryTake(Clock::time_point now) {
     tokens_ -= 1;
     return std::nullopt;
   }
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>((1 - tokens_) / qps_));
+  // At most an hour: a tiny qps must not overflow the duration.
+  return std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(std::min((1 - tokens_) / qps_, 3600.0)));
 }
 
 Clock::duration RateLimiter::Reserve(Clock::time_point now) {
@@ -110,7 +112,9 @@ Clock::duration RateLimiter::Reserve(Clock::time_point now) {
   Refill(now);
   tokens_ -= 1;
   if (tokens_ >= 0) return Clock::duration::zero();
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(-tokens_ / qps_));
+  // Bounded, so that a tiny qps cannot overflow the duration.
+  return std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(std::min(-tokens_ / qps_, 1e6)));
 }
 
 std::chrono::milliseconds Backoff(int attempt, std::chrono::milliseconds initial,
@@ -205,8 +209,16 @@ std::string ApiClient::Authorization() {
 
 asio::awaitable<void> ApiClient::WaitForToken() {
   if (options_.background) {
+    // Only spare tokens, but not for ever: after 10 s a background request books one like a decision, so a
+    // budget saturated by a long burst cannot stop the health pass and the clean-up sweeps.
+    constexpr auto kMaxYield = std::chrono::seconds(10);
     const auto start = Clock::now();
     while (auto again = limiter_->TryTake(Clock::now())) {
+      if (Clock::now() - start >= kMaxYield) {
+        asio::steady_timer timer(executor_, limiter_->Reserve(Clock::now()));
+        co_await timer.async_wait(asio::use_awaitable);
+        break;
+      }
       asio::steady_timer timer(executor_, *again);
       co_await timer.async_wait(asio::use_awaitable);
     }

@@ -519,9 +519,15 @@ asio::awaitable<void> Controller::AwaitBindBacklog() {
   const std::chrono::duration<double> kBindBacklog = options_.bind_backlog;
   const double qps = client_->options().qps;
   if (qps <= 0 || options_.bind_backlog.count() == 0) co_return;
+  // Binds parked in a lock queue behind its head wait for a device plugin, not for the budget.
   const auto backlog = [&] {
-    return std::chrono::duration<double>(static_cast<double>(binds_in_flight_.size()) * kRequestsPerBind /
-                                         qps);
+    std::size_t parked = 0;
+    for (const auto& [node, waiters] : lock_waiters_) {
+      std::set<std::string_view> keys;
+      for (const auto& w : waiters) parked += keys.insert(w.key).second ? 0 : 1;
+    }
+    const std::size_t using_budget = binds_in_flight_.size() - std::min(parked, binds_in_flight_.size());
+    return std::chrono::duration<double>(static_cast<double>(using_budget) * kRequestsPerBind / qps);
   };
   if (backlog() <= kBindBacklog) co_return;
   const auto start = steady_clock::now();
@@ -557,9 +563,14 @@ asio::awaitable<std::string> Controller::FilterParsed(ExtenderArgs& args) {
     return ToJson(r);
   };
   if (!co_await WaitReady()) co_return fail("hami-scheduler is not ready: " + NotReadyReason());
-  co_await AwaitBindBacklog();
   const PodView& pod = args.pod;
   const std::string uid = UidOf(pod);
+  // A bind of this pod still running (kube-scheduler gave up waiting for it and filters again) may yet bind
+  // it with the devices reserved now: deciding again would hand those devices to another pod.
+  if (BindInFlight(pod.Key(), uid))
+    co_return fail(fmt::format("pod {} is being bound (an earlier bind of it is still running)", pod.Key()));
+  if (auto requests = CollectRequests(pod, *backends_); requests && requests->Any())
+    co_await AwaitBindBacklog();
   std::vector<std::string> candidates;
   if (args.node_names) {
     candidates = *args.node_names;
@@ -657,7 +668,7 @@ void Controller::Stop() {
 }
 
 void Controller::WakeLockWaiters(const std::string& node) {
-  ++lock_wakeups_;
+  ++lock_wakeups_[node];
   auto it = lock_waiters_.find(node);
   if (it == lock_waiters_.end()) return;
   // Only the longest-waiting bind per lock looks (at the caches); the others keep their turn.
@@ -719,12 +730,12 @@ asio::awaitable<LockOutcome> Controller::AcquireWaiting(const LockTarget& target
       const LockView seen = CachedLock(target);
       std::optional<std::string> reason = locker_.BusyReason(target, seen, cached);
       if (!reason) {
-        const std::uint64_t wakeups = lock_wakeups_;
+        const std::uint64_t wakeups = lock_wakeups_[target.node];
         LockOutcome out = co_await locker_.Acquire(target, &seen, cached);
         if (out.acquired || !out.contention) co_return out;
         reason = out.message;
         // A wake-up while we asked (the release we lost to?) found no timer waiting: look again now.
-        missed_wakeup = lock_wakeups_ != wakeups;
+        missed_wakeup = lock_wakeups_[target.node] != wakeups;
       }
       busy = std::move(*reason);
     }
@@ -803,6 +814,10 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
     return message;
   };
   if (!pod->node_name.empty()) co_return AlreadyBound(*pod, args.node);
+  // kube-scheduler retries a bind it gave up waiting for while the first still runs: two binds of one pod
+  // would share (and one could release) the other's lock.
+  if (BindInFlight(key, uid))
+    co_return fmt::format("pod {} is being bound already (an earlier bind of it is still running)", key);
   // While this bind runs, the expiry sweep leaves the pod's reservation and its node locks alone.
   binds_in_flight_.emplace(key, uid);
   struct InFlight {
@@ -892,8 +907,14 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
       for (const std::string_view k : AllocationKeys()) {
         if (pod->annotations.contains(k) && !bind_annotations.contains(std::string(k))) stale[k] = nullptr;
       }
-      if (!stale.empty()) {
-        const json::value patch = {{"metadata", {{"annotations", std::move(stale)}}}};
+      // The label too: API servers before 1.35 do not copy a Binding's labels.
+      json::object labels;
+      if (auto l = pod->labels.find(keys::kAssignedNode); l != pod->labels.end() && l->second != args.node)
+        labels[keys::kAssignedNode] = nullptr;
+      if (!stale.empty() || !labels.empty()) {
+        json::object metadata{{"annotations", std::move(stale)}};
+        if (!labels.empty()) metadata["labels"] = std::move(labels);
+        const json::value patch = {{"metadata", std::move(metadata)}};
         if (auto cleared = co_await client_->MergePatch(pod_path, patch); !cleared) {
           co_await release_all();
           co_return failed(
@@ -908,10 +929,12 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
   const std::string ns = pod->ns, name = pod->name, node = args.node, pod_uid = pod->uid;
   auto bound = co_await client_->Bind(ns, name, pod_uid, node, bind_annotations, bind_labels);
   bool outcome_unknown = false;
+  // A conflict, a lost answer or a 5xx: the Binding may have been applied (nodeName, devices and
+  // `allocating` in one update), or the pod was bound before (an earlier bind whose answer was lost); the pod
+  // is read back before any lock is released.
   if (!bound &&
-      (bound.error().kind == ApiErrorKind::kConflict || bound.error().kind == ApiErrorKind::kTransport)) {
-    // The binding may have gone through with its answer lost, or the pod was bound before (an earlier bind
-    // of it whose answer was lost).
+      (bound.error().kind == ApiErrorKind::kConflict || bound.error().kind == ApiErrorKind::kTransport ||
+       bound.error().kind == ApiErrorKind::kServer)) {
     auto now_pod = co_await client_->Get(pod_path);
     if (now_pod) {
       auto view = PodFromJson(*now_pod);
@@ -929,7 +952,7 @@ asio::awaitable<std::string> Controller::BindParsed(const ExtenderBindingArgs& a
         bound = ApiResult<void>{};  // bound here and allocating: the device plugin releases the locks
       }
     } else {
-      outcome_unknown = bound.error().kind == ApiErrorKind::kTransport;
+      outcome_unknown = bound.error().kind != ApiErrorKind::kConflict;
     }
   }
   if (!bound && outcome_unknown) {

@@ -134,7 +134,7 @@ class Controller {
  private:
   // A decision of our filter, held in memory until the pod shows bound: the Binding writes it on the pod.
   struct Reservation {
-    std::string key;               // "ns/name"
+    std::string key;  // "ns/name"
     std::string node;
     TimePoint decided;
     Annotations annotations;  // the allocation, as the Binding writes it
@@ -220,8 +220,8 @@ class Controller {
   std::unordered_map<std::string, std::vector<HeldLock>> held_locks_;
   std::size_t background_ = 0;  // leftover-lock releases running
   bool stopping_ = false;
-  std::uint64_t lock_wakeups_ = 0;  // WakeLockWaiters() calls so far
-  bool expiring_ = false;           // an ExpireReservations() sweep is running
+  std::unordered_map<std::string, std::uint64_t> lock_wakeups_;  // node -> WakeLockWaiters() calls so far
+  bool expiring_ = false;                                        // an ExpireReservations() sweep is running
   std::size_t health_passes_ = 0;
   Stats stats_;
   // Metrics.

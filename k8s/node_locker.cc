@@ -6,6 +6,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <charconv>
 
 #include "core/codec/stamps.h"
 #include "core/node_lock.h"
@@ -81,7 +82,14 @@ void NodeLocker::Wrote(const LockTarget& t, const std::string& resource_version,
 LockView NodeLocker::Current(const LockTarget& t, const std::string& cached_rv,
                              const std::optional<std::string>& cached_value) {
   if (auto it = written_.find(t.node + "/" + t.key); it != written_.end()) {
-    if (!LaterOrSame(cached_rv, it->second.resource_version)) return it->second;
+    // Only integer versions (etcd's) can be ordered; with opaque ones the cache is trusted (a stale view
+    // costs one conflict and a read).
+    std::uint64_t a = 0, b = 0;
+    const std::string& w = it->second.resource_version;
+    const bool ordered =
+        std::from_chars(cached_rv.data(), cached_rv.data() + cached_rv.size(), a).ec == std::errc() &&
+        std::from_chars(w.data(), w.data() + w.size(), b).ec == std::errc();
+    if (ordered && !LaterOrSame(cached_rv, w)) return it->second;
     written_.erase(it);  // the cache has caught up
   }
   return LockView{cached_rv, cached_value};
@@ -133,6 +141,9 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t, const Lock
     const TimePoint now = clock_->Now();
     LockDecision d = DecideLock(t.node, read.value, t.pod_ns, t.pod_name, now, timeout_, t.rule,
                                 MalformedSince(t, read.value));
+    // Holding a lock without writing it: only on what the API server says now (the device plugin may have
+    // released it since the cache looked, and another bind taken it).
+    if (d.action == LockAction::kReenter && reads == 0) continue;
     if (d.action == LockAction::kReenter) {
       ++stats_.reentered;
       out.acquired = true;

@@ -133,6 +133,16 @@ class ControllerTest : public ::testing::Test {
   k8s::RestConfig rest_;
   config::Config cfg_;
   Backends backends_;
+  // The next `count` requests of `method` under `prefix` answer 500 (a watch that cannot reconnect, a
+  // binding refused...).
+  void Fail500(const std::string& method, const std::string& prefix, int count) {
+    sim::FaultRule rule;
+    rule.count = count;
+    rule.status = 500;
+    rule.method = method;
+    rule.path_prefix = prefix;
+    server_.FailNext(rule);
+  }
   // Tests that move time themselves: the service reads this clock (call before StartService()).
   FixedClock* UseFixedClock(TimePoint start = std::chrono::system_clock::now()) {
     auto fixed = std::make_unique<FixedClock>(start);
@@ -376,6 +386,16 @@ TEST_F(ControllerTest, QueuedBindsTakeTheLockInArrivalOrderWithoutPolling) {
         if (kind.first == "get") n += count;
       return n;
     };
+    // While q2's bind runs, kube-scheduler's retry of it (after its httpTimeout) changes nothing: a re-filter
+    // would free the devices that bind is about to claim, a second bind would share its lock.
+    const std::string refilter_q2 = FilterArgs("q2", {"gpu-a"});
+    EXPECT_NE(
+        std::string((co_await Post("/filter", refilter_q2)).at("Error").as_string()).find("is being bound"),
+        std::string::npos);
+    const std::string rebind_q2 = BindArgs(Stored("pods", "default", "q2"), "gpu-a");
+    EXPECT_NE(
+        std::string((co_await Post("/bind", rebind_q2)).at("Error").as_string()).find("being bound already"),
+        std::string::npos);
     const std::uint64_t before = reads();
     asio::steady_timer pause(ioc_, 2500ms);  // each waiter's re-check timer fires twice
     co_await pause.async_wait(asio::use_awaitable);
@@ -398,10 +418,57 @@ TEST_F(ControllerTest, QueuedBindsTakeTheLockInArrivalOrderWithoutPolling) {
   }());
 }
 
+TEST_F(ControllerTest, ALockTheStaleCacheShowsAsOursIsReadBackBeforeItIsReentered) {
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p1", 1000)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("other", 1000)));
+  cfg_.node_lock_retry_timeout = 1s;
+  StartService(std::chrono::hours(1));
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    k8s::Controller& c = service_->controller();
+    const std::string filter_p1 = FilterArgs("p1", {"gpu-a"});
+    EXPECT_TRUE((co_await Post("/filter", filter_p1)).at("Error").as_string().empty());
+    // The node cache shows a lock of p1 (left by an earlier bind of it)...
+    const json::value ours = {
+        {"metadata",
+         {{"annotations",
+           {{"hami.io/mutex.lock",
+             codec::FormatNodeLock(std::chrono::system_clock::now(), "default", "p1")}}}}}};
+    EXPECT_TRUE(
+        server_.store().Patch(*sim::FindResourceByName("nodes"), "", "gpu-a", sim::PatchType::kMerge, ours));
+    const std::function<bool()> seen = [&] {
+      return c.state().FindNode("gpu-a")->node.annotations.contains("hami.io/mutex.lock");
+    };
+    EXPECT_TRUE(co_await WaitUntil(seen));
+    // ...then the node watch goes down, the device plugin releases it and another pod's bind takes it.
+    Fail500("GET", "/api/v1/nodes?", 1000000);
+    server_.DropWatches();
+    const json::value theirs = {
+        {"metadata",
+         {{"annotations",
+           {{"hami.io/mutex.lock",
+             codec::FormatNodeLock(std::chrono::system_clock::now(), "default", "other")}}}}}};
+    EXPECT_TRUE(server_.store().Patch(*sim::FindResourceByName("nodes"), "", "gpu-a", sim::PatchType::kMerge,
+                                      theirs));
+    // p1's bind must not hold the lock on the cache's word.
+    const std::string bind_p1 = BindArgs(Stored("pods", "default", "p1"), "gpu-a");
+    auto r = co_await Post("/bind", bind_p1);
+    EXPECT_NE(std::string(r.at("Error").as_string()).find("default/other"), std::string::npos)
+        << json::serialize(r);
+    EXPECT_EQ(Stored("pods", "default", "p1").at("spec").as_object().if_contains("nodeName"), nullptr);
+    EXPECT_TRUE(Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock").ends_with(",default,other"));
+    server_.ClearFaults();
+  }());
+}
+
 TEST_F(ControllerTest, AFilterWaitsWhileTheBindsInFlightNeedMoreOfTheBudgetThanTheirTimeout) {
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 2)));
-  const std::vector<std::string> pods{"q1", "q2", "q3", "q4"};
-  for (const auto& p : pods) ASSERT_TRUE(server_.store().Create(GpuPod(p, 1000)));
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-b", 2)));
+  // q1 on gpu-a and q2 on gpu-b hold the locks; q3 and q4 wait at the head of each node's queue.
+  const std::vector<std::pair<std::string, std::string>> pods{
+      {"q1", "gpu-a"}, {"q2", "gpu-b"}, {"q3", "gpu-a"}, {"q4", "gpu-b"}, {"q5", "gpu-a"}};
+  for (const auto& [p, node] : pods) ASSERT_TRUE(server_.store().Create(GpuPod(p, 1000)));
   // 2 requests/s (the burst is large, so no request actually waits): a bind in flight needs 1 s of it.
   cfg_.kube_qps = 2;
   cfg_.kube_burst = 1000;
@@ -411,30 +478,31 @@ TEST_F(ControllerTest, AFilterWaitsWhileTheBindsInFlightNeedMoreOfTheBudgetThanT
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
     k8s::Controller& c = service_->controller();
-    for (std::size_t i = 0; i < 3; ++i) {
-      const std::string args = FilterArgs(pods[i], {"gpu-a"});
+    for (std::size_t i = 0; i < 4; ++i) {
+      const std::string args = FilterArgs(pods[i].first, {pods[i].second});
       EXPECT_TRUE((co_await Post("/filter", args)).at("Error").as_string().empty());
     }
-    const std::string bind_q1 = BindArgs(Stored("pods", "default", "q1"), "gpu-a");
-    EXPECT_TRUE((co_await Post("/bind", bind_q1)).at("Error").as_string().empty());
-    // q2 and q3 wait for q1's lock: 2 s of the budget in flight, more than 1.5 s.
-    for (std::size_t i = 1; i < 3; ++i) {
+    for (std::size_t i = 0; i < 2; ++i) {
+      const std::string args = BindArgs(Stored("pods", "default", pods[i].first), pods[i].second);
+      EXPECT_TRUE((co_await Post("/bind", args)).at("Error").as_string().empty());
+    }
+    // Two binds at the head of a queue: 2 s of the budget in flight, more than 1.5 s.
+    for (std::size_t i = 2; i < 4; ++i) {
       // The coroutine owns its body (Post takes it by reference).
       asio::co_spawn(
           ioc_,
-          [&, args = BindArgs(Stored("pods", "default", pods[i]), "gpu-a")]() -> asio::awaitable<void> {
-            co_await Post("/bind", args);
-          },
+          [&, args = BindArgs(Stored("pods", "default", pods[i].first),
+                              pods[i].second)]() -> asio::awaitable<void> { co_await Post("/bind", args); },
           asio::detached);
-      const std::function<bool()> queued = [&, i] { return c.stats().lock_waits == i; };
+      const std::function<bool()> queued = [&, i] { return c.stats().lock_waits == i - 1; };
       EXPECT_TRUE(co_await WaitUntil(queued));
     }
     bool answered = false;
-    const std::string filter_q4 = FilterArgs("q4", {"gpu-a"});
+    const std::string filter_q5 = FilterArgs("q5", {"gpu-a"});
     asio::co_spawn(
         ioc_,
         [&]() -> asio::awaitable<void> {
-          auto r = co_await Post("/filter", filter_q4);
+          auto r = co_await Post("/filter", filter_q5);
           EXPECT_TRUE(r.at("Error").as_string().empty()) << json::serialize(r);
           answered = true;
         },
@@ -444,7 +512,7 @@ TEST_F(ControllerTest, AFilterWaitsWhileTheBindsInFlightNeedMoreOfTheBudgetThanT
     asio::steady_timer pause(ioc_, 300ms);
     co_await pause.async_wait(asio::use_awaitable);
     EXPECT_FALSE(answered);
-    // q1's plugin is done: q2 binds, one bind is left in flight (1 s), and q4's filter goes on.
+    // q1's plugin is done: q3 binds, one bind is left in flight (1 s), and q5's filter goes on.
     const json::value release = {{"metadata", {{"annotations", {{"hami.io/mutex.lock", nullptr}}}}}};
     EXPECT_TRUE(server_.store().Patch(*sim::FindResourceByName("nodes"), "", "gpu-a", sim::PatchType::kMerge,
                                       release));
@@ -452,7 +520,7 @@ TEST_F(ControllerTest, AFilterWaitsWhileTheBindsInFlightNeedMoreOfTheBudgetThanT
     EXPECT_TRUE(co_await WaitUntil(done));
     auto m = co_await Call(http::verb::get, "/metrics");
     EXPECT_NE(m.body.find("hami_scheduler_filters_held_total 1"), std::string::npos);
-    c.Stop();  // q3 still waits for q2's lock
+    c.Stop();  // q4 still waits for q2's lock
   }());
 }
 
@@ -644,12 +712,7 @@ TEST_F(ControllerTest, APodRecreatedWhileTheWatchWasDownReleasesTheOldHold) {
     EXPECT_EQ(c.state().FindNode("gpu-a")->usage[0].mem.value(), 3000);
     // Deleted and re-created (no devices yet) while no watch delivers it; the history is gone, so the
     // controller relists and sees the same name with another uid.
-    sim::FaultRule down;  // the pod watch cannot reconnect meanwhile
-    down.count = 1000000;
-    down.status = 500;
-    down.method = "GET";
-    down.path_prefix = "/api/v1/pods";
-    server_.FailNext(down);
+    Fail500("GET", "/api/v1/pods", 1000000);  // the pod watch cannot reconnect meanwhile
     server_.DropWatches();
     auto& store = server_.store();
     EXPECT_TRUE(store.Delete(*sim::FindResourceByName("pods"), "default", "p1"));
@@ -757,12 +820,7 @@ TEST_F(ControllerTest, ABindRetriedBeforeTheWatchShowsThePodBoundLeavesLockAndPh
     const std::function<bool()> seen = [&] { return c.CachedPod("default/p1") != nullptr; };
     EXPECT_TRUE(co_await WaitUntil(seen));
     // The pod watch is down, so the cache still shows p1 unbound while it is bound and allocated.
-    sim::FaultRule down;
-    down.count = 1000000;
-    down.status = 500;
-    down.method = "GET";
-    down.path_prefix = "/api/v1/pods";
-    server_.FailNext(down);
+    Fail500("GET", "/api/v1/pods", 1000000);
     server_.DropWatches();
     const std::string bind_p1 = BindArgs(Stored("pods", "default", "p1"), "gpu-a");
     EXPECT_TRUE((co_await Post("/bind", bind_p1)).at("Error").as_string().empty());
@@ -872,12 +930,7 @@ TEST_F(ControllerTest, OurReservationOfAPodNeverBoundIsFreedAfterTheTimeoutWithN
     EXPECT_TRUE((co_await Post("/filter", filter_p1)).at("Error").as_string().empty());
     // The binding fails: nothing was written on the pod (the decision and the phase travel in the Binding),
     // and the devices stay reserved for a retry.
-    sim::FaultRule refuse;
-    refuse.count = 100;
-    refuse.status = 500;
-    refuse.method = "POST";
-    refuse.path_prefix = "/api/v1/namespaces/default/pods/p1/binding";
-    server_.FailNext(refuse);
+    Fail500("POST", "/api/v1/namespaces/default/pods/p1/binding", 100);
     const std::string bind_p1 = BindArgs(Stored("pods", "default", "p1"), "gpu-a");
     EXPECT_FALSE((co_await Post("/bind", bind_p1)).at("Error").as_string().empty());
     server_.ClearFaults();
@@ -932,12 +985,7 @@ TEST_F(ControllerTest, ReservationsAndLocksLeftByAKilledProcessAreFreedButNotADe
     EXPECT_FALSE(Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock").empty());
     // p2 is re-filtered (its decision rewritten) while the pod watch is down: the cache still shows the old
     // state, whose resourceVersion the expiry's compare-and-swap names, so p2's new decision stays.
-    sim::FaultRule down;
-    down.count = 1000000;
-    down.status = 500;
-    down.method = "GET";
-    down.path_prefix = "/api/v1/pods";
-    server_.FailNext(down);
+    Fail500("GET", "/api/v1/pods", 1000000);
     server_.DropWatches();
     clock->Advance(121s);
     const std::string fresh = std::to_string(
