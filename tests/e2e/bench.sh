@@ -27,6 +27,9 @@ set -uo pipefail
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$E2E_DIR/../.." && pwd)"
+for arg in "$@"; do
+  case "$arg" in -h|--help) sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+done
 source "$E2E_DIR/suite.sh"
 : "${HAMI_E2E_BENCH_TIMEOUT:=7200}"
 export HAMI_E2E_BENCH_TIMEOUT
@@ -46,7 +49,6 @@ while [ $# -gt 0 ]; do
     --out) OUT="$2"; shift ;;
     --hami) HAMI="$2"; shift ;;
     --keep) KEEP=1 ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) bad "unknown option $1 (see --help)"; finish ;;
     *) CASES+=("$1") ;;
   esac
