@@ -6,7 +6,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <charconv>
 
 #include "core/codec/stamps.h"
 #include "core/node_lock.h"
@@ -82,14 +81,10 @@ void NodeLocker::Wrote(const LockTarget& t, const std::string& resource_version,
 LockView NodeLocker::Current(const LockTarget& t, const std::string& cached_rv,
                              const std::optional<std::string>& cached_value) {
   if (auto it = written_.find(t.node + "/" + t.key); it != written_.end()) {
-    // Only integer versions (etcd's) can be ordered; with opaque ones the cache is trusted (a stale view
-    // costs one conflict and a read).
-    std::uint64_t a = 0, b = 0;
+    // Ours only while it is later than the cache's; opaque (non-integer) versions cannot be ordered, and then
+    // the cache is trusted (a stale view costs one conflict and a read).
     const std::string& w = it->second.resource_version;
-    const bool ordered =
-        std::from_chars(cached_rv.data(), cached_rv.data() + cached_rv.size(), a).ec == std::errc() &&
-        std::from_chars(w.data(), w.data() + w.size(), b).ec == std::errc();
-    if (ordered && !LaterOrSame(cached_rv, w)) return it->second;
+    if (w != cached_rv && LaterOrSame(w, cached_rv)) return it->second;
     written_.erase(it);  // the cache has caught up
   }
   return LockView{cached_rv, cached_value};
