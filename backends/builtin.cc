@@ -8,10 +8,10 @@
 namespace hami::backends {
 
 Result<void> RegisterBuiltinBackends(BackendRegistry& registry) {
-  if (auto ok = registry.Register("nvidia", &nvidia::Create); !ok) return ok;
-  if (auto ok = registry.Register("cambricon", &cambricon::Create); !ok) return ok;
-  if (auto ok = registry.Register("mthreads", &mthreads::Create); !ok) return ok;
-  if (auto ok = registry.Register("hygon", &hygon::Create); !ok) return ok;
+  // The explicit list: a vendor is its folder, one line here and one in CMakeLists.txt.
+  for (VendorModule module : {nvidia::Module(), cambricon::Module(), hygon::Module(), mthreads::Module()}) {
+    if (auto ok = registry.Register(std::move(module)); !ok) return ok;
+  }
   return {};
 }
 

@@ -97,32 +97,49 @@ Result<std::vector<DeviceInfo>> CapacityDevices(const NodeView& node, const Back
   return out;
 }
 
+std::vector<SettingField> ResourceNameFields() {
+  return {{"resourceCountName", SettingKind::kString},
+          {"resourceMemoryName", SettingKind::kString},
+          {"resourceCoreName", SettingKind::kString}};
+}
+
+SettingField AnnotationKeysField() {
+  return {"annotations",
+          SettingKind::kGroup,
+          {{"register", SettingKind::kString},
+           {"score", SettingKind::kString},
+           {"handshake", SettingKind::kString},
+           {"allocated", SettingKind::kString},
+           {"toAllocate", SettingKind::kString},
+           {"nodeLock", SettingKind::kString}}};
+}
+
 Result<void> ApplySettings(const VendorSettings& s, bool factor_configurable, BackendSpec& spec) {
-  const auto set = [](const std::optional<std::string>& from, std::string& to) {
-    if (from) to = *from;
+  const auto set = [&](std::string_view path, std::string& to) {
+    if (auto v = s.String(path)) to = *v;
   };
-  set(s.resource_count, spec.resources.count);
-  set(s.resource_memory, spec.resources.memory);
-  set(s.resource_memory_percentage, spec.resources.memory_percentage);
-  set(s.resource_cores, spec.resources.cores);
-  set(s.resource_priority, spec.resources.priority);
-  set(s.register_key, spec.keys.register_annotation);
-  set(s.score_key, spec.keys.score_annotation);
-  set(s.handshake_key, spec.keys.handshake);
-  set(s.allocated_key, spec.keys.allocated);
-  set(s.to_allocate_key, spec.keys.to_allocate);
-  set(s.node_lock_key, spec.keys.node_lock);
-  if (s.memory_factor) {
+  set("resourceCountName", spec.resources.count);
+  set("resourceMemoryName", spec.resources.memory);
+  set("resourceMemoryPercentageName", spec.resources.memory_percentage);
+  set("resourceCoreName", spec.resources.cores);
+  set("resourcePriorityName", spec.resources.priority);
+  set("annotations.register", spec.keys.register_annotation);
+  set("annotations.score", spec.keys.score_annotation);
+  set("annotations.handshake", spec.keys.handshake);
+  set("annotations.allocated", spec.keys.allocated);
+  set("annotations.toAllocate", spec.keys.to_allocate);
+  set("annotations.nodeLock", spec.keys.node_lock);
+  if (auto factor = s.Int("memoryFactor")) {
     if (!factor_configurable) {
       return Error{
           fmt::format("{}.memoryFactor: {} memory is counted in fixed units of {} MiB and cannot be changed",
                       spec.config_section, spec.display_name, spec.resources.memory_factor)};
     }
-    if (*s.memory_factor < 0) {
+    if (*factor < 0) {
       return Error{fmt::format("{}.memoryFactor: {} is negative (want 0 or 1 for MiB, or MiB per unit)",
-                               spec.config_section, *s.memory_factor)};
+                               spec.config_section, *factor)};
     }
-    spec.resources.memory_factor = std::max<std::int64_t>(1, *s.memory_factor);
+    spec.resources.memory_factor = std::max<std::int64_t>(1, *factor);
   }
   if (spec.resources.count.empty()) {
     return Error{fmt::format("{}.resourceCountName: must not be empty", spec.config_section)};

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <ostream>
+#include <stdexcept>
 
 #include "backends/builtin.h"
 #include "config/flags.h"
@@ -40,9 +41,18 @@ configuration flag (HAMi's flag names are accepted).
 
 std::string VersionString() { return fmt::format("hami-scheduler {}", HAMI_VERSION); }
 
+const BackendRegistry& Vendors() {
+  static const BackendRegistry registry = [] {
+    BackendRegistry r;
+    // The list is fixed at build time: a duplicate section is a programming error caught by every test.
+    if (auto ok = backends::RegisterBuiltinBackends(r); !ok) throw std::logic_error(ok.error().message);
+    return r;
+  }();
+  return registry;
+}
+
 Result<Backends> BuildBackends(const config::Config& cfg) {
-  BackendRegistry registry;
-  if (auto ok = backends::RegisterBuiltinBackends(registry); !ok) return ok.error();
+  const BackendRegistry& registry = Vendors();
   std::vector<BackendPtr> list;
   std::vector<std::string> problems;
   for (const auto& name : registry.Names()) {
@@ -86,7 +96,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     // `config [flags]`: load, validate, print.
     std::vector<std::string> flag_args{"hami-scheduler"};
     flag_args.insert(flag_args.end(), rest.begin(), rest.end());
-    auto loaded = config::LoadConfig(flag_args);
+    auto loaded = config::LoadConfig(flag_args, Vendors());
     if (!loaded) {
       err << "hami-scheduler: " << loaded.error().message << "\n";
       return kExitUsage;
@@ -101,7 +111,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       err << "hami-scheduler: " << backends.error().message << "\n";
       return kExitUsage;
     }
-    out << config::ToYaml(loaded->config);
+    out << config::ToYaml(loaded->config, Vendors());
     return kExitOk;
   }
   err << "hami-scheduler: unknown command '" << command << "'\n" << kUsage;

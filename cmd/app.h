@@ -16,6 +16,9 @@ inline constexpr int kExitUsage = 2;  // bad flags, bad config, bad input files
 // Runs `hami-scheduler <args...>` (args[0] is the first argument after the program name).
 int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// Every vendor compiled in (backends/builtin.cc): the schemas of the device-config sections and the
+// factories.
+const BackendRegistry& Vendors();
 // The backends the configuration enables, created through the explicit registry.
 Result<Backends> BuildBackends(const config::Config& cfg);
 

@@ -161,7 +161,7 @@ int Inspect(const std::vector<std::string>& args, std::ostream& out, std::ostrea
   const std::string& file = args[1];
   std::vector<std::string> flag_args{"hami-scheduler inspect"};
   flag_args.insert(flag_args.end(), args.begin() + 2, args.end());
-  auto loaded = config::LoadConfig(flag_args);
+  auto loaded = config::LoadConfig(flag_args, Vendors());
   if (!loaded) {
     err << "hami-scheduler inspect: " << loaded.error().message << "\n";
     return kExitUsage;

@@ -296,7 +296,7 @@ Result<std::vector<PlannedNode>> PlanNodes(const std::vector<SimNodeSpec>& specs
 Result<config::Config> LoadDeviceConfig(const std::string& file) {
   if (file.empty()) return config::Config{};
   const std::vector<std::string> args = {"hami-scheduler sim-device-plugins", "--device-config-file", file};
-  auto loaded = config::LoadConfig(args);
+  auto loaded = config::LoadConfig(args, Vendors());
   if (!loaded) return loaded.error();
   return std::move(loaded->config);
 }

@@ -266,7 +266,7 @@ void RunUntilDoneOrSignal(asio::io_context& ioc, bool& done) {
 int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::vector<std::string> flag_args{"hami-scheduler serve"};
   flag_args.insert(flag_args.end(), args.begin(), args.end());
-  auto loaded = config::LoadConfig(flag_args);
+  auto loaded = config::LoadConfig(flag_args, Vendors());
   if (!loaded) {
     err << "hami-scheduler serve: " << loaded.error().message << "\n";
     return kExitUsage;
@@ -282,7 +282,7 @@ int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     return kExitUsage;
   }
   if (loaded->print_config) {
-    out << config::ToYaml(cfg);
+    out << config::ToYaml(cfg, Vendors());
     return kExitOk;
   }
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));

@@ -200,7 +200,7 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
     out << kSimulateUsage;
     return kExitOk;
   }
-  auto loaded = config::LoadConfig(parsed->config_args);
+  auto loaded = config::LoadConfig(parsed->config_args, Vendors());
   if (!loaded) {
     err << "hami-scheduler simulate: " << loaded.error().message << "\n";
     return kExitUsage;

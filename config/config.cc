@@ -33,8 +33,7 @@ constexpr std::array<std::string_view, 2> kNodePolicies = {kPolicyBinpack, kPoli
 constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
                                                         "error", "critical", "off"};
 
-// The vendor sections this scheduler implements, and HAMi's others (accepted with a warning).
-constexpr std::array<std::string_view, 4> kVendorSections = {"nvidia", "cambricon", "hygon", "mthreads"};
+// HAMi's vendor sections no registered backend implements (accepted with a warning).
 constexpr std::array<std::string_view, 11> kForeignSections = {"metax",     "iluvatars", "enflame", "kunlun",
                                                                "awsneuron", "amd",       "vastai",  "biren",
                                                                "vnpus",     "iluvatar",  "ascend"};
@@ -293,24 +292,24 @@ struct Field {
 };
 
 // "did you mean 'httpBind'?" when a known key matches loosely, else the list of known keys.
-template <class T>
-std::string UnknownKeyHint(std::string_view key, std::span<const Field<T>> fields) {
-  for (const auto& f : fields)
-    if (FoldName(f.key) == FoldName(key)) return fmt::format("did you mean '{}'?", f.key);
-  for (const auto& f : fields)
-    if (LooksLikeName(key, f.key)) return fmt::format("did you mean '{}'?", f.key);
+std::string UnknownKeyHint(std::string_view key, std::span<const std::string_view> names) {
+  for (const auto name : names)
+    if (FoldName(name) == FoldName(key)) return fmt::format("did you mean '{}'?", name);
+  for (const auto name : names)
+    if (LooksLikeName(key, name)) return fmt::format("did you mean '{}'?", name);
   std::string known;
-  for (const auto& f : fields) {
+  for (const auto name : names) {
     if (!known.empty()) known += ", ";
-    known += f.key;
+    known += name;
   }
   return fmt::format("expected one of: {}", known);
 }
 
-// Reads a map section: every key must be known (or in `ignored`); each known key is read by its field.
-template <class T>
-void ReadMap(Reader& r, const Item& section, std::span<const Field<T>> fields,
-             std::span<const std::string_view> ignored, T& target) {
+// Visits a map section: every key must be in `names` (or in `ignored`); `read(index into names, item)`
+// reads each known key. Shape, duplicates and unknown keys are problems.
+template <class Read>
+void ForEachKey(Reader& r, const Item& section, std::span<const std::string_view> names,
+                std::span<const std::string_view> ignored, Read&& read) {
   if (section.value.IsNull()) return;
   if (!section.value.IsMap()) {
     r.Problem(section.key, section.path,
@@ -330,14 +329,22 @@ void ReadMap(Reader& r, const Item& section, std::span<const Field<T>> fields,
       continue;
     }
     if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
-    const auto field =
-        std::find_if(fields.begin(), fields.end(), [&](const Field<T>& f) { return f.key == key; });
-    if (field == fields.end()) {
-      r.Problem(kv.first, "", fmt::format("unknown key '{}'; {}", path, UnknownKeyHint(key, fields)));
+    const auto name = std::find(names.begin(), names.end(), key);
+    if (name == names.end()) {
+      r.Problem(kv.first, "", fmt::format("unknown key '{}'; {}", path, UnknownKeyHint(key, names)));
       continue;
     }
-    field->read(r, Item{kv.first, kv.second, path}, target);
+    read(static_cast<std::size_t>(name - names.begin()), Item{kv.first, kv.second, path});
   }
+}
+
+// Reads a map section of fixed fields.
+template <class T>
+void ReadMap(Reader& r, const Item& section, std::span<const Field<T>> fields, T& target) {
+  std::vector<std::string_view> names;
+  for (const auto& f : fields) names.push_back(f.key);
+  ForEachKey(r, section, names, {},
+             [&](std::size_t i, const Item& item) { fields[i].read(r, item, target); });
 }
 
 // ---- The scheduler: section ----
@@ -425,120 +432,81 @@ constexpr Field<Config> kSchedulerFields[] = {
     {"logLevel", &ReadLogLevel},
 };
 
-// ---- Vendor sections ----
+// ---- Vendor sections (read by the schema each backend declares) ----
 
-void ReadInt32(Reader& r, const Item& it, std::optional<std::int64_t>& out) {
-  if (auto v = r.Int(it, kInt32Min, kInt32Max, "a 32-bit integer")) out = *v;
+std::string JoinKeys(const std::vector<SettingField>& fields, std::string_view sep, std::string_view suffix) {
+  std::string out;
+  for (const auto& f : fields) out += fmt::format("{}{}{}", out.empty() ? "" : sep, f.key, suffix);
+  return out;
 }
 
-constexpr Field<MigAllowEntry> kMigEntryFields[] = {
-    {"models",
-     [](Reader& r, const Item& it, MigAllowEntry& e) {
-       if (auto l = r.StringList(it)) e.models = std::move(*l);
-     }},
-    {"profiles",
-     [](Reader& r, const Item& it, MigAllowEntry& e) {
-       if (auto l = r.StringList(it)) e.profiles = std::move(*l);
-     }},
-};
-
-void ReadMigAllowlist(Reader& r, const Item& it, VendorSettings& v) {
+void ReadRecordList(Reader& r, const Item& it, const SettingField& field, const std::string& path,
+                    VendorSettings& v) {
   if (it.value.IsNull()) {
-    v.mig_profile_allowlist.clear();
+    v.values.erase(path);
     return;
   }
   if (!it.value.IsSequence()) {
-    r.Problem(
-        it.key, it.path,
-        fmt::format("expected a list of {{models: [...], profiles: [...]}}, got {}", Describe(it.value)));
+    r.Problem(it.key, it.path,
+              fmt::format("expected a list of {{{}}}, got {}", JoinKeys(field.fields, ", ", ": [...]"),
+                          Describe(it.value)));
     return;
   }
-  std::vector<MigAllowEntry> list;
+  std::vector<std::string_view> names;
+  for (const auto& f : field.fields) names.push_back(f.key);
+  std::vector<SettingRecord> list;
   std::size_t i = 0;
   for (const auto& entry : it.value) {
     const Item item{entry, entry, fmt::format("{}[{}]", it.path, i++)};
     if (!entry.IsMap()) {
       r.Problem(entry, item.path,
-                fmt::format("expected a map with models and profiles, got {}", Describe(entry)));
+                fmt::format("expected a map with {}, got {}", JoinKeys(field.fields, " and ", ""),
+                            Describe(entry)));
       continue;
     }
-    MigAllowEntry e;
-    ReadMap<MigAllowEntry>(r, item, kMigEntryFields, {}, e);
-    for (std::string_view required : {"models", "profiles"})
-      if (!entry[std::string(required)])
-        r.Problem(entry, item.path, fmt::format("'{}' is missing", required));
-    list.push_back(std::move(e));
+    SettingRecord record;
+    ForEachKey(r, item, names, {}, [&](std::size_t k, const Item& sub) {
+      if (auto l = r.StringList(sub)) record[field.fields[k].key] = std::move(*l);
+    });
+    for (const auto& required : field.fields)
+      if (!entry[required.key]) r.Problem(entry, item.path, fmt::format("'{}' is missing", required.key));
+    list.push_back(std::move(record));
   }
-  v.mig_profile_allowlist = std::move(list);
+  v.Set(path, std::move(list));
 }
 
-constexpr Field<VendorSettings> kAnnotationFields[] = {
-    {"register", [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.register_key); }},
-    {"score", [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.score_key); }},
-    {"handshake", [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.handshake_key); }},
-    {"allocated", [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.allocated_key); }},
-    {"toAllocate", [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.to_allocate_key); }},
-    {"nodeLock", [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.node_lock_key); }},
-};
-
-void ReadEnabled(Reader& r, const Item& it, VendorSettings& v) { r.Bool(it, v.enabled); }
-void ReadAnnotations(Reader& r, const Item& it, VendorSettings& v) {
-  ReadMap<VendorSettings>(r, it, kAnnotationFields, {}, v);
+// `prefix` is the value path of the enclosing group inside the section ("" at the top, "annotations.").
+void ReadSettings(Reader& r, const Item& section, const std::vector<SettingField>& fields,
+                  std::span<const std::string_view> ignored, const std::string& prefix, VendorSettings& v) {
+  const bool top = prefix.empty();
+  std::vector<std::string_view> names;
+  if (top) names.push_back("enabled");
+  for (const auto& f : fields) names.push_back(f.key);
+  ForEachKey(r, section, names, ignored, [&](std::size_t i, const Item& it) {
+    if (top && i == 0) return r.Bool(it, v.enabled);
+    const SettingField& field = fields[i - (top ? 1 : 0)];
+    const std::string path = prefix + field.key;
+    switch (field.kind) {
+      case SettingKind::kString:
+        if (auto value = r.Scalar(it, "a string")) v.Set(path, *value);
+        return;
+      case SettingKind::kBool:
+        if (auto value = r.Bool(it)) v.Set(path, *value);
+        return;
+      case SettingKind::kInt32:
+        if (auto value = r.Int(it, kInt32Min, kInt32Max, "a 32-bit integer")) v.Set(path, *value);
+        return;
+      case SettingKind::kGroup:
+        return ReadSettings(r, it, field.fields, {}, path + ".", v);
+      case SettingKind::kRecordList:
+        return ReadRecordList(r, it, field, path, v);
+    }
+  });
 }
-void ReadCountName(Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.resource_count); }
-void ReadMemoryName(Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.resource_memory); }
-void ReadCoreName(Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.resource_cores); }
-void ReadMemoryFactor(Reader& r, const Item& it, VendorSettings& v) { ReadInt32(r, it, v.memory_factor); }
 
-constexpr Field<VendorSettings> kNvidiaFields[] = {
-    {"enabled", &ReadEnabled},
-    {"annotations", &ReadAnnotations},
-    {"resourceCountName", &ReadCountName},
-    {"resourceMemoryName", &ReadMemoryName},
-    {"resourceCoreName", &ReadCoreName},
-    {"resourceMemoryPercentageName",
-     [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.resource_memory_percentage); }},
-    {"resourcePriorityName",
-     [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.resource_priority); }},
-    {"overwriteEnv", [](Reader& r, const Item& it, VendorSettings& v) { r.Bool(it, v.overwrite_env); }},
-    {"defaultMemory",
-     [](Reader& r, const Item& it, VendorSettings& v) { ReadInt32(r, it, v.default_memory); }},
-    {"defaultCores", [](Reader& r, const Item& it, VendorSettings& v) { ReadInt32(r, it, v.default_cores); }},
-    {"defaultGPUNum",
-     [](Reader& r, const Item& it, VendorSettings& v) { ReadInt32(r, it, v.default_gpu_num); }},
-    {"memoryFactor", &ReadMemoryFactor},
-    {"gpuCorePolicy", [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.gpu_core_policy); }},
-    {"runtimeClassName",
-     [](Reader& r, const Item& it, VendorSettings& v) { r.String(it, v.runtime_class_name); }},
-    {"migProfileAllowlist", &ReadMigAllowlist},
-};
-// Keys HAMi's device plugin reads from the same file; the scheduler has no use for them.
-constexpr std::array<std::string_view, 8> kNvidiaPluginKeys = {
-    "deviceSplitCount", "deviceMemoryScaling", "deviceCoreScaling", "preConfiguredDeviceMemory",
-    "libCudaLogLevel",  "enableNumaTopology",  "disableCoreLimit",  "knownMigGeometries"};
-
-constexpr Field<VendorSettings> kBasicVendorFields[] = {
-    {"enabled", &ReadEnabled},
-    {"annotations", &ReadAnnotations},
-    {"resourceCountName", &ReadCountName},
-    {"resourceMemoryName", &ReadMemoryName},
-    {"resourceCoreName", &ReadCoreName},
-};
-
-constexpr Field<VendorSettings> kHygonFields[] = {
-    {"enabled", &ReadEnabled},
-    {"annotations", &ReadAnnotations},
-    {"resourceCountName", &ReadCountName},
-    {"resourceMemoryName", &ReadMemoryName},
-    {"resourceCoreName", &ReadCoreName},
-    {"memoryFactor", &ReadMemoryFactor},
-};
-
-void ReadVendor(Reader& r, const Item& it, VendorSettings& v) {
-  const std::string& name = it.path;
-  if (name == "nvidia") return ReadMap<VendorSettings>(r, it, kNvidiaFields, kNvidiaPluginKeys, v);
-  if (name == "hygon") return ReadMap<VendorSettings>(r, it, kHygonFields, {}, v);
-  return ReadMap<VendorSettings>(r, it, kBasicVendorFields, {}, v);
+void ReadVendor(Reader& r, const Item& it, const VendorSchema& schema, VendorSettings& v) {
+  const std::vector<std::string_view> ignored(schema.ignored.begin(), schema.ignored.end());
+  ReadSettings(r, it, schema.fields, ignored, "", v);
 }
 
 // ---- YAML writing ----
@@ -563,48 +531,57 @@ void EmitString(YAML::Emitter& out, std::string_view key, const std::string& val
   }
 }
 
-void EmitVendor(YAML::Emitter& out, const VendorSettings& v) {
+bool AnySet(const std::vector<SettingField>& fields, const std::string& prefix, const VendorSettings& v) {
+  return std::any_of(fields.begin(), fields.end(), [&](const SettingField& f) {
+    return f.kind == SettingKind::kGroup ? AnySet(f.fields, prefix + f.key + ".", v) : v.Has(prefix + f.key);
+  });
+}
+
+// The set values, in schema order; a group only when something in it is set.
+void EmitSettings(YAML::Emitter& out, const std::vector<SettingField>& fields, const std::string& prefix,
+                  const VendorSettings& v) {
+  for (const auto& f : fields) {
+    const std::string path = prefix + f.key;
+    switch (f.kind) {
+      case SettingKind::kString:
+        if (auto value = v.String(path)) EmitString(out, f.key, *value);
+        break;
+      case SettingKind::kBool:
+        if (auto value = v.Bool(path)) out << YAML::Key << f.key << YAML::Value << *value;
+        break;
+      case SettingKind::kInt32:
+        if (auto value = v.Int(path)) out << YAML::Key << f.key << YAML::Value << *value;
+        break;
+      case SettingKind::kGroup:
+        if (!AnySet(f.fields, path + ".", v)) break;
+        out << YAML::Key << f.key << YAML::Value << YAML::BeginMap;
+        EmitSettings(out, f.fields, path + ".", v);
+        out << YAML::EndMap;
+        break;
+      case SettingKind::kRecordList: {
+        const auto records = v.Records(path);
+        if (records.empty()) break;
+        out << YAML::Key << f.key << YAML::Value << YAML::BeginSeq;
+        for (const auto& record : records) {
+          out << YAML::BeginMap;
+          for (const auto& sub : f.fields) {
+            auto it = record.find(sub.key);
+            out << YAML::Key << sub.key << YAML::Value << YAML::Flow
+                << (it == record.end() ? std::vector<std::string>{} : it->second);
+          }
+          out << YAML::EndMap;
+        }
+        out << YAML::EndSeq;
+        break;
+      }
+    }
+  }
+}
+
+void EmitVendor(YAML::Emitter& out, const VendorSchema& schema, const VendorSettings& v) {
   out << YAML::BeginMap;
   out << YAML::Key << "enabled" << YAML::Value << v.enabled;
-  const auto str = [&](std::string_view key, const std::optional<std::string>& value) {
-    if (value) EmitString(out, key, *value);
-  };
-  const auto num = [&](std::string_view key, const std::optional<std::int64_t>& value) {
-    if (value) out << YAML::Key << std::string(key) << YAML::Value << *value;
-  };
-  str("resourceCountName", v.resource_count);
-  str("resourceMemoryName", v.resource_memory);
-  str("resourceCoreName", v.resource_cores);
-  str("resourceMemoryPercentageName", v.resource_memory_percentage);
-  str("resourcePriorityName", v.resource_priority);
-  if (v.overwrite_env) out << YAML::Key << "overwriteEnv" << YAML::Value << *v.overwrite_env;
-  num("defaultMemory", v.default_memory);
-  num("defaultCores", v.default_cores);
-  num("defaultGPUNum", v.default_gpu_num);
-  num("memoryFactor", v.memory_factor);
-  str("gpuCorePolicy", v.gpu_core_policy);
-  str("runtimeClassName", v.runtime_class_name);
-  if (!v.mig_profile_allowlist.empty()) {
-    out << YAML::Key << "migProfileAllowlist" << YAML::Value << YAML::BeginSeq;
-    for (const auto& e : v.mig_profile_allowlist) {
-      out << YAML::BeginMap;
-      out << YAML::Key << "models" << YAML::Value << YAML::Flow << e.models;
-      out << YAML::Key << "profiles" << YAML::Value << YAML::Flow << e.profiles;
-      out << YAML::EndMap;
-    }
-    out << YAML::EndSeq;
-  }
-  if (v.register_key || v.score_key || v.handshake_key || v.allocated_key || v.to_allocate_key ||
-      v.node_lock_key) {
-    out << YAML::Key << "annotations" << YAML::Value << YAML::BeginMap;
-    str("register", v.register_key);
-    str("score", v.score_key);
-    str("handshake", v.handshake_key);
-    str("allocated", v.allocated_key);
-    str("toAllocate", v.to_allocate_key);
-    str("nodeLock", v.node_lock_key);
-    out << YAML::EndMap;
-  }
+  EmitSettings(out, schema.fields, "", v);
   out << YAML::EndMap;
 }
 
@@ -765,8 +742,8 @@ Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(total_ns / 1'000'000));
 }
 
-void ApplyYaml(const std::string& text, const std::string& source_name, Config& cfg,
-               std::vector<std::string>& problems) {
+void ApplyYaml(const std::string& text, const std::string& source_name, const BackendRegistry& vendors,
+               Config& cfg, std::vector<std::string>& problems) {
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(text);
@@ -787,7 +764,7 @@ void ApplyYaml(const std::string& text, const std::string& source_name, Config& 
   if (!root.IsMap()) {
     r.Problem(root, "",
               fmt::format("expected a map of sections (scheduler, {}), got {}",
-                          JoinViews(kVendorSections, ", "), Describe(root)));
+                          Join(vendors.Sections(), ", "), Describe(root)));
     return;
   }
   std::map<std::string, int> seen;
@@ -803,27 +780,28 @@ void ApplyYaml(const std::string& text, const std::string& source_name, Config& 
     }
     const Item item{kv.first, kv.second, key};
     if (key == "scheduler") {
-      ReadMap<Config>(r, item, kSchedulerFields, {}, cfg);
-    } else if (Contains(kVendorSections, key)) {
-      ReadVendor(r, item, cfg.vendors[key]);
+      ReadMap<Config>(r, item, kSchedulerFields, cfg);
+    } else if (const VendorSchema* schema = vendors.Schema(key)) {
+      ReadVendor(r, item, *schema, cfg.vendors[key]);
     } else if (Contains(kForeignSections, key)) {
       cfg.warnings.push_back(
           fmt::format("{}: section '{}' is a HAMi vendor this scheduler does not implement; ignored",
                       r.Where(kv.first), key));
     } else {
       std::string hint;
-      for (std::string_view known : kVendorSections)
+      for (const std::string& known : vendors.Sections())
         if (LooksLikeName(key, known)) hint = fmt::format("; did you mean '{}'?", known);
       if (LooksLikeName(key, "scheduler")) hint = "; did you mean 'scheduler'?";
       if (hint.empty())
         hint = fmt::format("; expected scheduler, {} (or one of HAMi's other vendor sections)",
-                           JoinViews(kVendorSections, ", "));
+                           Join(vendors.Sections(), ", "));
       r.Problem(kv.first, "", fmt::format("unknown top-level key '{}'{}", key, hint));
     }
   }
 }
 
-void ApplyYamlFile(const std::string& path, Config& cfg, std::vector<std::string>& problems) {
+void ApplyYamlFile(const std::string& path, const BackendRegistry& vendors, Config& cfg,
+                   std::vector<std::string>& problems) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     problems.push_back(fmt::format("{}: cannot read the configuration file: it is a directory", path));
@@ -841,10 +819,10 @@ void ApplyYamlFile(const std::string& path, Config& cfg, std::vector<std::string
     return;
   }
   cfg.sources.push_back(path);
-  ApplyYaml(text.str(), path, cfg, problems);
+  ApplyYaml(text.str(), path, vendors, cfg, problems);
 }
 
-std::string ToYaml(const Config& cfg) {
+std::string ToYaml(const Config& cfg, const BackendRegistry& vendors) {
   YAML::Emitter out;
   out.SetIndent(2);
   if (!cfg.sources.empty()) out << YAML::Comment("read from: " + Join(cfg.sources, ", "));
@@ -884,8 +862,10 @@ std::string ToYaml(const Config& cfg) {
   EmitString(out, "logLevel", cfg.log_level);
   out << YAML::EndMap;
   for (const auto& [name, settings] : cfg.vendors) {
+    static const VendorSchema kNoSchema;  // a section no backend declares: only `enabled`
+    const VendorSchema* schema = vendors.Schema(name);
     out << YAML::Key << name << YAML::Value;
-    EmitVendor(out, settings);
+    EmitVendor(out, schema != nullptr ? *schema : kNoSchema, settings);
   }
   out << YAML::EndMap;
   std::string text = out.c_str();

@@ -2,7 +2,8 @@
 // The typed configuration: defaults <- YAML file(s) <- command-line flags (flags win).
 //
 // One YAML file (--config) holds a `scheduler:` section and HAMi's device-config vendor sections
-// (`nvidia:`, `cambricon:`, `hygon:`, `mthreads:` with HAMi's key names), so HAMi's device-config.yaml
+// (`nvidia:`, `cambricon:`, ... with HAMi's key names, each read by the schema its backend declares), so
+// HAMi's device-config.yaml
 // (--device-config-file) is accepted as it is. Every problem (unknown key, bad value) is reported at once,
 // with file and line; HAMi vendor sections this scheduler does not implement are accepted with a warning.
 #include <chrono>
@@ -47,7 +48,7 @@ struct Config {
   std::string leader_elect_resource_namespace;  // --leader-elect-resource-namespace
   bool legacy_metrics = false;                  // --legacy-metrics
   std::string log_level = "info";               // --log-level, or klog's -v
-  // Vendors, keyed by HAMi section name: nvidia, cambricon, hygon, mthreads.
+  // Vendors, keyed by HAMi section name (nvidia, cambricon, hygon, mthreads...).
   std::map<std::string, VendorSettings, std::less<>> vendors;
   // Files read, in order (for messages and --print-config).
   std::vector<std::string> sources;
@@ -57,13 +58,16 @@ struct Config {
 
 // Reads one YAML document into `cfg`, overriding what it sets. Problems are appended as
 // "<file>:<line>: <what is wrong; what is expected>"; nothing is dropped silently.
-void ApplyYaml(const std::string& text, const std::string& source_name, Config& cfg,
-               std::vector<std::string>& problems);
+// Vendor sections are read by the schemas `vendors` holds (each backend declares its own); config/ knows no
+// vendor.
+void ApplyYaml(const std::string& text, const std::string& source_name, const BackendRegistry& vendors,
+               Config& cfg, std::vector<std::string>& problems);
 // Same, from a file; a file that cannot be read is a problem too.
-void ApplyYamlFile(const std::string& path, Config& cfg, std::vector<std::string>& problems);
+void ApplyYamlFile(const std::string& path, const BackendRegistry& vendors, Config& cfg,
+                   std::vector<std::string>& problems);
 
 // The effective configuration as YAML, in the same shape the file takes (round-trips through ApplyYaml).
-std::string ToYaml(const Config& cfg);
+std::string ToYaml(const Config& cfg, const BackendRegistry& vendors);
 
 // Go duration ("300ms", "28s", "5m", "1h30m") or a bare number of seconds.
 Result<std::chrono::milliseconds> ParseDuration(std::string_view text);

@@ -568,7 +568,7 @@ std::string_view GroupTitle(Group g) {
 
 }  // namespace
 
-Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args) {
+Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args, const BackendRegistry& vendors) {
   LoadedConfig loaded;
   Problems problems;
   const auto given = ParseFlags(args, problems);
@@ -599,7 +599,7 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args) {
       problems.push_back(fmt::format("--{}: needs a file path", file_flag));
       continue;
     }
-    ApplyYamlFile(*path, loaded.config, problems);
+    ApplyYamlFile(*path, vendors, loaded.config, problems);
   }
   for (const auto& [def, value] : given)
     if (def->apply != nullptr) def->apply(Spelled(*def), value, loaded, problems);

@@ -19,7 +19,8 @@ struct LoadedConfig {
 
 // Parses flags (argv[0] is the program or subcommand name), reads --config and --device-config-file, then
 // applies the flags on top. Every problem is collected into one error (exit code 2 in main).
-Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args);
+// `vendors` holds the schema of each vendor section the files may have.
+Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args, const BackendRegistry& vendors);
 
 // The help text for the configuration flags, for `--help` of serve and other subcommands.
 std::string FlagsHelp(const std::string& program);

@@ -45,21 +45,30 @@ const Backend* Backends::Find(std::string_view vendor) const {
   return i < 0 ? nullptr : list_[static_cast<std::size_t>(i)].get();
 }
 
-Result<void> BackendRegistry::Register(std::string name, BackendFactory factory) {
-  auto [it, inserted] = factories_.emplace(std::move(name), std::move(factory));
+Result<void> BackendRegistry::Register(VendorModule module) {
+  if (module.section.empty() || !module.create)
+    return Error{"a vendor module needs a section name and a factory"};
+  std::string section = module.section;
+  auto [it, inserted] = modules_.emplace(std::move(section), std::move(module));
   if (!inserted) return Error{"backend '" + it->first + "' registered twice"};
+  order_.push_back(it->first);
   return {};
 }
 
-Result<BackendPtr> BackendRegistry::Create(std::string_view name, const VendorSettings& settings) const {
-  auto it = factories_.find(name);
-  if (it == factories_.end()) return Error{"unknown backend '" + std::string(name) + "'"};
-  return it->second(settings);
+Result<BackendPtr> BackendRegistry::Create(std::string_view section, const VendorSettings& settings) const {
+  auto it = modules_.find(section);
+  if (it == modules_.end()) return Error{"unknown backend '" + std::string(section) + "'"};
+  return it->second.create(settings);
+}
+
+const VendorSchema* BackendRegistry::Schema(std::string_view section) const {
+  auto it = modules_.find(section);
+  return it == modules_.end() ? nullptr : &it->second.schema;
 }
 
 std::vector<std::string> BackendRegistry::Names() const {
   std::vector<std::string> out;
-  for (const auto& [name, f] : factories_) out.push_back(name);
+  for (const auto& [name, m] : modules_) out.push_back(name);
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include "core/clock.h"
 #include "core/model.h"
 #include "core/result.h"
+#include "core/settings.h"
 
 namespace hami {
 
@@ -63,6 +64,14 @@ struct NodeLockRule {
   std::optional<std::chrono::seconds> fixed_expiry;  // nullopt: the configured --node-lock-timeout
 };
 
+// What a simulated device plugin of this vendor does (sim/device_plugin), as the real one would.
+struct SimulatedPluginFacts {
+  // Capacity discovery: cores one card adds to the core resource (0: the device's own `cores`).
+  std::int64_t cores_per_card = 0;
+  // Answers the handshake annotation (the real NVIDIA plugin never does: its allocatable count tells).
+  bool writes_handshake = true;
+};
+
 struct BackendSpec {
   std::string vendor;          // vendor key written in pod annotations and used as request type: "NVIDIA"
   std::string config_section;  // HAMi device-config section: "nvidia"
@@ -73,26 +82,7 @@ struct BackendSpec {
   ResourceNames resources;
   FitRules fit;
   NodeLockRule lock;
-};
-
-// A MIG profile allow-list entry from config (HAMi's nvidia.migProfileAllowlist).
-struct MigAllowEntry {
-  std::vector<std::string> models;
-  std::vector<std::string> profiles;
-};
-
-// One vendor's section of the configuration, already validated for shape by config/. Unset = default.
-struct VendorSettings {
-  bool enabled = true;
-  std::optional<std::string> resource_count, resource_memory, resource_memory_percentage, resource_cores,
-      resource_priority;
-  std::optional<std::int64_t> memory_factor, default_memory, default_cores, default_gpu_num;
-  std::optional<bool> overwrite_env;
-  std::optional<std::string> gpu_core_policy, runtime_class_name;
-  std::vector<MigAllowEntry> mig_profile_allowlist;
-  // Protocol key overrides (this project's extension; HAMi hard-codes them).
-  std::optional<std::string> register_key, score_key, handshake_key, allocated_key, to_allocate_key,
-      node_lock_key;
+  SimulatedPluginFacts plugin;
 };
 
 class Backend {
@@ -131,6 +121,14 @@ class Backend {
 using BackendPtr = std::unique_ptr<Backend>;
 using BackendFactory = std::function<Result<BackendPtr>(const VendorSettings&)>;
 
+// Everything the rest of the binary needs to know of one vendor: its device-config section, that section's
+// schema and the factory. Each backends/<vendor>/ folder exports one (`Module()`).
+struct VendorModule {
+  std::string section;  // HAMi device-config section: "nvidia"
+  VendorSchema schema;
+  BackendFactory create;
+};
+
 // The backends in use, sorted by vendor key (the order node locks are taken in). Owned by main.
 class Backends {
  public:
@@ -151,15 +149,19 @@ class Backends {
   std::vector<BackendPtr> list_;
 };
 
-// Name -> factory. Filled explicitly (backends/builtin.cc); a duplicate name is a startup error.
+// Section -> vendor module. Filled explicitly (backends/builtin.cc); a duplicate section is a startup error.
 class BackendRegistry {
  public:
-  Result<void> Register(std::string name, BackendFactory factory);
-  Result<BackendPtr> Create(std::string_view name, const VendorSettings& settings) const;
-  std::vector<std::string> Names() const;
+  Result<void> Register(VendorModule module);
+  Result<BackendPtr> Create(std::string_view section, const VendorSettings& settings) const;
+  // The schema of a registered section, or null.
+  const VendorSchema* Schema(std::string_view section) const;
+  std::vector<std::string> Names() const;                              // sorted
+  const std::vector<std::string>& Sections() const { return order_; }  // in registration order
 
  private:
-  std::map<std::string, BackendFactory, std::less<>> factories_;
+  std::map<std::string, VendorModule, std::less<>> modules_;
+  std::vector<std::string> order_;
 };
 
 }  // namespace hami

@@ -26,14 +26,6 @@ using namespace asio::experimental::awaitable_operators;
 constexpr int kLockReleaseAttempts = 5;
 constexpr std::string_view kAllocatedEverything = ";";  // PROTOCOL.md §4: an empty list, not "" nor removed
 
-// Cores one card contributes to the core resource in capacity discovery; mirrors the vendors' Discover()
-// arithmetic (backends/cambricon, backends/mthreads). 0: unknown vendor, the device's own cores are used.
-std::int64_t FixedCoresPerCard(std::string_view vendor) {
-  if (vendor == "MLU") return 100;
-  if (vendor == "Mthreads") return 16;
-  return 0;
-}
-
 std::string_view ModeName(PluginMode mode) {
   switch (mode) {
     case PluginMode::kNormal:
@@ -246,42 +238,50 @@ void DevicePlugin::SeedPublishedFromNode(const NodeView& node) {
   copy_managed(node.allocatable, published_status_.allocatable);
 }
 
-std::optional<std::string> DevicePlugin::DesiredAnnotation() const {
-  const BackendSpec& spec = backend_->Spec();
-  if (spec.keys.register_annotation.empty()) return std::nullopt;
-  switch (spec.discovery) {
-    case Discovery::kJsonAnnotation:
-      return codec::EncodeDeviceManifest(ManifestOf(options_.devices));
-    case Discovery::kLegacyAnnotation: {
-      std::string text = codec::EncodeLegacyDevices(ManifestOf(options_.devices));
-      return text.empty() ? std::string(":") : text;  // ":" is the legacy spelling of "no devices"
+PublishedDevices PublishFor(const Backend& backend, const std::vector<SimDevice>& devices) {
+  const BackendSpec& spec = backend.Spec();
+  PublishedDevices out;
+  if (!spec.keys.register_annotation.empty()) {
+    switch (spec.discovery) {
+      case Discovery::kJsonAnnotation:
+        out.annotation = codec::EncodeDeviceManifest(ManifestOf(devices));
+        break;
+      case Discovery::kLegacyAnnotation: {
+        std::string text = codec::EncodeLegacyDevices(ManifestOf(devices));
+        out.annotation =
+            text.empty() ? std::string(":") : text;  // ":" is the legacy spelling of "no devices"
+        break;
+      }
+      case Discovery::kNodeCapacity:
+        break;
     }
-    case Discovery::kNodeCapacity:
-      return std::nullopt;
   }
-  return std::nullopt;
-}
-
-DevicePlugin::NodeStatus DevicePlugin::DesiredStatus() const {
-  const BackendSpec& spec = backend_->Spec();
   std::int64_t slots = 0, cards = 0, cores = 0, memory_mib = 0;
-  for (const SimDevice& d : options_.devices) {
+  for (const SimDevice& d : devices) {
     if (!d.healthy) continue;
     slots += d.split;
     ++cards;
     cores += d.cores;
     memory_mib += d.memory_mib;
   }
-  Resources resources;
-  resources[spec.resources.count] = std::to_string(slots);
+  out.resources[spec.resources.count] = std::to_string(slots);
   if (spec.discovery == Discovery::kNodeCapacity) {
-    const std::int64_t per_card = FixedCoresPerCard(spec.vendor);
+    const std::int64_t per_card = spec.plugin.cores_per_card;
     if (per_card > 0) cores = cards * per_card;
     const std::int64_t factor = std::max<std::int64_t>(1, spec.resources.memory_factor);
-    if (!spec.resources.cores.empty()) resources[spec.resources.cores] = std::to_string(cores);
+    if (!spec.resources.cores.empty()) out.resources[spec.resources.cores] = std::to_string(cores);
     if (!spec.resources.memory.empty())
-      resources[spec.resources.memory] = std::to_string(memory_mib / factor);
+      out.resources[spec.resources.memory] = std::to_string(memory_mib / factor);
   }
+  return out;
+}
+
+std::optional<std::string> DevicePlugin::DesiredAnnotation() const {
+  return PublishFor(*backend_, options_.devices).annotation;
+}
+
+DevicePlugin::NodeStatus DevicePlugin::DesiredStatus() const {
+  Resources resources = PublishFor(*backend_, options_.devices).resources;
   return NodeStatus{resources, resources};
 }
 
@@ -329,8 +329,8 @@ asio::awaitable<bool> DevicePlugin::PublishStatus(const NodeStatus& status) {
 
 bool DevicePlugin::AnswersHandshakes() const {
   const BackendSpec& spec = backend_->Spec();
-  // The real NVIDIA plugin never writes its handshake: its health is carried by the allocatable count.
-  return !spec.keys.handshake.empty() && spec.health != HealthRule::kAlwaysHealthy && spec.vendor != "NVIDIA";
+  return !spec.keys.handshake.empty() && spec.health != HealthRule::kAlwaysHealthy &&
+         spec.plugin.writes_handshake;
 }
 
 std::optional<std::string> DevicePlugin::PendingRequest() const {

@@ -9,7 +9,7 @@
 //   backend's Discover() turns back into cards. Every mode also keeps status.capacity and status.allocatable
 //   of the count resource at the sum of the split counts of healthy devices, as kubelet would from the
 //   plugin's ListAndWatch. Status is patched on /status, again only when it changed.
-// - Handshake (backends with a handshake key, except NVIDIA, whose real plugin never writes one): answers a
+// - Handshake (backends with a handshake key whose plugin writes it, BackendSpec::plugin): answers a
 //   `Requesting_...` value seen on the watched node with `Reported <RFC3339>`.
 // - Allocation: for each pod bound to the node with bind-phase `allocating` and something left under the
 //   backend's to-allocate key, after `allocate_delay`, ONE merge patch sets to-allocate to ";" and
@@ -20,8 +20,8 @@
 //   something left). A pod is answered at most once (watch events repeat).
 //
 // Capacity mode carries less than the annotations: the backend synthesizes ids ("<node>-<infix>-<i>"),
-// count 100 and type = vendor key. A card's cores are the vendor's fixed per-card value (Cambricon 100,
-// Moore Threads 16; other vendors: the device's `cores`), memory is published in units of the backend's
+// count 100 and type = vendor key. A card's cores are the vendor's fixed per-card value (its
+// BackendSpec::plugin.cores_per_card; 0: the device's `cores`), memory is published in units of the backend's
 // memory factor (rounded down) and shared evenly between cards, and only healthy devices are published.
 //
 // Everything runs on the caller's io_context thread; the object must outlive Run().
@@ -83,6 +83,15 @@ struct DevicePluginOptions {
 
 // The device entries the plugin publishes in annotation modes (index = position, mode hami-core).
 std::vector<DeviceInfo> ManifestOf(const std::vector<SimDevice>& devices);
+
+// What a plugin of `backend`'s vendor publishes for `devices`, from the vendor's discovery mode and
+// simulated-plugin facts (BackendSpec::plugin): the register annotation (annotation modes) and the node's
+// capacity (= allocatable) resources.
+struct PublishedDevices {
+  std::optional<std::string> annotation;
+  std::map<std::string, std::string> resources;
+};
+PublishedDevices PublishFor(const Backend& backend, const std::vector<SimDevice>& devices);
 
 class DevicePlugin {
  public:

@@ -53,6 +53,7 @@ BackendSpec DefaultSpec() {
   s.config_section = "cambricon";
   s.display_name = "Cambricon MLU";
   s.discovery = Discovery::kNodeCapacity;
+  s.plugin.cores_per_card = kCoresPerCard;
   s.health = HealthRule::kAlwaysHealthy;
   s.keys.allocated = "hami.io/cambricon-mlu-devices-allocated";
   s.keys.to_allocate = "hami.io/cambricon-mlu-devices-to-allocate";
@@ -72,6 +73,14 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
   BackendSpec spec = DefaultSpec();
   if (auto ok = ApplySettings(settings, false, spec); !ok) return ok.error();
   return BackendPtr(std::make_unique<CambriconBackend>(std::move(spec)));
+}
+
+VendorModule Module() {
+  VendorSchema schema;
+  schema.fields = ResourceNameFields();
+  schema.fields.push_back(AnnotationKeysField());
+  schema.ignored = {};
+  return VendorModule{"cambricon", std::move(schema), &Create};
 }
 
 }  // namespace hami::backends::cambricon

@@ -63,4 +63,13 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
   return BackendPtr(std::make_unique<HygonBackend>(std::move(spec)));
 }
 
+VendorModule Module() {
+  VendorSchema schema;
+  schema.fields = ResourceNameFields();
+  schema.fields.push_back({"memoryFactor", SettingKind::kInt32});
+  schema.fields.push_back(AnnotationKeysField());
+  schema.ignored = {};
+  return VendorModule{"hygon", std::move(schema), &Create};
+}
+
 }  // namespace hami::backends::hygon

@@ -4,6 +4,8 @@
 
 namespace hami::backends::hygon {
 
+// The section `hygon`: its schema and factory, for the explicit registration list (backends/builtin.cc).
+VendorModule Module();
 Result<BackendPtr> Create(const VendorSettings& settings);
 BackendSpec DefaultSpec();
 

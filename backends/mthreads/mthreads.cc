@@ -95,6 +95,7 @@ BackendSpec DefaultSpec() {
   s.config_section = "mthreads";
   s.display_name = "Moore Threads GPU";
   s.discovery = Discovery::kNodeCapacity;
+  s.plugin.cores_per_card = kCoresPerCard;
   s.health = HealthRule::kAlwaysHealthy;
   s.keys.allocated = "hami.io/mthreads-vgpu-devices-allocated";
   s.keys.to_allocate = "hami.io/mthreads-vgpu-devices-to-allocate";
@@ -110,6 +111,14 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
   BackendSpec spec = DefaultSpec();
   if (auto ok = ApplySettings(settings, false, spec); !ok) return ok.error();
   return BackendPtr(std::make_unique<MthreadsBackend>(std::move(spec)));
+}
+
+VendorModule Module() {
+  VendorSchema schema;
+  schema.fields = ResourceNameFields();
+  schema.fields.push_back(AnnotationKeysField());
+  schema.ignored = {};
+  return VendorModule{"mthreads", std::move(schema), &Create};
 }
 
 }  // namespace hami::backends::mthreads

@@ -5,6 +5,8 @@
 
 namespace hami::backends::mthreads {
 
+// The section `mthreads`: its schema and factory, for the explicit registration list (backends/builtin.cc).
+VendorModule Module();
 Result<BackendPtr> Create(const VendorSettings& settings);
 BackendSpec DefaultSpec();
 

@@ -26,17 +26,34 @@ void SetEnv(ContainerView& c, std::string name, std::string value) {
   c.env.push_back(EnvVar{std::move(name), std::move(value)});
 }
 
+// HAMi's nvidia.migProfileAllowlist: cards whose model contains one of `models` may use only `profiles`.
+struct MigAllowEntry {
+  std::vector<std::string> models;
+  std::vector<std::string> profiles;
+};
+
+std::vector<MigAllowEntry> MigAllowlist(const VendorSettings& s) {
+  std::vector<MigAllowEntry> out;
+  for (const SettingRecord& r : s.Records("migProfileAllowlist")) {
+    MigAllowEntry e;
+    if (auto m = r.find("models"); m != r.end()) e.models = m->second;
+    if (auto p = r.find("profiles"); p != r.end()) e.profiles = p->second;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 class NvidiaBackend final : public BasicBackend {
  public:
   NvidiaBackend(BackendSpec spec, const VendorSettings& s)
       : BasicBackend(std::move(spec)),
-        default_memory_(s.default_memory.value_or(0)),
-        default_cores_(s.default_cores.value_or(0)),
-        default_gpu_num_(s.default_gpu_num.value_or(1)),
-        overwrite_env_(s.overwrite_env.value_or(false)),
-        gpu_core_policy_(s.gpu_core_policy.value_or(std::string(kCorePolicyDefault))),
-        runtime_class_(s.runtime_class_name.value_or("")),
-        mig_allowlist_(s.mig_profile_allowlist) {}
+        default_memory_(s.Int("defaultMemory").value_or(0)),
+        default_cores_(s.Int("defaultCores").value_or(0)),
+        default_gpu_num_(s.Int("defaultGPUNum").value_or(1)),
+        overwrite_env_(s.Bool("overwriteEnv").value_or(false)),
+        gpu_core_policy_(s.String("gpuCorePolicy").value_or(std::string(kCorePolicyDefault))),
+        runtime_class_(s.String("runtimeClassName").value_or("")),
+        mig_allowlist_(MigAllowlist(s)) {}
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
     const auto& key = spec_.keys.register_annotation;
@@ -186,6 +203,7 @@ BackendSpec DefaultSpec() {
   s.fit.quota_in_fit = true;
   s.fit.topology = true;
   s.fit.mig = true;
+  s.plugin.writes_handshake = false;  // its health is carried by the allocatable count
   return s;
 }
 
@@ -196,19 +214,18 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
     if (v && *v < 0) return Error{fmt::format("nvidia.{}: {} is negative", key, *v)};
     return {};
   };
-  if (auto ok = non_negative(settings.default_memory, "defaultMemory"); !ok) return ok.error();
-  if (auto ok = non_negative(settings.default_cores, "defaultCores"); !ok) return ok.error();
-  if (auto ok = non_negative(settings.default_gpu_num, "defaultGPUNum"); !ok) return ok.error();
-  if (settings.default_cores && *settings.default_cores > 100) {
-    return Error{
-        fmt::format("nvidia.defaultCores: {} is above 100 (percent of one GPU)", *settings.default_cores)};
+  const auto default_cores = settings.Int("defaultCores");
+  if (auto ok = non_negative(settings.Int("defaultMemory"), "defaultMemory"); !ok) return ok.error();
+  if (auto ok = non_negative(default_cores, "defaultCores"); !ok) return ok.error();
+  if (auto ok = non_negative(settings.Int("defaultGPUNum"), "defaultGPUNum"); !ok) return ok.error();
+  if (default_cores && *default_cores > 100) {
+    return Error{fmt::format("nvidia.defaultCores: {} is above 100 (percent of one GPU)", *default_cores)};
   }
-  if (settings.gpu_core_policy && *settings.gpu_core_policy != "default" &&
-      *settings.gpu_core_policy != "force" && *settings.gpu_core_policy != "disable") {
-    return Error{fmt::format("nvidia.gpuCorePolicy: '{}' is not one of default, force, disable",
-                             *settings.gpu_core_policy)};
+  if (const auto policy = settings.String("gpuCorePolicy");
+      policy && *policy != "default" && *policy != "force" && *policy != "disable") {
+    return Error{fmt::format("nvidia.gpuCorePolicy: '{}' is not one of default, force, disable", *policy)};
   }
-  for (const auto& entry : settings.mig_profile_allowlist) {
+  for (const auto& entry : MigAllowlist(settings)) {
     if (entry.models.empty() || entry.profiles.empty()) {
       return Error{"nvidia.migProfileAllowlist: every entry needs both models and profiles"};
     }
@@ -223,6 +240,27 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
     }
   }
   return BackendPtr(std::make_unique<NvidiaBackend>(std::move(spec), settings));
+}
+
+VendorModule Module() {
+  VendorSchema schema;
+  schema.fields = ResourceNameFields();
+  for (const char* key : {"resourceMemoryPercentageName", "resourcePriorityName"})
+    schema.fields.push_back({key, SettingKind::kString});
+  schema.fields.push_back({"overwriteEnv", SettingKind::kBool});
+  for (const char* key : {"defaultMemory", "defaultCores", "defaultGPUNum", "memoryFactor"})
+    schema.fields.push_back({key, SettingKind::kInt32});
+  for (const char* key : {"gpuCorePolicy", "runtimeClassName"})
+    schema.fields.push_back({key, SettingKind::kString});
+  schema.fields.push_back({"migProfileAllowlist",
+                           SettingKind::kRecordList,
+                           {{"models", SettingKind::kString}, {"profiles", SettingKind::kString}}});
+  schema.fields.push_back(AnnotationKeysField());
+  schema
+      .ignored =  // Keys HAMi's device plugin reads from the same section; the scheduler has no use for them.
+      {"deviceSplitCount", "deviceMemoryScaling", "deviceCoreScaling", "preConfiguredDeviceMemory",
+       "libCudaLogLevel",  "enableNumaTopology",  "disableCoreLimit",  "knownMigGeometries"};
+  return VendorModule{"nvidia", std::move(schema), &Create};
 }
 
 }  // namespace hami::backends::nvidia

@@ -5,6 +5,8 @@
 
 namespace hami::backends::nvidia {
 
+// The section `nvidia`: its schema and factory, for the explicit registration list (backends/builtin.cc).
+VendorModule Module();
 Result<BackendPtr> Create(const VendorSettings& settings);
 BackendSpec DefaultSpec();
 

@@ -66,6 +66,24 @@ inline ContainerView GpuCtr(std::string name, int count, std::int64_t mem, int c
   return Ctr(std::move(name), std::move(limits));
 }
 
+// nvidia.migProfileAllowlist as config reads it: one {models, profiles} record per entry.
+inline std::vector<SettingRecord> MigAllowlist(
+    std::initializer_list<std::pair<std::vector<std::string>, std::vector<std::string>>> entries) {
+  std::vector<SettingRecord> out;
+  for (const auto& [models, profiles] : entries) out.push_back({{"models", models}, {"profiles", profiles}});
+  return out;
+}
+
+// The registry of the four built-in vendors (their config schemas and factories).
+inline const BackendRegistry& BuiltinVendors() {
+  static const BackendRegistry registry = [] {
+    BackendRegistry r;
+    backends::RegisterBuiltinBackends(r).value();
+    return r;
+  }();
+  return registry;
+}
+
 // The four built-in backends; `settings` by config section ("nvidia", ...).
 inline Backends BuiltinBackends(const std::map<std::string, VendorSettings>& settings = {}) {
   BackendRegistry registry;

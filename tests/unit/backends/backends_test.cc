@@ -490,7 +490,7 @@ TEST(NvidiaRequest, D7Counts) {
 
 TEST(NvidiaRequest, V28MemoryFactor) {
   VendorSettings s;
-  s.memory_factor = 2;
+  s.Set("memoryFactor", 2);
   auto b = Make("nvidia", s);
   EXPECT_EQ(Request(*b, Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "1024"}})),
             Req("NVIDIA", 1, 2048, kPercentUnset, 0));
@@ -504,9 +504,9 @@ TEST(NvidiaRequest, V28MemoryFactor) {
 
 TEST(NvidiaRequest, V29DefaultMemoryAndCores) {
   VendorSettings s;
-  s.default_memory = 512;
-  s.default_cores = 20;
-  s.memory_factor = 4;  // the default is not scaled (upstream S5)
+  s.Set("defaultMemory", 512);
+  s.Set("defaultCores", 20);
+  s.Set("memoryFactor", 4);  // the default is not scaled (upstream S5)
   auto b = Make("nvidia", s);
   EXPECT_EQ(Request(*b, Ctr("c", {{"nvidia.com/gpu", "1"}})), Req("NVIDIA", 1, 512, kPercentUnset, 20));
   EXPECT_EQ(Request(*b, Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem-percentage", "0"}})),
@@ -522,7 +522,7 @@ TEST(NvidiaRequest, V29DefaultMemoryAndCores) {
 
 TEST(CambriconRequest, V46Vectors) {
   VendorSettings s;
-  s.resource_count = "cambricon.com/mlu";  // the names of the upstream test
+  s.Set("resourceCountName", "cambricon.com/mlu");  // the names of the upstream test
   auto b = Make("cambricon", s);
   EXPECT_EQ(Request(*b, Ctr("c", {})), std::nullopt);
   EXPECT_EQ(Request(*b, Ctr("c", {{"cambricon.com/mlu", "1"},
@@ -617,12 +617,12 @@ TEST(HygonRequest, V64Vectors) {
 
 TEST(HygonRequest, MemoryFactor) {
   VendorSettings big;
-  big.memory_factor = 1024;
+  big.Set("memoryFactor", 1024);
   const std::string e = RequestError(*Make("hygon", big),
                                      Ctr("c", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcumem", "3000000"}}));
   EXPECT_TRUE(Contains(e, "hygon.com/dcumem")) << e;
   VendorSettings two;
-  two.memory_factor = 2;
+  two.Set("memoryFactor", 2);
   EXPECT_EQ(Request(*Make("hygon", two), Ctr("c", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcumem", "800"}})),
             Req("DCU", 1, 1600, 0, 100));
 }
@@ -728,14 +728,14 @@ TEST(HygonAnnotate, V63AndD2) {
 
 TEST(Annotate, ConfiguredKeysAreWritten) {
   VendorSettings s;
-  s.allocated_key = "example.com/allocated";
-  s.to_allocate_key = "hami.io/dcu-devices-to-allocate";
+  s.Set("annotations.allocated", "example.com/allocated");
+  s.Set("annotations.toAllocate", "hami.io/dcu-devices-to-allocate");
   Annotations out;
   Make("hygon", s)->Annotate({{Dev(0, "x", "DCU", 1, 1)}}, {}, kNow, out);
   EXPECT_EQ(out, (Annotations{{"example.com/allocated", "x,DCU,1,1:;"},
                               {"hami.io/dcu-devices-to-allocate", "x,DCU,1,1:;"}}));
   VendorSettings none;
-  none.to_allocate_key = "";
+  none.Set("annotations.toAllocate", "");
   Annotations only_allocated;
   Make("nvidia", none)->Annotate({{Dev(0, "g", "NVIDIA", 1, 1)}}, {}, kNow, only_allocated);
   EXPECT_EQ(only_allocated, (Annotations{{"hami.io/vgpu-devices-allocated", "g,NVIDIA,1,1:;"}}));
@@ -783,13 +783,13 @@ TEST(NvidiaAdmit, V19DefaultGpuNum) {
   EXPECT_TRUE(none.container.limits.empty());
 
   VendorSettings zero;
-  zero.default_gpu_num = 0;
+  zero.Set("defaultGPUNum", 0);
   auto off = AdmitOne(*Make("nvidia", zero), Ctr("c", {{"nvidia.com/gpumem", "1000"}}));
   ASSERT_TRUE(off.ok);
   EXPECT_FALSE(off.uses);
   EXPECT_FALSE(off.container.limits.contains("nvidia.com/gpu"));
   VendorSettings three;
-  three.default_gpu_num = 3;
+  three.Set("defaultGPUNum", 3);
   EXPECT_EQ(AdmitOne(*Make("nvidia", three), Ctr("c", {{"nvidia.com/gpucores", "10"}}))
                 .container.limits.at("nvidia.com/gpu"),
             "3");
@@ -835,15 +835,15 @@ TEST(NvidiaAdmit, V21ExclusiveCoreDefaulting) {
   EXPECT_FALSE(req.container.limits.contains("nvidia.com/gpucores"));
 
   VendorSettings no_mem;
-  no_mem.resource_memory = "";
+  no_mem.Set("resourceMemoryName", "");
   auto a = AdmitOne(*Make("nvidia", no_mem), Ctr("c", {{"nvidia.com/gpu", "1"}}));
   ASSERT_TRUE(a.ok) << a.error;
   EXPECT_EQ(a.container.limits.at("nvidia.com/gpucores"), "100");
 
   VendorSettings custom;
-  custom.resource_count = "hami.io/gpu";
-  custom.resource_memory_percentage = "hami.io/gpumem-percentage";
-  custom.resource_cores = "hami.io/gpucores";
+  custom.Set("resourceCountName", "hami.io/gpu");
+  custom.Set("resourceMemoryPercentageName", "hami.io/gpumem-percentage");
+  custom.Set("resourceCoreName", "hami.io/gpucores");
   auto c = AdmitOne(*Make("nvidia", custom),
                     Ctr("c", {{"hami.io/gpu", "1"}, {"hami.io/gpumem-percentage", "100"}}));
   ASSERT_TRUE(c.ok) << c.error;
@@ -860,16 +860,16 @@ TEST(NvidiaAdmit, V22Extras) {
   EXPECT_TRUE(AdmitOne(*plain, Ctr("c", {{"nvidia.com/gpu", "1"}})).container.env.empty());
 
   VendorSettings force;
-  force.gpu_core_policy = "force";
+  force.Set("gpuCorePolicy", "force");
   auto f = AdmitOne(*Make("nvidia", force), Ctr("c", {{"nvidia.com/gpu", "1"}}));
   ASSERT_TRUE(f.ok) << f.error;
   EXPECT_EQ(f.container.env, (std::vector<EnvVar>{{"GPU_CORE_UTILIZATION_POLICY", "force"}}));
   VendorSettings dflt;
-  dflt.gpu_core_policy = "default";
+  dflt.Set("gpuCorePolicy", "default");
   EXPECT_TRUE(AdmitOne(*Make("nvidia", dflt), Ctr("c", {{"nvidia.com/gpu", "1"}})).container.env.empty());
 
   VendorSettings rc;
-  rc.runtime_class_name = "nvidia";
+  rc.Set("runtimeClassName", "nvidia");
   auto r = AdmitOne(*Make("nvidia", rc), Ctr("c", {{"nvidia.com/gpu", "1"}}));
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(r.pod.runtime_class_name, std::optional<std::string>("nvidia"));
@@ -880,7 +880,7 @@ TEST(NvidiaAdmit, V22Extras) {
   EXPECT_EQ(AdmitOne(*Make("nvidia", rc), Ctr("c", {{"cpu", "1"}})).pod.runtime_class_name, std::nullopt);
 
   VendorSettings ow;
-  ow.overwrite_env = true;
+  ow.Set("overwriteEnv", true);
   auto none = AdmitOne(*Make("nvidia", ow), Ctr("c", {{"cpu", "1"}}));
   ASSERT_TRUE(none.ok) << none.error;
   EXPECT_FALSE(none.uses);
@@ -890,7 +890,7 @@ TEST(NvidiaAdmit, V22Extras) {
 
 TEST(NvidiaAdmit, EnvVarsAreReplacedNotDuplicated) {
   VendorSettings s;
-  s.gpu_core_policy = "disable";
+  s.Set("gpuCorePolicy", "disable");
   auto b = Make("nvidia", s);
   ContainerView c = Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/priority", "5"}});
   c.env = {{"OTHER", "x"}, {"CUDA_TASK_PRIORITY", "1"}};
@@ -906,7 +906,7 @@ TEST(NvidiaAdmit, EnvVarsAreReplacedNotDuplicated) {
 
 TEST(CambriconAdmit, V44ReportsCountInLimits) {
   VendorSettings s;
-  s.resource_count = "cambricon.com/mlu";
+  s.Set("resourceCountName", "cambricon.com/mlu");
   auto custom = AdmitOne(*Make("cambricon", s), Ctr("c", {{"cambricon.com/mlu", "1"}}));
   ASSERT_TRUE(custom.ok);
   EXPECT_TRUE(custom.uses);
@@ -993,15 +993,15 @@ TEST(HygonAdmit, V58) {
 TEST(Settings, KeysAndResourceNamesOverride) {
   for (const char* section : {"nvidia", "cambricon", "mthreads", "hygon"}) {
     VendorSettings s;
-    s.resource_count = "example.com/count";
-    s.resource_memory = "example.com/mem";
-    s.resource_cores = "example.com/cores";
-    s.register_key = "example.com/register";
-    s.score_key = "example.com/score";
-    s.handshake_key = "example.com/handshake";
-    s.allocated_key = "example.com/allocated";
-    s.to_allocate_key = "example.com/to-allocate";
-    s.node_lock_key = "example.com/lock";
+    s.Set("resourceCountName", "example.com/count");
+    s.Set("resourceMemoryName", "example.com/mem");
+    s.Set("resourceCoreName", "example.com/cores");
+    s.Set("annotations.register", "example.com/register");
+    s.Set("annotations.score", "example.com/score");
+    s.Set("annotations.handshake", "example.com/handshake");
+    s.Set("annotations.allocated", "example.com/allocated");
+    s.Set("annotations.toAllocate", "example.com/to-allocate");
+    s.Set("annotations.nodeLock", "example.com/lock");
     auto b = Make(section, s);
     const BackendSpec& spec = b->Spec();
     EXPECT_EQ(spec.resources.count, "example.com/count") << section;
@@ -1021,8 +1021,8 @@ TEST(Settings, KeysAndResourceNamesOverride) {
     EXPECT_EQ(r->memory.value(), 4 * spec.resources.memory_factor) << section;
   }
   VendorSettings pct;
-  pct.resource_memory_percentage = "example.com/pct";
-  pct.resource_priority = "example.com/prio";
+  pct.Set("resourceMemoryPercentageName", "example.com/pct");
+  pct.Set("resourcePriorityName", "example.com/prio");
   auto n = Make("nvidia", pct);
   EXPECT_EQ(n->Spec().resources.memory_percentage, "example.com/pct");
   EXPECT_EQ(n->Spec().resources.priority, "example.com/prio");
@@ -1031,7 +1031,7 @@ TEST(Settings, KeysAndResourceNamesOverride) {
 
 TEST(Settings, OverriddenKeysDriveDiscovery) {
   VendorSettings nv;
-  nv.register_key = "example.com/gpus";
+  nv.Set("annotations.register", "example.com/gpus");
   auto n = Make("nvidia", nv);
   NodeView node = testing::NvidiaNode("n", {testing::Gpu("GPU-0", 0)});
   auto old_key = n->Discover(node);
@@ -1043,7 +1043,7 @@ TEST(Settings, OverriddenKeysDriveDiscovery) {
   EXPECT_EQ(new_key->size(), 1u);
 
   VendorSettings dcu;
-  dcu.register_key = "example.com/dcus";
+  dcu.Set("annotations.register", "example.com/dcus");
   NodeView d;
   d.annotations["example.com/dcus"] = "DCU-1,4,16384,100,DCU-K100,0,true:";
   auto found = Make("hygon", dcu)->Discover(d);
@@ -1051,8 +1051,8 @@ TEST(Settings, OverriddenKeysDriveDiscovery) {
   EXPECT_EQ(found->size(), 1u);
 
   VendorSettings mlu;
-  mlu.resource_cores = "cambricon.com/mlu370.smlu.vcore";
-  mlu.resource_memory = "cambricon.com/mlu370.smlu.vmemory";
+  mlu.Set("resourceCoreName", "cambricon.com/mlu370.smlu.vcore");
+  mlu.Set("resourceMemoryName", "cambricon.com/mlu370.smlu.vmemory");
   auto cap = Make("cambricon", mlu)
                  ->Discover(CapacityNode("n", {{"cambricon.com/mlu370.smlu.vcore", "100"},
                                                {"cambricon.com/mlu370.smlu.vmemory", "16"}}));
@@ -1063,23 +1063,23 @@ TEST(Settings, OverriddenKeysDriveDiscovery) {
 
 TEST(Settings, MemoryFactor) {
   VendorSettings two;
-  two.memory_factor = 2;
+  two.Set("memoryFactor", 2);
   EXPECT_EQ(Make("nvidia", two)->Spec().resources.memory_factor, 2);
   EXPECT_EQ(Make("hygon", two)->Spec().resources.memory_factor, 2);
   VendorSettings zero;
-  zero.memory_factor = 0;  // 0 and 1 both mean MiB
+  zero.Set("memoryFactor", 0);  // 0 and 1 both mean MiB
   EXPECT_EQ(Make("nvidia", zero)->Spec().resources.memory_factor, 1);
   EXPECT_EQ(Request(*Make("nvidia", zero), Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "100"}}))
                 ->memory,
             100_MiB);
   VendorSettings negative;
-  negative.memory_factor = -2;
+  negative.Set("memoryFactor", -2);
   EXPECT_TRUE(Contains(CreateError("nvidia", negative), "memoryFactor"));
   EXPECT_TRUE(Contains(CreateError("hygon", negative), "memoryFactor"));
   // Cambricon and Moore Threads count memory in fixed units: the key is rejected, whatever its value.
   for (std::int64_t f : {1, 256, 512}) {
     VendorSettings s;
-    s.memory_factor = f;
+    s.Set("memoryFactor", f);
     EXPECT_TRUE(Contains(CreateError("cambricon", s), "cambricon.memoryFactor")) << f;
     EXPECT_TRUE(Contains(CreateError("mthreads", s), "mthreads.memoryFactor")) << f;
   }
@@ -1087,62 +1087,62 @@ TEST(Settings, MemoryFactor) {
 
 TEST(Settings, NvidiaValidation) {
   VendorSettings policy;
-  policy.gpu_core_policy = "sometimes";
+  policy.Set("gpuCorePolicy", "sometimes");
   EXPECT_TRUE(Contains(CreateError("nvidia", policy), "gpuCorePolicy"));
   for (const char* ok : {"default", "force", "disable"}) {
     VendorSettings s;
-    s.gpu_core_policy = ok;
+    s.Set("gpuCorePolicy", ok);
     EXPECT_TRUE(TryMake("nvidia", s)) << ok;
   }
   VendorSettings mem;
-  mem.default_memory = -1;
+  mem.Set("defaultMemory", -1);
   EXPECT_TRUE(Contains(CreateError("nvidia", mem), "defaultMemory"));
   VendorSettings cores;
-  cores.default_cores = -1;
+  cores.Set("defaultCores", -1);
   EXPECT_TRUE(Contains(CreateError("nvidia", cores), "defaultCores"));
   VendorSettings many_cores;
-  many_cores.default_cores = 101;
+  many_cores.Set("defaultCores", 101);
   EXPECT_TRUE(Contains(CreateError("nvidia", many_cores), "defaultCores"));
   VendorSettings num;
-  num.default_gpu_num = -1;
+  num.Set("defaultGPUNum", -1);
   EXPECT_TRUE(Contains(CreateError("nvidia", num), "defaultGPUNum"));
   VendorSettings edge;
-  edge.default_cores = 100;
-  edge.default_memory = 0;
-  edge.default_gpu_num = 0;
+  edge.Set("defaultCores", 100);
+  edge.Set("defaultMemory", 0);
+  edge.Set("defaultGPUNum", 0);
   EXPECT_TRUE(TryMake("nvidia", edge));
 }
 
 TEST(Settings, RequiredNamesMustNotBeEmpty) {
   for (const char* section : {"nvidia", "cambricon", "mthreads", "hygon"}) {
     VendorSettings count;
-    count.resource_count = "";
+    count.Set("resourceCountName", "");
     EXPECT_TRUE(Contains(CreateError(section, count), "resourceCountName")) << section;
     VendorSettings allocated;
-    allocated.allocated_key = "";
+    allocated.Set("annotations.allocated", "");
     EXPECT_FALSE(TryMake(section, allocated)) << section;
   }
 }
 
 TEST(Settings, MigProfileAllowlistValidation) {
   VendorSettings bad;
-  bad.mig_profile_allowlist = {MigAllowEntry{{"A100"}, {"1g.10gb", "big"}}};
+  bad.Set("migProfileAllowlist", testing::MigAllowlist({{{"A100"}, {"1g.10gb", "big"}}}));
   EXPECT_TRUE(Contains(CreateError("nvidia", bad), "big"));
   VendorSettings no_digit;
-  no_digit.mig_profile_allowlist = {MigAllowEntry{{"A100"}, {"g.10gb"}}};
+  no_digit.Set("migProfileAllowlist", testing::MigAllowlist({{{"A100"}, {"g.10gb"}}}));
   EXPECT_FALSE(TryMake("nvidia", no_digit));
   VendorSettings no_models;
-  no_models.mig_profile_allowlist = {MigAllowEntry{{}, {"1g.10gb"}}};
+  no_models.Set("migProfileAllowlist", testing::MigAllowlist({{{}, {"1g.10gb"}}}));
   EXPECT_TRUE(Contains(CreateError("nvidia", no_models), "migProfileAllowlist"));
   VendorSettings no_profiles;
-  no_profiles.mig_profile_allowlist = {MigAllowEntry{{"A100"}, {}}};
+  no_profiles.Set("migProfileAllowlist", testing::MigAllowlist({{{"A100"}, {}}}));
   EXPECT_FALSE(TryMake("nvidia", no_profiles));
 }
 
 TEST(NvidiaMig, ProfileAllowlist) {
   VendorSettings s;
-  s.mig_profile_allowlist = {MigAllowEntry{{"A100"}, {"1g.10gb", "2g.20gb"}},
-                             MigAllowEntry{{"A100-SXM4-80GB", "H100"}, {"7g.80gb"}}};
+  s.Set("migProfileAllowlist", testing::MigAllowlist({{{"A100"}, {"1g.10gb", "2g.20gb"}},
+                                                      {{"A100-SXM4-80GB", "H100"}, {"7g.80gb"}}}));
   auto b = Make("nvidia", s);
   EXPECT_TRUE(b->MigProfileAllowed("NVIDIA A100-PCIE-40GB", "1g.10gb"));
   EXPECT_TRUE(b->MigProfileAllowed("NVIDIA A100-PCIE-40GB", "2g.20gb"));

@@ -7,8 +7,21 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/builders.h"
+
 namespace hami::config {
 namespace {
+
+// The vendor sections are read by the schemas the built-in backends declare.
+const BackendRegistry& Vendors() { return testing::BuiltinVendors(); }
+void ApplyYaml(const std::string& text, const std::string& source, Config& cfg,
+               std::vector<std::string>& problems) {
+  config::ApplyYaml(text, source, Vendors(), cfg, problems);
+}
+void ApplyYamlFile(const std::string& path, Config& cfg, std::vector<std::string>& problems) {
+  config::ApplyYamlFile(path, Vendors(), cfg, problems);
+}
+std::string ToYaml(const Config& cfg) { return config::ToYaml(cfg, Vendors()); }
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -218,41 +231,43 @@ TEST(ConfigYaml, HamiChartDeviceConfig) {
   ASSERT_EQ(cfg.vendors.size(), 4u);
   const VendorSettings& nv = cfg.vendors.at("nvidia");
   EXPECT_TRUE(nv.enabled);
-  EXPECT_EQ(nv.resource_count, "nvidia.com/gpu");
-  EXPECT_EQ(nv.resource_memory, "nvidia.com/gpumem");
-  EXPECT_EQ(nv.resource_memory_percentage, "nvidia.com/gpumem-percentage");
-  EXPECT_EQ(nv.resource_cores, "nvidia.com/gpucores");
-  EXPECT_EQ(nv.resource_priority, "nvidia.com/priority");
-  EXPECT_EQ(nv.overwrite_env, false);
-  EXPECT_EQ(nv.default_memory, 0);
-  EXPECT_EQ(nv.default_cores, 0);
-  EXPECT_EQ(nv.default_gpu_num, 1);
-  EXPECT_EQ(nv.memory_factor, 1);
-  EXPECT_EQ(nv.gpu_core_policy, "default");
-  EXPECT_EQ(nv.runtime_class_name, "");
-  ASSERT_THAT(nv.mig_profile_allowlist, SizeIs(2));
-  EXPECT_THAT(nv.mig_profile_allowlist[0].models, ElementsAre("A30"));
-  EXPECT_THAT(nv.mig_profile_allowlist[0].profiles, ElementsAre("1g.6gb", "2g.12gb", "4g.24gb"));
-  EXPECT_THAT(nv.mig_profile_allowlist[1].models, ElementsAre("A100-SXM4-40GB", "A100-40GB-PCIe"));
-  EXPECT_THAT(nv.mig_profile_allowlist[1].profiles, SizeIs(4));
-  EXPECT_FALSE(nv.register_key.has_value());
+  EXPECT_EQ(nv.String("resourceCountName"), "nvidia.com/gpu");
+  EXPECT_EQ(nv.String("resourceMemoryName"), "nvidia.com/gpumem");
+  EXPECT_EQ(nv.String("resourceMemoryPercentageName"), "nvidia.com/gpumem-percentage");
+  EXPECT_EQ(nv.String("resourceCoreName"), "nvidia.com/gpucores");
+  EXPECT_EQ(nv.String("resourcePriorityName"), "nvidia.com/priority");
+  EXPECT_EQ(nv.Bool("overwriteEnv"), false);
+  EXPECT_EQ(nv.Int("defaultMemory"), 0);
+  EXPECT_EQ(nv.Int("defaultCores"), 0);
+  EXPECT_EQ(nv.Int("defaultGPUNum"), 1);
+  EXPECT_EQ(nv.Int("memoryFactor"), 1);
+  EXPECT_EQ(nv.String("gpuCorePolicy"), "default");
+  EXPECT_EQ(nv.String("runtimeClassName"), "");
+  ASSERT_THAT(nv.Records("migProfileAllowlist"), SizeIs(2));
+  EXPECT_THAT(nv.Records("migProfileAllowlist")[0].at("models"), ElementsAre("A30"));
+  EXPECT_THAT(nv.Records("migProfileAllowlist")[0].at("profiles"),
+              ElementsAre("1g.6gb", "2g.12gb", "4g.24gb"));
+  EXPECT_THAT(nv.Records("migProfileAllowlist")[1].at("models"),
+              ElementsAre("A100-SXM4-40GB", "A100-40GB-PCIe"));
+  EXPECT_THAT(nv.Records("migProfileAllowlist")[1].at("profiles"), SizeIs(4));
+  EXPECT_FALSE(nv.String("annotations.register").has_value());
 
   const VendorSettings& mlu = cfg.vendors.at("cambricon");
-  EXPECT_EQ(mlu.resource_count, "cambricon.com/vmlu");
-  EXPECT_EQ(mlu.resource_memory, "cambricon.com/mlu.smlu.vmemory");
-  EXPECT_EQ(mlu.resource_cores, "cambricon.com/mlu.smlu.vcore");
-  EXPECT_FALSE(mlu.memory_factor.has_value());
+  EXPECT_EQ(mlu.String("resourceCountName"), "cambricon.com/vmlu");
+  EXPECT_EQ(mlu.String("resourceMemoryName"), "cambricon.com/mlu.smlu.vmemory");
+  EXPECT_EQ(mlu.String("resourceCoreName"), "cambricon.com/mlu.smlu.vcore");
+  EXPECT_FALSE(mlu.Int("memoryFactor").has_value());
 
   const VendorSettings& dcu = cfg.vendors.at("hygon");
-  EXPECT_EQ(dcu.resource_count, "hygon.com/dcunum");
-  EXPECT_EQ(dcu.resource_memory, "hygon.com/dcumem");
-  EXPECT_EQ(dcu.resource_cores, "hygon.com/dcucores");
-  EXPECT_EQ(dcu.memory_factor, 1);
+  EXPECT_EQ(dcu.String("resourceCountName"), "hygon.com/dcunum");
+  EXPECT_EQ(dcu.String("resourceMemoryName"), "hygon.com/dcumem");
+  EXPECT_EQ(dcu.String("resourceCoreName"), "hygon.com/dcucores");
+  EXPECT_EQ(dcu.Int("memoryFactor"), 1);
 
   const VendorSettings& mt = cfg.vendors.at("mthreads");
-  EXPECT_EQ(mt.resource_count, "mthreads.com/vgpu");
-  EXPECT_EQ(mt.resource_memory, "mthreads.com/sgpu-memory");
-  EXPECT_EQ(mt.resource_cores, "mthreads.com/sgpu-core");
+  EXPECT_EQ(mt.String("resourceCountName"), "mthreads.com/vgpu");
+  EXPECT_EQ(mt.String("resourceMemoryName"), "mthreads.com/sgpu-memory");
+  EXPECT_EQ(mt.String("resourceCoreName"), "mthreads.com/sgpu-core");
 
   EXPECT_THAT(cfg.warnings,
               ElementsAre(At("/device-config.yaml", kHamiDeviceConfig, "metax:") +
@@ -294,15 +309,15 @@ mthreads: {}
   ASSERT_THAT(problems, IsEmpty());
   const VendorSettings& nv = cfg.vendors.at("nvidia");
   EXPECT_FALSE(nv.enabled);
-  EXPECT_EQ(nv.register_key, "example.com/node-nvidia-register");
-  EXPECT_EQ(nv.score_key, "example.com/node-nvidia-score");
-  EXPECT_EQ(nv.handshake_key, "example.com/node-handshake");
-  EXPECT_EQ(nv.allocated_key, "example.com/vgpu-devices-allocated");
-  EXPECT_EQ(nv.to_allocate_key, "example.com/vgpu-devices-to-allocate");
-  EXPECT_EQ(nv.node_lock_key, "example.com/mutex.lock");
+  EXPECT_EQ(nv.String("annotations.register"), "example.com/node-nvidia-register");
+  EXPECT_EQ(nv.String("annotations.score"), "example.com/node-nvidia-score");
+  EXPECT_EQ(nv.String("annotations.handshake"), "example.com/node-handshake");
+  EXPECT_EQ(nv.String("annotations.allocated"), "example.com/vgpu-devices-allocated");
+  EXPECT_EQ(nv.String("annotations.toAllocate"), "example.com/vgpu-devices-to-allocate");
+  EXPECT_EQ(nv.String("annotations.nodeLock"), "example.com/mutex.lock");
   // Null and empty sections are fine and set nothing.
   EXPECT_TRUE(cfg.vendors.at("hygon").enabled);
-  EXPECT_FALSE(cfg.vendors.at("hygon").resource_count.has_value());
+  EXPECT_FALSE(cfg.vendors.at("hygon").String("resourceCountName").has_value());
   EXPECT_TRUE(cfg.vendors.at("mthreads").enabled);
 }
 
@@ -346,7 +361,7 @@ Scheduler: {}
                              "unknown top-level key 'Scheduler'; did you mean 'scheduler'?");
   // What was valid is still applied.
   EXPECT_EQ(cfg.http_bind, "0.0.0.0:80");
-  EXPECT_EQ(cfg.vendors.at("nvidia").resource_count, "nvidia.com/gpu");
+  EXPECT_EQ(cfg.vendors.at("nvidia").String("resourceCountName"), "nvidia.com/gpu");
 }
 
 TEST(ConfigYaml, WrongTypesNameFileLinePathAndExpectation) {
@@ -476,8 +491,8 @@ TEST(ConfigYaml, LaterFileOverridesOnlyWhatItSets) {
   ASSERT_THAT(problems, IsEmpty());
   EXPECT_EQ(cfg.kube_burst, 30);
   EXPECT_EQ(cfg.http_bind, "a:1");
-  EXPECT_EQ(cfg.vendors.at("nvidia").resource_count, "x/gpu");
-  EXPECT_EQ(cfg.vendors.at("nvidia").memory_factor, 4);
+  EXPECT_EQ(cfg.vendors.at("nvidia").String("resourceCountName"), "x/gpu");
+  EXPECT_EQ(cfg.vendors.at("nvidia").Int("memoryFactor"), 4);
 }
 
 TEST(ConfigYaml, NullValueKeepsTheCurrentSetting) {
@@ -488,7 +503,7 @@ TEST(ConfigYaml, NullValueKeepsTheCurrentSetting) {
   ASSERT_THAT(problems, IsEmpty());
   EXPECT_EQ(cfg.http_bind, "127.0.0.1:8080");
   EXPECT_EQ(cfg.kube_burst, 10);
-  EXPECT_FALSE(cfg.vendors.at("nvidia").resource_count.has_value());
+  EXPECT_FALSE(cfg.vendors.at("nvidia").String("resourceCountName").has_value());
 }
 
 TEST(ConfigFile, ReadsAndRecordsTheSource) {
@@ -608,25 +623,26 @@ Config RichConfig() {
   cfg.legacy_metrics = true;
   cfg.log_level = "warn";
   VendorSettings nv;
-  nv.resource_count = "nvidia.com/gpu";
-  nv.resource_memory = "nvidia.com/gpumem";
-  nv.resource_memory_percentage = "nvidia.com/gpumem-percentage";
-  nv.resource_cores = "nvidia.com/gpucores";
-  nv.resource_priority = "nvidia.com/priority";
-  nv.overwrite_env = true;
-  nv.default_memory = 1024;
-  nv.default_cores = 0;
-  nv.default_gpu_num = 1;
-  nv.memory_factor = 1;
-  nv.gpu_core_policy = "force";
-  nv.runtime_class_name = "";
-  nv.mig_profile_allowlist = {{{"A30"}, {"1g.6gb", "2g.12gb"}}, {{"A100-SXM4-40GB", "H100"}, {"7g.40gb"}}};
-  nv.register_key = "hami.io/node-nvidia-register";
-  nv.node_lock_key = "hami.io/mutex.lock";
+  nv.Set("resourceCountName", "nvidia.com/gpu");
+  nv.Set("resourceMemoryName", "nvidia.com/gpumem");
+  nv.Set("resourceMemoryPercentageName", "nvidia.com/gpumem-percentage");
+  nv.Set("resourceCoreName", "nvidia.com/gpucores");
+  nv.Set("resourcePriorityName", "nvidia.com/priority");
+  nv.Set("overwriteEnv", true);
+  nv.Set("defaultMemory", 1024);
+  nv.Set("defaultCores", 0);
+  nv.Set("defaultGPUNum", 1);
+  nv.Set("memoryFactor", 1);
+  nv.Set("gpuCorePolicy", "force");
+  nv.Set("runtimeClassName", "");
+  nv.Set("migProfileAllowlist", testing::MigAllowlist({{{"A30"}, {"1g.6gb", "2g.12gb"}},
+                                                       {{"A100-SXM4-40GB", "H100"}, {"7g.40gb"}}}));
+  nv.Set("annotations.register", "hami.io/node-nvidia-register");
+  nv.Set("annotations.nodeLock", "hami.io/mutex.lock");
   cfg.vendors["nvidia"] = nv;
   VendorSettings dcu;
   dcu.enabled = false;
-  dcu.memory_factor = 1024;
+  dcu.Set("memoryFactor", 1024);
   cfg.vendors["hygon"] = dcu;
   cfg.vendors["mthreads"] = VendorSettings{};
   return cfg;
@@ -634,29 +650,7 @@ Config RichConfig() {
 
 void ExpectSameVendor(const VendorSettings& a, const VendorSettings& b) {
   EXPECT_EQ(a.enabled, b.enabled);
-  EXPECT_EQ(a.resource_count, b.resource_count);
-  EXPECT_EQ(a.resource_memory, b.resource_memory);
-  EXPECT_EQ(a.resource_memory_percentage, b.resource_memory_percentage);
-  EXPECT_EQ(a.resource_cores, b.resource_cores);
-  EXPECT_EQ(a.resource_priority, b.resource_priority);
-  EXPECT_EQ(a.memory_factor, b.memory_factor);
-  EXPECT_EQ(a.default_memory, b.default_memory);
-  EXPECT_EQ(a.default_cores, b.default_cores);
-  EXPECT_EQ(a.default_gpu_num, b.default_gpu_num);
-  EXPECT_EQ(a.overwrite_env, b.overwrite_env);
-  EXPECT_EQ(a.gpu_core_policy, b.gpu_core_policy);
-  EXPECT_EQ(a.runtime_class_name, b.runtime_class_name);
-  ASSERT_EQ(a.mig_profile_allowlist.size(), b.mig_profile_allowlist.size());
-  for (std::size_t i = 0; i < a.mig_profile_allowlist.size(); ++i) {
-    EXPECT_EQ(a.mig_profile_allowlist[i].models, b.mig_profile_allowlist[i].models);
-    EXPECT_EQ(a.mig_profile_allowlist[i].profiles, b.mig_profile_allowlist[i].profiles);
-  }
-  EXPECT_EQ(a.register_key, b.register_key);
-  EXPECT_EQ(a.score_key, b.score_key);
-  EXPECT_EQ(a.handshake_key, b.handshake_key);
-  EXPECT_EQ(a.allocated_key, b.allocated_key);
-  EXPECT_EQ(a.to_allocate_key, b.to_allocate_key);
-  EXPECT_EQ(a.node_lock_key, b.node_lock_key);
+  EXPECT_EQ(a.values, b.values);  // every key, its kind and its value
 }
 
 TEST(ConfigToYaml, RoundTripsThroughApplyYaml) {

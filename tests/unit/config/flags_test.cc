@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/builders.h"
+
 namespace hami::config {
 namespace {
 
@@ -28,7 +30,7 @@ std::string WriteTemp(const std::string& name, const std::string& text) {
 
 Result<LoadedConfig> Load(std::vector<std::string> args) {
   args.insert(args.begin(), "hami-scheduler");
-  return LoadConfig(args);
+  return LoadConfig(args, testing::BuiltinVendors());
 }
 
 // The problem lines of a failed load ("N problem(s) in configuration:\n  - a\n  - b").
@@ -84,7 +86,7 @@ TEST(Flags, HamiChartCommandLine) {
   EXPECT_EQ(c.leader_elect_resource_namespace, "kube-system");
   EXPECT_TRUE(c.legacy_metrics);
   EXPECT_EQ(c.log_level, "trace");
-  EXPECT_EQ(c.vendors.at("nvidia").resource_count, "nvidia.com/gpu");
+  EXPECT_EQ(c.vendors.at("nvidia").String("resourceCountName"), "nvidia.com/gpu");
   EXPECT_THAT(c.sources, ElementsAre(device_config));
   EXPECT_THAT(c.warnings,
               ElementsAre(device_config + ":4: section 'metax' is a HAMi vendor this scheduler does "
@@ -169,8 +171,8 @@ TEST(Flags, FlagsOverrideTheConfigFileWhichOverridesDefaults) {
   EXPECT_EQ(r->config.kube_burst, 30);             // flag over file
   EXPECT_EQ(r->config.http_bind, "0.0.0.0:8443");  // file over default
   EXPECT_EQ(r->config.node_label_selector.at("pool"), "gpu");
-  EXPECT_EQ(r->config.vendors.at("nvidia").resource_count, "a/gpu");
-  EXPECT_EQ(r->config.vendors.at("nvidia").memory_factor, 4);  // --device-config-file after --config
+  EXPECT_EQ(r->config.vendors.at("nvidia").String("resourceCountName"), "a/gpu");
+  EXPECT_EQ(r->config.vendors.at("nvidia").Int("memoryFactor"), 4);  // --device-config-file after --config
   EXPECT_THAT(r->config.sources, ElementsAre(config, device));
 
   // A flag replaces the file's selector as a whole.

@@ -658,7 +658,7 @@ TEST(NvidiaMigFit, ReservationIsSeenByTheNextDecision) {
 
 TEST(NvidiaMigFit, AllowlistRestrictsProfiles) {
   VendorSettings s;
-  s.mig_profile_allowlist = {MigAllowEntry{{"A100"}, {"1g.10gb"}}};
+  s.Set("migProfileAllowlist", testing::MigAllowlist({{{"A100"}, {"1g.10gb"}}}));
   Env env({{"nvidia", s}});
   env.state.UpsertNode(testing::NvidiaNode("n", {MigGpu("GPU-MIG", 0, A100Profiles())}));
   EXPECT_EQ(SlotOf(env.Run(GpuPod(1, 8000, 0))), (MigSlot{"1g.10gb", {6, 1}}));
@@ -860,7 +860,7 @@ TEST(NvidiaQuotaFitCores, CoresAndTightestLimit) {
 
 TEST(NvidiaQuotaFitFactor, LimitIsScaledLikeTheRequest) {
   VendorSettings s;
-  s.memory_factor = 2;
+  s.Set("memoryFactor", 2);
   Env env({{"nvidia", s}});
   env.state.UpsertNode(testing::NvidiaNode("n", {Gpu("gpu-0", 0, 8000)}));
   env.state.quotas().UpsertQuota(Quota("default", "q", {{"limits.nvidia.com/gpumem", "1000"}}));

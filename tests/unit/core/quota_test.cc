@@ -71,7 +71,7 @@ TEST(QuotaBook, MemoryFactorScalesTheLimit) {
   EXPECT_FALSE(q.Fits("ns", "MLU", MiB(12801), Cores(0)));
   // Hygon with memoryFactor 2: limit 1000 -> 2000 scaled MiB; 800 units (1600) fit, 1200 (2400) do not.
   VendorSettings hygon;
-  hygon.memory_factor = 2;
+  hygon.Set("memoryFactor", 2);
   Backends b2 = testing::BuiltinBackends({{"hygon", hygon}});
   QuotaBook q2(b2);
   q2.UpsertQuota(Quota("ns", "q", {{"limits.hygon.com/dcumem", "1000"}}));

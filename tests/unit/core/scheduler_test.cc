@@ -26,9 +26,9 @@ class PolicyMatrix : public ::testing::Test {
   }
   static VendorSettings Settings() {
     VendorSettings s;
-    s.resource_count = "hami.io/gpu";
-    s.resource_memory = "hami.io/gpumem";
-    s.resource_cores = "hami.io/gpucores";
+    s.Set("resourceCountName", "hami.io/gpu");
+    s.Set("resourceMemoryName", "hami.io/gpumem");
+    s.Set("resourceCoreName", "hami.io/gpucores");
     return s;
   }
   void Hold(std::string pod, std::string node, std::string uuid, std::int64_t mem, std::int64_t cores) {

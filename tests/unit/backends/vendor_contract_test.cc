@@ -1,0 +1,183 @@
+// The vendor contract: what every backend must do for the rest of the binary to work with it, checked the
+// same way for the four built-in vendors and for tests/vendor/example (a fifth vendor that is one folder,
+// registered like the others). A new vendor is added to kModules and must pass unchanged.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "backends/cambricon/cambricon.h"
+#include "backends/hygon/hygon.h"
+#include "backends/mthreads/mthreads.h"
+#include "backends/nvidia/nvidia.h"
+#include "core/cluster_state.h"
+#include "core/keys.h"
+#include "sim/device_plugin.h"
+#include "tests/vendor/example/example.h"
+
+namespace hami {
+namespace {
+
+struct Case {
+  const char* name;
+  VendorModule (*module)();
+};
+const Case kModules[] = {{"nvidia", &backends::nvidia::Module},
+                         {"cambricon", &backends::cambricon::Module},
+                         {"hygon", &backends::hygon::Module},
+                         {"mthreads", &backends::mthreads::Module},
+                         {"example", &testing::example::Module}};
+
+class VendorContract : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    module_ = GetParam().module();
+    auto created = module_.create(VendorSettings{});
+    ASSERT_TRUE(created) << created.error().message;
+    backend_ = std::move(*created);
+  }
+  const BackendSpec& spec() const { return backend_->Spec(); }
+  ContainerView Asking(std::string count) const {
+    ContainerView c;
+    c.name = "main";
+    c.limits[spec().resources.count] = std::move(count);
+    return c;
+  }
+
+  VendorModule module_;
+  BackendPtr backend_;
+};
+
+TEST_P(VendorContract, ModuleNamesItsSectionAndItsProtocolKeys) {
+  EXPECT_EQ(module_.section, GetParam().name);
+  EXPECT_EQ(spec().config_section, module_.section);
+  EXPECT_FALSE(spec().vendor.empty());
+  EXPECT_FALSE(spec().display_name.empty());
+  EXPECT_FALSE(spec().keys.allocated.empty());
+  EXPECT_FALSE(spec().resources.count.empty());
+  EXPECT_GE(spec().resources.memory_factor, 1);
+  if (spec().discovery == Discovery::kNodeCapacity) {
+    EXPECT_TRUE(spec().keys.register_annotation.empty());
+    EXPECT_GT(spec().plugin.cores_per_card, 0) << "capacity discovery synthesizes cards from cores";
+  } else {
+    EXPECT_FALSE(spec().keys.register_annotation.empty());
+  }
+}
+
+TEST_P(VendorContract, SchemaKeysAreUniqueAndEnabledIsLeftToConfig) {
+  std::set<std::string> keys;
+  for (const auto& f : module_.schema.fields) {
+    EXPECT_TRUE(keys.insert(f.key).second) << "duplicate key " << f.key;
+    EXPECT_NE(f.key, "enabled");
+    if (f.kind == SettingKind::kGroup || f.kind == SettingKind::kRecordList) {
+      EXPECT_FALSE(f.fields.empty()) << f.key;
+    }
+  }
+  for (const auto& k : module_.schema.ignored) EXPECT_FALSE(keys.contains(k)) << k;
+}
+
+TEST_P(VendorContract, RegistersOnceUnderItsSection) {
+  BackendRegistry registry;
+  ASSERT_TRUE(registry.Register(GetParam().module()));
+  EXPECT_NE(registry.Schema(GetParam().name), nullptr);
+  EXPECT_TRUE(registry.Create(GetParam().name, VendorSettings{}));
+  EXPECT_FALSE(registry.Register(GetParam().module())) << "a section registered twice must fail";
+}
+
+TEST_P(VendorContract, ANodeWithoutItsPluginHasNoDevices) {
+  NodeView node;
+  node.name = "bare";
+  auto devices = backend_->Discover(node);
+  ASSERT_TRUE(devices) << devices.error().message;
+  EXPECT_TRUE(devices->empty());
+}
+
+TEST_P(VendorContract, DiscoversWhatItsSimulatedPluginPublishes) {
+  std::vector<sim::SimDevice> cards(3);
+  for (int i = 0; i < 3; ++i) {
+    cards[i].uuid = "card-" + std::to_string(i);
+    cards[i].type = spec().vendor + "-model";
+  }
+  const sim::PublishedDevices published = sim::PublishFor(*backend_, cards);
+  NodeView node;
+  node.name = "n1";
+  if (published.annotation) node.annotations[spec().keys.register_annotation] = *published.annotation;
+  node.capacity.insert(published.resources.begin(), published.resources.end());
+  node.allocatable = node.capacity;
+  auto devices = backend_->Discover(node);
+  ASSERT_TRUE(devices) << devices.error().message;
+  ASSERT_EQ(devices->size(), 3u);
+  std::set<std::string> ids;
+  for (const auto& d : *devices) {
+    EXPECT_TRUE(d.health);
+    EXPECT_GT(d.count, 0);
+    EXPECT_GT(d.devmem.value(), 0);
+    ids.insert(d.id);
+  }
+  EXPECT_EQ(ids.size(), 3u) << "device ids are unique";
+}
+
+TEST_P(VendorContract, ReadsItsCountResource) {
+  auto one = backend_->RequestFor(Asking("1"));
+  ASSERT_TRUE(one) << one.error().message;
+  ASSERT_TRUE(one->has_value());
+  EXPECT_EQ((*one)->vendor, spec().vendor);
+  EXPECT_EQ((*one)->count, 1);
+
+  ContainerView plain;
+  plain.name = "plain";
+  auto none = backend_->RequestFor(plain);
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(none->has_value());
+
+  auto bad = backend_->RequestFor(Asking("lots"));
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find(spec().resources.count), std::string::npos) << bad.error().message;
+}
+
+TEST_P(VendorContract, ItsAnnotationsReadBackAsTheSameAllocation) {
+  PodVendorDevices devices{{ContainerDevice{0, "card-0", spec().vendor, MiB(1024), Cores(10), std::nullopt}}};
+  Annotations written{{std::string(keys::kAssignedNode), "n1"}};
+  Annotations out;
+  backend_->Annotate(devices, written, std::chrono::system_clock::now(), out);
+  ASSERT_TRUE(out.contains(spec().keys.allocated));
+
+  std::vector<BackendPtr> list;
+  list.push_back(std::move(backend_));
+  const Backends backends(std::move(list));
+  PodView pod;
+  pod.ns = "default";
+  pod.name = "p";
+  pod.uid = "uid-p";
+  pod.containers.push_back(ContainerView{});
+  pod.annotations = out;
+  pod.annotations[std::string(keys::kAssignedNode)] = "n1";
+  auto read = AllocationFromAnnotations(pod, backends);
+  ASSERT_TRUE(read) << read.error().message;
+  ASSERT_TRUE(read->has_value());
+  EXPECT_EQ((*read)->node, "n1");
+  ASSERT_TRUE((*read)->devices.contains(backends.at(0).Vendor()));
+  PodVendorDevices back = (*read)->devices.at(backends.at(0).Vendor());
+  while (!back.empty() && back.back().empty()) back.pop_back();  // the list encoding may end in ';'
+  EXPECT_EQ(back, devices);
+}
+
+TEST_P(VendorContract, AdmitsContainersAskingForItOnly) {
+  PodView pod;
+  ContainerView asking = Asking("1");
+  auto yes = backend_->Admit(asking, pod);
+  ASSERT_TRUE(yes) << yes.error().message;
+  EXPECT_TRUE(*yes);
+  ContainerView plain;
+  plain.name = "plain";
+  auto no = backend_->Admit(plain, pod);
+  ASSERT_TRUE(no) << no.error().message;
+  EXPECT_FALSE(*no);
+}
+
+INSTANTIATE_TEST_SUITE_P(Vendors, VendorContract, ::testing::ValuesIn(kModules),
+                         [](const ::testing::TestParamInfo<Case>& param) {
+                           return std::string(param.param.name);
+                         });
+
+}  // namespace
+}  // namespace hami
