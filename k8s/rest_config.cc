@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "core/base64.h"
 #include "core/strings.h"
 
 namespace hami::k8s {
@@ -29,32 +30,6 @@ ConfigEnv ConfigEnv::System() {
     return Ok(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
   };
   return e;
-}
-
-Result<std::string> Base64Decode(std::string_view in) {
-  const auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+' || c == '-') return 62;
-    if (c == '/' || c == '_') return 63;
-    return -1;
-  };
-  std::string out;
-  int bits = 0;
-  std::uint32_t acc = 0;
-  for (char c : in) {
-    if (c == '=' || c == '\n' || c == '\r' || c == ' ' || c == '\t') continue;
-    const int v = value(c);
-    if (v < 0) return Error{fmt::format("invalid base64 character '{}'", c)};
-    acc = (acc << 6) | static_cast<std::uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((acc >> bits) & 0xff));
-    }
-  }
-  return Ok(std::move(out));
 }
 
 Result<void> SetServer(std::string_view url, RestConfig& cfg) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/base64.h"  // Base64Decode, for the kubeconfig's *-data fields
 #include "core/result.h"
 
 namespace hami::k8s {
@@ -52,6 +53,5 @@ RestConfig LoopbackHttp(std::uint16_t port);
 
 // Parses "https://host:port" (IPv6 in brackets) into scheme/host/port of `cfg`.
 Result<void> SetServer(std::string_view url, RestConfig& cfg);
-Result<std::string> Base64Decode(std::string_view in);
 
 }  // namespace hami::k8s

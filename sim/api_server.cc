@@ -25,10 +25,11 @@
 #include <map>
 #include <optional>
 #include <random>
-#include <utility>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
+#include "core/base64.h"
 #include "core/strings.h"
 #include "k8s/files.h"
 #include "k8s/request_parser.h"
@@ -305,38 +306,11 @@ std::optional<ApiResult<Target>> Resolve(const Call& c) {
   return ApiResult<Target>(t);
 }
 
-std::string Base64(std::string_view in) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const auto n = static_cast<std::uint32_t>(static_cast<unsigned char>(in[i])) << 16 |
-                   static_cast<std::uint32_t>(static_cast<unsigned char>(in[i + 1])) << 8 |
-                   static_cast<unsigned char>(in[i + 2]);
-    out += kAlphabet[n >> 18 & 63];
-    out += kAlphabet[n >> 12 & 63];
-    out += kAlphabet[n >> 6 & 63];
-    out += kAlphabet[n & 63];
-  }
-  if (i < in.size()) {
-    const bool two = i + 1 < in.size();
-    const std::uint32_t n =
-        static_cast<std::uint32_t>(static_cast<unsigned char>(in[i])) << 16 |
-        (two ? static_cast<std::uint32_t>(static_cast<unsigned char>(in[i + 1])) << 8 : 0);
-    out += kAlphabet[n >> 18 & 63];
-    out += kAlphabet[n >> 12 & 63];
-    out += two ? kAlphabet[n >> 6 & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
 std::string Kubeconfig(std::string_view url, const ApiServerOptions& o, bool tls) {
   std::string cluster;
   if (tls) {
     const std::string& ca = o.ca_pem.empty() ? o.tls_cert_pem : o.ca_pem;
-    cluster = fmt::format("\n    certificate-authority-data: {}", Base64(ca));
+    cluster = fmt::format("\n    certificate-authority-data: {}", Base64Encode(ca));
   }
   std::string user;
   if (!o.kubeconfig_token.empty()) {
@@ -344,8 +318,9 @@ std::string Kubeconfig(std::string_view url, const ApiServerOptions& o, bool tls
     user += fmt::format("\n    token: {}", json::serialize(json::string(o.kubeconfig_token)));
   }
   if (!o.kubeconfig_client_cert_pem.empty()) {
-    user += fmt::format("\n    client-certificate-data: {}\n    client-key-data: {}",
-                        Base64(o.kubeconfig_client_cert_pem), Base64(o.kubeconfig_client_key_pem));
+    user +=
+        fmt::format("\n    client-certificate-data: {}\n    client-key-data: {}",
+                    Base64Encode(o.kubeconfig_client_cert_pem), Base64Encode(o.kubeconfig_client_key_pem));
   }
   return fmt::format(R"(apiVersion: v1
 kind: Config

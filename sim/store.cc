@@ -8,6 +8,7 @@
 #include <cstring>
 #include <set>
 
+#include "core/base64.h"
 #include "core/codec/stamps.h"
 #include "core/names.h"
 #include "core/strings.h"
@@ -174,44 +175,6 @@ void ApplyDefaults(const ResourceType& type, json::object& o) {
     if (!status.is_object()) status = json::object{};
     if (Str(&status.as_object(), "phase").empty()) status.as_object()["phase"] = "Active";
   }
-}
-
-constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-std::string Base64UrlEncode(std::string_view in) {
-  std::string out;
-  std::uint32_t buf = 0;
-  int bits = 0;
-  for (unsigned char c : in) {
-    buf = (buf << 8) | c;
-    bits += 8;
-    while (bits >= 6) {
-      bits -= 6;
-      out += kBase64[(buf >> bits) & 0x3f];
-    }
-  }
-  if (bits > 0) out += kBase64[(buf << (6 - bits)) & 0x3f];
-  return out;
-}
-
-std::optional<std::string> Base64UrlDecode(std::string_view in) {
-  std::string out;
-  std::uint32_t buf = 0;
-  int bits = 0;
-  for (char c : in) {
-    if (c == '=') break;
-    const char* p = std::strchr(kBase64, c);
-    if (c == '+') p = kBase64 + 62;
-    if (c == '/') p = kBase64 + 63;
-    if (!p || c == '\0') return std::nullopt;
-    buf = (buf << 6) | static_cast<std::uint32_t>(p - kBase64);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out += static_cast<char>((buf >> bits) & 0xff);
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -693,7 +656,7 @@ ApiResult<ListResult> Store::List(const ResourceType& type, std::string_view ns,
     if (options.resource_version && !options.resource_version->empty() && *options.resource_version != "0") {
       return BadRequest("specifying resource version is not allowed when using continue");
     }
-    auto decoded = Base64UrlDecode(options.continue_token);
+    auto decoded = Base64Decode(options.continue_token);
     boost::system::error_code ec;
     json::value token = decoded ? json::parse(*decoded, ec) : json::value();
     const json::object* t = token.if_object();
@@ -718,8 +681,10 @@ ApiResult<ListResult> Store::List(const ResourceType& type, std::string_view ns,
                                 : s.items.size();
     for (std::size_t i = std::min(offset, s.items.size()); i < end; ++i) result.items.push_back(s.items[i]);
     if (end < s.items.size()) {
-      result.continue_token = Base64UrlEncode(json::serialize(
-          json::object{{"rv", s.rv}, {"id", id->get_int64()}, {"off", static_cast<std::int64_t>(end)}}));
+      result.continue_token =
+          Base64Encode(json::serialize(json::object{
+                           {"rv", s.rv}, {"id", id->get_int64()}, {"off", static_cast<std::int64_t>(end)}}),
+                       Base64Alphabet::kUrl);
       result.remaining_items = static_cast<std::int64_t>(s.items.size() - end);
     }
     return result;
@@ -766,8 +731,10 @@ ApiResult<ListResult> Store::List(const ResourceType& type, std::string_view ns,
     s.created = clock_->Now();
     s.items = items;
     result.items.assign(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(limit));
-    result.continue_token = Base64UrlEncode(json::serialize(json::object{
-        {"rv", at}, {"id", static_cast<std::int64_t>(id)}, {"off", static_cast<std::int64_t>(limit)}}));
+    result.continue_token = Base64Encode(
+        json::serialize(json::object{
+            {"rv", at}, {"id", static_cast<std::int64_t>(id)}, {"off", static_cast<std::int64_t>(limit)}}),
+        Base64Alphabet::kUrl);
     result.remaining_items = static_cast<std::int64_t>(items.size() - limit);
   } else {
     result.items = std::move(items);
