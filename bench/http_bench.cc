@@ -362,14 +362,14 @@ class Harness {
       c.api_requests = api_->requests_served();
       c.scheduler_requests = service_->client().requests_sent();
       c.scheduler_connections = service_->client().http().connections_opened();
-      const auto& s = service_->controller().stats();
+      const auto& s = service_->extender().stats();
       c.lock_waits = s.lock_waits;
-      const auto& e = service_->controller().events().stats();
+      const auto& e = service_->extender().events().stats();
       c.events_created = e.created;
       c.events_aggregated = e.aggregated;
       c.events_dropped = e.dropped;
       c.events_failed = e.failed;
-      const std::string metrics = "\n" + service_->controller().Metrics();
+      const std::string metrics = "\n" + service_->extender().Metrics();
       c.filter_seconds = Sample(metrics, "hami_scheduler_filter_duration_seconds_sum");
       c.filter_count = Sample(metrics, "hami_scheduler_filter_duration_seconds_count");
       c.bind_seconds = Sample(metrics, "hami_scheduler_bind_duration_seconds_sum");
@@ -459,7 +459,7 @@ class Harness {
       }
       const bool plugins_registered =
           std::all_of(plugins_.begin(), plugins_.end(), [](const auto& p) { return p->stats().checks > 0; });
-      if (service_->controller().ready() && plugins_registered && now - last_change > 300ms) return true;
+      if (service_->extender().ready() && plugins_registered && now - last_change > 300ms) return true;
       if (now > deadline) return Fail("the scheduler service did not become ready within 120 s");
       if (service_->failure()) return Fail("the scheduler service failed while starting");
     }

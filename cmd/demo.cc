@@ -345,7 +345,7 @@ asio::awaitable<void> DemoRun::Script() {
   asio::co_spawn(executor, stand_in_->Run(),
                  asio::bind_cancellation_slot(stop_stand_in_.slot(), asio::detached));
 
-  const std::function<bool()> ready = [this] { return service_->controller().ready(); };
+  const std::function<bool()> ready = [this] { return service_->extender().ready(); };
   asio::steady_timer t(executor);
   while (!ready()) {
     t.expires_after(20ms);
@@ -467,7 +467,7 @@ std::string DemoRun::Summary() {
   out += "\nDevice usage (from the scheduler's ledger)\n";
   out += fmt::format("  {:<17} {:<12} {:<22} {:>5} {:>13} {:>7}\n", "NODE", "DEVICE", "TYPE", "TASKS",
                      "MEMORY MiB", "CORES");
-  const ClusterState& state = service_->controller().state();
+  const ClusterState& state = service_->extender().state();
   for (const auto& name : state.NodeNames()) {
     const NodeEntry* e = state.FindNode(name);
     for (std::size_t i = 0; i < e->devices.size(); ++i) {

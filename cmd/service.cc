@@ -63,7 +63,7 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   if (!background) return background.error();
   s->background_client_ = std::move(*background);
 
-  k8s::ControllerOptions o;
+  extender::ExtenderOptions o;
   o.scheduler_name = cfg.scheduler_name;
   o.hostname = options.hostname.empty() ? HostName() : options.hostname;
   o.policies = cfg.policies;
@@ -76,10 +76,11 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   o.legacy_metrics = cfg.legacy_metrics;
   if (options.reflector_backoff) o.reflector_defaults.backoff_initial = *options.reflector_backoff;
   if (options.bind_backlog) o.bind_backlog = *options.bind_backlog;
-  s->controller_ = std::make_unique<k8s::Controller>(
+  s->extender_ = std::make_unique<extender::Extender>(
       ioc.get_executor(),
-      k8s::Controller::Clients{s->client_.get(), s->background_client_.get(), s->event_client_.get()},
+      extender::Extender::Clients{s->client_.get(), s->background_client_.get(), s->event_client_.get()},
       backends, o, clock);
+  s->routes_ = std::make_unique<extender::HttpRoutes>(*s->extender_, s->loop_exceptions_);
 
   k8s::HttpServerOptions main;
   main.address = cfg.http_bind;
@@ -88,94 +89,16 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   main.client_ca_file = cfg.client_ca_file;
   main.max_connections = static_cast<std::size_t>(cfg.max_connections);
   s->server_ = std::make_unique<k8s::HttpServer>(ioc.get_executor(), main);
-  s->Routes(*s->server_, true);
+  s->routes_->Install(*s->server_, "extender", true);
   if (!cfg.metrics_bind_address.empty() && cfg.metrics_bind_address != cfg.http_bind) {
     k8s::HttpServerOptions m;
     m.address = cfg.metrics_bind_address;
     m.address_flag = "--metrics-bind-address";
     m.max_connections = static_cast<std::size_t>(cfg.max_connections);
     s->metrics_ = std::make_unique<k8s::HttpServer>(ioc.get_executor(), m);
-    s->Routes(*s->metrics_, false);
+    s->routes_->Install(*s->metrics_, "metrics", false);
   }
   return s;
-}
-
-namespace {
-
-// Built field by field: GCC 12 destroys members of a braced aggregate twice when the braces hold a co_await.
-k8s::ServerResponse Respond(unsigned status, std::string_view content_type, std::string body) {
-  k8s::ServerResponse r;
-  r.status = status;
-  r.content_type = std::string(content_type);
-  r.body = std::move(body);
-  return r;
-}
-constexpr std::string_view kText = "text/plain; charset=utf-8";
-constexpr std::string_view kJson = "application/json";
-
-}  // namespace
-
-void SchedulerService::Routes(k8s::HttpServer& server, bool extender) {
-  using k8s::ServerRequest;
-  using k8s::ServerResponse;
-  k8s::Controller* c = controller_.get();
-  server.Route(http::verb::get, "/metrics",
-               [this, c](const ServerRequest&) -> asio::awaitable<ServerResponse> {
-                 co_return Respond(200, k8s::prom::kContentType, c->Metrics() + ServerMetrics());
-               });
-  server.Route(http::verb::get, "/healthz", [](const ServerRequest&) -> asio::awaitable<ServerResponse> {
-    co_return Respond(200, kText, "ok\n");
-  });
-  server.Route(http::verb::get, "/readyz", [c](const ServerRequest&) -> asio::awaitable<ServerResponse> {
-    if (c->ready()) co_return Respond(200, kText, "ok\n");
-    co_return Respond(503, kText, "not ready: " + c->NotReadyReason() + "\n");
-  });
-  if (!extender) return;
-  server.Route(http::verb::post, "/filter", [c](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
-    std::string body = co_await c->Filter(r.body, r.body_too_large);
-    co_return Respond(200, kJson, std::move(body));
-  });
-  server.Route(http::verb::post, "/bind", [c](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
-    std::string body = co_await c->Bind(r.body, r.body_too_large);
-    co_return Respond(200, kJson, std::move(body));
-  });
-}
-
-std::string SchedulerService::ServerMetrics() const {
-  k8s::prom::TextWriter w;
-  std::vector<std::pair<const char*, const k8s::HttpServer*>> listeners{{"extender", server_.get()}};
-  if (metrics_) listeners.emplace_back("metrics", metrics_.get());
-  struct Family {
-    const char* name;
-    const char* help;
-    const char* type;
-    std::uint64_t (*value)(const k8s::HttpServer&);
-  };
-  const Family families[] = {
-      {"hami_http_open_connections", "Open connections, per listener.", "gauge",
-       [](const k8s::HttpServer& s) -> std::uint64_t { return s.open_connections(); }},
-      {"hami_http_connection_failures_total",
-       "Connections ended by an exception in their coroutine (a bug, logged; the server went on).", "counter",
-       [](const k8s::HttpServer& s) { return s.connection_failures(); }},
-      {"hami_http_connections_evicted_total",
-       "Idle connections closed at the connection cap to make room for a new one.", "counter",
-       [](const k8s::HttpServer& s) { return s.connections_evicted(); }},
-      {"hami_http_connections_refused_total",
-       "Connections refused with 503 at the connection cap (every connection busy).", "counter",
-       [](const k8s::HttpServer& s) { return s.connections_refused(); }},
-      {"hami_http_request_timeouts_total", "Requests whose head or body did not arrive in time.", "counter",
-       [](const k8s::HttpServer& s) { return s.timeouts(); }},
-  };
-  for (const auto& f : families) {
-    w.Family(f.name, f.help, f.type);
-    for (const auto& [listener, server] : listeners) {
-      w.Sample(f.name, {{"listener", listener}}, static_cast<double>(f.value(*server)));
-    }
-  }
-  w.Family("hami_event_loop_exceptions_total",
-           "Exceptions that escaped the event loop (a bug, logged; the loop went on).", "counter");
-  w.Sample("hami_event_loop_exceptions_total", {}, static_cast<double>(loop_exceptions_));
-  return w.Take();
 }
 
 Result<void> SchedulerService::Listen() {
@@ -210,7 +133,7 @@ void SchedulerService::Spawn(asio::awaitable<void> task, const char* what, asio:
 }
 
 void SchedulerService::Start() {
-  Spawn(controller_->Run(), "the controller", stop_.slot());
+  Spawn(extender_->Run(), "the extender", stop_.slot());
   Spawn(server_->Serve(), "the extender server");
   if (metrics_) Spawn(metrics_->Serve(), "the metrics server");
 }
@@ -220,7 +143,7 @@ void SchedulerService::Shutdown(std::chrono::milliseconds grace) {
   stopping_ = true;
   server_->Shutdown();
   if (metrics_) metrics_->Shutdown();
-  controller_->Stop();
+  extender_->Stop();
   // Requests in flight finish (their API calls need the controller), then the watches stop.
   auto drain = [](SchedulerService* s,
                   std::chrono::steady_clock::time_point deadline) -> asio::awaitable<void> {
@@ -236,8 +159,8 @@ void SchedulerService::Kill() {
   stopping_ = true;
   server_->Shutdown();
   if (metrics_) metrics_->Shutdown();
-  controller_->Stop();
-  controller_->DropQueuedEvents();  // a killed process loses what it had not sent
+  extender_->Stop();
+  extender_->DropQueuedEvents();  // a killed process loses what it had not sent
   stop_.emit(asio::cancellation_type::terminal);
   auto close = [](SchedulerService* s) -> asio::awaitable<void> {
     const auto now = std::chrono::steady_clock::now();
@@ -248,8 +171,7 @@ void SchedulerService::Kill() {
 }
 
 bool SchedulerService::stopped() const {
-  return running_ == 0 && server_->in_flight() == 0 && server_->open_connections() == 0 &&
-         !controller_->busy();
+  return running_ == 0 && server_->in_flight() == 0 && server_->open_connections() == 0 && !extender_->busy();
 }
 
 void RunUntilDoneOrSignal(asio::io_context& ioc, bool& done) {

@@ -1,6 +1,7 @@
 #pragma once
-// The scheduler service as `serve` runs it: the API client, the controller, the extender HTTP server
-// (/filter, /bind, /healthz, /readyz, /metrics) and the metrics server, on one io_context. `serve`, the
+// The scheduler service as `serve` runs it, composed: the API clients, the extender's services
+// (extender::Extender), its HTTP adapter on the extender listener (/filter, /bind, /healthz, /readyz,
+// /metrics) and on the metrics listener, on one io_context. `serve`, the
 // demo and the integration tests all run this same object (the tests start, kill and restart it).
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/io_context.hpp>
@@ -13,8 +14,9 @@
 #include "core/backend.h"
 #include "core/clock.h"
 #include "core/result.h"
+#include "extender/extender.h"
+#include "extender/http_routes.h"
 #include "k8s/api_client.h"
-#include "k8s/controller.h"
 #include "k8s/http_server.h"
 
 namespace hami::cmd {
@@ -24,12 +26,12 @@ struct ServiceOptions {
   std::optional<std::chrono::milliseconds> health_interval;
   std::optional<std::chrono::milliseconds> reflector_backoff;  // first backoff of the watches
   std::string hostname;                                        // event source host ("" = gethostname)
-  std::optional<std::chrono::milliseconds> bind_backlog;       // ControllerOptions::bind_backlog
+  std::optional<std::chrono::milliseconds> bind_backlog;       // ExtenderOptions::bind_backlog
 };
 
 class SchedulerService {
  public:
-  // Builds the client and the controller; nothing is listened on or started yet.
+  // Builds the clients and the extender; nothing is listened on or started yet.
   static Result<std::unique_ptr<SchedulerService>> Create(boost::asio::io_context& ioc,
                                                           const config::Config& cfg, const Backends& backends,
                                                           const k8s::RestConfig& rest, const Clock& clock,
@@ -52,17 +54,14 @@ class SchedulerService {
   std::uint16_t port() const { return server_->port(); }
   std::uint16_t metrics_port() const { return metrics_ ? metrics_->port() : server_->port(); }
   std::string url() const;  // http(s)://127.0.0.1:<port>
-  k8s::Controller& controller() { return *controller_; }
+  extender::Extender& extender() { return *extender_; }
   k8s::ApiClient& client() { return *client_; }
   // Exceptions that escaped the event loop running this service (k8s::RunLoop counts them; /metrics shows
   // them as hami_event_loop_exceptions_total).
   std::uint64_t& loop_exceptions() { return loop_exceptions_; }
-  // The listeners' connection counters and loop_exceptions() in Prometheus text (part of /metrics).
-  std::string ServerMetrics() const;
 
  private:
   SchedulerService(boost::asio::io_context& ioc, const config::Config& cfg);
-  void Routes(k8s::HttpServer& server, bool extender);
   void Spawn(boost::asio::awaitable<void> task, const char* what, boost::asio::cancellation_slot slot = {});
 
   boost::asio::io_context* ioc_;
@@ -73,7 +72,8 @@ class SchedulerService {
   std::unique_ptr<k8s::ApiClient> event_client_;
   // Health-pass handshakes and clean-ups: client_'s rate limit, used only when no decision needs it.
   std::unique_ptr<k8s::ApiClient> background_client_;
-  std::unique_ptr<k8s::Controller> controller_;
+  std::unique_ptr<extender::Extender> extender_;
+  std::unique_ptr<extender::HttpRoutes> routes_;
   std::unique_ptr<k8s::HttpServer> server_;
   std::unique_ptr<k8s::HttpServer> metrics_;
   boost::asio::cancellation_signal stop_;

@@ -85,7 +85,6 @@ Result<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
   if (auto ok = ValidateName("ExtenderArgs.Pod.metadata.name", view->name, NameKind::kPod); !ok)
     return ok.error();
   args.pod = std::move(*view);
-  args.pod_json = *pod;
   if (const json::value* names = FindKey(*root, "NodeNames"); names && !names->is_null()) {
     if (!names->is_array()) return Error{"ExtenderArgs.NodeNames: expected a list of node names"};
     args.node_names.emplace();
@@ -104,12 +103,15 @@ Result<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
     args.nodes.emplace();
     if (items->is_array()) {
       for (const auto& item : items->get_array()) {
-        auto node = NodeFromJson(item);
-        if (!node) return Error{fmt::format("ExtenderArgs.Nodes: {}", node.error().message)};
+        // Only the name is read: the decision uses the registry's node of that name.
         const std::string what =
             fmt::format("ExtenderArgs.Nodes.items[{}].metadata.name", args.nodes->size());
-        if (auto ok = ValidateName(what, node->name, NameKind::kNode); !ok) return ok.error();
-        args.nodes->push_back(std::move(*node));
+        const json::value* meta = item.is_object() ? item.get_object().if_contains("metadata") : nullptr;
+        const json::value* name =
+            meta && meta->is_object() ? meta->get_object().if_contains("name") : nullptr;
+        if (name == nullptr || !name->is_string()) return Error{fmt::format("{}: expected a string", what)};
+        if (auto ok = ValidateName(what, name->get_string(), NameKind::kNode); !ok) return ok.error();
+        args.nodes->emplace_back(name->get_string());
         args.nodes_json.push_back(item);
       }
     }
@@ -164,7 +166,7 @@ ExtenderFilterResult ToFilterResult(const FilterOutcome& outcome, const Extender
   if (by_nodes) {
     r.nodes.emplace();
     for (std::size_t i = 0; i < args.nodes->size(); ++i) {
-      if (scheduled && (*args.nodes)[i].name == outcome.node) r.nodes->push_back(args.nodes_json[i]);
+      if (scheduled && (*args.nodes)[i] == outcome.node) r.nodes->push_back(args.nodes_json[i]);
     }
   } else {
     r.node_names.emplace();

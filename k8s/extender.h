@@ -25,10 +25,11 @@ Result<std::string> StringField(const boost::json::object& o, std::string_view k
 
 struct ExtenderArgs {
   PodView pod;
-  boost::json::value pod_json;                         // as sent, for patches and events
   std::optional<std::vector<std::string>> node_names;  // nodeCacheCapable: true
-  std::optional<std::vector<NodeView>> nodes;          // nodeCacheCapable: false (Nodes.items)
-  std::vector<boost::json::value> nodes_json;          // Nodes.items as sent, to echo back
+  // nodeCacheCapable: false: the names of Nodes.items (the registry has the nodes themselves), and the items
+  // as sent, to echo back.
+  std::optional<std::vector<std::string>> nodes;
+  std::vector<boost::json::value> nodes_json;
 };
 // Errors: invalid JSON names the decoder's message; a missing Pod is "extender args missing pod".
 Result<ExtenderArgs> ParseExtenderArgs(std::string_view body);

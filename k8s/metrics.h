@@ -29,11 +29,22 @@ class TextWriter {
   // name plus _bucket, _sum or _count. A sample of another family (or with an invalid label name) asserts in
   // debug builds and is dropped in release builds.
   void Sample(std::string_view name, const Labels& labels, double value);
+  // A family of one unlabelled sample: a counter or a gauge.
+  void Counter(std::string_view name, std::string_view help, double value) {
+    Single(name, help, "counter", value);
+  }
+  void Gauge(std::string_view name, std::string_view help, double value) {
+    Single(name, help, "gauge", value);
+  }
   // The text so far (ends with '\n' when not empty); the writer starts over, empty.
   std::string Take();
 
  private:
   bool SampleBelongsToOpenFamily(std::string_view name) const;
+  void Single(std::string_view name, std::string_view help, std::string_view type, double value) {
+    Family(name, help, type);
+    Sample(name, {}, value);
+  }
 
   std::string out_;
   std::set<std::string, std::less<>> families_;

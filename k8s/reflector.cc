@@ -6,6 +6,8 @@
 #include <boost/json.hpp>
 #include <charconv>
 
+#include "k8s/waits.h"
+
 namespace hami::k8s {
 namespace asio = boost::asio;
 namespace json = boost::json;
@@ -47,11 +49,6 @@ Reflector::Reflector(ApiClient& client, Options options, Handlers handlers)
       options_(std::move(options)),
       handlers_(std::move(handlers)),
       rng_(std::random_device{}()) {}
-
-asio::awaitable<void> Reflector::Sleep(std::chrono::milliseconds d) {
-  asio::steady_timer timer(co_await asio::this_coro::executor, d);
-  co_await timer.async_wait(asio::use_awaitable);
-}
 
 json::value Reflector::Keep(json::value object) const {
   if (options_.keep_objects) return object;
@@ -148,7 +145,7 @@ asio::awaitable<void> Reflector::Run() {
       // Not `Backoff(failures++, ...)` inside co_await: clang 16 sees two modifications there
       // (-Wunsequenced).
       const auto delay = Backoff(failures++, options_.backoff_initial, options_.backoff_max, rng_);
-      co_await Sleep(delay);
+      co_await SleepFor(delay);
       continue;
     }
     for (;;) {
@@ -175,7 +172,7 @@ asio::awaitable<void> Reflector::Run() {
         break;  // relist from the last version we saw
       }
       const auto delay = Backoff(failures++, options_.backoff_initial, options_.backoff_max, rng_);
-      co_await Sleep(delay);
+      co_await SleepFor(delay);
       if (kind == ApiErrorKind::kTransport || kind == ApiErrorKind::kTooManyRequests ||
           kind == ApiErrorKind::kServer) {
         continue;  // the server is busy or unreachable: re-watch without relisting

@@ -68,7 +68,6 @@ class Reflector {
   boost::asio::awaitable<ApiResult<void>> ListAll(const std::string& rv);
   void Apply(WatchEvent&& ev);
   boost::json::value Keep(boost::json::value object) const;
-  boost::asio::awaitable<void> Sleep(std::chrono::milliseconds d);
 
   ApiClient* client_;
   Options options_;

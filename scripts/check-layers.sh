@@ -3,6 +3,7 @@
 #
 #   core/                    the pure decision engine: includes core/ only
 #   backends/, config/, k8s/ core/ and themselves (none knows another of the three)
+#   extender/                core/, k8s/ and itself (the extender's services and their HTTP adapter)
 #   sim/                     core/, k8s/ and itself (the embedded API server, simulated plugins, stand-ins)
 #   cmd/                     everything above (it composes)
 #   bench/, tests/           anything
@@ -16,8 +17,9 @@ declare -A ALLOWED=(
   [backends]="core backends"
   [config]="core config"
   [k8s]="core k8s"
+  [extender]="core k8s extender"
   [sim]="core k8s sim"
-  [cmd]="core backends config k8s sim cmd"
+  [cmd]="core backends config k8s extender sim cmd"
 )
 
 violations=0

@@ -15,6 +15,7 @@
 #include "core/codec/stamps.h"
 #include "core/keys.h"
 #include "k8s/objects.h"
+#include "k8s/waits.h"
 
 namespace hami::sim {
 namespace {
@@ -38,20 +39,6 @@ std::string_view ModeName(PluginMode mode) {
       return "silent";
   }
   return "unknown";
-}
-
-// Throws operation_aborted when the coroutine's caller cancelled it: loops that swallow the aborted wait of
-// their own wake-up timer must still end on cancellation.
-asio::awaitable<void> ThrowIfCancelled() {
-  asio::cancellation_state state = co_await asio::this_coro::cancellation_state;
-  if (state.cancelled() != asio::cancellation_type::none) {
-    throw boost::system::system_error(asio::error::operation_aborted);
-  }
-}
-
-asio::awaitable<void> Sleep(std::chrono::milliseconds d) {
-  asio::steady_timer timer(co_await asio::this_coro::executor, d);
-  co_await timer.async_wait(asio::use_awaitable);
 }
 
 const std::string* AnnotationOf(const Annotations& annotations, const std::string& key) {
@@ -177,7 +164,7 @@ asio::awaitable<void> DevicePlugin::Wait(Wakeup& wakeup, std::chrono::millisecon
     (void)co_await wakeup.timer->async_wait(asio::as_tuple(asio::use_awaitable));
   }
   wakeup.pending = false;
-  co_await ThrowIfCancelled();
+  co_await k8s::ThrowIfCancelled();
 }
 
 void DevicePlugin::OnNodeChanged() {
@@ -415,9 +402,9 @@ asio::awaitable<void> DevicePlugin::AllocateLoop() {
     }
     const std::string pod_key = queue_.front();
     queue_.pop_front();
-    if (options_.allocate_delay.count() > 0) co_await Sleep(options_.allocate_delay);
+    if (options_.allocate_delay.count() > 0) co_await k8s::SleepFor(options_.allocate_delay);
     if (!co_await Allocate(pod_key)) {
-      co_await Sleep(options_.retry_backoff);
+      co_await k8s::SleepFor(options_.retry_backoff);
       queue_.push_back(pod_key);
     }
   }
@@ -480,7 +467,7 @@ asio::awaitable<void> DevicePlugin::ReleaseLock(const PodView& pod) {
       ++stats_.api_errors;
       spdlog::warn("device plugin {}: reading the node to release {} failed: {}", options_.node, key,
                    fresh.error().message);
-      co_await Sleep(options_.retry_backoff);
+      co_await k8s::SleepFor(options_.retry_backoff);
       continue;
     }
     auto node = k8s::NodeFromJson(*fresh);
@@ -515,7 +502,7 @@ asio::awaitable<void> DevicePlugin::ReleaseLock(const PodView& pod) {
     if (patched.error().kind != k8s::ApiErrorKind::kConflict) {
       ++stats_.api_errors;
       spdlog::warn("device plugin {}: releasing {} failed: {}", options_.node, key, patched.error().message);
-      co_await Sleep(options_.retry_backoff);
+      co_await k8s::SleepFor(options_.retry_backoff);
     }
   }
   spdlog::warn("device plugin {}: gave up releasing {} for {} after {} attempts", options_.node, key,

@@ -18,7 +18,7 @@ json::value ParseAnswer(const std::string& answer) {
   return v;
 }
 
-void CheckFilterAnswers(const hami::k8s::ExtenderArgs& args) {
+void CheckFilterAnswers(const hami::k8s::ExtenderArgs& args, const json::value& pod_json) {
   // Pass-through: the candidates echoed in the form they came in.
   hami::FilterOutcome pass;
   pass.kind = hami::FilterOutcome::Kind::kPassThrough;
@@ -27,12 +27,12 @@ void CheckFilterAnswers(const hami::k8s::ExtenderArgs& args) {
   if (args.nodes) {
     const auto& items = answer.at("Nodes").at("items").as_array();
     FUZZ_CHECK(items.size() == args.nodes_json.size(), "Nodes echoed with another count: " + echoed);
-    auto reread = hami::k8s::ParseExtenderArgs(json::serialize(json::object{
-        {"Pod", args.pod_json}, {"Nodes", json::object{{"items", items}}}}));
+    auto reread = hami::k8s::ParseExtenderArgs(
+        json::serialize(json::object{{"Pod", pod_json}, {"Nodes", json::object{{"items", items}}}}));
     FUZZ_CHECK(reread.has_value(), "echoed Nodes do not parse back: " + echoed);
     FUZZ_CHECK(reread->nodes && reread->nodes->size() == args.nodes->size(), "echoed Nodes lost nodes");
     for (std::size_t i = 0; i < args.nodes->size(); ++i) {
-      FUZZ_CHECK((*reread->nodes)[i].name == (*args.nodes)[i].name, "an echoed node has another name");
+      FUZZ_CHECK((*reread->nodes)[i] == (*args.nodes)[i], "an echoed node has another name");
     }
   } else {
     const auto& names = answer.at("NodeNames").as_array();
@@ -47,7 +47,7 @@ void CheckFilterAnswers(const hami::k8s::ExtenderArgs& args) {
   none.kind = hami::FilterOutcome::Kind::kUnschedulable;
   std::vector<std::string> candidates = args.node_names.value_or(std::vector<std::string>{});
   if (args.nodes) {
-    for (const auto& n : *args.nodes) candidates.push_back(n.name);
+    for (const auto& n : *args.nodes) candidates.push_back(n);
   }
   for (const auto& c : candidates) none.failed_nodes[c] = "node '" + c + "' does not fit";
   const std::string rejected = hami::k8s::ToJson(hami::k8s::ToFilterResult(none, args));
@@ -64,7 +64,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   auto args = hami::k8s::ParseExtenderArgs(text);
   if (args) {
-    CheckFilterAnswers(*args);
+    // Parsed, so the body is an object with a Pod (found the way ParseExtenderArgs finds it).
+    const json::value root = json::parse(text);
+    CheckFilterAnswers(*args, *hami::k8s::FindKey(root.get_object(), "Pod"));
   } else {
     hami::FilterOutcome error;
     error.kind = hami::FilterOutcome::Kind::kError;

@@ -1,6 +1,7 @@
-// The controller as `serve` runs it (SchedulerService), over real loopback HTTP against the embedded API
-// server: readiness, /filter (reservation, the one pod patch, rollback), /bind (node lock, bind-phase,
-// binding, waiting for a busy lock, owner gone), the health pass's handshake, and /metrics.
+// The extender as `serve` runs it (SchedulerService: the services composed behind their HTTP adapter), over
+// real loopback HTTP against the embedded API server: readiness, /filter (reservation in memory), /bind
+// (node lock, the Binding with the decision, waiting for a busy lock, owner gone), the health pass's
+// handshake, the reservation sweep, and /metrics.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -103,7 +104,7 @@ class ControllerTest : public ::testing::Test {
     co_return json::parse(r.body).as_object();
   }
   asio::awaitable<void> Ready() {
-    const std::function<bool()> ready = [&] { return service_->controller().ready(); };
+    const std::function<bool()> ready = [&] { return service_->extender().ready(); };
     EXPECT_TRUE(co_await WaitUntil(ready));
   }
   json::object Stored(const std::string& resource, const std::string& ns, const std::string& name) {
@@ -162,7 +163,7 @@ TEST_F(ControllerTest, ReadyOnlyAfterSyncAndFirstHealthPass) {
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     EXPECT_EQ((co_await Call(http::verb::get, "/healthz")).status, 200u);
     co_await Ready();
-    EXPECT_GE(service_->controller().stats().health_passes, 1u);
+    EXPECT_GE(service_->extender().stats().health_passes, 1u);
     EXPECT_EQ((co_await Call(http::verb::get, "/readyz")).status, 200u);
     EXPECT_EQ((co_await Call(http::verb::get, "/nope")).status, 404u);
     EXPECT_EQ((co_await Call(http::verb::get, "/filter")).status, 405u);
@@ -203,7 +204,7 @@ TEST_F(ControllerTest, FilterReservesThenBindLocksAndWritesTheDecisionWithTheBin
     // Reserved, and nothing written on the pod yet: the Binding writes the decision.
     json::object pod = Stored("pods", "default", "p1");
     EXPECT_EQ(Annotation(pod, "hami.io/vgpu-node"), std::string());
-    EXPECT_EQ(service_->controller().state().PodCount(), 1u);
+    EXPECT_EQ(service_->extender().state().PodCount(), 1u);
 
     const std::string bind_p1 = BindArgs(pod, "gpu-a");
     auto b = co_await Post("/bind", bind_p1);
@@ -220,7 +221,7 @@ TEST_F(ControllerTest, FilterReservesThenBindLocksAndWritesTheDecisionWithTheBin
     EXPECT_FALSE(Annotation(pod, "hami.io/bind-time").empty());
     const std::string lock = Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock");
     EXPECT_TRUE(lock.ends_with(",default,p1")) << lock;
-    const std::function<bool()> events = [&] { return service_->controller().events().stats().created >= 3; };
+    const std::function<bool()> events = [&] { return service_->extender().events().stats().created >= 3; };
     EXPECT_TRUE(co_await WaitUntil(events));
   }());
   std::set<std::string> reasons;
@@ -294,7 +295,7 @@ TEST_F(ControllerTest, NodesFormForSchedulersWithoutNodeCache) {
     CO_ASSERT_EQ(chosen.size(), 1u);
     EXPECT_EQ(std::string(chosen[0].at("metadata").at("name").as_string()), std::string("gpu-a"));
     // The decision is live, as with NodeNames: reserved (the Binding writes it).
-    EXPECT_EQ(service_->controller().state().PodCount(), 1u);
+    EXPECT_EQ(service_->extender().state().PodCount(), 1u);
   }());
 }
 
@@ -324,7 +325,7 @@ TEST_F(ControllerTest, BindWaitsForABusyLockAndStealsFromAGoneOwner) {
           p2_done = true;
         },
         asio::detached);
-    const std::function<bool()> waiting = [&] { return service_->controller().stats().lock_waits == 1; };
+    const std::function<bool()> waiting = [&] { return service_->extender().stats().lock_waits == 1; };
     EXPECT_TRUE(co_await WaitUntil(waiting));
     EXPECT_FALSE(p2_done);
     const json::value release = {{"metadata", {{"annotations", {{"hami.io/mutex.lock", nullptr}}}}}};
@@ -345,7 +346,7 @@ TEST_F(ControllerTest, BindWaitsForABusyLockAndStealsFromAGoneOwner) {
     const std::string bind_p3 = BindArgs(Stored("pods", "default", "p3"), "gpu-a");
     EXPECT_TRUE((co_await Post("/bind", bind_p3)).at("Error").as_string().empty());
     EXPECT_TRUE(Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock").ends_with(",default,p3"));
-    EXPECT_EQ(service_->controller().locker().stats().stolen, 1u);
+    EXPECT_EQ(service_->extender().locker().stats().stolen, 1u);
   }());
 }
 
@@ -357,7 +358,7 @@ TEST_F(ControllerTest, QueuedBindsTakeTheLockInArrivalOrderWithoutPolling) {
   StartService(std::chrono::hours(1));  // no health pass writes the node meanwhile
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
-    k8s::Controller& c = service_->controller();
+    extender::Extender& c = service_->extender();
     for (const auto& p : pods) {
       const std::string args = FilterArgs(p, {"gpu-a"});
       EXPECT_TRUE((co_await Post("/filter", args)).at("Error").as_string().empty());
@@ -426,7 +427,7 @@ TEST_F(ControllerTest, ALockTheStaleCacheShowsAsOursIsReadBackBeforeItIsReentere
   StartService(std::chrono::hours(1));
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
-    k8s::Controller& c = service_->controller();
+    extender::Extender& c = service_->extender();
     const std::string filter_p1 = FilterArgs("p1", {"gpu-a"});
     EXPECT_TRUE((co_await Post("/filter", filter_p1)).at("Error").as_string().empty());
     // The node cache shows a lock of p1 (left by an earlier bind of it)...
@@ -477,7 +478,7 @@ TEST_F(ControllerTest, AFilterWaitsWhileTheBindsInFlightNeedMoreOfTheBudgetThanT
   StartService(std::chrono::hours(1));
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
-    k8s::Controller& c = service_->controller();
+    extender::Extender& c = service_->extender();
     for (std::size_t i = 0; i < 4; ++i) {
       const std::string args = FilterArgs(pods[i].first, {pods[i].second});
       EXPECT_TRUE((co_await Post("/filter", args)).at("Error").as_string().empty());
@@ -536,8 +537,8 @@ TEST_F(ControllerTest, RefilterFreesTheEarlierReservationAndFilterWritesNothing)
       auto r = co_await Post("/filter", args);
       EXPECT_EQ(json::serialize(r.at("NodeNames")), std::string(R"(["gpu-a"])")) << i;
     }
-    EXPECT_EQ(service_->controller().state().PodCount(), 1u);
-    EXPECT_EQ(service_->controller().state().FindNode("gpu-a")->usage[0].mem.value(), 10000);
+    EXPECT_EQ(service_->extender().state().PodCount(), 1u);
+    EXPECT_EQ(service_->extender().state().FindNode("gpu-a")->usage[0].mem.value(), 10000);
     // The decision is held in memory until the Binding writes it: the filter sent no request at all.
     EXPECT_EQ(Annotation(Stored("pods", "default", "p1"), "hami.io/vgpu-node"), std::string());
     for (const auto& [kind, n] : service_->client().requests_by_kind())
@@ -547,15 +548,15 @@ TEST_F(ControllerTest, RefilterFreesTheEarlierReservationAndFilterWritesNothing)
     const std::string nowhere = FilterArgs("p1", {"ghost"});
     auto u = co_await Post("/filter", nowhere);
     EXPECT_EQ(json::serialize(u.at("NodeNames")), std::string("[]"));
-    EXPECT_EQ(service_->controller().state().FindNode("gpu-a")->usage[0].mem.value(), 0);
+    EXPECT_EQ(service_->extender().state().FindNode("gpu-a")->usage[0].mem.value(), 0);
     auto again = co_await Post("/filter", args);
     EXPECT_EQ(json::serialize(again.at("NodeNames")), std::string(R"(["gpu-a"])"));
-    EXPECT_EQ(service_->controller().state().FindNode("gpu-a")->usage[0].mem.value(), 10000);
+    EXPECT_EQ(service_->extender().state().FindNode("gpu-a")->usage[0].mem.value(), 10000);
     // Deleting the pod releases it.
     EXPECT_TRUE(server_.store().Delete(*sim::FindResourceByName("pods"), "default", "p1"));
-    const std::function<bool()> released = [&] { return service_->controller().state().PodCount() == 0; };
+    const std::function<bool()> released = [&] { return service_->extender().state().PodCount() == 0; };
     EXPECT_TRUE(co_await WaitUntil(released));
-    EXPECT_EQ(service_->controller().state().FindNode("gpu-a")->usage[0].mem.value(), 0);
+    EXPECT_EQ(service_->extender().state().FindNode("gpu-a")->usage[0].mem.value(), 0);
     server_.ClearFaults();
   }());
 }
@@ -574,7 +575,7 @@ TEST_F(ControllerTest, HealthPassRequestsHandshakesAndWithholdsDevicesOfAGonePlu
   StartService(std::chrono::hours(1));  // passes run when the test says so
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
-    k8s::Controller& c = service_->controller();
+    extender::Extender& c = service_->extender();
     const auto dcu_devices = [&] { return c.state().FindNode("dcu-a")->devices.size(); };
     EXPECT_EQ(dcu_devices(), 1u);
     // The first pass asked for a handshake (Hygon's key) and none on NVIDIA's node without... NVIDIA's key.
@@ -708,7 +709,7 @@ TEST_F(ControllerTest, APodRecreatedWhileTheWatchWasDownReleasesTheOldHold) {
   StartService();
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
-    k8s::Controller& c = service_->controller();
+    extender::Extender& c = service_->extender();
     EXPECT_EQ(c.state().FindNode("gpu-a")->usage[0].mem.value(), 3000);
     // Deleted and re-created (no devices yet) while no watch delivers it; the history is gone, so the
     // controller relists and sees the same name with another uid.
@@ -754,7 +755,7 @@ TEST_F(ControllerTest, ABindRetriedForABoundPodAnswersWithoutTouchingLockOrPhase
   StartService();
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
-    k8s::Controller& c = service_->controller();
+    extender::Extender& c = service_->extender();
     const std::string filter_p1 = FilterArgs("p1", {"gpu-a"});
     EXPECT_TRUE((co_await Post("/filter", filter_p1)).at("Error").as_string().empty());
     const std::string bind_p1 = BindArgs(Stored("pods", "default", "p1"), "gpu-a");
@@ -814,7 +815,7 @@ TEST_F(ControllerTest, ABindRetriedBeforeTheWatchShowsThePodBoundLeavesLockAndPh
   StartService();
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
-    k8s::Controller& c = service_->controller();
+    extender::Extender& c = service_->extender();
     const std::string filter_p1 = FilterArgs("p1", {"gpu-a"});
     EXPECT_TRUE((co_await Post("/filter", filter_p1)).at("Error").as_string().empty());
     const std::function<bool()> seen = [&] { return c.CachedPod("default/p1") != nullptr; };
@@ -843,7 +844,7 @@ TEST_F(ControllerTest, AReservationNeverBoundExpiresAndItsAnnotationsGo) {
   StartService(std::chrono::hours(1));  // passes (and expiry) run when the test says so
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
-    k8s::Controller& c = service_->controller();
+    extender::Extender& c = service_->extender();
     const auto used = [&] { return c.state().FindNode("gpu-a")->usage[0].mem.value(); };
     // p1 as HAMi's extender leaves a pod whose binding failed (it writes the decision at filter and the
     // phase before binding): allocated, `allocating`, stamped at the filter and, 10 s later, at the bind.
@@ -924,7 +925,7 @@ TEST_F(ControllerTest, OurReservationOfAPodNeverBoundIsFreedAfterTheTimeoutWithN
   StartService(std::chrono::hours(1));  // passes (and expiry) run when the test says so
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
-    k8s::Controller& c = service_->controller();
+    extender::Extender& c = service_->extender();
     const auto used = [&] { return c.state().FindNode("gpu-a")->usage[0].mem.value(); };
     const std::string filter_p1 = FilterArgs("p1", {"gpu-a"});
     EXPECT_TRUE((co_await Post("/filter", filter_p1)).at("Error").as_string().empty());
@@ -978,7 +979,7 @@ TEST_F(ControllerTest, ReservationsAndLocksLeftByAKilledProcessAreFreedButNotADe
   StartService(std::chrono::hours(1));
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
-    k8s::Controller& c = service_->controller();
+    extender::Extender& c = service_->extender();
     EXPECT_EQ(c.state().FindNode("gpu-a")->usage[0].mem.value(), 8000);
     co_await c.ExpireReservations();  // too early for either, and for the lock
     EXPECT_EQ(c.stats().expired, 0u);

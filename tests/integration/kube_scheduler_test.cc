@@ -269,7 +269,7 @@ TEST(StandInWire, FilterArgsAreWhatTheExtenderParses) {
   auto parsed_nodes = k8s::ParseExtenderArgs(sim::FilterArgsWithNodes(pod, nodes));
   ASSERT_TRUE(parsed_nodes) << parsed_nodes.error().message;
   ASSERT_TRUE(parsed_nodes->nodes);
-  EXPECT_EQ(parsed_nodes->nodes->at(0).name, "a");
+  EXPECT_EQ(parsed_nodes->nodes->at(0), "a");
 
   const k8s::ExtenderBindingArgs bind{"p", "ns", "uid-1", "a"};
   auto back = k8s::ParseBindingArgs(sim::BindingArgsJson(bind));

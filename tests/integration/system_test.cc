@@ -296,9 +296,9 @@ class SystemTest : public ::testing::Test {
   // Ready to schedule: the controller is ready and every plugin's devices are in the ledger.
   asio::awaitable<bool> SystemReady() {
     const std::function<bool()> ready = [this] {
-      if (!service_->controller().ready()) return false;
+      if (!service_->extender().ready()) return false;
       for (const auto& [node, count] : expected_devices_) {
-        const NodeEntry* e = service_->controller().state().FindNode(node);
+        const NodeEntry* e = service_->extender().state().FindNode(node);
         if (e == nullptr || e->devices.size() != count) return false;
       }
       return true;
@@ -493,7 +493,7 @@ class SystemTest : public ::testing::Test {
   // Where the controller's ledger and the annotations differ (pods, their charges, per-device usage).
   std::vector<std::string> LedgerDisagreements() const {
     const AnnotatedState s = ReadAnnotatedState();
-    const ClusterState& state = service_->controller().state();
+    const ClusterState& state = service_->extender().state();
     std::vector<std::string> out;
     std::map<std::string, std::pair<std::string, std::vector<DeviceCharge>>> ledger;
     state.ForEachPod([&](const PodAllocation& a, const std::vector<DeviceCharge>& charges) {
@@ -511,7 +511,7 @@ class SystemTest : public ::testing::Test {
     // Decisions our filter holds for pods not bound (yet; the Binding writes them) count as the ledger says.
     std::map<std::string, std::map<std::string, Held>> reserved;
     for (const auto& [uid, entry] : ledger) {
-      if (s.pods.contains(uid) || !service_->controller().Reserved(uid)) continue;
+      if (s.pods.contains(uid) || !service_->extender().Reserved(uid)) continue;
       for (const auto& c : entry.second) {
         Held& h = reserved[entry.first][DeviceKey(c.vendor, c.uuid)];
         h.slots += c.slots;
@@ -520,7 +520,7 @@ class SystemTest : public ::testing::Test {
       }
     }
     for (const auto& [uid, entry] : ledger) {
-      if (!s.pods.contains(uid) && !service_->controller().Reserved(uid))
+      if (!s.pods.contains(uid) && !service_->extender().Reserved(uid))
         out.push_back(
             fmt::format("the ledger holds pod uid {} on node {}, which no live pod's annotations "
                         "claim",
@@ -634,7 +634,7 @@ TEST_P(BackendLifeTest, RegistersSchedulesAllocatesChargesAndReleases) {
       [&]() -> asio::awaitable<void> {
         // Registered and healthy: the devices are in the ledger.
         CO_ASSERT_TRUE(co_await SystemReady());
-        const NodeEntry* entry = service_->controller().state().FindNode(node);
+        const NodeEntry* entry = service_->extender().state().FindNode(node);
         CO_ASSERT_TRUE(entry != nullptr && entry->devices.size() == 2);
         for (const auto& d : entry->devices) EXPECT_EQ(d.vendor, backend.Vendor());
 
@@ -659,7 +659,7 @@ TEST_P(BackendLifeTest, RegistersSchedulesAllocatesChargesAndReleases) {
         const std::function<bool()> charged = [&] { return LedgerDisagreements().empty(); };
         EXPECT_TRUE(co_await WaitUntil(charged, 5s))
             << fmt::format("{}", fmt::join(LedgerDisagreements(), "\n"));
-        entry = service_->controller().state().FindNode(node);
+        entry = service_->extender().state().FindNode(node);
         std::int32_t tasks = 0;
         for (std::size_t i = 0; i < entry->devices.size(); ++i) {
           const DeviceUsage& u = entry->usage[i];
@@ -670,13 +670,13 @@ TEST_P(BackendLifeTest, RegistersSchedulesAllocatesChargesAndReleases) {
           EXPECT_EQ(u.cores.value(), ask.cores);
         }
         EXPECT_EQ(tasks, 1);
-        EXPECT_EQ(service_->controller().state().PodCount(), 1u);
+        EXPECT_EQ(service_->extender().state().PodCount(), 1u);
 
         // Deleted: usage back to zero.
         DeletePod(name);
         const std::function<bool()> released = [&] {
-          const NodeEntry* e = service_->controller().state().FindNode(node);
-          if (e == nullptr || service_->controller().state().PodCount() != 0) return false;
+          const NodeEntry* e = service_->extender().state().FindNode(node);
+          if (e == nullptr || service_->extender().state().PodCount() != 0) return false;
           for (const auto& u : e->usage) {
             if (u.used != 0 || u.mem.value() != 0 || u.cores.value() != 0) return false;
           }
@@ -863,7 +863,7 @@ TEST_F(SystemTest, FortyPodsToOneNodeAreBoundAndAllocatedWellUnderTenSeconds) {
         EXPECT_TRUE(done && Settled(&why)) << why;
         EXPECT_LT(seconds, 8.0);
         fmt::print("40 pods to one node: all bound and allocated in {:.2f} s (lock waits {})\n", seconds,
-                   service_->controller().stats().lock_waits);
+                   service_->extender().stats().lock_waits);
         CheckInvariant("at the end");
       }(),
       20s);
@@ -882,7 +882,7 @@ TEST_F(SystemTest, SilentHygonPluginLosesItsDevicesAndGetsThemBack) {
         CO_ASSERT_TRUE(co_await SystemReady());
         const std::string node = "dcu-h";
         const auto device_count = [this, node] {
-          const NodeEntry* e = service_->controller().state().FindNode(node);
+          const NodeEntry* e = service_->extender().state().FindNode(node);
           return e == nullptr ? std::size_t{0} : e->devices.size();
         };
         PluginOf(node, "hygon").SetMode(PluginMode::kSilent);
@@ -959,7 +959,7 @@ TEST_F(SystemTest, KilledServiceMakesNoMoreApiCalls) {
         api_.SetLatency(300ms, events_path);
         for (int i = 0; i < 3; ++i)
           CreatePod(fmt::format("too-big-{}", i), Ask{"nvidia", 1, kTooMuchMemory, 10});
-        const std::function<bool()> queued = [this] { return service_->controller().events().queued() >= 1; };
+        const std::function<bool()> queued = [this] { return service_->extender().events().queued() >= 1; };
         CO_ASSERT_TRUE(co_await WaitUntil(queued, 5s));
         co_await KillService();
         const std::size_t sent = service_->client().requests_sent();
@@ -1031,7 +1031,7 @@ TEST_F(SystemTest, KillEndsABindWaitingForALock) {
         CreatePod("holder", Ask{"nvidia", 1, 1024, 10});
         CreatePod("waiter", Ask{"nvidia", 1, 1024, 10});
         const std::function<bool()> waiting = [this] {
-          return service_->controller().stats().lock_waits >= 1;
+          return service_->extender().stats().lock_waits >= 1;
         };
         CO_ASSERT_TRUE(co_await WaitUntil(waiting, 5s));
         service_->Kill();
@@ -1145,7 +1145,7 @@ TEST_F(HostileInputTest, NamesFromRequestsAndLocksNeverReachAnotherObject) {
         EXPECT_EQ(NodeNamesInStore(), nodes_before);
         EXPECT_TRUE(StoredPod("victim"));
         EXPECT_EQ(StoredNode("nv-a")->annotations.at(lock_key), forged);
-        EXPECT_EQ(service_->controller().stats().binds, 4u);
+        EXPECT_EQ(service_->extender().stats().binds, 4u);
         // The service still answers, and its API connections stayed in step.
         EXPECT_EQ(ErrorOf(co_await Post("/filter", victim_to_b)), "");
       }(),
@@ -1171,15 +1171,15 @@ TEST_F(HostileInputTest, DeviceIdsWithSeparatorsAreRefusedWithAnEventNotCommitte
       ioc_,
       [&]() -> asio::awaitable<void> {
         CO_ASSERT_TRUE(co_await SystemReady());
-        const NodeEntry* forged = service_->controller().state().FindNode("nv-forged");
+        const NodeEntry* forged = service_->extender().state().FindNode("nv-forged");
         CO_ASSERT_TRUE(forged != nullptr);
         EXPECT_TRUE(forged->devices.empty());
         std::size_t nvidia = 0;
         while (backends_.at(nvidia).Spec().config_section != "nvidia") ++nvidia;
         EXPECT_NE(forged->discovery_error[nvidia].find("may not contain"), std::string::npos)
             << forged->discovery_error[nvidia];
-        EXPECT_EQ(service_->controller().stats().registration_errors, 1u);
-        EXPECT_NE(service_->controller().Metrics().find("hami_scheduler_unreadable_registrations 1"),
+        EXPECT_EQ(service_->extender().stats().registration_errors, 1u);
+        EXPECT_NE(service_->extender().Metrics().find("hami_scheduler_unreadable_registrations 1"),
                   std::string::npos);
         // A node event says why, once.
         const std::function<bool()> evented = [this] {

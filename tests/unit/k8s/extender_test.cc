@@ -27,7 +27,7 @@ TEST(ExtenderArgs, NodesForm) {
                              R"(,"Nodes":{"metadata":{},"items":[{"metadata":{"name":"t1"}}]}})")
                .value();
   ASSERT_TRUE(a.nodes);
-  EXPECT_EQ(a.nodes->at(0).name, "t1");
+  EXPECT_EQ(a.nodes->at(0), "t1");
   EXPECT_FALSE(a.node_names);
 }
 

@@ -1,11 +1,11 @@
 #pragma once
-// The node lock on the wire (PROTOCOL.md §5): decides with core's DecideLock from the node as the caller's
-// cache shows it (or as our own last lock write left it, while the cache has not caught up), and writes with
-// a compare-and-swap merge patch (metadata.resourceVersion): a lock taken on a fresh cache costs one request.
-// A conflict (the cache was behind) reads the node from the API server and decides again, with capped
-// backoff; a lost answer to our own patch is recognised by finding our value in place; a lock whose owner
-// pod no longer exists is replaced (the pod cache answers "exists" without a request); a release never
-// deletes a value someone else wrote.
+// The node lock on the cluster (PROTOCOL.md §5), through the ClusterWriter port: decides with core's
+// DecideLock from the node as the caller's cache shows it (or as our own last lock write left it, while the
+// cache has not caught up), and writes with a compare-and-swap merge patch (metadata.resourceVersion): a lock
+// taken on a fresh cache costs one request. A conflict (the cache was behind) reads the node from the API
+// server and decides again, with capped backoff; a lost answer to our own patch is recognised by finding our
+// value in place; a lock whose owner pod no longer exists is replaced (the pod cache answers "exists" without
+// a request); a release never deletes a value someone else wrote.
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <functional>
@@ -16,9 +16,9 @@
 
 #include "core/backend.h"
 #include "core/clock.h"
-#include "k8s/api_client.h"
+#include "extender/cluster_writer.h"
 
-namespace hami::k8s {
+namespace hami::extender {
 
 struct LockTarget {
   std::string node;
@@ -48,7 +48,7 @@ struct LockOutcome {
 
 class NodeLocker {
  public:
-  NodeLocker(ApiClient& client, const Clock& clock, std::chrono::seconds timeout);
+  NodeLocker(ClusterWriter& writer, const Clock& clock, std::chrono::seconds timeout);
 
   // `seen`: the lock as the cache shows it (nullptr: read it from the API server first).
   boost::asio::awaitable<LockOutcome> Acquire(const LockTarget& target, const LockView* seen = nullptr,
@@ -74,7 +74,7 @@ class NodeLocker {
   boost::asio::awaitable<void> Backoff(int attempt);
   void Wrote(const LockTarget& target, const std::string& resource_version, std::optional<std::string> value);
 
-  ApiClient* client_;
+  ClusterWriter* writer_;
   const Clock* clock_;
   std::chrono::seconds timeout_;
   std::map<std::string, std::pair<std::string, TimePoint>> malformed_;  // node/key -> (value, first seen)
@@ -83,4 +83,4 @@ class NodeLocker {
   Stats stats_;
 };
 
-}  // namespace hami::k8s
+}  // namespace hami::extender

@@ -1,4 +1,4 @@
-#include "k8s/node_locker.h"
+#include "extender/node_locker.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -11,7 +11,7 @@
 #include "core/node_lock.h"
 #include "k8s/reflector.h"
 
-namespace hami::k8s {
+namespace hami::extender {
 namespace asio = boost::asio;
 namespace json = boost::json;
 
@@ -27,15 +27,9 @@ struct NodeRead {
   std::optional<std::string> value;
 };
 
-NodeRead ReadLock(const json::value& node, const std::string& key) {
-  NodeRead r;
-  const json::object& meta = node.at("metadata").as_object();
-  if (auto* rv = meta.if_contains("resourceVersion"); rv && rv->is_string())
-    r.resource_version = std::string(rv->as_string());
-  if (auto* ann = meta.if_contains("annotations"); ann && ann->is_object()) {
-    if (auto* v = ann->as_object().if_contains(key); v && v->is_string())
-      r.value = std::string(v->as_string());
-  }
+NodeRead ReadLock(const ObjectMeta& node, const std::string& key) {
+  NodeRead r{node.resource_version, std::nullopt};
+  if (auto it = node.annotations.find(key); it != node.annotations.end()) r.value = it->second;
   return r;
 }
 
@@ -47,8 +41,8 @@ json::value LockPatch(const std::string& key, const json::value& value, const st
 
 }  // namespace
 
-NodeLocker::NodeLocker(ApiClient& client, const Clock& clock, std::chrono::seconds timeout)
-    : client_(&client), clock_(&clock), timeout_(timeout) {}
+NodeLocker::NodeLocker(ClusterWriter& writer, const Clock& clock, std::chrono::seconds timeout)
+    : writer_(&writer), clock_(&clock), timeout_(timeout) {}
 
 std::optional<TimePoint> NodeLocker::MalformedSince(const LockTarget& t,
                                                     const std::optional<std::string>& value) {
@@ -84,7 +78,7 @@ LockView NodeLocker::Current(const LockTarget& t, const std::string& cached_rv,
     // Ours only while it is later than the cache's; opaque (non-integer) versions cannot be ordered, and then
     // the cache is trusted (a stale view costs one conflict and a read).
     const std::string& w = it->second.resource_version;
-    if (w != cached_rv && LaterOrSame(w, cached_rv)) return it->second;
+    if (w != cached_rv && k8s::LaterOrSame(w, cached_rv)) return it->second;
     written_.erase(it);  // the cache has caught up
   }
   return LockView{cached_rv, cached_value};
@@ -113,7 +107,6 @@ std::optional<std::string> NodeLocker::BusyReason(const LockTarget& t, const Loc
 
 asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t, const LockView* seen,
                                                  const PodCached& cached) {
-  const std::string node_path = PathFor("v1", "nodes", "", t.node);
   LockOutcome out;
   std::string last_error;
   int reads = 0;  // of the node from the API server
@@ -126,7 +119,7 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t, const Lock
       // cache's view only means the cache was behind: read at once.
       if (reads > 0) co_await Backoff(reads - 1);
       ++reads;
-      auto node = co_await client_->Get(node_path);
+      auto node = co_await writer_->ReadNode(t.node);
       if (!node) {
         out.message = fmt::format("failed to get node {}: {}", t.node, node.error().message);
         co_return out;
@@ -150,10 +143,9 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t, const Lock
     if (d.action == LockAction::kCheckOwner) {
       const auto owner = codec::ParseNodeLock(*read.value);
       const bool exists = cached && cached(owner->ns, owner->pod);
-      const std::string pod_path = PathFor("v1", "pods", owner->ns, owner->pod);
       // (No co_await inside a conditional expression: GCC 12 destroys its temporaries twice.)
-      ApiResult<json::value> pod = json::value();
-      if (!exists) pod = co_await client_->Get(pod_path);
+      ApiResult<PodView> pod = PodView{};
+      if (!exists) pod = co_await writer_->ReadPod(owner->ns, owner->pod);
       if (pod) {
         ++stats_.contended;
         out.contention = true;
@@ -176,7 +168,7 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t, const Lock
 
     const std::string value = LockValue(now, t.pod_ns, t.pod_name, t.rule);
     const json::value patch = LockPatch(t.key, json::value(value), read.resource_version);
-    auto patched = co_await client_->MergePatch(node_path, patch);
+    auto patched = co_await writer_->PatchNode(t.node, patch, Budget::kDecision);
     if (patched) {
       ++(d.action == LockAction::kTake ? stats_.taken : stats_.stolen);
       out.acquired = true;
@@ -192,7 +184,7 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t, const Lock
     }
     if (patched.error().kind == ApiErrorKind::kTransport || patched.error().kind == ApiErrorKind::kServer) {
       // The patch may have been applied with its answer lost: our value in place means we hold the lock.
-      auto again = co_await client_->Get(node_path);
+      auto again = co_await writer_->ReadNode(t.node);
       if (again && ReadLock(*again, t.key).value == value) {
         ++stats_.taken;
         out.acquired = true;
@@ -211,11 +203,10 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t, const Lock
 }
 
 asio::awaitable<void> NodeLocker::Release(const LockTarget& t, const std::string& written) {
-  const std::string node_path = PathFor("v1", "nodes", "", t.node);
   const std::optional<std::string> first_read = written;
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
     if (attempt > 0) co_await Backoff(attempt - 1);
-    auto node = co_await client_->Get(node_path);
+    auto node = co_await writer_->ReadNode(t.node);
     if (!node) {
       if (node.error().kind == ApiErrorKind::kNotFound) co_return;
       spdlog::warn("releasing lock {} on node {}: {}", t.key, t.node, node.error().message);
@@ -224,7 +215,7 @@ asio::awaitable<void> NodeLocker::Release(const LockTarget& t, const std::string
     const NodeRead read = ReadLock(*node, t.key);
     if (!MayRelease(read.value, first_read, t.pod_ns, t.pod_name, false)) co_return;
     const json::value patch = LockPatch(t.key, json::value(nullptr), read.resource_version);
-    auto patched = co_await client_->MergePatch(node_path, patch);
+    auto patched = co_await writer_->PatchNode(t.node, patch, Budget::kDecision);
     if (patched) {
       ++stats_.released;
       Wrote(t, ReadLock(*patched, t.key).resource_version, std::nullopt);
@@ -237,4 +228,4 @@ asio::awaitable<void> NodeLocker::Release(const LockTarget& t, const std::string
                 t.pod_ns, t.pod_name, t.rule.fixed_expiry.value_or(timeout_).count());
 }
 
-}  // namespace hami::k8s
+}  // namespace hami::extender

@@ -1,10 +1,10 @@
-// GET /metrics: request latencies and decisions (ours), and HAMi's device, quota and per-pod gauges with
-// HAMi's names and labels (reference/hami-scheduler.md §8.3), computed from the ledger at scrape time.
+// The ledger's gauges, computed from the registry and the ledger at scrape time: ours, and HAMi's device,
+// quota and per-pod families with HAMi's names and labels (reference/hami-scheduler.md §8.3).
 #include <fmt/format.h>
 
-#include "k8s/controller.h"
+#include "extender/ledger_feed.h"
 
-namespace hami::k8s {
+namespace hami::extender {
 namespace {
 
 constexpr double kBytesPerMiB = 1048576.0;
@@ -13,103 +13,26 @@ std::string Int(std::int64_t v) { return std::to_string(v); }
 
 }  // namespace
 
-std::string Controller::Metrics() const {
+void LedgerFeed::WriteMetrics(k8s::prom::TextWriter& w, bool legacy) const {
+  namespace prom = k8s::prom;
   using prom::Labels;
-  prom::TextWriter w;
   const Labels zone{{"zone", "vGPU"}};
   const auto with_zone = [&](Labels l) {
     l.insert(l.begin(), zone.begin(), zone.end());
     return l;
   };
-
-  w.Family("hami_build_info", "Build information of hami-scheduler (C++).", "gauge");
-  w.Sample("hami_build_info", {{"version", HAMI_VERSION}, {"compiler", "gcc"}}, 1);
-
-  w.Family("hami_scheduler_filter_duration_seconds", "Time to answer /filter, including the pod patch.",
-           "histogram");
-  filter_latency_.Write(w, "hami_scheduler_filter_duration_seconds", {});
-  w.Family("hami_scheduler_bind_duration_seconds",
-           "Time to answer /bind, including node locks and the binding.", "histogram");
-  bind_latency_.Write(w, "hami_scheduler_bind_duration_seconds", {});
-  w.Family("hami_scheduler_filter_decisions_total", "/filter answers by result.", "counter");
-  for (const char* result : {"scheduled", "unschedulable", "passthrough", "error"}) {
-    auto it = filter_results_.find(result);
-    w.Sample("hami_scheduler_filter_decisions_total", {{"result", result}},
-             static_cast<double>(it == filter_results_.end() ? 0 : it->second));
-  }
-  w.Family("hami_scheduler_bind_results_total", "/bind answers by result.", "counter");
-  for (const char* result : {"success", "failure"}) {
-    auto it = bind_results_.find(result);
-    w.Sample("hami_scheduler_bind_results_total", {{"result", result}},
-             static_cast<double>(it == bind_results_.end() ? 0 : it->second));
-  }
-  struct Counter {
-    const char* name;
-    const char* help;
-    std::size_t value;
-  };
-  const Counter counters[] = {
-      {"hami_scheduler_health_passes_total", "Health passes run.", stats_.health_passes},
-      {"hami_scheduler_handshake_requests_total", "Requesting_ handshakes written to nodes.",
-       stats_.handshake_patches},
-      {"hami_scheduler_device_cleanups_total",
-       "Times a vendor's devices were withheld from a node as unhealthy.", stats_.cleanups},
-      {"hami_scheduler_reservations_expired_total",
-       "Reservations of pods never bound within --reservation-timeout: freed, annotations removed.",
-       stats_.expired},
-      {"hami_scheduler_abandoned_locks_released_total",
-       "Node locks of binds that never completed (owner unbound past --reservation-timeout, or bound "
-       "elsewhere), released.",
-       stats_.abandoned_locks},
-      {"hami_scheduler_node_lock_waits_total", "Binds that waited for a node lock held by another pod.",
-       stats_.lock_waits},
-      {"hami_scheduler_filters_held_total",
-       "Filters held back while the binds in flight needed too much of the --kube-qps budget.",
-       stats_.filters_held},
-      {"hami_scheduler_annotation_errors_total", "Pod events whose allocation annotations could not be read.",
-       stats_.annotation_errors},
-      {"hami_scheduler_registration_errors_total",
-       "Device registrations that could not be read (once per node, vendor and value).",
-       stats_.registration_errors},
-      {"hami_scheduler_events_dropped_total", "Pod events dropped because too many were queued.",
-       events_.stats().dropped},
-  };
-  for (const auto& c : counters) {
-    w.Family(c.name, c.help, "counter");
-    w.Sample(c.name, {}, static_cast<double>(c.value));
-  }
-  // What the API budget (--kube-qps/--kube-burst, one bucket per client) is spent on.
-  std::vector<std::pair<const char*, const ApiClient*>> clients{{"scheduler", client_}};
-  if (background_client_ != client_) clients.emplace_back("background", background_client_);
-  if (event_client_ != client_) clients.emplace_back("events", event_client_);
-  w.Family("hami_kube_requests_total",
-           "API requests sent (every attempt), by client, verb and resource (pods/binding: the binding).",
-           "counter");
-  for (const auto& [name, client] : clients) {
-    for (const auto& [kind, n] : client->requests_by_kind())
-      w.Sample("hami_kube_requests_total",
-               {{"client", name}, {"verb", kind.first}, {"resource", kind.second}}, static_cast<double>(n));
-  }
-  w.Family("hami_scheduler_filter_held_seconds_total",
-           "Time filters were held back for the binds in flight (backpressure on kube-scheduler's queue).",
-           "counter");
-  w.Sample("hami_scheduler_filter_held_seconds_total", {}, filter_held_seconds_);
-  w.Family("hami_kube_rate_limiter_wait_seconds_total",
-           "Time requests waited for the client-side rate limit (--kube-qps, --kube-burst), summed.",
-           "counter");
-  for (const auto& [name, client] : clients)
-    w.Sample("hami_kube_rate_limiter_wait_seconds_total", {{"client", name}}, client->throttled_seconds());
-
-  w.Family("hami_scheduler_ready", "1 once the caches are synced and the first health pass ran.", "gauge");
-  w.Sample("hami_scheduler_ready", {}, ready() ? 1 : 0);
-  w.Family("hami_scheduler_unreadable_registrations",
-           "Node and vendor pairs whose device registration cannot be read now (see kubectl describe node).",
-           "gauge");
-  w.Sample("hami_scheduler_unreadable_registrations", {}, static_cast<double>(unreadable_registrations()));
-  w.Family("hami_scheduler_nodes", "Nodes in the registry.", "gauge");
-  w.Sample("hami_scheduler_nodes", {}, static_cast<double>(state_.NodeCount()));
-  w.Family("hami_scheduler_pods", "Pods holding devices in the ledger.", "gauge");
-  w.Sample("hami_scheduler_pods", {}, static_cast<double>(state_.PodCount()));
+  w.Counter("hami_scheduler_annotation_errors_total",
+            "Pod events whose allocation annotations could not be read.",
+            static_cast<double>(stats_.annotation_errors));
+  w.Counter("hami_scheduler_registration_errors_total",
+            "Device registrations that could not be read (once per node, vendor and value).",
+            static_cast<double>(stats_.registration_errors));
+  w.Gauge("hami_scheduler_unreadable_registrations",
+          "Node and vendor pairs whose device registration cannot be read now (see kubectl describe node).",
+          static_cast<double>(unreadable_registrations()));
+  w.Gauge("hami_scheduler_nodes", "Nodes in the registry.", static_cast<double>(state_.NodeCount()));
+  w.Gauge("hami_scheduler_pods", "Pods holding devices in the ledger.",
+          static_cast<double>(state_.PodCount()));
 
   // Per device, HAMi's names. One pass over the registry per family keeps each family contiguous.
   struct Row {
@@ -212,7 +135,7 @@ std::string Controller::Metrics() const {
   w.Family("hami_vgpu_core_allocated_ratio", "Device cores allocated to a pod.", "gauge");
   for (const auto& r : pod_rows)
     w.Sample("hami_vgpu_core_allocated_ratio", pod_labels(r), static_cast<double>(r.charge->cores.value()));
-  if (!options_.legacy_metrics) return w.Take();
+  if (!legacy) return;
 
   // --legacy-metrics: HAMi's older names and label names, besides the current ones.
   const auto legacy_device = [&](const Row& r) {
@@ -278,7 +201,6 @@ std::string Controller::Metrics() const {
   w.Family("vGPUCoreAllocated", "Device cores allocated to a pod (legacy name).", "gauge");
   for (const auto& r : pod_rows)
     w.Sample("vGPUCoreAllocated", legacy_pod(r), static_cast<double>(r.charge->cores.value()));
-  return w.Take();
 }
 
-}  // namespace hami::k8s
+}  // namespace hami::extender

@@ -1,0 +1,134 @@
+#pragma once
+// The extender's services composed on the one event loop: the watches (node, pod and resource-quota
+// informers) feed the ledger (LedgerFeed) and tell the bind service about locks; the health loop runs the
+// health pass and the reservation sweep every --health-check-interval; /filter and /bind are answered by
+// FilterService and BindService (the HTTP adapter, extender/http_routes, owns the wire). Each service owns
+// its state and its metrics; this class only routes events between them.
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "core/cluster_state.h"
+#include "extender/bind_service.h"
+#include "extender/cluster_writer.h"
+#include "extender/filter_service.h"
+#include "extender/health_service.h"
+#include "extender/ledger_feed.h"
+#include "extender/node_locker.h"
+#include "extender/reservations.h"
+#include "k8s/api_client.h"
+#include "k8s/events.h"
+#include "k8s/reflector.h"
+#include "k8s/waits.h"
+
+namespace hami::extender {
+
+struct ExtenderOptions {
+  std::string scheduler_name = "hami-scheduler";  // event source
+  std::string hostname;                           // event source host
+  SchedulerOptions policies;
+  std::string node_label_selector;  // "k=v,k2=v2"; "" = every node
+  std::chrono::milliseconds health_interval{15000};
+  std::chrono::seconds handshake_timeout{60};
+  std::chrono::seconds node_lock_timeout{300};
+  std::chrono::milliseconds node_lock_retry_timeout{28000};  // BindOptions
+  std::chrono::milliseconds ready_wait{25000};               // FilterOptions
+  // A pod that carries our allocation but has no spec.nodeName this long after its filter (hami.io/vgpu-time)
+  // or its bind (hami.io/bind-time) loses it (Reservations).
+  std::chrono::seconds reservation_timeout{300};
+  std::chrono::milliseconds bind_backlog{10000};  // FilterOptions
+  bool legacy_metrics = false;
+  k8s::Reflector::Options
+      reflector_defaults;  // page size and backoffs for the watches (path set per resource)
+};
+
+class Extender {
+ public:
+  // `decisions` makes the decisions' requests (and watches); `background` the health pass's handshakes and
+  // the sweep's patches (a background client sharing its rate limit: ClientOptions::background); `events`
+  // posts the events (a rate limit of its own).
+  struct Clients {
+    k8s::ApiClient* decisions;
+    k8s::ApiClient* background;
+    k8s::ApiClient* events;
+  };
+  Extender(boost::asio::any_io_executor executor, Clients clients, const Backends& backends,
+           ExtenderOptions options, const Clock& clock);
+  ~Extender();
+  Extender(const Extender&) = delete;
+  Extender& operator=(const Extender&) = delete;
+
+  // Watches nodes, pods and quotas and runs the health loop, until cancelled.
+  boost::asio::awaitable<void> Run();
+  // One health pass over every node; Run() calls it on its timer.
+  boost::asio::awaitable<void> HealthPass();
+  // The sweep Run() calls after every health pass: expired reservations, ledger entries no pod backs any
+  // more, abandoned node locks.
+  boost::asio::awaitable<void> ExpireReservations();
+
+  bool synced() const;                                                   // caches synced at least once
+  bool ready() const { return synced() && health_.stats().passes > 0; }  // /filter answers from here on
+  std::string NotReadyReason() const;
+
+  FilterService& filter() { return filter_; }
+  BindService& binder() { return binder_; }
+
+  // Ends waits (for readiness, for busy node locks, for the bind backlog) at once and refuses new ones: for
+  // shutdown. Requests in flight finish.
+  void Stop();
+  void DropQueuedEvents() { events_.Stop(); }
+  // Work of its own still running (events being posted, leftover locks being released).
+  bool busy() const { return events_.busy() || binder_.busy(); }
+
+  // GET /metrics (Prometheus text 0.0.4): every service's families and the API budget's.
+  std::string Metrics() const;
+
+  const ClusterState& state() const { return feed_.state(); }
+  const k8s::EventRecorder& events() const { return events_; }
+  const NodeLocker& locker() const { return locker_; }
+  // Whether our filter holds a decision for pod `uid` that no Binding has written yet.
+  bool Reserved(const std::string& uid) const { return reservations_.contains(uid); }
+  // The pod as the watch last showed it ("ns/name"); null if not seen.
+  const PodView* CachedPod(const std::string& key) const;
+  struct Stats {
+    std::size_t filters = 0, binds = 0, health_passes = 0;
+    std::size_t annotation_errors = 0, registration_errors = 0;
+    std::size_t lock_waits = 0, rebinds = 0;
+    std::size_t handshake_patches = 0, cleanups = 0;
+    std::size_t expired = 0, abandoned_locks = 0, filters_held = 0;
+  };
+  // Every service's counters in one place (for tests and benchmarks).
+  Stats stats() const;
+
+ private:
+  void OnNode(const NodeView& node);
+  void OnNodeDeleted(const NodeView& node);
+  void OnPod(const PodView& pod);
+  void OnPodDeleted(const PodView& pod);
+  // The pod's hold on devices ends: ledger entry, reservation, what was reported of it.
+  void ReleasePod(const std::string& uid);
+  boost::asio::awaitable<void> HealthLoop();
+
+  boost::asio::any_io_executor executor_;
+  Clients clients_;
+  ExtenderOptions options_;
+  k8s::EventRecorder events_;
+  ApiClusterWriter writer_;
+  LedgerFeed feed_;
+  k8s::Signal ready_changed_;  // a cache synced, a health pass decided, or Stop()
+  HealthService health_;
+  Reservations reservations_;
+  NodeLocker locker_;
+  std::unique_ptr<k8s::Informer<NodeView>> nodes_;
+  std::unique_ptr<k8s::Informer<PodView>> pods_;
+  std::unique_ptr<k8s::Informer<ResourceQuotaView>> quotas_;
+  BindService binder_;
+  FilterService filter_;
+  bool stopping_ = false;
+  bool sweeping_ = false;  // an ExpireReservations() sweep is running
+  k8s::Signal sweep_done_;
+};
+
+}  // namespace hami::extender

@@ -1,0 +1,186 @@
+#include "extender/filter_service.h"
+
+#include <fmt/format.h>
+
+#include "core/fit.h"
+#include "extender/ledger_feed.h"
+
+namespace hami::extender {
+namespace asio = boost::asio;
+using std::chrono::steady_clock;
+
+namespace {
+
+// "3 nodes: CardInsufficientMemory (a, b, c); 1 node: node unregistered (d)"
+std::string SummarizeFailures(const std::map<std::string, std::string>& failed) {
+  std::map<std::string, std::vector<std::string>> by_reason;
+  for (const auto& [node, reason] : failed) by_reason[reason].push_back(node);
+  std::string out;
+  for (const auto& [reason, nodes] : by_reason) {
+    if (!out.empty()) out += "; ";
+    std::string names;
+    for (std::size_t i = 0; i < nodes.size() && i < 5; ++i) names += (i ? ", " : "") + nodes[i];
+    if (nodes.size() > 5) names += fmt::format(", and {} more", nodes.size() - 5);
+    out += fmt::format("{} node{}: {} ({})", nodes.size(), nodes.size() == 1 ? "" : "s", reason, names);
+  }
+  return out;
+}
+
+}  // namespace
+
+FilterService::FilterService(ClusterState& state, Reservations& reservations, const BindService& binds,
+                             ClusterWriter& writer, const Clock& clock, FilterOptions options,
+                             Readiness readiness)
+    : state_(&state),
+      reservations_(&reservations),
+      binds_(&binds),
+      writer_(&writer),
+      clock_(&clock),
+      options_(std::move(options)),
+      readiness_(std::move(readiness)),
+      scheduler_(state, options_.policies),
+      latency_(k8s::prom::Histogram::LatencyBuckets()) {}
+
+k8s::ExtenderFilterResult FilterService::Fail(std::string message) {
+  ++results_["error"];
+  k8s::ExtenderFilterResult r;
+  r.error = std::move(message);
+  return r;
+}
+
+k8s::ExtenderFilterResult FilterService::Refuse(std::string error) {
+  ++stats_.filters;
+  latency_.Observe(0);
+  return Fail(std::move(error));
+}
+
+asio::awaitable<k8s::ExtenderFilterResult> FilterService::Filter(const k8s::ExtenderArgs& args) {
+  const auto start = steady_clock::now();
+  ++stats_.filters;
+  k8s::ExtenderFilterResult out = co_await Decide(args);
+  latency_.Observe(std::chrono::duration<double>(steady_clock::now() - start).count());
+  co_return out;
+}
+
+asio::awaitable<bool> FilterService::WaitReady() {
+  const auto deadline = steady_clock::now() + options_.ready_wait;
+  // Woken when a cache syncs or a health pass ends (and by Stop), not by polling.
+  while (!readiness_.ready()) {
+    if (steady_clock::now() >= deadline || *readiness_.stopping) co_return false;
+    co_await readiness_.changed->WaitUntil(deadline);
+  }
+  co_return true;
+}
+
+asio::awaitable<void> FilterService::AwaitBindBacklog() {
+  // Backpressure: kube-scheduler filters pod after pod and hands each bind over at once, so with a small
+  // --kube-qps a burst queues binds for longer than its 30 s httpTimeout (each bind needs two requests of
+  // the budget), they fail, and the pods come back after a backoff. Holding the next decision while the
+  // binds in flight need more than the backlog of the budget paces kube-scheduler's queue to the budget
+  // instead: the same throughput, no failed binds. Bounded, so a stuck bind cannot stall every filter.
+  constexpr double kRequestsPerBind = 2;  // the lock's compare-and-swap and the Binding
+  constexpr std::chrono::seconds kMaxHold{20};
+  const std::chrono::duration<double> limit = options_.bind_backlog;
+  const double qps = options_.qps;
+  if (qps <= 0 || options_.bind_backlog.count() == 0) co_return;
+  const auto backlog = [&] {
+    return std::chrono::duration<double>(static_cast<double>(binds_->BindsUsingBudget()) * kRequestsPerBind /
+                                         qps);
+  };
+  if (backlog() <= limit) co_return;
+  const auto start = steady_clock::now();
+  const auto deadline = start + kMaxHold;
+  ++stats_.filters_held;
+  // Woken whenever a bind ends or a lock queue moves.
+  while (backlog() > limit && steady_clock::now() < deadline && !*readiness_.stopping)
+    co_await binds_->progress().WaitUntil(deadline);
+  held_seconds_ += std::chrono::duration<double>(steady_clock::now() - start).count();
+}
+
+asio::awaitable<k8s::ExtenderFilterResult> FilterService::Decide(const k8s::ExtenderArgs& args) {
+  if (!co_await WaitReady()) co_return Fail("hami-scheduler is not ready: " + readiness_.reason());
+  const PodView& pod = args.pod;
+  const std::string uid = UidOf(pod);
+  // A bind of this pod still running (kube-scheduler gave up waiting for it and filters again) may yet bind
+  // it with the devices reserved now: deciding again would hand those devices to another pod.
+  if (binds_->InFlight(pod.Key(), uid))
+    co_return Fail(fmt::format("pod {} is being bound (an earlier bind of it is still running)", pod.Key()));
+  if (auto requests = CollectRequests(pod, state_->backends()); requests && requests->Any())
+    co_await AwaitBindBacklog();
+  std::vector<std::string> candidates;
+  if (args.node_names) {
+    candidates = *args.node_names;
+  } else if (args.nodes) {
+    candidates = *args.nodes;
+  }
+  // A re-filter decides without the pod's earlier reservation (and its quota). An earlier decision written
+  // on the pod (by HAMi, or an earlier version of ours) is what its annotations say until a Binding writes
+  // a new one, so it is put back whenever no new one is made; an earlier reservation of ours was never
+  // written, and goes.
+  const bool previous_written = !reservations_->contains(uid);
+  std::optional<PodAllocation> previous = state_->RemovePod(uid);
+  if (!previous_written) previous.reset();
+  reservations_->Drop(uid);
+  const auto keep_previous = [&] {
+    if (previous) state_->AddPod(std::move(*previous));
+  };
+  const TimePoint now = clock_->Now();
+  FilterOutcome outcome = scheduler_.Filter(pod, candidates, now);
+  if (outcome.kind != FilterOutcome::Kind::kScheduled) keep_previous();
+  switch (outcome.kind) {
+    case FilterOutcome::Kind::kPassThrough:
+      ++results_["passthrough"];
+      co_return ToFilterResult(outcome, args);
+    case FilterOutcome::Kind::kError:
+      outcome.error = fmt::format("pod {}: {}", pod.Key(), outcome.error);
+      writer_->Event(k8s::InvolvedObject::Of(pod), "Warning", "FilteringFailed", outcome.error);
+      co_return Fail(outcome.error);
+    case FilterOutcome::Kind::kUnschedulable:
+      ++results_["unschedulable"];
+      writer_->Event(
+          k8s::InvolvedObject::Of(pod), "Warning", "FilteringFailed",
+          fmt::format("no node fits the pod's device request; {}",
+                      candidates.empty() ? "no candidate nodes" : SummarizeFailures(outcome.failed_nodes)));
+      co_return ToFilterResult(outcome, args);
+    case FilterOutcome::Kind::kScheduled:
+      break;
+  }
+
+  // The decision is held in memory and written on the pod by its Binding (BindService), in the same update
+  // that sets spec.nodeName: one request per pod less than HAMi's filter patch, and the device plugin never
+  // sees a half-written pod. A restart between filter and bind loses the reservation; the bind then fails
+  // and kube-scheduler filters the pod again.
+  scheduler_.Reserve(pod, outcome);
+  reservations_->Hold(uid, Reservation{pod.Key(), outcome.node, now, outcome.annotations});
+  ++results_["scheduled"];
+  RecordFilterEvent(pod, outcome);
+  co_return ToFilterResult(outcome, args);
+}
+
+void FilterService::RecordFilterEvent(const PodView& pod, const FilterOutcome& outcome) {
+  std::string fits;
+  for (const auto& [node, score] : outcome.best)
+    fits += fmt::format("{}{}:{:.2f}", fits.empty() ? "" : ",", node, score);
+  writer_->Event(k8s::InvolvedObject::Of(pod), "Normal", "FilteringSucceed",
+                 fmt::format("find fit node({}), {} nodes not fit, {} nodes fit({})", outcome.node,
+                             outcome.failed_nodes.size(), outcome.fitting_count, fits));
+}
+
+void FilterService::WriteMetrics(k8s::prom::TextWriter& w) const {
+  w.Family("hami_scheduler_filter_duration_seconds", "Time to answer /filter.", "histogram");
+  latency_.Write(w, "hami_scheduler_filter_duration_seconds", {});
+  w.Family("hami_scheduler_filter_decisions_total", "/filter answers by result.", "counter");
+  for (const char* result : {"scheduled", "unschedulable", "passthrough", "error"}) {
+    auto it = results_.find(result);
+    w.Sample("hami_scheduler_filter_decisions_total", {{"result", result}},
+             static_cast<double>(it == results_.end() ? 0 : it->second));
+  }
+  w.Counter("hami_scheduler_filters_held_total",
+            "Filters held back while the binds in flight needed too much of the --kube-qps budget.",
+            static_cast<double>(stats_.filters_held));
+  w.Counter("hami_scheduler_filter_held_seconds_total",
+            "Time filters were held back for the binds in flight (backpressure on kube-scheduler's queue).",
+            held_seconds_);
+}
+
+}  // namespace hami::extender

@@ -1,0 +1,78 @@
+#pragma once
+// POST /filter: decides where a pod's devices go (core's Scheduler over the registry and ledger), holds the
+// decision in memory as a reservation (Reservations) until its Binding writes it, and answers which node
+// fits. Waits for the caches and the first health pass before its first answer, and holds a decision while
+// the binds in flight need more of the API budget than kube-scheduler's timeout leaves them.
+#include <boost/asio/awaitable.hpp>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "core/scheduler.h"
+#include "extender/bind_service.h"
+#include "extender/cluster_writer.h"
+#include "extender/reservations.h"
+#include "k8s/extender.h"
+#include "k8s/metrics.h"
+#include "k8s/waits.h"
+
+namespace hami::extender {
+
+struct FilterOptions {
+  SchedulerOptions policies;
+  // How long a filter waits for the caches and the first health pass before answering an error.
+  std::chrono::milliseconds ready_wait{25000};
+  // A filter is held (at most 20 s) while the binds in flight need more than this of the decisions' budget
+  // (`qps`, two requests each): binds queued longer would pass kube-scheduler's 30 s httpTimeout. 0: never.
+  std::chrono::milliseconds bind_backlog{10000};
+  double qps = 0;  // the decisions' --kube-qps; 0: no limit, no backpressure
+};
+
+// Whether the extender may decide yet, and a signal that says when that may have changed.
+struct Readiness {
+  std::function<bool()> ready;
+  std::function<std::string()> reason;  // why not
+  k8s::Signal* changed;
+  const bool* stopping;
+};
+
+class FilterService {
+ public:
+  FilterService(ClusterState& state, Reservations& reservations, const BindService& binds,
+                ClusterWriter& writer, const Clock& clock, FilterOptions options, Readiness readiness);
+
+  // The answer for kube-scheduler (a failure is in its error).
+  boost::asio::awaitable<k8s::ExtenderFilterResult> Filter(const k8s::ExtenderArgs& args);
+  // A request that could not be read: counted, answered with `error`.
+  k8s::ExtenderFilterResult Refuse(std::string error);
+
+  struct Stats {
+    std::size_t filters = 0;
+    std::size_t filters_held = 0;  // filters that waited for the binds in flight
+  };
+  const Stats& stats() const { return stats_; }
+  void WriteMetrics(k8s::prom::TextWriter& w) const;
+
+ private:
+  boost::asio::awaitable<k8s::ExtenderFilterResult> Decide(const k8s::ExtenderArgs& args);
+  boost::asio::awaitable<bool> WaitReady();
+  boost::asio::awaitable<void> AwaitBindBacklog();
+  k8s::ExtenderFilterResult Fail(std::string message);
+  void RecordFilterEvent(const PodView& pod, const FilterOutcome& outcome);
+
+  ClusterState* state_;
+  Reservations* reservations_;
+  const BindService* binds_;
+  ClusterWriter* writer_;
+  const Clock* clock_;
+  FilterOptions options_;
+  Readiness readiness_;
+  Scheduler scheduler_;
+  Stats stats_;
+  double held_seconds_ = 0;
+  k8s::prom::Histogram latency_;
+  std::map<std::string, std::uint64_t> results_;  // scheduled, unschedulable, error, passthrough
+};
+
+}  // namespace hami::extender

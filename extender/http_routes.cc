@@ -1,0 +1,110 @@
+#include "extender/http_routes.h"
+
+#include <fmt/format.h>
+
+#include <boost/asio/use_awaitable.hpp>
+
+#include "k8s/extender.h"
+#include "k8s/metrics.h"
+
+namespace hami::extender {
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+
+namespace {
+
+// Built field by field: GCC 12 destroys members of a braced aggregate twice when the braces hold a co_await.
+k8s::ServerResponse Respond(unsigned status, std::string_view content_type, std::string body) {
+  k8s::ServerResponse r;
+  r.status = status;
+  r.content_type = std::string(content_type);
+  r.body = std::move(body);
+  return r;
+}
+constexpr std::string_view kText = "text/plain; charset=utf-8";
+constexpr std::string_view kJson = "application/json";
+
+// HttpServerOptions::body_limit, HAMi's limit.
+constexpr std::string_view kTooLarge = "request body is larger than the 1 MiB limit";
+
+}  // namespace
+
+void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, bool extender_routes) {
+  using k8s::ServerRequest;
+  using k8s::ServerResponse;
+  listeners_.emplace_back(std::move(listener), &server);
+  Extender* e = extender_;
+  server.Route(http::verb::get, "/metrics", [this](const ServerRequest&) -> asio::awaitable<ServerResponse> {
+    co_return Respond(200, k8s::prom::kContentType, Metrics());
+  });
+  server.Route(http::verb::get, "/healthz", [](const ServerRequest&) -> asio::awaitable<ServerResponse> {
+    co_return Respond(200, kText, "ok\n");
+  });
+  server.Route(http::verb::get, "/readyz", [e](const ServerRequest&) -> asio::awaitable<ServerResponse> {
+    if (e->ready()) co_return Respond(200, kText, "ok\n");
+    co_return Respond(503, kText, "not ready: " + e->NotReadyReason() + "\n");
+  });
+  if (!extender_routes) return;
+  server.Route(http::verb::post, "/filter", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
+    auto args = r.body_too_large ? Result<k8s::ExtenderArgs>(Error{std::string(kTooLarge)})
+                                 : k8s::ParseExtenderArgs(r.body);
+    k8s::ExtenderFilterResult result;
+    if (args) {
+      result = co_await e->filter().Filter(*args);
+    } else {
+      result = e->filter().Refuse(args.error().message);
+    }
+    co_return Respond(200, kJson, k8s::ToJson(result));
+  });
+  server.Route(http::verb::post, "/bind", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
+    auto args = r.body_too_large ? Result<k8s::ExtenderBindingArgs>(Error{std::string(kTooLarge)})
+                                 : k8s::ParseBindingArgs(r.body);
+    std::string error;
+    if (args) {
+      error = co_await e->binder().Bind(*args);
+    } else {
+      e->binder().Refuse();
+      error = args.error().message;
+    }
+    co_return Respond(200, kJson, k8s::BindingResultJson(error));
+  });
+}
+
+std::string HttpRoutes::Metrics() const { return extender_->Metrics() + ServerMetrics(); }
+
+std::string HttpRoutes::ServerMetrics() const {
+  k8s::prom::TextWriter w;
+  struct Family {
+    const char* name;
+    const char* help;
+    const char* type;
+    std::uint64_t (*value)(const k8s::HttpServer&);
+  };
+  const Family families[] = {
+      {"hami_http_open_connections", "Open connections, per listener.", "gauge",
+       [](const k8s::HttpServer& s) -> std::uint64_t { return s.open_connections(); }},
+      {"hami_http_connection_failures_total",
+       "Connections ended by an exception in their coroutine (a bug, logged; the server went on).", "counter",
+       [](const k8s::HttpServer& s) { return s.connection_failures(); }},
+      {"hami_http_connections_evicted_total",
+       "Idle connections closed at the connection cap to make room for a new one.", "counter",
+       [](const k8s::HttpServer& s) { return s.connections_evicted(); }},
+      {"hami_http_connections_refused_total",
+       "Connections refused with 503 at the connection cap (every connection busy).", "counter",
+       [](const k8s::HttpServer& s) { return s.connections_refused(); }},
+      {"hami_http_request_timeouts_total", "Requests whose head or body did not arrive in time.", "counter",
+       [](const k8s::HttpServer& s) { return s.timeouts(); }},
+  };
+  for (const auto& f : families) {
+    w.Family(f.name, f.help, f.type);
+    for (const auto& [listener, server] : listeners_) {
+      w.Sample(f.name, {{"listener", listener}}, static_cast<double>(f.value(*server)));
+    }
+  }
+  w.Family("hami_event_loop_exceptions_total",
+           "Exceptions that escaped the event loop (a bug, logged; the loop went on).", "counter");
+  w.Sample("hami_event_loop_exceptions_total", {}, static_cast<double>(*loop_exceptions_));
+  return w.Take();
+}
+
+}  // namespace hami::extender

@@ -1,0 +1,37 @@
+#pragma once
+// The extender's HTTP adapter: it owns the wire. Routes (/filter and /bind on the extender listener;
+// /metrics, /healthz and /readyz on every listener), the request body limit, and the extender v1 JSON in and
+// out (k8s/extender); the services it calls see parsed arguments only. kube-scheduler expects HTTP 200 with
+// failures in the JSON's Error.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "extender/extender.h"
+#include "k8s/http_server.h"
+
+namespace hami::extender {
+
+class HttpRoutes {
+ public:
+  // `loop_exceptions`: the event loop's counter (k8s::RunLoop), shown in /metrics.
+  HttpRoutes(Extender& extender, const std::uint64_t& loop_exceptions)
+      : extender_(&extender), loop_exceptions_(&loop_exceptions) {}
+
+  // Adds the routes to `server`, known in /metrics as `listener` ("extender", "metrics"). Extender routes
+  // (/filter, /bind) only when `extender_routes`.
+  void Install(k8s::HttpServer& server, std::string listener, bool extender_routes);
+
+  // /metrics: the extender's families, every listener's connection counters, the event loop's exceptions.
+  std::string Metrics() const;
+
+ private:
+  std::string ServerMetrics() const;
+
+  Extender* extender_;
+  const std::uint64_t* loop_exceptions_;
+  std::vector<std::pair<std::string, const k8s::HttpServer*>> listeners_;
+};
+
+}  // namespace hami::extender

@@ -1,0 +1,97 @@
+#pragma once
+// A ClusterWriter that records every effect and answers from a small in-memory cluster: nodes' metadata
+// (resourceVersion and annotations, patched with merge-patch semantics and compare-and-swap) and pods.
+// The services' tests run against it without HTTP.
+#include <boost/json.hpp>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "extender/cluster_writer.h"
+
+namespace hami::testing {
+
+class FakeWriter final : public extender::ClusterWriter {
+ public:
+  struct Call {
+    std::string what;  // "patch node n1", "patch pod ns/p", "bind ns/p n1", "event Normal FilteringSucceed"
+    boost::json::value patch;
+    extender::Budget budget = extender::Budget::kDecision;
+  };
+  std::vector<Call> calls;
+  std::map<std::string, extender::ObjectMeta> nodes;
+  std::map<std::string, PodView> pods;  // "ns/name"
+  std::vector<extender::BindingWrite> bindings;
+  std::deque<extender::ApiError> fail_next_bind;  // errors the next Bind calls answer
+
+  std::vector<std::string> Whats() const {
+    std::vector<std::string> out;
+    for (const auto& c : calls) out.push_back(c.what);
+    return out;
+  }
+
+  boost::asio::awaitable<extender::ApiResult<extender::ObjectMeta>> PatchNode(
+      const std::string& node, const boost::json::value& patch, extender::Budget budget) override {
+    calls.push_back({"patch node " + node, patch, budget});
+    auto it = nodes.find(node);
+    if (it == nodes.end())
+      co_return extender::ApiError{extender::ApiErrorKind::kNotFound, 404, "NotFound", node};
+    const auto& meta = patch.at("metadata").as_object();
+    if (auto* rv = meta.if_contains("resourceVersion"); rv && rv->as_string() != it->second.resource_version)
+      co_return extender::ApiError{extender::ApiErrorKind::kConflict, 409, "Conflict", node};
+    if (auto* ann = meta.if_contains("annotations")) {
+      for (const auto& [k, v] : ann->as_object()) {
+        if (v.is_null()) {
+          it->second.annotations.erase(std::string(k));
+        } else {
+          it->second.annotations[std::string(k)] = std::string(v.as_string());
+        }
+      }
+    }
+    it->second.resource_version = std::to_string(std::stoi(it->second.resource_version) + 1);
+    co_return it->second;
+  }
+  boost::asio::awaitable<extender::ApiResult<void>> PatchPod(const std::string& ns, const std::string& name,
+                                                             const boost::json::value& patch,
+                                                             extender::Budget budget) override {
+    calls.push_back({"patch pod " + ns + "/" + name, patch, budget});
+    co_return extender::ApiResult<void>{};
+  }
+  boost::asio::awaitable<extender::ApiResult<extender::ObjectMeta>> ReadNode(
+      const std::string& node) override {
+    calls.push_back({"read node " + node, {}, extender::Budget::kDecision});
+    auto it = nodes.find(node);
+    if (it == nodes.end())
+      co_return extender::ApiError{extender::ApiErrorKind::kNotFound, 404, "NotFound", node};
+    co_return it->second;
+  }
+  boost::asio::awaitable<extender::ApiResult<PodView>> ReadPod(const std::string& ns,
+                                                               const std::string& name) override {
+    calls.push_back({"read pod " + ns + "/" + name, {}, extender::Budget::kDecision});
+    auto it = pods.find(ns + "/" + name);
+    if (it == pods.end())
+      co_return extender::ApiError{extender::ApiErrorKind::kNotFound, 404, "NotFound", ns + "/" + name};
+    co_return it->second;
+  }
+  boost::asio::awaitable<extender::ApiResult<void>> Bind(const extender::BindingWrite& b) override {
+    calls.push_back({"bind " + b.ns + "/" + b.name + " " + b.node, {}, extender::Budget::kDecision});
+    if (!fail_next_bind.empty()) {
+      auto e = fail_next_bind.front();
+      fail_next_bind.pop_front();
+      co_return e;
+    }
+    bindings.push_back(b);
+    auto& pod = pods[b.ns + "/" + b.name];
+    pod.node_name = b.node;
+    for (const auto& [k, v] : b.annotations) pod.annotations[k] = v;
+    co_return extender::ApiResult<void>{};
+  }
+  void Event(const k8s::InvolvedObject& object, std::string_view type, std::string_view reason,
+             std::string message) override {
+    calls.push_back({"event " + std::string(type) + " " + std::string(reason) + " " + object.name,
+                     boost::json::value(message), extender::Budget::kDecision});
+  }
+};
+
+}  // namespace hami::testing

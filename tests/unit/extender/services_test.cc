@@ -1,0 +1,186 @@
+// The extender's services through the ClusterWriter port (a recording fake), without HTTP: each one's
+// effects on the cluster, request by request.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+
+#include "core/keys.h"
+#include "extender/bind_service.h"
+#include "extender/filter_service.h"
+#include "extender/health_service.h"
+#include "extender/ledger_feed.h"
+#include "extender/reservations.h"
+#include "tests/support/builders.h"
+#include "tests/support/run_coro.h"
+#include "tests/unit/extender/fake_writer.h"
+
+namespace hami {
+namespace {
+
+namespace asio = boost::asio;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::RunCoro;
+using ::testing::StartsWith;
+
+class ServicesTest : public ::testing::Test {
+ protected:
+  void AddNode(const std::string& name) {
+    NodeView n = testing::NvidiaNode(name, {testing::Gpu(name + "-gpu0", 0, 16000)});
+    n.resource_version = "1";
+    feed_.UpsertNode(n);
+    writer_.nodes[name] = extender::ObjectMeta{"1", n.annotations};
+  }
+  PodView GpuPod(const std::string& name) {
+    PodView p = testing::Pod(name, {testing::GpuCtr("main", 1, 3000, 30)});
+    p.resource_version = "7";
+    pods_[p.Key()] = p;
+    writer_.pods[p.Key()] = p;
+    return p;
+  }
+  k8s::ExtenderFilterResult Filter(const PodView& pod, std::vector<std::string> nodes) {
+    k8s::ExtenderArgs args;
+    args.pod = pod;
+    args.node_names = std::move(nodes);
+    k8s::ExtenderFilterResult out;
+    RunCoro(ioc_, [&]() -> asio::awaitable<void> { out = co_await filter_.Filter(args); }());
+    return out;
+  }
+  std::string Bind(const PodView& pod, const std::string& node) {
+    const k8s::ExtenderBindingArgs args{pod.name, pod.ns, pod.uid, node};
+    std::string error;
+    RunCoro(ioc_, [&]() -> asio::awaitable<void> { error = co_await binder_.Bind(args); }());
+    return error;
+  }
+
+  asio::io_context ioc_;
+  Backends backends_ = testing::BuiltinBackends();
+  FixedClock clock_{TimePoint(std::chrono::seconds(1700000000))};
+  testing::FakeWriter writer_;
+  extender::LedgerFeed feed_{backends_, writer_};
+  extender::Reservations reservations_{writer_, backends_, clock_, std::chrono::seconds(300)};
+  extender::NodeLocker locker_{writer_, clock_, std::chrono::seconds(300)};
+  std::map<std::string, PodView> pods_;  // the pod cache
+  std::vector<std::string> released_;
+  extender::BindService binder_{
+      ioc_.get_executor(),
+      feed_.state(),
+      reservations_,
+      pods_,
+      locker_,
+      writer_,
+      clock_,
+      extender::BindOptions{std::chrono::milliseconds(0), std::chrono::seconds(300)},
+      [this](const std::string& uid) { released_.push_back(uid); }};
+  k8s::Signal ready_changed_;
+  bool stopping_ = false;
+  extender::FilterService filter_{
+      feed_.state(),
+      reservations_,
+      binder_,
+      writer_,
+      clock_,
+      extender::FilterOptions{},
+      extender::Readiness{[] { return true; }, [] { return std::string(); }, &ready_changed_, &stopping_}};
+};
+
+TEST_F(ServicesTest, FilterReservesInMemoryAndWritesOnlyAnEvent) {
+  AddNode("n1");
+  const PodView pod = GpuPod("p");
+  const auto result = Filter(pod, {"n1"});
+  EXPECT_EQ(result.error, "");
+  EXPECT_EQ(result.node_names, std::vector<std::string>{"n1"});
+  EXPECT_TRUE(reservations_.contains(pod.uid));
+  ASSERT_NE(feed_.state().FindPod(pod.uid), nullptr);
+  EXPECT_THAT(writer_.Whats(), ElementsAre("event Normal FilteringSucceed p"));
+}
+
+TEST_F(ServicesTest, BindTakesTheLockWithOneCompareAndSwapAndTheBindingCarriesTheDecision) {
+  AddNode("n1");
+  const PodView pod = GpuPod("p");
+  Filter(pod, {"n1"});
+  writer_.calls.clear();
+  EXPECT_EQ(Bind(pod, "n1"), "");
+  EXPECT_THAT(writer_.Whats(),
+              ElementsAre("patch node n1", "bind default/p n1", "event Normal BindingSucceed p"));
+  // The lock patch was a compare-and-swap on the cached resourceVersion: no read first.
+  EXPECT_EQ(writer_.calls[0].patch.at("metadata").at("resourceVersion"), "1");
+  ASSERT_EQ(writer_.bindings.size(), 1u);
+  const auto& a = writer_.bindings[0].annotations;
+  EXPECT_EQ(a.at(std::string(keys::kAssignedNode)), "n1");
+  EXPECT_EQ(a.at(std::string(keys::kBindPhase)), keys::kBindPhaseAllocating);
+  EXPECT_TRUE(a.contains("hami.io/vgpu-devices-to-allocate"));
+  // The lock stays for the device plugin to release.
+  EXPECT_TRUE(writer_.nodes["n1"].annotations.contains("hami.io/mutex.lock"));
+}
+
+TEST_F(ServicesTest, AFailedBindingReleasesTheLockAndSaysWhy) {
+  AddNode("n1");
+  const PodView pod = GpuPod("p");
+  Filter(pod, {"n1"});
+  writer_.fail_next_bind.push_back(extender::ApiError{extender::ApiErrorKind::kOther, 422, "Invalid", "no"});
+  EXPECT_THAT(Bind(pod, "n1"), StartsWith("could not bind pod default/p to node n1"));
+  EXPECT_FALSE(writer_.nodes["n1"].annotations.contains("hami.io/mutex.lock"));
+}
+
+TEST_F(ServicesTest, ABindingWhoseAnswerWasLostIsReadBackAndKeepsTheLock) {
+  AddNode("n1");
+  const PodView pod = GpuPod("p");
+  Filter(pod, {"n1"});
+  writer_.fail_next_bind.push_back(extender::ApiError{extender::ApiErrorKind::kTransport, 0, "", "reset"});
+  // ... but the API server applied it.
+  writer_.pods[pod.Key()].node_name = "n1";
+  writer_.pods[pod.Key()].annotations[std::string(keys::kBindPhase)] =
+      std::string(keys::kBindPhaseAllocating);
+  EXPECT_EQ(Bind(pod, "n1"), "");
+  EXPECT_TRUE(writer_.nodes["n1"].annotations.contains("hami.io/mutex.lock"));
+}
+
+TEST_F(ServicesTest, ABindOfAPodWithoutReservationIsRefusedWithoutARequest) {
+  AddNode("n1");
+  const PodView pod = GpuPod("p");
+  EXPECT_THAT(Bind(pod, "n1"), HasSubstr("holds no device reservation"));
+  EXPECT_THAT(writer_.Whats(), ElementsAre("event Warning BindingFailed p"));
+}
+
+TEST_F(ServicesTest, TheHealthPassAsksForAHandshakeOnTheBackgroundBudget) {
+  AddNode("n1");
+  extender::HealthService health(backends_, writer_, clock_, std::chrono::seconds(60));
+  std::map<std::string, NodeView> nodes;
+  nodes["n1"] = feed_.state().FindNode("n1")->node;
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> { co_await health.Pass(nodes, feed_.state()); }());
+  ASSERT_THAT(writer_.Whats(), ElementsAre("patch node n1"));
+  EXPECT_EQ(writer_.calls[0].budget, extender::Budget::kBackground);
+  const auto& value = writer_.calls[0].patch.at("metadata").at("annotations").at("hami.io/node-handshake");
+  EXPECT_THAT(std::string(value.as_string()), StartsWith("Requesting_"));
+  EXPECT_EQ(health.stats().passes, 1u);
+}
+
+TEST_F(ServicesTest, AnUnreadableRegistrationIsReportedOnceWithAnEventOnTheNode) {
+  NodeView n;
+  n.name = "bad";
+  n.annotations["hami.io/node-nvidia-register"] = "not a manifest";
+  feed_.UpsertNode(n);
+  feed_.UpsertNode(n);
+  EXPECT_THAT(writer_.Whats(), ElementsAre("event Warning InvalidDeviceRegistration bad"));
+  EXPECT_EQ(feed_.unreadable_registrations(), 1u);
+  EXPECT_EQ(feed_.stats().registration_errors, 1u);
+}
+
+TEST_F(ServicesTest, AReservationNeverBoundIsFreedAfterTheTimeout) {
+  AddNode("n1");
+  const PodView pod = GpuPod("p");
+  Filter(pod, {"n1"});
+  const auto none_running = [](const std::string&, const std::string&) { return false; };
+  const auto release = [this](const std::string& uid) { released_.push_back(uid); };
+  EXPECT_TRUE(reservations_.Expire(pods_, none_running, release).empty());
+  EXPECT_TRUE(released_.empty());
+  clock_.Advance(std::chrono::seconds(300));
+  EXPECT_TRUE(reservations_.Expire(pods_, none_running, release).empty());  // nothing written to clear
+  EXPECT_THAT(released_, ElementsAre(pod.uid));
+  EXPECT_EQ(reservations_.expired(), 1u);
+}
+
+}  // namespace
+}  // namespace hami
