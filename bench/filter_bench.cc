@@ -93,6 +93,54 @@ void BM_FilterDecision(benchmark::State& st) {
       benchmark::Counter(static_cast<double>(st.range(0)),
                          benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
+// The floors the decision is compared with in the same run. BM_FloorPass: one plain pass over the bytes it
+// reads for every candidate, where the registry keeps them (the name lookup, the node's packed per-device
+// capacity and usage, its totals), summing them. BM_FloorFlat: the same per-device and per-node bytes copied
+// into flat arrays first, then one sequential pass (what memory bandwidth alone allows).
+void BM_FloorPass(benchmark::State& st) {
+  Cluster cluster(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
+  for (auto _ : st) {
+    std::int64_t sum = 0;
+    for (const auto& name : cluster.names) {
+      const NodeEntry* e = cluster.state.FindNode(name);
+      sum += e->totals.used + e->allocations_in_flight;
+      for (std::size_t d = 0; d < e->caps.size(); ++d)
+        sum += e->caps[d].devmem - e->usage[d].mem.value() + e->caps[d].count - e->usage[d].used;
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+  st.counters["nodes"] = static_cast<double>(st.range(0));
+  st.counters["per_node_ns"] =
+      benchmark::Counter(static_cast<double>(st.range(0)),
+                         benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_FloorPass)->Args({1000, 10})->Args({10000, 10})->Unit(benchmark::kMicrosecond);
+
+void BM_FloorFlat(benchmark::State& st) {
+  Cluster cluster(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
+  std::vector<DeviceCaps> caps;
+  std::vector<DeviceUsage> usage;
+  std::vector<NodeTotals> totals;
+  for (const auto& name : cluster.names) {
+    const NodeEntry* e = cluster.state.FindNode(name);
+    caps.insert(caps.end(), e->caps.begin(), e->caps.end());
+    usage.insert(usage.end(), e->usage.begin(), e->usage.end());
+    totals.push_back(e->totals);
+  }
+  for (auto _ : st) {
+    std::int64_t sum = 0;
+    for (const auto& t : totals) sum += t.used;
+    for (std::size_t d = 0; d < caps.size(); ++d)
+      sum += caps[d].devmem - usage[d].mem.value() + caps[d].count - usage[d].used;
+    benchmark::DoNotOptimize(sum);
+  }
+  st.counters["nodes"] = static_cast<double>(st.range(0));
+  st.counters["per_node_ns"] =
+      benchmark::Counter(static_cast<double>(st.range(0)),
+                         benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_FloorFlat)->Args({1000, 10})->Args({10000, 10})->Unit(benchmark::kMicrosecond);
+
 BENCHMARK(BM_FilterDecision)
     ->Args({100, 10})
     ->Args({1000, 10})

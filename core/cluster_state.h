@@ -26,27 +26,31 @@ struct MigInUse {
   MigPlacement placement;
 };
 
-// One node as the scheduler knows it.
+// One node as the scheduler knows it. The fields the decision reads for every candidate come first, so
+// that they share the cache lines of the registry's key (the rest is read only for the chosen node, for
+// selectors, or off the decision path).
 struct NodeEntry {
-  NodeView node;
-  std::vector<DeviceInfo> devices;                // grouped by backend, in Backends order
-  std::vector<int> backend_of;                    // per device: index into Backends
+  // --- read for every candidate
   std::vector<DeviceCaps> caps;                   // per device: what the decision path reads, packed
   std::vector<DeviceUsage> usage;                 // per device
-  NodeTotals totals;                              // capacity and usage sums for the node score
-  std::vector<std::vector<MigInUse>> mig_in_use;  // per device; empty unless MIG instances are held
-  std::vector<char> cordoned;  // per device: listed in hami.io/device-cordon (also in caps)
   std::vector<std::pair<int, int>> vendor_range;  // per backend: [begin, end) into devices
-  std::vector<std::string> discovery_error;       // per backend: "" when discovery succeeded
-  std::unordered_map<std::string, int> by_uuid;
-  std::unordered_set<std::string> pods;  // uids of pods charged to this node
-  int unknown_device_charges = 0;        // charges naming a UUID this node does not have
+  NodeTotals totals;                              // capacity and usage sums for the node score
   // Pods charged here whose device plugin has not set them up yet (PodAllocation::in_flight): binds queued
   // on the node lock or allocating.
   int allocations_in_flight = 0;
   bool has_mig = false;
+  // --- read for the chosen node, for selectors, and off the decision path
+  std::vector<DeviceInfo> devices;  // grouped by backend, in Backends order
+  NodeView node;
+  std::vector<int> backend_of;                    // per device: index into Backends
+  std::vector<std::vector<MigInUse>> mig_in_use;  // per device; empty unless MIG instances are held
+  std::vector<char> cordoned;                // per device: listed in hami.io/device-cordon (also in caps)
+  std::vector<std::string> discovery_error;  // per backend: "" when discovery succeeded
+  std::unordered_map<std::string, int> by_uuid;
+  std::unordered_set<std::string> pods;  // uids of pods charged to this node
+  int unknown_device_charges = 0;        // charges naming a UUID this node does not have
 
-  bool HasDevices() const { return !devices.empty(); }
+  bool HasDevices() const { return !caps.empty(); }
 };
 
 // A pod's hold on devices, as decided by filter or read back from its annotations.

@@ -43,8 +43,12 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
   std::vector<Fitting> fitting;
   fitting.reserve(candidates.size());
   std::string reason;
+  // Two stages: the entry's first line (the vectors' headers) far ahead, then the data they point at.
   constexpr std::size_t kPrefetchDistance = 4;
+  constexpr std::size_t kEntryPrefetchDistance = 2 * kPrefetchDistance;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (i + kEntryPrefetchDistance < resolved_.size() && resolved_[i + kEntryPrefetchDistance] != nullptr)
+      __builtin_prefetch(resolved_[i + kEntryPrefetchDistance]);
     if (i + kPrefetchDistance < resolved_.size() && resolved_[i + kPrefetchDistance] != nullptr) {
       const NodeEntry* ahead = resolved_[i + kPrefetchDistance];
       __builtin_prefetch(ahead->caps.data());
