@@ -78,6 +78,32 @@ DeviceOrder::DeviceOrder(std::string_view gpu_policy, bool numa_bind) {
   }
 }
 
+namespace {
+
+// Ties end on index, then on the caller's device handle: a strict total order, so every correct sort gives
+// the same result.
+bool ByIndex(const DeviceOrder::Item& a, const DeviceOrder::Item& b) {
+  if (a.index != b.index) return a.index < b.index;
+  return a.device < b.device;
+}
+
+// A node has a handful of devices: insertion sort with the comparator inlined beats std::sort there.
+template <class Less>
+void SortItems(std::vector<DeviceOrder::Item>& items, Less less) {
+  if (items.size() > 16) {
+    std::sort(items.begin(), items.end(), less);
+    return;
+  }
+  for (std::size_t i = 1; i < items.size(); ++i) {
+    DeviceOrder::Item x = items[i];
+    std::size_t j = i;
+    for (; j > 0 && less(x, items[j - 1]); --j) items[j] = items[j - 1];
+    items[j] = x;
+  }
+}
+
+}  // namespace
+
 bool DeviceOrder::Less(const Item& a, const Item& b) const {
   switch (mode_) {
     case Mode::kChain:
@@ -108,35 +134,33 @@ bool DeviceOrder::Less(const Item& a, const Item& b) const {
       if (a.numa != b.numa) return a.numa < b.numa;
       break;
   }
-  if (a.index != b.index) return a.index < b.index;
-  return a.device < b.device;
+  return ByIndex(a, b);
 }
 
 void DeviceOrder::Sort(std::vector<Item>& items) const {
-  std::sort(items.begin(), items.end(), [this](const Item& a, const Item& b) { return Less(a, b); });
+  // The two single-policy orders every default configuration uses get their comparator inlined; the others
+  // go through Less (the same order).
+  switch (mode_) {
+    case Mode::kBinpack:
+      return SortItems(items, [](const Item& a, const Item& b) {
+        if (a.score != b.score) return a.score < b.score;
+        if (a.numa != b.numa) return a.numa < b.numa;
+        return ByIndex(a, b);
+      });
+    case Mode::kSpread:
+      return SortItems(items, [](const Item& a, const Item& b) {
+        if (a.score != b.score) return a.score > b.score;
+        if (a.numa != b.numa) return a.numa < b.numa;
+        return ByIndex(a, b);
+      });
+    default:
+      return SortItems(items, [this](const Item& a, const Item& b) { return Less(a, b); });
+  }
 }
 
 DeviceCaps DeviceCaps::Of(const DeviceInfo& d) {
   return DeviceCaps{d.devmem.value(), d.devcore.value(), d.count,         d.index,
                     d.numa,           d.health,          d.mode == "mig", false};
-}
-
-double DeviceScore(const DeviceCaps& d, const DeviceUsage& u, const DeviceRequest* r,
-                   const ScoringWeights& w) {
-  if (d.count == 0 || d.devcore == 0 || d.devmem == 0) return 0;
-  double req = 0, cores = 0, mem = 0;
-  if (r != nullptr) {
-    req = 1;  // one slot per request entry, whatever its count
-    cores = static_cast<double>(r->cores.value());
-    if (r->mem_percent != 0 && r->mem_percent != kPercentUnset) {
-      mem = static_cast<double>(d.devmem * r->mem_percent / 100);
-    } else {
-      mem = static_cast<double>(r->memory.value());
-    }
-  }
-  return 10 * (w.slot * (req + u.used) / d.count +
-               w.core * (cores + static_cast<double>(u.cores.value())) / static_cast<double>(d.devcore) +
-               w.memory * (mem + static_cast<double>(u.mem.value())) / static_cast<double>(d.devmem));
 }
 
 double NodeTotals::Score() const {

@@ -73,8 +73,24 @@ struct DeviceCaps {
 
 // 10 * (ws*(req+used)/count + wc*(cores+usedcores)/devcore + wm*(mem+usedmem)/devmem); 0 for a device with a
 // zero count, core or memory capacity.
-double DeviceScore(const DeviceCaps& device, const DeviceUsage& usage, const DeviceRequest* request,
-                   const ScoringWeights& w);
+// Inline: the decision computes it for every device of every candidate.
+inline double DeviceScore(const DeviceCaps& d, const DeviceUsage& u, const DeviceRequest* r,
+                          const ScoringWeights& w) {
+  if (d.count == 0 || d.devcore == 0 || d.devmem == 0) return 0;
+  double req = 0, cores = 0, mem = 0;
+  if (r != nullptr) {
+    req = 1;  // one slot per request entry, whatever its count
+    cores = static_cast<double>(r->cores.value());
+    if (r->mem_percent != 0 && r->mem_percent != kPercentUnset) {
+      mem = static_cast<double>(d.devmem * r->mem_percent / 100);
+    } else {
+      mem = static_cast<double>(r->memory.value());
+    }
+  }
+  return 10 * (w.slot * (req + u.used) / d.count +
+               w.core * (cores + static_cast<double>(u.cores.value())) / static_cast<double>(d.devcore) +
+               w.memory * (mem + static_cast<double>(u.mem.value())) / static_cast<double>(d.devmem));
+}
 inline double DeviceScore(const DeviceInfo& device, const DeviceUsage& usage, const DeviceRequest* request,
                           const ScoringWeights& w) {
   return DeviceScore(DeviceCaps::Of(device), usage, request, w);
