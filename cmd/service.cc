@@ -129,6 +129,7 @@ void SchedulerService::Spawn(asio::awaitable<void> task, const char* what, asio:
                      spdlog::error("{} stopped: an exception that is no std::exception", what);
                    }
                    failure_ = e;
+                   if (on_failure) on_failure();
                  }));
 }
 
@@ -232,18 +233,12 @@ int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   SchedulerService& s = **service;
   spdlog::info("{} serving the extender on {} (metrics on port {}), API server {} ({})", VersionString(),
                s.url(), s.metrics_port(), rest->HostHeader(), rest->source);
-  s.Start();
-
   asio::signal_set signals(ioc, SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int signo) {
-    if (ec) return;
-    spdlog::info("signal {}: draining requests in flight, then exiting", signo);
-    s.Shutdown(10s);
-  });
-  // Ends the loop once everything has stopped (after a signal or a failure).
+  // Once a stop has begun (a signal or a failure), the loop ends when everything has stopped: checked every
+  // 50 ms during the drain only, never while serving.
   asio::steady_timer watch(ioc);
+  bool watching = false;
   std::function<void()> check = [&] {
-    if (s.failure()) s.Kill();
     if (s.stopped()) {
       signals.cancel();
       ioc.stop();
@@ -252,7 +247,23 @@ int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     watch.expires_after(50ms);
     watch.async_wait([&](const boost::system::error_code&) { check(); });
   };
-  check();
+  const auto stop_when_done = [&] {
+    if (watching) return;
+    watching = true;
+    check();
+  };
+  signals.async_wait([&](const boost::system::error_code& ec, int signo) {
+    if (ec) return;
+    spdlog::info("signal {}: draining requests in flight, then exiting", signo);
+    s.Shutdown(10s);
+    stop_when_done();
+  });
+  s.on_failure = [&] {
+    s.Kill();
+    signals.cancel();
+    stop_when_done();
+  };
+  s.Start();
   k8s::RunLoop(ioc, s.loop_exceptions(), "serve");
   if (s.failure()) {
     err << "hami-scheduler serve: stopped after a failure (see the log above)\n";

@@ -7,6 +7,7 @@
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -50,6 +51,8 @@ class SchedulerService {
   bool stopped() const;
   // Why a service ended on its own (a failure, not a requested stop); null if none.
   std::exception_ptr failure() const { return failure_; }
+  // Called once a service ended with a failure (serve kills the rest and exits).
+  std::function<void()> on_failure;
 
   std::uint16_t port() const { return server_->port(); }
   std::uint16_t metrics_port() const { return metrics_ ? metrics_->port() : server_->port(); }
