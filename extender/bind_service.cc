@@ -57,17 +57,21 @@ std::size_t BindService::BindsUsingBudget() const {
 }
 
 void BindService::Count(const char* result, double seconds) {
-  ++stats_.binds;
   ++results_[result];
   latency_.Observe(seconds);
 }
 
 asio::awaitable<std::string> BindService::Bind(const k8s::ExtenderBindingArgs& args) {
   const auto start = steady_clock::now();
+  ++stats_.binds;
+  // However the bind ends (an exception too), a filter held for the backlog looks again.
+  struct Progress {
+    k8s::Signal& signal;
+    ~Progress() { signal.Notify(); }
+  } progress{progress_};
   std::string error = co_await BindPod(args);
   Count(error.empty() ? "success" : "failure",
         std::chrono::duration<double>(steady_clock::now() - start).count());
-  progress_.Notify();
   co_return error;
 }
 
@@ -419,6 +423,11 @@ asio::awaitable<std::string> BindService::BindPod(const k8s::ExtenderBindingArgs
   }
   const std::string node = args.node;
   BindingWrite binding{pod->ns, pod->name, pod->uid, node, writes.annotations, writes.labels};
+  if (writes.NeedsClearing()) {  // the stamp says when the Binding went out
+    if (auto t = binding.annotations.find(std::string(keys::kBindTime)); t != binding.annotations.end())
+      t->second = std::to_string(
+          std::chrono::duration_cast<std::chrono::seconds>(clock_->Now().time_since_epoch()).count());
+  }
   auto bound = co_await writer_->Bind(binding);
   bool outcome_unknown = false;
   // A conflict, a lost answer or a 5xx: the Binding may have been applied (nodeName, devices and
@@ -442,7 +451,7 @@ asio::awaitable<std::string> BindService::BindPod(const k8s::ExtenderBindingArgs
         }
         bound = ApiResult<void>{};  // bound here and allocating: the device plugin releases the locks
       }
-    } else {
+    } else if (view.error().status != kUnreadableObject) {  // read back, but unreadable: not bound by us
       outcome_unknown = bound.error().kind != ApiErrorKind::kConflict;
     }
   }

@@ -48,7 +48,10 @@ class BindService {
   // The bind of one pod: "" on success, else the error kube-scheduler is told (an event says it too).
   boost::asio::awaitable<std::string> Bind(const k8s::ExtenderBindingArgs& args);
   // A request that could not be read: counted as a failed bind.
-  void Refuse() { Count("failure", 0); }
+  void Refuse() {
+    ++stats_.binds;
+    Count("failure", 0);
+  }
 
   // A /bind of pod `key` with `uid` is running.
   bool InFlight(const std::string& key, const std::string& uid) const;

@@ -50,7 +50,7 @@ asio::awaitable<ApiResult<PodView>> ApiClusterWriter::ReadPod(const std::string&
   auto r = co_await decisions_->Get(k8s::PathFor("v1", "pods", ns, name));
   if (!r) co_return r.error();
   auto view = k8s::PodFromJson(*r);
-  if (!view) co_return ApiError{ApiErrorKind::kOther, 0, "", view.error().message};
+  if (!view) co_return ApiError{ApiErrorKind::kOther, kUnreadableObject, "", view.error().message};
   co_return std::move(*view);
 }
 

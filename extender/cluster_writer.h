@@ -18,6 +18,10 @@ using k8s::ApiError;
 using k8s::ApiErrorKind;
 using k8s::ApiResult;
 
+// The status of an ApiError for an object the API server returned (HTTP 200) that cannot be read: it exists,
+// but its content is unusable.
+inline constexpr unsigned kUnreadableObject = 200;
+
 // Whose share of the API budget a write spends.
 enum class Budget {
   kDecision,    // a /filter or /bind answer waits for it

@@ -179,10 +179,12 @@ asio::awaitable<void> Extender::ExpireReservations() {
       e->sweep_done_.Notify();
     }
   } done{this};
-  const auto release = [this](const std::string& uid) { ReleasePod(uid); };
-  const auto due = reservations_.Expire(
-      pods_->views(),
-      [this](const std::string& key, const std::string& uid) { return binder_.InFlight(key, uid); }, release);
+  // Named: a temporary std::function bound to a coroutine's reference parameter is what GCC 12 mishandles.
+  const Reservations::Release release = [this](const std::string& uid) { ReleasePod(uid); };
+  const Reservations::BindRunning running = [this](const std::string& key, const std::string& uid) {
+    return binder_.InFlight(key, uid);
+  };
+  const auto due = reservations_.Expire(pods_->views(), running, release);
   // Ledger entries the annotations no longer back (removed by someone, or by an expiry that raced a filter).
   for (const auto& uid : feed_.Orphans(
            pods_->views(), [this](const std::string& uid) { return reservations_.contains(uid); })) {

@@ -146,7 +146,7 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t, const Lock
       // (No co_await inside a conditional expression: GCC 12 destroys its temporaries twice.)
       ApiResult<PodView> pod = PodView{};
       if (!exists) pod = co_await writer_->ReadPod(owner->ns, owner->pod);
-      if (pod) {
+      if (pod || pod.error().status == kUnreadableObject) {  // the owner exists
         ++stats_.contended;
         out.contention = true;
         out.message = ContentionMessage(t, *owner);

@@ -23,8 +23,13 @@ asio::awaitable<void> ThrowIfCancelled() {
 asio::awaitable<void> Signal::WaitUntil(std::chrono::steady_clock::time_point deadline) {
   asio::steady_timer timer(co_await asio::this_coro::executor, deadline);
   waiting_.push_back(&timer);
+  // Leaves the list however the frame ends (also destroyed unresumed, when the loop is torn down).
+  struct Leave {
+    std::vector<asio::steady_timer*>& waiting;
+    asio::steady_timer* timer;
+    ~Leave() { std::erase(waiting, timer); }
+  } leave{waiting_, &timer};
   co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
-  std::erase(waiting_, &timer);
 }
 
 void Signal::Notify() {
