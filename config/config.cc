@@ -111,8 +111,8 @@ struct Item {
 
 class Reader {
  public:
-  Reader(const std::string& source, std::vector<std::string>& problems)
-      : source_(source), problems_(problems) {}
+  Reader(const std::string& source, std::vector<std::string>& problems, std::vector<std::string>& warnings)
+      : source_(source), problems_(problems), warnings_(warnings) {}
 
   const std::string& source() const { return source_; }
 
@@ -120,6 +120,11 @@ class Reader {
     const YAML::Mark mark = at.Mark();
     if (mark.is_null()) return source_;
     return fmt::format("{}:{}", source_, mark.line + 1);
+  }
+
+  // Not an error: logged at start-up, the value ignored.
+  void Warning(const YAML::Node& at, std::string_view what) {
+    warnings_.push_back(fmt::format("{}: {}", Where(at), what));
   }
 
   void Problem(const YAML::Node& at, std::string_view path, std::string_view what) {
@@ -283,6 +288,7 @@ class Reader {
  private:
   const std::string& source_;
   std::vector<std::string>& problems_;
+  std::vector<std::string>& warnings_;
 };
 
 template <class T>
@@ -305,11 +311,16 @@ std::string UnknownKeyHint(std::string_view key, std::span<const std::string_vie
   return fmt::format("expected one of: {}", known);
 }
 
+// How a key no field knows is taken: our own `scheduler:` section refuses it (a typo must not pass
+// silently); HAMi's vendor sections only warn, as HAMi ignores keys it does not know (a newer HAMi chart's
+// device config must not stop the scheduler).
+enum class UnknownKeys { kError, kWarning };
+
 // Visits a map section: every key must be in `names` (or in `ignored`); `read(index into names, item)`
-// reads each known key. Shape, duplicates and unknown keys are problems.
+// reads each known key. Shape and duplicates are problems; unknown keys as `unknown` says.
 template <class Read>
 void ForEachKey(Reader& r, const Item& section, std::span<const std::string_view> names,
-                std::span<const std::string_view> ignored, Read&& read) {
+                std::span<const std::string_view> ignored, UnknownKeys unknown, Read&& read) {
   if (section.value.IsNull()) return;
   if (!section.value.IsMap()) {
     r.Problem(section.key, section.path,
@@ -331,7 +342,12 @@ void ForEachKey(Reader& r, const Item& section, std::span<const std::string_view
     if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) continue;
     const auto name = std::find(names.begin(), names.end(), key);
     if (name == names.end()) {
-      r.Problem(kv.first, "", fmt::format("unknown key '{}'; {}", path, UnknownKeyHint(key, names)));
+      if (unknown == UnknownKeys::kWarning) {
+        r.Warning(kv.first, fmt::format("unknown key '{}' ignored ({}); HAMi ignores keys it does not know",
+                                        path, UnknownKeyHint(key, names)));
+      } else {
+        r.Problem(kv.first, "", fmt::format("unknown key '{}'; {}", path, UnknownKeyHint(key, names)));
+      }
       continue;
     }
     read(static_cast<std::size_t>(name - names.begin()), Item{kv.first, kv.second, path});
@@ -343,7 +359,7 @@ template <class T>
 void ReadMap(Reader& r, const Item& section, std::span<const Field<T>> fields, T& target) {
   std::vector<std::string_view> names;
   for (const auto& f : fields) names.push_back(f.key);
-  ForEachKey(r, section, names, {},
+  ForEachKey(r, section, names, {}, UnknownKeys::kError,
              [&](std::size_t i, const Item& item) { fields[i].read(r, item, target); });
 }
 
@@ -465,7 +481,7 @@ void ReadRecordList(Reader& r, const Item& it, const SettingField& field, const 
       continue;
     }
     SettingRecord record;
-    ForEachKey(r, item, names, {}, [&](std::size_t k, const Item& sub) {
+    ForEachKey(r, item, names, {}, UnknownKeys::kWarning, [&](std::size_t k, const Item& sub) {
       if (auto l = r.StringList(sub)) record[field.fields[k].key] = std::move(*l);
     });
     for (const auto& required : field.fields)
@@ -482,7 +498,7 @@ void ReadSettings(Reader& r, const Item& section, const std::vector<SettingField
   std::vector<std::string_view> names;
   if (top) names.push_back("enabled");
   for (const auto& f : fields) names.push_back(f.key);
-  ForEachKey(r, section, names, ignored, [&](std::size_t i, const Item& it) {
+  ForEachKey(r, section, names, ignored, UnknownKeys::kWarning, [&](std::size_t i, const Item& it) {
     if (top && i == 0) return r.Bool(it, v.enabled);
     const SettingField& field = fields[i - (top ? 1 : 0)];
     const std::string path = prefix + field.key;
@@ -755,7 +771,7 @@ void ApplyYaml(const std::string& text, const std::string& source_name, const Ba
     }
     return;
   }
-  Reader r(source_name, problems);
+  Reader r(source_name, problems, cfg.warnings);
   if (docs.empty()) return;
   for (std::size_t i = 1; i < docs.size(); ++i)
     r.Problem(docs[i], "", "a second YAML document; the configuration must be a single document");

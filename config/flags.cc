@@ -635,7 +635,9 @@ std::string FlagsHelp(const std::string& program) {
       "Settings come from the built-in defaults, then --config, then --device-config-file, then the flags\n"
       "given here: a flag overrides the files. Durations are Go durations (300ms, 28s, 5m, 1h30m) or a "
       "whole\n"
-      "number of seconds.\n";
+      "number of seconds. In the files, an unknown key of our `scheduler:` section is an error; an unknown "
+      "key\n"
+      "of HAMi's vendor sections (nvidia:, hygon:, ...) is a warning and ignored, as HAMi ignores it.\n";
   for (Group g : {Group::kServer, Group::kScheduling, Group::kKube, Group::kLeader, Group::kFiles,
                   Group::kLogging, Group::kHami, Group::kHelp}) {
     out += fmt::format("\n{}:\n", GroupTitle(g));

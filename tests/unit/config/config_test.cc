@@ -340,24 +340,29 @@ Scheduler: {}
   Config cfg;
   std::vector<std::string> problems;
   ApplyYaml(text, "c.yaml", cfg, problems);
-  ASSERT_THAT(problems, SizeIs(7)) << ProblemsError(problems).message;
+  // Our own section refuses what it does not know; HAMi's vendor sections warn, as HAMi ignores unknown keys.
+  ASSERT_THAT(problems, SizeIs(4)) << ProblemsError(problems).message;
   EXPECT_EQ(problems[0],
             At("c.yaml", text, "httpbind:") + "unknown key 'scheduler.httpbind'; did you mean 'httpBind'?");
   EXPECT_THAT(problems[1],
               AllOf(HasSubstr(At("c.yaml", text, "kubeBurstiness")),
                     HasSubstr("unknown key 'scheduler.kubeBurstiness'; expected one of: httpBind,"),
                     HasSubstr("kubeBurst,")));
-  EXPECT_THAT(problems[2], AllOf(HasSubstr(At("c.yaml", text, "resourceVCountName")),
-                                 HasSubstr("unknown key 'nvidia.resourceVCountName'")));
-  EXPECT_THAT(problems[3],
-              AllOf(HasSubstr(At("c.yaml", text, "lock: x")),
-                    HasSubstr("unknown key 'nvidia.annotations.lock'; expected one of: register, score,")));
+  ASSERT_THAT(cfg.warnings, SizeIs(3));
+  EXPECT_THAT(cfg.warnings[0], AllOf(HasSubstr(At("c.yaml", text, "resourceVCountName")),
+                                     HasSubstr("unknown key 'nvidia.resourceVCountName' ignored"),
+                                     HasSubstr("HAMi ignores keys it does not know")));
+  EXPECT_THAT(
+      cfg.warnings[1],
+      AllOf(HasSubstr(At("c.yaml", text, "lock: x")),
+            HasSubstr("unknown key 'nvidia.annotations.lock' ignored (expected one of: register, score,")));
   // memoryFactor is a Hygon/NVIDIA key, not a Cambricon one (HAMi's MLU memory unit is fixed).
-  EXPECT_THAT(problems[4], AllOf(HasSubstr(At("c.yaml", text, "memoryFactor")),
-                                 HasSubstr("unknown key 'cambricon.memoryFactor'")));
-  EXPECT_THAT(problems[5],
+  EXPECT_THAT(cfg.warnings[2], AllOf(HasSubstr(At("c.yaml", text, "memoryFactor")),
+                                     HasSubstr("unknown key 'cambricon.memoryFactor' ignored")));
+  EXPECT_FALSE(cfg.vendors.at("cambricon").Has("memoryFactor"));
+  EXPECT_THAT(problems[2],
               AllOf(HasSubstr(At("c.yaml", text, "intel:")), HasSubstr("unknown top-level key 'intel'")));
-  EXPECT_EQ(problems[6], At("c.yaml", text, "Scheduler:") +
+  EXPECT_EQ(problems[3], At("c.yaml", text, "Scheduler:") +
                              "unknown top-level key 'Scheduler'; did you mean 'scheduler'?");
   // What was valid is still applied.
   EXPECT_EQ(cfg.http_bind, "0.0.0.0:80");
@@ -448,11 +453,13 @@ TEST(ConfigYaml, MigAllowlistEntriesAreChecked) {
       problems,
       ElementsAre(
           At("m.yaml", text, "- models: [A30]") + "nvidia.migProfileAllowlist[0]: 'profiles' is missing",
-          HasSubstr("unknown key 'nvidia.migProfileAllowlist[1].model'; did you mean 'models'?"),
           At("m.yaml", text, "- profiles: [1g.5gb]") + "nvidia.migProfileAllowlist[1]: 'models' is missing",
           At("m.yaml", text, "- [A30]") +
               "nvidia.migProfileAllowlist[2]: expected a map with models and profiles, got a list",
           HasSubstr("nvidia.migProfileAllowlist[3].models[0]: expected a string, got a list")));
+  EXPECT_THAT(cfg.warnings,
+              ElementsAre(HasSubstr(
+                  "unknown key 'nvidia.migProfileAllowlist[1].model' ignored (did you mean 'models'?)")));
 }
 
 TEST(ConfigYaml, DuplicateKeysAreProblems) {
