@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <boost/json.hpp>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "cmd/app.h"
@@ -240,3 +242,49 @@ hygon:
 
 }  // namespace
 }  // namespace hami::cmd
+
+namespace hami {
+namespace {
+
+// kube-scheduler sends a pod to the extender only when it asks for one of the managedResources, and counts
+// every resource it does not know as Insufficient: every resource a backend reads must be listed (with
+// ignoredByScheduler), or a pod asking for it stays Pending.
+// Both copies: deploy/kube-scheduler-config.yaml and the one in deploy/hami-scheduler.yaml's ConfigMap.
+std::vector<YAML::Node> SchedulerConfigs() {
+  std::vector<YAML::Node> out{
+      YAML::LoadFile(std::string(HAMI_SOURCE_DIR) + "/deploy/kube-scheduler-config.yaml")};
+  for (const auto& doc :
+       YAML::LoadAllFromFile(std::string(HAMI_SOURCE_DIR) + "/deploy/hami-scheduler.yaml")) {
+    if (!doc["data"]) continue;
+    for (const auto& kv : doc["data"]) {
+      const YAML::Node inner = YAML::Load(kv.second.as<std::string>());
+      if (inner.IsMap() && inner["kind"] && inner["kind"].as<std::string>() == "KubeSchedulerConfiguration")
+        out.push_back(inner);
+    }
+  }
+  return out;
+}
+
+TEST(DeployConfig, TheKubeSchedulerConfigurationListsEveryResourceOurBackendsRead) {
+  auto backends = cmd::BuildBackends(config::Config{});
+  ASSERT_TRUE(backends) << backends.error().message;
+  const auto configs = SchedulerConfigs();
+  ASSERT_EQ(configs.size(), 2u);
+  for (const YAML::Node& cfg : configs) {
+    std::set<std::string> managed;
+    for (const auto& r : cfg["extenders"][0]["managedResources"]) {
+      EXPECT_TRUE(r["ignoredByScheduler"].as<bool>()) << r["name"].as<std::string>();
+      managed.insert(r["name"].as<std::string>());
+    }
+    for (const auto& b : *backends) {
+      const ResourceNames& r = b->Spec().resources;
+      for (const std::string& name : {r.count, r.memory, r.memory_percentage, r.cores, r.priority}) {
+        if (name.empty()) continue;
+        EXPECT_TRUE(managed.contains(name)) << name << " (" << b->Vendor() << ") is not managed";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hami
