@@ -97,21 +97,22 @@ Result<std::vector<DeviceInfo>> CapacityDevices(const NodeView& node, const Back
   return out;
 }
 
-std::vector<SettingField> ResourceNameFields() {
-  return {{"resourceCountName", SettingKind::kString},
-          {"resourceMemoryName", SettingKind::kString},
-          {"resourceCoreName", SettingKind::kString}};
-}
-
-SettingField AnnotationKeysField() {
-  return {"annotations",
-          SettingKind::kGroup,
-          {{"register", SettingKind::kString},
-           {"score", SettingKind::kString},
-           {"handshake", SettingKind::kString},
-           {"allocated", SettingKind::kString},
-           {"toAllocate", SettingKind::kString},
-           {"nodeLock", SettingKind::kString}}};
+VendorSchema BasicSchema(std::vector<SettingField> fields, std::vector<std::string> ignored) {
+  VendorSchema schema;
+  schema.fields = {{"resourceCountName", SettingKind::kString},
+                   {"resourceMemoryName", SettingKind::kString},
+                   {"resourceCoreName", SettingKind::kString}};
+  for (auto& f : fields) schema.fields.push_back(std::move(f));
+  schema.fields.push_back({"annotations",
+                           SettingKind::kGroup,
+                           {{"register", SettingKind::kString},
+                            {"score", SettingKind::kString},
+                            {"handshake", SettingKind::kString},
+                            {"allocated", SettingKind::kString},
+                            {"toAllocate", SettingKind::kString},
+                            {"nodeLock", SettingKind::kString}}});
+  schema.ignored = std::move(ignored);
+  return schema;
 }
 
 Result<void> ApplySettings(const VendorSettings& s, bool factor_configurable, BackendSpec& spec) {

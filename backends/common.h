@@ -36,10 +36,10 @@ Result<std::optional<ContainerAsk>> ReadAsk(const ContainerView& c, const Resour
 Result<std::vector<DeviceInfo>> CapacityDevices(const NodeView& node, const BackendSpec& spec,
                                                 std::int64_t cores_per_card, std::string_view id_infix);
 
-// Schema pieces every vendor section shares: the three resource names and the `annotations` group of
-// protocol key overrides (this project's extension; HAMi hard-codes the keys).
-std::vector<SettingField> ResourceNameFields();
-SettingField AnnotationKeysField();
+// A vendor section's schema: the three resource names every section has, then the vendor's own `fields`,
+// then the `annotations` group of protocol key overrides (this project's extension; HAMi hard-codes the
+// keys). `ignored`: keys others (HAMi's device plugin) read from the same section.
+VendorSchema BasicSchema(std::vector<SettingField> fields = {}, std::vector<std::string> ignored = {});
 
 // Overrides keys and resource names in `spec` from `settings`; memory factor too when `factor_configurable`.
 Result<void> ApplySettings(const VendorSettings& settings, bool factor_configurable, BackendSpec& spec);

@@ -78,6 +78,14 @@ struct Cluster {
   std::vector<std::string> names;
 };
 
+// nodes = range(0), and the time per node.
+void PerNode(benchmark::State& st) {
+  st.counters["nodes"] = static_cast<double>(st.range(0));
+  st.counters["per_node_ns"] =
+      benchmark::Counter(static_cast<double>(st.range(0)),
+                         benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
 void BM_FilterDecision(benchmark::State& st) {
   Cluster cluster(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
   Scheduler scheduler(cluster.state, SchedulerOptions{});
@@ -88,10 +96,7 @@ void BM_FilterDecision(benchmark::State& st) {
     if (out.kind != FilterOutcome::Kind::kScheduled) st.SkipWithError("pod did not fit");
     benchmark::DoNotOptimize(out);
   }
-  st.counters["nodes"] = static_cast<double>(st.range(0));
-  st.counters["per_node_ns"] =
-      benchmark::Counter(static_cast<double>(st.range(0)),
-                         benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  PerNode(st);
 }
 // The floors the decision is compared with in the same run. BM_FloorPass: one plain pass over the bytes it
 // reads for every candidate, where the registry keeps them (the name lookup, the node's packed per-device
@@ -109,10 +114,7 @@ void BM_FloorPass(benchmark::State& st) {
     }
     benchmark::DoNotOptimize(sum);
   }
-  st.counters["nodes"] = static_cast<double>(st.range(0));
-  st.counters["per_node_ns"] =
-      benchmark::Counter(static_cast<double>(st.range(0)),
-                         benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  PerNode(st);
 }
 BENCHMARK(BM_FloorPass)->Args({1000, 10})->Args({10000, 10})->Unit(benchmark::kMicrosecond);
 
@@ -134,10 +136,7 @@ void BM_FloorFlat(benchmark::State& st) {
       sum += caps[d].devmem - usage[d].mem.value() + caps[d].count - usage[d].used;
     benchmark::DoNotOptimize(sum);
   }
-  st.counters["nodes"] = static_cast<double>(st.range(0));
-  st.counters["per_node_ns"] =
-      benchmark::Counter(static_cast<double>(st.range(0)),
-                         benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  PerNode(st);
 }
 BENCHMARK(BM_FloorFlat)->Args({1000, 10})->Args({10000, 10})->Unit(benchmark::kMicrosecond);
 

@@ -75,12 +75,6 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
   return BackendPtr(std::make_unique<CambriconBackend>(std::move(spec)));
 }
 
-VendorModule Module() {
-  VendorSchema schema;
-  schema.fields = ResourceNameFields();
-  schema.fields.push_back(AnnotationKeysField());
-  schema.ignored = {};
-  return VendorModule{"cambricon", std::move(schema), &Create};
-}
+VendorModule Module() { return VendorModule{"cambricon", BasicSchema(), &Create}; }
 
 }  // namespace hami::backends::cambricon

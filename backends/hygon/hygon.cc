@@ -64,12 +64,7 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
 }
 
 VendorModule Module() {
-  VendorSchema schema;
-  schema.fields = ResourceNameFields();
-  schema.fields.push_back({"memoryFactor", SettingKind::kInt32});
-  schema.fields.push_back(AnnotationKeysField());
-  schema.ignored = {};
-  return VendorModule{"hygon", std::move(schema), &Create};
+  return VendorModule{"hygon", BasicSchema({{"memoryFactor", SettingKind::kInt32}}), &Create};
 }
 
 }  // namespace hami::backends::hygon

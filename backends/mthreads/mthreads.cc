@@ -113,12 +113,6 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
   return BackendPtr(std::make_unique<MthreadsBackend>(std::move(spec)));
 }
 
-VendorModule Module() {
-  VendorSchema schema;
-  schema.fields = ResourceNameFields();
-  schema.fields.push_back(AnnotationKeysField());
-  schema.ignored = {};
-  return VendorModule{"mthreads", std::move(schema), &Create};
-}
+VendorModule Module() { return VendorModule{"mthreads", BasicSchema(), &Create}; }
 
 }  // namespace hami::backends::mthreads

@@ -243,24 +243,21 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
 }
 
 VendorModule Module() {
-  VendorSchema schema;
-  schema.fields = ResourceNameFields();
+  std::vector<SettingField> fields;
   for (const char* key : {"resourceMemoryPercentageName", "resourcePriorityName"})
-    schema.fields.push_back({key, SettingKind::kString});
-  schema.fields.push_back({"overwriteEnv", SettingKind::kBool});
+    fields.push_back({key, SettingKind::kString});
+  fields.push_back({"overwriteEnv", SettingKind::kBool});
   for (const char* key : {"defaultMemory", "defaultCores", "defaultGPUNum", "memoryFactor"})
-    schema.fields.push_back({key, SettingKind::kInt32});
-  for (const char* key : {"gpuCorePolicy", "runtimeClassName"})
-    schema.fields.push_back({key, SettingKind::kString});
-  schema.fields.push_back({"migProfileAllowlist",
-                           SettingKind::kRecordList,
-                           {{"models", SettingKind::kString}, {"profiles", SettingKind::kString}}});
-  schema.fields.push_back(AnnotationKeysField());
-  schema
-      .ignored =  // Keys HAMi's device plugin reads from the same section; the scheduler has no use for them.
-      {"deviceSplitCount", "deviceMemoryScaling", "deviceCoreScaling", "preConfiguredDeviceMemory",
-       "libCudaLogLevel",  "enableNumaTopology",  "disableCoreLimit",  "knownMigGeometries"};
-  return VendorModule{"nvidia", std::move(schema), &Create};
+    fields.push_back({key, SettingKind::kInt32});
+  for (const char* key : {"gpuCorePolicy", "runtimeClassName"}) fields.push_back({key, SettingKind::kString});
+  fields.push_back({"migProfileAllowlist",
+                    SettingKind::kRecordList,
+                    {{"models", SettingKind::kString}, {"profiles", SettingKind::kString}}});
+  // Keys HAMi's device plugin reads from the same section; the scheduler has no use for them.
+  std::vector<std::string> plugin_keys{
+      "deviceSplitCount", "deviceMemoryScaling", "deviceCoreScaling", "preConfiguredDeviceMemory",
+      "libCudaLogLevel",  "enableNumaTopology",  "disableCoreLimit",  "knownMigGeometries"};
+  return VendorModule{"nvidia", BasicSchema(std::move(fields), std::move(plugin_keys)), &Create};
 }
 
 }  // namespace hami::backends::nvidia

@@ -71,12 +71,10 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
 }
 
 VendorModule Module() {
-  VendorSchema schema;
-  schema.fields = backends::ResourceNameFields();
-  schema.fields.push_back({"memoryFactor", SettingKind::kInt32});
-  schema.fields.push_back({"maxCards", SettingKind::kInt32});
-  schema.fields.push_back(backends::AnnotationKeysField());
-  return VendorModule{"example", std::move(schema), &Create};
+  return VendorModule{
+      "example",
+      backends::BasicSchema({{"memoryFactor", SettingKind::kInt32}, {"maxCards", SettingKind::kInt32}}),
+      &Create};
 }
 
 }  // namespace hami::testing::example
