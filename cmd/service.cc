@@ -65,6 +65,7 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
 
   extender::ExtenderOptions o;
   o.scheduler_name = cfg.scheduler_name;
+  o.force_overwrite_default_scheduler = cfg.force_overwrite_default_scheduler;
   o.hostname = options.hostname.empty() ? HostName() : options.hostname;
   o.policies = cfg.policies;
   o.node_label_selector = LabelSelector(cfg.node_label_selector);
@@ -199,7 +200,8 @@ int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     return kExitOk;
   }
   const config::Config& cfg = loaded->config;
-  auto backends = BuildBackends(cfg);
+  std::vector<std::string> warnings = cfg.warnings;
+  auto backends = BuildBackends(cfg, &warnings);
   if (!backends) {
     err << "hami-scheduler serve: " << backends.error().message << "\n";
     return kExitUsage;
@@ -209,7 +211,7 @@ int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     return kExitOk;
   }
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
-  for (const auto& w : cfg.warnings) spdlog::warn("{}", w);
+  for (const auto& w : warnings) spdlog::warn("{}", w);
   if (cfg.leader_elect)
     spdlog::warn(
         "--leader-elect: following kube-scheduler's Lease is not implemented yet; this replica acts as "

@@ -75,28 +75,25 @@ bool QuotaBook::HasLimits(std::string_view ns) const {
                      [](const auto& kv) { return !kv.second.limits.empty(); });
 }
 
-bool QuotaBook::Fits(std::string_view ns, std::string_view vendor, MiB mem, Cores cores) const {
+std::optional<QuotaBook::Shortfall> QuotaBook::Exceeded(std::string_view ns, std::string_view vendor, MiB mem,
+                                                        Cores cores) const {
   const Backend* b = backends_->Find(vendor);
-  if (b == nullptr) return true;
+  if (b == nullptr) return std::nullopt;
   auto it = by_ns_.find(ns);
-  if (it == by_ns_.end()) return true;
+  if (it == by_ns_.end()) return std::nullopt;
   const auto& r = b->Spec().resources;
-  if (!r.memory.empty()) {
-    if (auto s = it->second.find(r.memory); s != it->second.end()) {
-      if (auto limit = Limit(s->second)) {
-        const std::int64_t factor = r.memory_factor > 1 ? r.memory_factor : 1;
-        if (s->second.used + mem.value() > *limit * factor) return false;
-      }
-    }
-  }
-  if (!r.cores.empty()) {
-    if (auto s = it->second.find(r.cores); s != it->second.end()) {
-      if (auto limit = Limit(s->second)) {
-        if (s->second.used + cores.value() > *limit) return false;
-      }
-    }
-  }
-  return true;
+  // `scale`: the limit is written in resource units, the usage kept in MiB (memory) or percent (cores).
+  const auto check = [&](const std::string& resource, std::int64_t requested,
+                         std::int64_t scale) -> std::optional<Shortfall> {
+    if (resource.empty()) return std::nullopt;
+    auto s = it->second.find(resource);
+    if (s == it->second.end()) return std::nullopt;
+    auto limit = Limit(s->second);
+    if (!limit || s->second.used + requested <= *limit * scale) return std::nullopt;
+    return Shortfall{resource, requested, s->second.used, *limit * scale};
+  };
+  if (auto m = check(r.memory, mem.value(), r.memory_factor > 1 ? r.memory_factor : 1)) return m;
+  return check(r.cores, cores.value(), 1);
 }
 
 std::vector<QuotaBook::Entry> QuotaBook::Entries() const {

@@ -23,8 +23,16 @@ class QuotaBook {
   void AddUsage(std::string_view ns, const std::vector<DeviceCharge>& charges);
   void RemoveUsage(std::string_view ns, const std::vector<DeviceCharge>& charges);
 
-  // Whether `mem` MiB and `cores` more of `vendor` fit the namespace's limits.
-  bool Fits(std::string_view ns, std::string_view vendor, MiB mem, Cores cores) const;
+  // The first limit that `mem` MiB and `cores` more of `vendor` would exceed in the namespace (memory
+  // before cores), or nullopt when they fit. `limit` is in the unit `used` is kept in (memory: scaled MiB).
+  struct Shortfall {
+    std::string resource;  // e.g. nvidia.com/gpumem
+    std::int64_t requested = 0, used = 0, limit = 0;
+  };
+  std::optional<Shortfall> Exceeded(std::string_view ns, std::string_view vendor, MiB mem, Cores cores) const;
+  bool Fits(std::string_view ns, std::string_view vendor, MiB mem, Cores cores) const {
+    return !Exceeded(ns, vendor, mem, cores);
+  }
   // True when some quota in the namespace limits a device resource (lets the hot path skip quota work).
   bool HasLimits(std::string_view ns) const;
 

@@ -79,7 +79,9 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
               FilterOptions{options_.policies, options_.ready_wait, options_.bind_backlog,
                             clients.decisions->options().qps},
               Readiness{[this] { return ready(); }, [this] { return NotReadyReason(); }, &ready_changed_,
-                        &stopping_}) {}
+                        &stopping_}),
+      admission_(backends, feed_.state(),
+                 AdmissionOptions{options_.scheduler_name, options_.force_overwrite_default_scheduler}) {}
 
 Extender::~Extender() = default;
 
@@ -222,6 +224,7 @@ std::string Extender::Metrics() const {
   w.Gauge("hami_scheduler_ready", "1 once the caches are synced and the first health pass ran.",
           ready() ? 1 : 0);
   filter_.WriteMetrics(w);
+  admission_.WriteMetrics(w);
   binder_.WriteMetrics(w);
   health_.WriteMetrics(w);
   w.Counter("hami_scheduler_reservations_expired_total",

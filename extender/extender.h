@@ -1,8 +1,8 @@
 #pragma once
 // The extender's services composed on the one event loop: the watches (node, pod and resource-quota
 // informers) feed the ledger (LedgerFeed) and tell the bind service about locks; the health loop runs the
-// health pass and the reservation sweep every --health-check-interval; /filter and /bind are answered by
-// FilterService and BindService (the HTTP adapter, extender/http_routes, owns the wire). Each service owns
+// health pass and the reservation sweep every --health-check-interval; /filter, /bind and /webhook are
+// answered by FilterService, BindService and AdmissionService (the HTTP adapter, extender/http_routes, owns the wire). Each service owns
 // its state and its metrics; this class only routes events between them.
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/cluster_state.h"
+#include "extender/admission_service.h"
 #include "extender/bind_service.h"
 #include "extender/cluster_writer.h"
 #include "extender/filter_service.h"
@@ -26,7 +27,8 @@
 namespace hami::extender {
 
 struct ExtenderOptions {
-  std::string scheduler_name = "hami-scheduler";  // event source
+  std::string scheduler_name = "hami-scheduler";  // event source; the webhook writes it on pods
+  bool force_overwrite_default_scheduler = true;  // the webhook takes pods naming default-scheduler
   std::string hostname;                           // event source host
   SchedulerOptions policies;
   std::string node_label_selector;  // "k=v,k2=v2"; "" = every node
@@ -74,6 +76,7 @@ class Extender {
 
   FilterService& filter() { return filter_; }
   BindService& binder() { return binder_; }
+  AdmissionService& admission() { return admission_; }
 
   // Ends waits (for readiness, for busy node locks, for the bind backlog) at once and refuses new ones: for
   // shutdown. Requests in flight finish.
@@ -126,6 +129,7 @@ class Extender {
   std::unique_ptr<k8s::Informer<ResourceQuotaView>> quotas_;
   BindService binder_;
   FilterService filter_;
+  AdmissionService admission_;
   bool stopping_ = false;
   bool sweeping_ = false;  // an ExpireReservations() sweep is running
   k8s::Signal sweep_done_;

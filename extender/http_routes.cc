@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <boost/asio/use_awaitable.hpp>
+#include <cctype>
 
+#include "k8s/admission.h"
 #include "k8s/extender.h"
+#include "k8s/logging.h"
 #include "k8s/metrics.h"
 
 namespace hami::extender {
@@ -26,6 +29,30 @@ constexpr std::string_view kJson = "application/json";
 
 // HttpServerOptions::body_limit, HAMi's limit.
 constexpr std::string_view kTooLarge = "request body is larger than the 1 MiB limit";
+
+// The media type without parameters, lower-cased: "application/json".
+std::string MediaType(std::string_view content_type) {
+  std::string out(content_type.substr(0, content_type.find(';')));
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// The AdmissionReview answering `r`. The API server expects HTTP 200 and the review's own apiVersion; a
+// review that cannot be read is answered as refused (as controller-runtime does), with the reason.
+std::string Webhook(AdmissionService& admission, const k8s::ServerRequest& r) {
+  if (r.body_too_large)
+    return k8s::AdmissionReviewJson("", "", admission.Refuse(413, std::string(kTooLarge)));
+  if (MediaType(r.content_type) != kJson) {
+    return k8s::AdmissionReviewJson(
+        "", "",
+        admission.Refuse(400, fmt::format("Content-Type \"{}\" is not application/json",
+                                          k8s::EscapeControlChars(r.content_type))));
+  }
+  auto review = k8s::ParseAdmissionReview(r.body);
+  if (!review) return k8s::AdmissionReviewJson("", "", admission.Refuse(400, review.error().message));
+  return k8s::AdmissionReviewJson(review->api_version, review->uid, admission.Review(*review));
+}
 
 }  // namespace
 
@@ -67,6 +94,9 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, bool ext
       error = args.error().message;
     }
     co_return Respond(200, kJson, k8s::BindingResultJson(error));
+  });
+  server.Route(http::verb::post, "/webhook", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
+    co_return Respond(200, kJson, Webhook(e->admission(), r));
   });
 }
 

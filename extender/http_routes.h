@@ -1,5 +1,5 @@
 #pragma once
-// The extender's HTTP adapter: it owns the wire. Routes (/filter and /bind on the extender listener;
+// The extender's HTTP adapter: it owns the wire. Routes (/filter, /bind and /webhook on the extender listener;
 // /metrics, /healthz and /readyz on every listener), the request body limit, and the extender v1 JSON in and
 // out (k8s/extender); the services it calls see parsed arguments only. kube-scheduler expects HTTP 200 with
 // failures in the JSON's Error.
@@ -20,7 +20,7 @@ class HttpRoutes {
       : extender_(&extender), loop_exceptions_(&loop_exceptions) {}
 
   // Adds the routes to `server`, known in /metrics as `listener` ("extender", "metrics"). Extender routes
-  // (/filter, /bind) only when `extender_routes`.
+  // (/filter, /bind, /webhook) only when `extender_routes`.
   void Install(k8s::HttpServer& server, std::string listener, bool extender_routes);
 
   // /metrics: the extender's families, every listener's connection counters, the event loop's exceptions.

@@ -167,7 +167,9 @@ Result<NodeView> NodeFromJson(const json::value& v) {
   return n;
 }
 
-Result<PodView> PodFromJson(const json::value& v) {
+namespace {
+enum class PodName { kRequired, kOptional };
+Result<PodView> ReadPod(const json::value& v, PodName name_rule) {
   Reader r(ObjectName(v, "Pod", true), v);
   if (!v.is_object()) return r.Fail("(object)", "expected a JSON object");
   PodView p;
@@ -186,7 +188,7 @@ Result<PodView> PodFromJson(const json::value& v) {
                              {"status.phase", &p.phase}}) {
     if (auto ok = str(path, *field); !ok) return ok.error();
   }
-  if (p.name.empty()) return r.Fail("metadata.name", "missing");
+  if (p.name.empty() && name_rule == PodName::kRequired) return r.Fail("metadata.name", "missing");
   if (p.ns.empty()) p.ns = "default";
   if (const json::value* rc = r.Find(v, "spec.runtimeClassName")) {
     if (!rc->is_string()) return r.Fail("spec.runtimeClassName", "expected a string");
@@ -229,6 +231,10 @@ Result<PodView> PodFromJson(const json::value& v) {
   }
   return p;
 }
+}  // namespace
+
+Result<PodView> PodFromJson(const json::value& v) { return ReadPod(v, PodName::kRequired); }
+Result<PodView> PodBeingCreatedFromJson(const json::value& v) { return ReadPod(v, PodName::kOptional); }
 
 Result<ResourceQuotaView> ResourceQuotaFromJson(const json::value& v) {
   Reader r(ObjectName(v, "ResourceQuota", true), v);

@@ -13,6 +13,8 @@ namespace hami::k8s {
 
 Result<NodeView> NodeFromJson(const boost::json::value& v);
 Result<PodView> PodFromJson(const boost::json::value& v);
+// A pod being created (admission): it may have no name yet (metadata.generateName).
+Result<PodView> PodBeingCreatedFromJson(const boost::json::value& v);
 Result<ResourceQuotaView> ResourceQuotaFromJson(const boost::json::value& v);
 
 // The objects of a `kubectl get ... -o json|yaml` document: a List (or NodeList, PodList...) or single

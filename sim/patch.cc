@@ -462,20 +462,6 @@ Result<std::vector<std::string>> ParseJsonPointer(std::string_view pointer) {
   return tokens;
 }
 
-std::string EscapeJsonPointerToken(std::string_view token) {
-  std::string out;
-  for (char c : token) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 json::value ApplyMergePatch(const json::value& target, const json::value& patch) {
   if (!patch.is_object()) return patch;
   json::object result = target.is_object() ? target.get_object() : json::object{};

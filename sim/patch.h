@@ -15,8 +15,7 @@ bool JsonEqual(const boost::json::value& a, const boost::json::value& b);
 
 // RFC 6901: "/metadata/annotations/hami.io~1lock" -> {"metadata", "annotations", "hami.io/lock"}.
 Result<std::vector<std::string>> ParseJsonPointer(std::string_view pointer);
-// "hami.io/lock" -> "hami.io~1lock".
-std::string EscapeJsonPointerToken(std::string_view token);
+// (The other way: k8s::JsonPointerToken.)
 
 // RFC 7386: objects merge recursively, null deletes a key, anything else (arrays too) replaces.
 boost::json::value ApplyMergePatch(const boost::json::value& target, const boost::json::value& patch);

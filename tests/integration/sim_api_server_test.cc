@@ -33,6 +33,7 @@
 #include "k8s/rest_config.h"
 #include "sim/api_server.h"
 #include "sim/cli.h"
+#include "k8s/json_patch.h"
 #include "sim/patch.h"
 #include "sim/protobuf.h"
 #include "sim/selector.h"
@@ -426,7 +427,7 @@ TEST(JsonPointer, EscapesRoundTrip) {
   auto p = ParseJsonPointer("/metadata/annotations/hami.io~1mutex.lock/~0x");
   ASSERT_TRUE(p);
   EXPECT_EQ(*p, (std::vector<std::string>{"metadata", "annotations", "hami.io/mutex.lock", "~x"}));
-  EXPECT_EQ(EscapeJsonPointerToken("a/b~c"), "a~1b~0c");
+  EXPECT_EQ(k8s::JsonPointerToken("a/b~c"), "a~1b~0c");
   EXPECT_FALSE(ParseJsonPointer("no-slash"));
   EXPECT_FALSE(ParseJsonPointer("/bad~2"));
 }

@@ -1030,9 +1030,7 @@ TEST_F(SystemTest, KillEndsABindWaitingForALock) {
         PluginOf("nv-w", "nvidia").SetMode(PluginMode::kNeverAnswer);  // the first pod keeps the lock
         CreatePod("holder", Ask{"nvidia", 1, 1024, 10});
         CreatePod("waiter", Ask{"nvidia", 1, 1024, 10});
-        const std::function<bool()> waiting = [this] {
-          return service_->extender().stats().lock_waits >= 1;
-        };
+        const std::function<bool()> waiting = [this] { return service_->extender().stats().lock_waits >= 1; };
         CO_ASSERT_TRUE(co_await WaitUntil(waiting, 5s));
         service_->Kill();
         const std::function<bool()> stopped = [this] { return service_->stopped(); };
@@ -1050,10 +1048,11 @@ TEST_F(SystemTest, KillEndsABindWaitingForALock) {
 class HostileInputTest : public SystemTest {
  protected:
   // POSTs `body` to the extender as kube-scheduler would; the answer's body.
-  asio::awaitable<std::string> Post(const std::string& path, const std::string& body) {
+  asio::awaitable<std::string> Post(const std::string& path, const std::string& body,
+                                    const std::string& content_type = "application/json") {
     if (!extender_)
       extender_ = k8s::HttpClient::Create(ioc_.get_executor(), k8s::LoopbackHttp(service_->port())).value();
-    k8s::HttpRequest request{boost::beast::http::verb::post, path, body, "application/json", "", ""};
+    k8s::HttpRequest request{boost::beast::http::verb::post, path, body, content_type, "", ""};
     auto r = co_await extender_->Send(request, 10s);
     EXPECT_TRUE(r) << path << ": " << (r ? "" : r.error().message);
     co_return r ? r->body : std::string();
@@ -1148,6 +1147,54 @@ TEST_F(HostileInputTest, NamesFromRequestsAndLocksNeverReachAnotherObject) {
         EXPECT_EQ(service_->extender().stats().binds, 4u);
         // The service still answers, and its API connections stayed in step.
         EXPECT_EQ(ErrorOf(co_await Post("/filter", victim_to_b)), "");
+      }(),
+      30s);
+}
+
+// /webhook on the extender's listener: a review answers in its own version; what cannot be a review is
+// refused with the reason; a hostile pod name is only ever text in the answer.
+TEST_F(HostileInputTest, TheWebhookAnswersEveryReviewAndRefusesWhatIsNotOne) {
+  AddNode("nv-a", {{"nvidia", Cards("nvidia", "nv-a", 2)}});
+  StartService();
+  const auto review = [](const std::string& name, const json::value& limits) {
+    const json::value pod = {
+        {"metadata", {{"name", name}}},
+        {"spec",
+         {{"containers", json::array{json::object{{"name", "app"}, {"resources", {{"limits", limits}}}}}}}}};
+    const json::value r = {{"apiVersion", "admission.k8s.io/v1beta1"},
+                           {"kind", "AdmissionReview"},
+                           {"request",
+                            {{"uid", "u-" + name.substr(0, 3)},
+                             {"kind", {{"kind", "Pod"}}},
+                             {"namespace", "default"},
+                             {"operation", "CREATE"},
+                             {"object", pod}}}};
+    return json::serialize(r);
+  };
+  const std::string memory_only = review("train", {{"nvidia.com/gpumem", "2000"}});
+  const std::string hostile = review("p\r\nINFO forged line", {{"nvidia.com/gpumem", "16Gi"}});
+  RunCoro(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        CO_ASSERT_TRUE(co_await SystemReady());
+        const json::value patched = json::parse(co_await Post("/webhook", memory_only));
+        EXPECT_EQ(patched.at("apiVersion"), "admission.k8s.io/v1beta1");
+        EXPECT_EQ(patched.at("response").at("uid"), "u-tra");
+        EXPECT_EQ(patched.at("response").at("allowed"), true);
+        EXPECT_EQ(patched.at("response").at("patchType"), "JSONPatch");
+        const json::value denied = json::parse(co_await Post("/webhook", hostile));
+        EXPECT_EQ(denied.at("response").at("allowed"), false);
+        EXPECT_EQ(denied.at("response").at("status").at("code"), 400);
+        const json::value wrong_type = json::parse(co_await Post("/webhook", memory_only, "text/plain"));
+        EXPECT_EQ(wrong_type.at("response").at("allowed"), false);
+        EXPECT_EQ(wrong_type.at("response").at("status").at("message"),
+                  "Content-Type \"text/plain\" is not application/json");
+        const json::value not_json = json::parse(co_await Post("/webhook", "{"));
+        EXPECT_EQ(not_json.at("response").at("status").at("code"), 400);
+        const auto& s = service_->extender().admission().stats();
+        EXPECT_EQ(s.patched, 1u);
+        EXPECT_EQ(s.denied, 1u);
+        EXPECT_EQ(s.invalid, 2u);
       }(),
       30s);
 }

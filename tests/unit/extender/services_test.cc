@@ -5,12 +5,15 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "core/base64.h"
 #include "core/keys.h"
+#include "extender/admission_service.h"
 #include "extender/bind_service.h"
 #include "extender/filter_service.h"
 #include "extender/health_service.h"
 #include "extender/ledger_feed.h"
 #include "extender/reservations.h"
+#include "sim/patch.h"
 #include "tests/support/builders.h"
 #include "tests/support/run_coro.h"
 #include "tests/unit/extender/fake_writer.h"
@@ -83,7 +86,27 @@ class ServicesTest : public ::testing::Test {
       clock_,
       extender::FilterOptions{},
       extender::Readiness{[] { return true; }, [] { return std::string(); }, &ready_changed_, &stopping_}};
+  extender::AdmissionService admission_{backends_, feed_.state(), AdmissionOptions{"hami-scheduler", true}};
 };
+
+// The pod as the API server stores it after applying the webhook's answer (the original when none).
+struct Admitted {
+  k8s::AdmissionAnswer answer;
+  boost::json::value pod;
+};
+Admitted Admit(extender::AdmissionService& service, std::string_view pod_json) {
+  k8s::AdmissionRequest request;
+  request.api_version = "admission.k8s.io/v1beta1";
+  request.uid = "u";
+  request.operation = "CREATE";
+  request.kind = "Pod";
+  request.ns = "team";
+  request.object = boost::json::parse(pod_json);
+  Admitted out{service.Review(request), request.object};
+  if (auto applied = sim::ApplyJsonPatch(out.pod, out.answer.patch); !applied)
+    ADD_FAILURE() << applied.error().message;
+  return out;
+}
 
 TEST_F(ServicesTest, FilterReservesInMemoryAndWritesOnlyAnEvent) {
   AddNode("n1");
@@ -180,6 +203,68 @@ TEST_F(ServicesTest, AReservationNeverBoundIsFreedAfterTheTimeout) {
   EXPECT_TRUE(reservations_.Expire(pods_, none_running, release).empty());  // nothing written to clear
   EXPECT_THAT(released_, ElementsAre(pod.uid));
   EXPECT_EQ(reservations_.expired(), 1u);
+}
+
+}  // namespace
+}  // namespace hami
+
+namespace hami {
+namespace {
+
+TEST_F(ServicesTest, AdmissionPatchesAMemoryOnlyPodIntoOneForUs) {
+  const Admitted a = Admit(admission_, R"({"metadata":{"generateName":"train-"},"spec":{"containers":[
+      {"name":"app","image":"cuda","resources":{"limits":{"nvidia.com/gpumem":"3000"}}}]}})");
+  ASSERT_TRUE(a.answer.allowed) << a.answer.message;
+  EXPECT_EQ(a.pod.at("spec").at("schedulerName"), "hami-scheduler");
+  EXPECT_EQ(a.pod.at("spec").at("containers").at(0).at("resources").at("limits"),
+            boost::json::parse(R"({"nvidia.com/gpumem":"3000","nvidia.com/gpu":"1"})"));
+  // Sent again (reinvocation, or a retry), the patched pod needs nothing more.
+  const Admitted again = Admit(admission_, boost::json::serialize(a.pod));
+  EXPECT_TRUE(again.answer.allowed);
+  EXPECT_TRUE(again.answer.patch.empty()) << boost::json::serialize(again.answer.patch);
+  EXPECT_EQ(admission_.stats().patched, 1u);
+  EXPECT_EQ(admission_.stats().allowed, 1u);
+}
+
+TEST_F(ServicesTest, AdmissionDeniesOverTheQuotaTheLedgerKeeps) {
+  ResourceQuotaView q;
+  q.ns = "team";
+  q.name = "gpu";
+  q.hard["limits.nvidia.com/gpumem"] = "4000";
+  feed_.state().quotas().UpsertQuota(q);
+  const Admitted a = Admit(admission_, R"({"metadata":{"name":"big"},"spec":{"containers":[
+      {"name":"app","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpumem":"5000"}}}]}})");
+  EXPECT_FALSE(a.answer.allowed);
+  EXPECT_EQ(a.answer.code, 403);
+  EXPECT_THAT(a.answer.message, StartsWith("exceeding resource quota: nvidia.com/gpumem in namespace team"));
+  EXPECT_EQ(admission_.stats().denied, 1u);
+  k8s::prom::TextWriter w;
+  admission_.WriteMetrics(w);
+  EXPECT_THAT(w.Take(), HasSubstr("hami_scheduler_admission_requests_total{result=\"denied\"} 1\n"));
+}
+
+TEST_F(ServicesTest, AdmissionLeavesOtherSchedulersPodsAndOtherOperationsAlone) {
+  const Admitted other = Admit(admission_, R"({"metadata":{"name":"x"},"spec":{"schedulerName":"volcano",
+      "containers":[{"name":"app","resources":{"limits":{"nvidia.com/gpu":"1"}}}]}})");
+  EXPECT_TRUE(other.answer.allowed);
+  EXPECT_TRUE(other.answer.patch.empty());
+  k8s::AdmissionRequest update;
+  update.uid = "u";
+  update.operation = "UPDATE";
+  update.kind = "Pod";
+  update.object = boost::json::parse(R"({"metadata":{"name":"x"},"spec":{"containers":[]}})");
+  const k8s::AdmissionAnswer answer = admission_.Review(update);
+  EXPECT_TRUE(answer.allowed);
+  EXPECT_TRUE(answer.patch.empty());
+}
+
+TEST_F(ServicesTest, AdmissionRefusesAnUnreadablePodWithTheField) {
+  const Admitted a = Admit(admission_, R"({"metadata":{"name":"x"},"spec":{"containers":[
+      {"name":"app","resources":{"limits":["nvidia.com/gpu"]}}]}})");
+  EXPECT_FALSE(a.answer.allowed);
+  EXPECT_EQ(a.answer.code, 400);
+  EXPECT_THAT(a.answer.message, HasSubstr("spec.containers[0].resources.limits: expected an object"));
+  EXPECT_EQ(admission_.stats().invalid, 1u);
 }
 
 }  // namespace

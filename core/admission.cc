@@ -1,0 +1,137 @@
+#include "core/admission.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace hami {
+namespace {
+
+constexpr std::string_view kDefaultScheduler = "default-scheduler";
+
+AdmissionVerdict Deny(int code, std::string message, bool uses_devices) {
+  AdmissionVerdict v;
+  v.kind = AdmissionVerdict::Kind::kDenied;
+  v.code = code;
+  v.message = std::move(message);
+  v.uses_devices = uses_devices;
+  return v;
+}
+
+// Upstream's precedence (#1627): a pod naming a scheduler is left alone unless it names ours, or names the
+// default scheduler and we overwrite that one.
+bool OtherSchedulers(const PodView& pod, const AdmissionOptions& o) {
+  const std::string& name = pod.scheduler_name;
+  if (name.empty()) return false;
+  if (name == kDefaultScheduler && o.force_overwrite_default_scheduler) return false;
+  return o.scheduler_name.empty() || name != o.scheduler_name;
+}
+
+// Runs `f(container)` on the init containers, then the regular ones; stops at the first non-empty result.
+template <class F>
+auto EachContainer(PodView& pod, F&& f) -> decltype(f(pod.containers.front())) {
+  for (auto* list : {&pod.init_containers, &pod.containers}) {
+    for (auto& c : *list) {
+      if (auto r = f(c)) return r;
+    }
+  }
+  return {};
+}
+
+// Memory and cores the pod takes from one vendor: the larger of the init containers' peak and the regular
+// containers' sum, per dimension (init containers run one at a time, before the others).
+struct VendorTotal {
+  std::int64_t memory = 0, cores = 0;
+};
+VendorTotal PodTotal(const PodView& pod, const Backend& backend) {
+  VendorTotal app, init;
+  const auto charge = [&](const ContainerView& c) {
+    auto req = backend.RequestFor(c);
+    if (!req || !*req) return VendorTotal{};  // unreadable values were refused before
+    const auto& r = **req;
+    return VendorTotal{r.memory.value() * r.count, r.cores.value() * r.count};
+  };
+  for (const auto& c : pod.init_containers) {
+    const VendorTotal t = charge(c);
+    init.memory = std::max(init.memory, t.memory);
+    init.cores = std::max(init.cores, t.cores);
+  }
+  for (const auto& c : pod.containers) {
+    const VendorTotal t = charge(c);
+    app.memory += t.memory;
+    app.cores += t.cores;
+  }
+  return VendorTotal{std::max(app.memory, init.memory), std::max(app.cores, init.cores)};
+}
+
+}  // namespace
+
+AdmissionVerdict AdmitPod(PodView& pod, const Backends& backends, const QuotaBook& quotas,
+                          const AdmissionOptions& options) {
+  if (pod.containers.empty()) return Deny(403, "pod has no containers", false);
+  if (OtherSchedulers(pod, options)) {
+    AdmissionVerdict v;
+    v.kind = AdmissionVerdict::Kind::kSkipped;
+    v.message = "pod already has different scheduler assigned";
+    return v;
+  }
+
+  bool uses_devices = false;
+  // Every backend's admission on every container. An error is a value in the pod that cannot be right
+  // (HAMi answers 500 for it; it is the pod's fault, so 400 here).
+  if (auto error = EachContainer(pod, [&](ContainerView& c) -> std::optional<std::string> {
+        for (const auto& b : backends) {
+          auto found = b->Admit(c, pod);
+          if (!found) return found.error().message;
+          uses_devices = uses_devices || *found;
+        }
+        return std::nullopt;
+      })) {
+    return Deny(400, *error, uses_devices);
+  }
+  // PROTOCOL.md D7: what the filter could not read is refused now, with the reason, instead of being found
+  // when the pod is scheduled (HAMi drops such a request and the pod runs without the device).
+  if (auto error = EachContainer(pod, [&](ContainerView& c) -> std::optional<std::string> {
+        for (const auto& b : backends) {
+          auto req = b->RequestFor(c);
+          if (!req) return req.error().message;
+          uses_devices = uses_devices || req->has_value();
+        }
+        return std::nullopt;
+      })) {
+    return Deny(400, *error, uses_devices);
+  }
+  if (uses_devices) {
+    if (auto name = EachContainer(pod, [](ContainerView& c) -> std::optional<std::string> {
+          if (c.privileged) return c.name;
+          return std::nullopt;
+        })) {
+      return Deny(403, fmt::format("container {} is privileged", *name), true);
+    }
+    if (!options.scheduler_name.empty()) {
+      pod.scheduler_name = options.scheduler_name;
+      if (!pod.node_name.empty()) return Deny(403, "pod has node assigned", true);
+    }
+  }
+
+  for (const auto& b : backends) {
+    const auto& r = b->Spec().resources;
+    if (r.memory.empty() && r.cores.empty()) continue;
+    const VendorTotal total = PodTotal(pod, *b);
+    if (total.memory == 0 && total.cores == 0) continue;
+    if (auto s = quotas.Exceeded(pod.ns, b->Vendor(), MiB(total.memory), Cores(total.cores))) {
+      const std::string_view unit = s->resource == r.memory ? " MiB" : "";
+      return Deny(403,
+                  fmt::format("exceeding resource quota: {} in namespace {}: the pod asks for {}{}, {}{} "
+                              "of the limit {}{} are in use",
+                              s->resource, pod.ns, s->requested, unit, s->used, unit, s->limit, unit),
+                  uses_devices);
+    }
+  }
+  AdmissionVerdict v;
+  v.uses_devices = uses_devices;
+  return v;
+}
+
+}  // namespace hami

@@ -1,0 +1,186 @@
+#include "k8s/admission.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <boost/json.hpp>
+
+#include "core/base64.h"
+
+namespace hami::k8s {
+namespace json = boost::json;
+namespace {
+
+constexpr std::string_view kV1 = "admission.k8s.io/v1";
+constexpr std::string_view kV1beta1 = "admission.k8s.io/v1beta1";
+
+Error Bad(std::string_view field, std::string_view what) {
+  return Error{fmt::format("AdmissionReview: {}: {}", field, what)};
+}
+
+// A string member of `o`: "" when absent or null, an error when of another type.
+Result<std::string> StringField(const json::object& o, std::string_view key, std::string_view shown) {
+  const json::value* v = o.if_contains(key);
+  if (v == nullptr || v->is_null()) return Ok(std::string());
+  if (!v->is_string()) return Bad(shown, fmt::format("expected a string, got {}", json::serialize(*v)));
+  return Ok(std::string(v->get_string()));
+}
+
+// The object at `key` of `parent`, created (or replacing a non-object) when needed.
+json::object& ObjectAt(json::object& parent, std::string_view key) {
+  json::value& v = parent[key];
+  if (!v.is_object()) v = json::object();
+  return v.get_object();
+}
+
+void WriteMap(const StringMap& before, const StringMap& after, json::object& parent, std::string_view key) {
+  if (before == after) return;
+  json::object& out = ObjectAt(parent, key);
+  for (const auto& [k, v] : after) {
+    auto old = before.find(k);
+    if (old == before.end() || old->second != v) out[k] = v;
+  }
+  for (const auto& [k, v] : before) {
+    if (!after.contains(k)) out.erase(k);
+  }
+}
+
+void WriteContainer(const ContainerView& before, const ContainerView& after, json::object& c) {
+  if (before.limits != after.limits || before.requests != after.requests) {
+    json::object& resources = ObjectAt(c, "resources");
+    WriteMap(before.limits, after.limits, resources, "limits");
+    WriteMap(before.requests, after.requests, resources, "requests");
+  }
+  if (before.env == after.env) return;
+  json::value& env_value = c["env"];
+  if (!env_value.is_array()) env_value = json::array();
+  json::array& env = env_value.get_array();
+  for (const EnvVar& e : after.env) {
+    auto was =
+        std::find_if(before.env.begin(), before.env.end(), [&](const EnvVar& b) { return b.name == e.name; });
+    if (was != before.env.end() && was->value == e.value) continue;
+    json::object entry;
+    entry["name"] = e.name;
+    entry["value"] = e.value;
+    auto in_json = std::find_if(env.begin(), env.end(), [&](const json::value& v) {
+      const json::value* n = v.is_object() ? v.get_object().if_contains("name") : nullptr;
+      return n != nullptr && n->is_string() && n->get_string() == e.name;
+    });
+    if (in_json != env.end()) {
+      *in_json = std::move(entry);
+    } else {
+      env.emplace_back(std::move(entry));
+    }
+  }
+}
+
+void WriteContainers(const std::vector<ContainerView>& before, const std::vector<ContainerView>& after,
+                     json::object& spec, std::string_view key) {
+  json::value* list = spec.if_contains(key);
+  if (list == nullptr || !list->is_array()) return;  // the pod as sent had none: admission added none
+  auto& items = list->get_array();
+  for (std::size_t i = 0; i < after.size() && i < before.size() && i < items.size(); ++i) {
+    if (before[i].limits == after[i].limits && before[i].requests == after[i].requests &&
+        before[i].env == after[i].env) {
+      continue;
+    }
+    if (items[i].is_object()) WriteContainer(before[i], after[i], items[i].get_object());
+  }
+}
+
+}  // namespace
+
+Result<AdmissionRequest> ParseAdmissionReview(std::string_view body) {
+  boost::system::error_code ec;
+  json::value doc = json::parse(body, ec);
+  if (ec) return Error{fmt::format("AdmissionReview: the body is not JSON: {}", ec.message())};
+  if (!doc.is_object()) return Bad("(document)", "expected a JSON object");
+  const json::object& top = doc.get_object();
+  AdmissionRequest out;
+  auto api_version = StringField(top, "apiVersion", "apiVersion");
+  if (!api_version) return api_version.error();
+  if (*api_version != kV1 && *api_version != kV1beta1) {
+    return Bad("apiVersion", fmt::format("expected {} or {}, got \"{}\"", kV1, kV1beta1, *api_version));
+  }
+  out.api_version = *api_version;
+  auto kind = StringField(top, "kind", "kind");
+  if (!kind) return kind.error();
+  if (*kind != "AdmissionReview")
+    return Bad("kind", fmt::format("expected AdmissionReview, got \"{}\"", *kind));
+  const json::value* request = top.if_contains("request");
+  if (request == nullptr || !request->is_object()) return Bad("request", "expected an object");
+  const json::object& req = request->get_object();
+  for (auto [key, field] : {std::pair<std::string_view, std::string*>{"uid", &out.uid},
+                            {"operation", &out.operation},
+                            {"namespace", &out.ns},
+                            {"name", &out.name}}) {
+    auto v = StringField(req, key, fmt::format("request.{}", key));
+    if (!v) return v.error();
+    *field = std::move(*v);
+  }
+  if (out.uid.empty()) return Bad("request.uid", "missing");
+  if (const json::value* k = req.if_contains("kind"); k != nullptr && k->is_object()) {
+    auto kk = StringField(k->get_object(), "kind", "request.kind.kind");
+    if (!kk) return kk.error();
+    out.kind = std::move(*kk);
+  }
+  if (const json::value* object = req.if_contains("object"); object != nullptr) out.object = *object;
+  return out;
+}
+
+std::string AdmissionReviewJson(std::string_view api_version, std::string_view uid,
+                                const AdmissionAnswer& answer) {
+  json::object response;
+  response["uid"] = uid;
+  response["allowed"] = answer.allowed;
+  if (!answer.allowed || !answer.message.empty()) {
+    json::object status;
+    status["code"] = answer.code;
+    if (!answer.allowed) {
+      status["status"] = "Failure";
+      status["reason"] = answer.code == 403   ? "Forbidden"
+                         : answer.code == 400 ? "BadRequest"
+                                              : "InternalError";
+    }
+    status["message"] = answer.message;
+    response["status"] = std::move(status);
+  }
+  if (!answer.patch.empty()) {
+    response["patchType"] = "JSONPatch";
+    response["patch"] = Base64Encode(json::serialize(answer.patch));
+  }
+  json::object review;
+  review["apiVersion"] = api_version.empty() ? kV1 : api_version;
+  review["kind"] = "AdmissionReview";
+  review["response"] = std::move(response);
+  return json::serialize(review);
+}
+
+void WritePodChanges(const PodView& before, const PodView& after, json::value& object) {
+  if (!object.is_object()) return;
+  json::object& pod = object.get_object();
+  if (before.annotations != after.annotations) {
+    WriteMap(before.annotations, after.annotations, ObjectAt(pod, "metadata"), "annotations");
+  }
+  const bool spec_changed =
+      before.scheduler_name != after.scheduler_name || before.runtime_class_name != after.runtime_class_name;
+  json::value* spec_value = pod.if_contains("spec");
+  if (spec_value == nullptr || !spec_value->is_object()) {
+    if (!spec_changed) return;
+    pod["spec"] = json::object();
+    spec_value = pod.if_contains("spec");
+  }
+  json::object& spec = spec_value->get_object();
+  if (before.scheduler_name != after.scheduler_name) spec["schedulerName"] = after.scheduler_name;
+  if (before.runtime_class_name != after.runtime_class_name) {
+    if (after.runtime_class_name) {
+      spec["runtimeClassName"] = *after.runtime_class_name;
+    } else {
+      spec.erase("runtimeClassName");
+    }
+  }
+  WriteContainers(before.init_containers, after.init_containers, spec, "initContainers");
+  WriteContainers(before.containers, after.containers, spec, "containers");
+}
+
+}  // namespace hami::k8s
