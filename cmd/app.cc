@@ -17,8 +17,9 @@ constexpr std::string_view kUsage =
     R"(hami-scheduler: GPU-sharing scheduler extender for Kubernetes (a drop-in for HAMi's)
 
 Usage:
-  hami-scheduler [serve] [flags]              the scheduler extender (/filter, /bind, /metrics); HAMi's
-                                              flags are accepted (`hami-scheduler serve --help`)
+  hami-scheduler [serve] [flags]              the scheduler extender (/filter, /bind, /webhook, /metrics);
+                                              HAMi's flags are accepted (`hami-scheduler serve --help`);
+                                              installed as `scheduler` too, HAMi's entry point
   hami-scheduler demo [--keep] [--json]       the whole system on an embedded in-memory cluster
   hami-scheduler inspect node|pod FILE|-      decode a Node's or Pod's HAMi annotations (JSON or YAML)
   hami-scheduler simulate --cluster FILE [--pods FILE] [-o json|table] [config flags]
@@ -37,6 +38,9 @@ Run `hami-scheduler <command> --help` for the command's flags, `hami-scheduler c
 configuration flag (HAMi's flag names are accepted).
 )";
 
+// The program name HAMi's image and chart run the extender as.
+constexpr std::string_view kHamiEntryPoint = "scheduler";
+
 }  // namespace
 
 std::string VersionString() { return fmt::format("hami-scheduler {}", HAMI_VERSION); }
@@ -51,7 +55,7 @@ const BackendRegistry& Vendors() {
   return registry;
 }
 
-Result<Backends> BuildBackends(const config::Config& cfg) {
+Result<Backends> BuildBackends(const config::Config& cfg, std::vector<std::string>* advice) {
   const BackendRegistry& registry = Vendors();
   std::vector<BackendPtr> list;
   std::vector<std::string> problems;
@@ -59,6 +63,9 @@ Result<Backends> BuildBackends(const config::Config& cfg) {
     VendorSettings settings;
     if (auto it = cfg.vendors.find(name); it != cfg.vendors.end()) settings = it->second;
     if (!settings.enabled) continue;
+    if (advice != nullptr) {
+      for (auto& a : registry.Advise(name, settings)) advice->push_back(std::move(a));
+    }
     auto backend = registry.Create(name, settings);
     if (!backend) {
       problems.push_back(backend.error().message);
@@ -68,6 +75,13 @@ Result<Backends> BuildBackends(const config::Config& cfg) {
   }
   if (!problems.empty()) return config::ProblemsError(problems);
   return Backends(std::move(list));
+}
+
+int RunProgram(std::string_view program, const std::vector<std::string>& args, std::ostream& out,
+               std::ostream& err) {
+  const std::string_view name = program.substr(program.find_last_of('/') + 1);
+  if (name == kHamiEntryPoint && args.empty()) return Serve(args, out, err);
+  return Run(args, out, err);
 }
 
 int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -105,8 +119,9 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
       out << loaded->help_text;
       return kExitOk;
     }
-    for (const auto& w : loaded->config.warnings) err << "warning: " << w << "\n";
-    auto backends = BuildBackends(loaded->config);
+    std::vector<std::string> warnings = loaded->config.warnings;
+    auto backends = BuildBackends(loaded->config, &warnings);
+    for (const auto& w : warnings) err << "warning: " << w << "\n";
     if (!backends) {
       err << "hami-scheduler: " << backends.error().message << "\n";
       return kExitUsage;

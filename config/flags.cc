@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cxxopts.hpp>
+#include <limits>
 #include <optional>
 #include <string_view>
 #include <system_error>
@@ -220,6 +221,11 @@ void SetVerbosity(const std::string& flag, const std::string& value, LoadedConfi
 void CheckBoolOnly(const std::string& flag, const std::string& value, LoadedConfig&, Problems& problems) {
   (void)Bool(flag, value, problems);
 }
+// klog's --log_file_max_size (MB): a value is checked, then ignored.
+void CheckMegabytesOnly(const std::string& flag, const std::string& value, LoadedConfig&,
+                        Problems& problems) {
+  (void)Int(flag, value, 0, std::numeric_limits<std::int64_t>::max(), "megabytes, 0 or more", problems);
+}
 
 template <std::string Config::*Member>
 std::string ShowString(const Config& d) {
@@ -248,7 +254,7 @@ std::string ShowKubeTimeout(const Config& d) { return fmt::format("{}", d.kube_t
 const FlagDef kFlags[] = {
     // Extender server.
     {"http_bind", Group::kServer, false, "ADDR",
-     "listen address of the extender (filter, bind, healthz, readyz, metrics)",
+     "listen address of the extender (filter, bind, webhook, healthz, readyz, metrics)",
      &SetString<&Config::http_bind>, &ShowString<&Config::http_bind>},
     {"cert_file", Group::kServer, false, "FILE", "TLS certificate; TLS is on when both cert and key are set",
      &SetString<&Config::cert_file>, &ShowString<&Config::cert_file>},
@@ -261,7 +267,8 @@ const FlagDef kFlags[] = {
      "open connections per listener at most (0 = no cap); idle ones are closed first", &SetMaxConnections,
      &ShowMaxConnections},
     {"scheduler-name", Group::kServer, false, "NAME",
-     "the source of pod events (HAMi's webhook also wrote it on pods; no webhook is served yet)",
+     "written by the webhook as spec.schedulerName of pods using devices (\"\" = left as it is); the "
+     "source of pod events",
      &SetString<&Config::scheduler_name>, &ShowString<&Config::scheduler_name>},
     {"metrics-bind-address", Group::kServer, false, "ADDR",
      "listen address of the Prometheus /metrics server", &SetString<&Config::metrics_bind_address>,
@@ -290,7 +297,7 @@ const FlagDef kFlags[] = {
      "how long bind retries a busy node lock (0 = no retry; keep below the extender httpTimeout)",
      &SetRetryTimeout, &ShowRetryTimeout},
     {"force-overwrite-default-scheduler", Group::kScheduling, true, "",
-     "accepted for HAMi compatibility; no effect until the admission webhook is served",
+     "the webhook also takes pods naming default-scheduler (false: only pods naming no scheduler or ours)",
      &SetBool<&Config::force_overwrite_default_scheduler>,
      &ShowBoolMember<&Config::force_overwrite_default_scheduler>},
     {"health-check-interval", Group::kScheduling, false, "DURATION", "how often node handshakes are checked",
@@ -344,6 +351,16 @@ const FlagDef kFlags[] = {
      nullptr},
     {"skip_headers", Group::kLogging, true, "", "klog flag, accepted and ignored", &IgnoredFlag, nullptr},
     {"add_dir_header", Group::kLogging, true, "", "klog flag, accepted and ignored", &IgnoredFlag, nullptr},
+    {"one_output", Group::kLogging, true, "", "klog flag, accepted and ignored", &IgnoredFlag, nullptr},
+    {"skip_log_headers", Group::kLogging, true, "", "klog flag, accepted and ignored", &IgnoredFlag, nullptr},
+    {"legacy_stderr_threshold_behavior", Group::kLogging, true, "", "klog flag, accepted and ignored",
+     &IgnoredFlag, nullptr},
+    {"alsologtostderrthreshold", Group::kLogging, false, "LEVEL", "klog flag, accepted and ignored",
+     &IgnoredFlag, nullptr},
+    {"log_file_max_size", Group::kLogging, false, "MB", "klog flag, accepted and ignored",
+     &CheckMegabytesOnly, nullptr},
+    {"log_backtrace_at", Group::kLogging, false, "FILE:N", "klog flag, accepted and ignored", &IgnoredFlag,
+     nullptr},
     // HAMi compatibility.
     {"debug", Group::kHami, true, "", "accepted and ignored (HAMi's scheduler does not use it either)",
      &CheckBoolOnly, nullptr},

@@ -61,6 +61,13 @@ Result<BackendPtr> BackendRegistry::Create(std::string_view section, const Vendo
   return it->second.create(settings);
 }
 
+std::vector<std::string> BackendRegistry::Advise(std::string_view section,
+                                                 const VendorSettings& settings) const {
+  auto it = modules_.find(section);
+  if (it == modules_.end() || !it->second.advise) return {};
+  return it->second.advise(settings);
+}
+
 const VendorSchema* BackendRegistry::Schema(std::string_view section) const {
   auto it = modules_.find(section);
   return it == modules_.end() ? nullptr : &it->second.schema;

@@ -127,6 +127,9 @@ struct VendorModule {
   std::string section;  // HAMi device-config section: "nvidia"
   VendorSchema schema;
   BackendFactory create;
+  // Start-up warnings about settings that are valid but likely wrong for the device plugins in use (e.g.
+  // Hygon's to-allocate key under HAMi's own device config, PROTOCOL.md D2). Optional.
+  std::function<std::vector<std::string>(const VendorSettings&)> advise = nullptr;
 };
 
 // The backends in use, sorted by vendor key (the order node locks are taken in). Owned by main.
@@ -154,6 +157,8 @@ class BackendRegistry {
  public:
   Result<void> Register(VendorModule module);
   Result<BackendPtr> Create(std::string_view section, const VendorSettings& settings) const;
+  // The module's start-up warnings for these settings (none when it has no `advise`).
+  std::vector<std::string> Advise(std::string_view section, const VendorSettings& settings) const;
   // The schema of a registered section, or null.
   const VendorSchema* Schema(std::string_view section) const;
   std::vector<std::string> Names() const;                              // sorted

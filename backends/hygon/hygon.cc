@@ -8,6 +8,9 @@
 namespace hami::backends::hygon {
 namespace {
 
+// The to-allocate key HAMi's Hygon device plugin reads.
+constexpr std::string_view kHamiToAllocate = "hami.io/dcu-devices-to-allocate";
+
 class HygonBackend final : public BasicBackend {
  public:
   using BasicBackend::BasicBackend;
@@ -47,7 +50,7 @@ BackendSpec DefaultSpec() {
   s.keys.register_annotation = "hami.io/node-dcu-register";
   s.keys.handshake = "hami.io/node-handshake-dcu";
   s.keys.allocated = "hami.io/dcu-devices-allocated";
-  s.keys.to_allocate = "hami.io/hcu-devices-to-allocate";  // PROTOCOL.md D2
+  s.keys.to_allocate = "hami.io/hcu-devices-to-allocate";  // PROTOCOL.md D2 (HAMi's: kHamiToAllocate)
   s.keys.node_lock = "hami.io/mutex.lock";
   s.keys.use_uuid = "hygon.com/use-gpuuuid";
   s.keys.nouse_uuid = "hygon.com/nouse-gpuuuid";
@@ -63,8 +66,18 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
   return BackendPtr(std::make_unique<HygonBackend>(std::move(spec)));
 }
 
+// HAMi's own device config (a hygon: section, as its chart writes one) leaves the to-allocate key at our
+// default, which HAMi's Hygon device plugin does not read: its pods would wait for an allocation forever.
+std::vector<std::string> Advise(const VendorSettings& settings) {
+  if (settings.values.empty() || settings.Has("annotations.toAllocate")) return {};
+  return {fmt::format(
+      "hygon: pods get their devices under {} (PROTOCOL.md D2), but HAMi's Hygon device plugin reads "
+      "{}; with that plugin add `annotations: {{toAllocate: {}}}` to the hygon: section of the device config",
+      DefaultSpec().keys.to_allocate, kHamiToAllocate, kHamiToAllocate)};
+}
+
 VendorModule Module() {
-  return VendorModule{"hygon", BasicSchema({{"memoryFactor", SettingKind::kInt32}}), &Create};
+  return VendorModule{"hygon", BasicSchema({{"memoryFactor", SettingKind::kInt32}}), &Create, &Advise};
 }
 
 }  // namespace hami::backends::hygon

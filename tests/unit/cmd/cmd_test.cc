@@ -217,6 +217,64 @@ TEST(Commands, VersionHelpAndConfig) {
   EXPECT_NE(bad.err.find("node-scheduler-policy"), std::string::npos) << bad.err;
 }
 
+// HAMi's image runs `scheduler <the chart's flags>`: the same binary under that name, and every flag the
+// chart passes (klog's included) is accepted.
+TEST(Commands, TheSchedulerEntryPointTakesTheChartsCommandLine) {
+  std::ostringstream out, err;
+  const std::vector<std::string> chart = {
+      "--http_bind=0.0.0.0:443",
+      "--cert_file=/tls/tls.crt",
+      "--key_file=/tls/tls.key",
+      "--scheduler-name=hami-scheduler",
+      "--metrics-bind-address=:9395",
+      "--node-scheduler-policy=binpack",
+      "--gpu-scheduler-policy=spread",
+      "--force-overwrite-default-scheduler=true",
+      "--device-config-file=" + std::string(HAMI_SOURCE_DIR) + "/deploy/device-config.yaml",
+      "--leader-elect=true",
+      "--leader-elect-resource-name=hami-scheduler",
+      "--leader-elect-resource-namespace=kube-system",
+      "--debug",
+      "-v=4",
+      "--one_output",
+      "--skip_log_headers",
+      "--log_file_max_size=1800",
+      "--legacy_stderr_threshold_behavior=true",
+      "--alsologtostderrthreshold=INFO",
+      "--log_backtrace_at=file.go:10",
+      "--print-config"};
+  ASSERT_EQ(RunProgram("/usr/local/bin/scheduler", chart, out, err), 0) << err.str();
+  EXPECT_NE(out.str().find("httpBind: 0.0.0.0:443\n"), std::string::npos) << out.str();
+  std::ostringstream vout, verr;
+  EXPECT_EQ(RunProgram("scheduler", {"version"}, vout, verr), 0);
+  EXPECT_NE(vout.str().find("hami-scheduler"), std::string::npos);
+  std::ostringstream bout, berr;
+  EXPECT_EQ(RunProgram("scheduler", {"--log_file_max_size=big", "--print-config"}, bout, berr), kExitUsage);
+  EXPECT_NE(berr.str().find("--log_file_max_size: 'big' is not an integer"), std::string::npos) << berr.str();
+}
+
+// PROTOCOL.md D2 under HAMi's own device config: said at start-up, with the line that fixes it.
+TEST(Commands, HamisDeviceConfigWithHygonWarnsAboutTheToAllocateKey) {
+  const std::string hamis =
+      WriteTemp("hami-device-config.yaml",
+                "nvidia:\n  resourceCountName: nvidia.com/gpu\nhygon:\n"
+                "  resourceCountName: hygon.com/dcunum\n  resourceMemoryName: hygon.com/dcumem\n"
+                "  resourceCoreName: hygon.com/dcucores\n");
+  auto warned = Exec({"config", "--device-config-file=" + hamis});
+  ASSERT_EQ(warned.code, 0) << warned.err;
+  EXPECT_NE(warned.err.find("warning: hygon: pods get their devices under hami.io/hcu-devices-to-allocate"),
+            std::string::npos)
+      << warned.err;
+  EXPECT_NE(warned.err.find("add `annotations: {toAllocate: hami.io/dcu-devices-to-allocate}`"),
+            std::string::npos)
+      << warned.err;
+  // deploy/device-config.yaml carries the override: no warning.
+  auto ours =
+      Exec({"config", "--device-config-file=" + std::string(HAMI_SOURCE_DIR) + "/deploy/device-config.yaml"});
+  ASSERT_EQ(ours.code, 0) << ours.err;
+  EXPECT_EQ(ours.err.find("hygon:"), std::string::npos) << ours.err;
+}
+
 TEST(Simulate, NodeLabelSelectorLimitsCandidates) {
   // Only gpu-a100-1 carries gpu=on in the sample cluster.
   auto r = Exec({"simulate", "--cluster", kExamples + "cluster.yaml", "--pods", kExamples + "pods.yaml",
