@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <algorithm>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -83,29 +85,39 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
       backends, o, clock);
   s->routes_ = std::make_unique<extender::HttpRoutes>(*s->extender_, s->loop_exceptions_);
 
+  using Serves = extender::HttpRoutes::Serves;
+  const auto add = [&](k8s::HttpServerOptions server, std::string listener, Serves serves) {
+    server.max_connections = static_cast<std::size_t>(cfg.max_connections);
+    s->servers_.push_back(std::make_unique<k8s::HttpServer>(ioc.get_executor(), server));
+    s->routes_->Install(*s->servers_.back(), std::move(listener), serves);
+    return s->servers_.back().get();
+  };
   k8s::HttpServerOptions main;
   main.address = cfg.http_bind;
   main.cert_file = cfg.cert_file;
   main.key_file = cfg.key_file;
   main.client_ca_file = cfg.client_ca_file;
-  main.max_connections = static_cast<std::size_t>(cfg.max_connections);
-  s->server_ = std::make_unique<k8s::HttpServer>(ioc.get_executor(), main);
-  s->routes_->Install(*s->server_, "extender", true);
+  s->server_ = add(main, "extender", Serves{.extender = true, .webhook = cfg.webhook_bind.empty()});
   if (!cfg.metrics_bind_address.empty() && cfg.metrics_bind_address != cfg.http_bind) {
     k8s::HttpServerOptions m;
     m.address = cfg.metrics_bind_address;
     m.address_flag = "--metrics-bind-address";
-    m.max_connections = static_cast<std::size_t>(cfg.max_connections);
-    s->metrics_ = std::make_unique<k8s::HttpServer>(ioc.get_executor(), m);
-    s->routes_->Install(*s->metrics_, "metrics", false);
+    s->metrics_ = add(m, "metrics", Serves{});
+  }
+  if (!cfg.webhook_bind.empty()) {
+    k8s::HttpServerOptions w;
+    w.address = cfg.webhook_bind;
+    w.address_flag = "--webhook-bind";
+    w.cert_file = cfg.webhook_cert_file;
+    w.key_file = cfg.webhook_key_file;
+    s->webhook_ = add(w, "webhook", Serves{.webhook = true});
   }
   return s;
 }
 
 Result<void> SchedulerService::Listen() {
-  if (auto p = server_->Listen(); !p) return p.error();
-  if (metrics_) {
-    if (auto p = metrics_->Listen(); !p) return p.error();
+  for (auto& server : servers_) {
+    if (auto p = server->Listen(); !p) return p.error();
   }
   return {};
 }
@@ -138,19 +150,18 @@ void SchedulerService::Start() {
   Spawn(extender_->Run(), "the extender", stop_.slot());
   Spawn(server_->Serve(), "the extender server");
   if (metrics_) Spawn(metrics_->Serve(), "the metrics server");
+  if (webhook_) Spawn(webhook_->Serve(), "the webhook server");
 }
 
 void SchedulerService::Shutdown(std::chrono::milliseconds grace) {
   if (stopping_) return;
   stopping_ = true;
-  server_->Shutdown();
-  if (metrics_) metrics_->Shutdown();
+  for (auto& server : servers_) server->Shutdown();
   extender_->Stop();
   // Requests in flight finish (their API calls need the controller), then the watches stop.
   auto drain = [](SchedulerService* s,
                   std::chrono::steady_clock::time_point deadline) -> asio::awaitable<void> {
-    co_await s->server_->Drained(deadline);
-    if (s->metrics_) co_await s->metrics_->Drained(deadline);
+    for (auto& server : s->servers_) co_await server->Drained(deadline);
     s->stop_.emit(asio::cancellation_type::terminal);
   };
   Spawn(drain(this, std::chrono::steady_clock::now() + grace), "the drain");
@@ -159,21 +170,22 @@ void SchedulerService::Shutdown(std::chrono::milliseconds grace) {
 void SchedulerService::Kill() {
   if (stopping_) return;
   stopping_ = true;
-  server_->Shutdown();
-  if (metrics_) metrics_->Shutdown();
+  for (auto& server : servers_) server->Shutdown();
   extender_->Stop();
   extender_->DropQueuedEvents();  // a killed process loses what it had not sent
   stop_.emit(asio::cancellation_type::terminal);
   auto close = [](SchedulerService* s) -> asio::awaitable<void> {
     const auto now = std::chrono::steady_clock::now();
-    co_await s->server_->Drained(now);
-    if (s->metrics_) co_await s->metrics_->Drained(now);
+    for (auto& server : s->servers_) co_await server->Drained(now);
   };
   Spawn(close(this), "the connection close");
 }
 
 bool SchedulerService::stopped() const {
-  return running_ == 0 && server_->in_flight() == 0 && server_->open_connections() == 0 && !extender_->busy();
+  return running_ == 0 && !extender_->busy() &&
+         std::all_of(servers_.begin(), servers_.end(), [](const auto& server) {
+           return server->in_flight() == 0 && server->open_connections() == 0;
+         });
 }
 
 void RunUntilDoneOrSignal(asio::io_context& ioc, bool& done) {
@@ -233,8 +245,9 @@ int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream&
     return kExitFailure;
   }
   SchedulerService& s = **service;
-  spdlog::info("{} serving the extender on {} (metrics on port {}), API server {} ({})", VersionString(),
-               s.url(), s.metrics_port(), rest->HostHeader(), rest->source);
+  spdlog::info("{} serving the extender on {} (webhook on port {}, metrics on port {}), API server {} ({})",
+               VersionString(), s.url(), s.webhook_port(), s.metrics_port(), rest->HostHeader(),
+               rest->source);
   asio::signal_set signals(ioc, SIGINT, SIGTERM);
   // Once a stop has begun (a signal or a failure), the loop ends when everything has stopped: checked every
   // 50 ms during the drain only, never while serving.

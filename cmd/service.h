@@ -56,6 +56,8 @@ class SchedulerService {
 
   std::uint16_t port() const { return server_->port(); }
   std::uint16_t metrics_port() const { return metrics_ ? metrics_->port() : server_->port(); }
+  // --webhook-bind's port; the extender's when /webhook is served there.
+  std::uint16_t webhook_port() const { return webhook_ ? webhook_->port() : server_->port(); }
   std::string url() const;  // http(s)://127.0.0.1:<port>
   extender::Extender& extender() { return *extender_; }
   k8s::ApiClient& client() { return *client_; }
@@ -77,8 +79,12 @@ class SchedulerService {
   std::unique_ptr<k8s::ApiClient> background_client_;
   std::unique_ptr<extender::Extender> extender_;
   std::unique_ptr<extender::HttpRoutes> routes_;
-  std::unique_ptr<k8s::HttpServer> server_;
-  std::unique_ptr<k8s::HttpServer> metrics_;
+  // Every listener: the extender's first, then the metrics and webhook ones when they are listeners of their
+  // own (server_, metrics_ and webhook_ point into it; the latter two are null when not).
+  std::vector<std::unique_ptr<k8s::HttpServer>> servers_;
+  k8s::HttpServer* server_ = nullptr;
+  k8s::HttpServer* metrics_ = nullptr;
+  k8s::HttpServer* webhook_ = nullptr;
   boost::asio::cancellation_signal stop_;
   int running_ = 0;
   std::uint64_t loop_exceptions_ = 0;

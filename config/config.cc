@@ -398,6 +398,9 @@ constexpr Field<Config> kSchedulerFields[] = {
     {"certFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.cert_file); }},
     {"keyFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.key_file); }},
     {"clientCaFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.client_ca_file); }},
+    {"webhookBind", [](Reader& r, const Item& it, Config& c) { r.String(it, c.webhook_bind); }},
+    {"webhookCertFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.webhook_cert_file); }},
+    {"webhookKeyFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.webhook_key_file); }},
     {"maxConnections",
      [](Reader& r, const Item& it, Config& c) {
        if (auto v = r.Int(it, 0, 1048576, "a number of connections from 0 (no cap) to 1048576"))
@@ -662,6 +665,19 @@ void ValidateConfig(const Config& cfg, std::vector<std::string>& problems) {
         "--client-ca-file (scheduler.clientCaFile) needs TLS: client certificates are verified only over "
         "HTTPS; set --cert_file and --key_file (scheduler.certFile, scheduler.keyFile) too");
   }
+  if (!cfg.webhook_bind.empty() && (cfg.webhook_cert_file.empty() || cfg.webhook_key_file.empty())) {
+    problems.push_back(
+        "--webhook-bind (scheduler.webhookBind) needs --webhook-cert-file and --webhook-key-file "
+        "(scheduler.webhookCertFile, scheduler.webhookKeyFile): the API server calls webhooks over HTTPS "
+        "only");
+  }
+  if (cfg.webhook_bind.empty() && !(cfg.webhook_cert_file.empty() && cfg.webhook_key_file.empty())) {
+    problems.push_back(
+        "--webhook-cert-file and --webhook-key-file serve --webhook-bind, which is not set (without it the "
+        "webhook is served on --http_bind with --cert_file and --key_file)");
+  }
+  if (!cfg.webhook_bind.empty() && cfg.webhook_bind == cfg.http_bind)
+    problems.push_back("--webhook-bind: must differ from --http_bind (leave it empty to serve both on one)");
   if (cfg.max_connections < 0)
     problems.push_back("--max-connections (scheduler.maxConnections): must not be negative");
   if (cfg.http_bind.empty()) problems.push_back("--http_bind (scheduler.httpBind): must not be empty");
@@ -848,6 +864,9 @@ std::string ToYaml(const Config& cfg, const BackendRegistry& vendors) {
   EmitString(out, "certFile", cfg.cert_file);
   EmitString(out, "keyFile", cfg.key_file);
   EmitString(out, "clientCaFile", cfg.client_ca_file);
+  EmitString(out, "webhookBind", cfg.webhook_bind);
+  EmitString(out, "webhookCertFile", cfg.webhook_cert_file);
+  EmitString(out, "webhookKeyFile", cfg.webhook_key_file);
   out << YAML::Key << "maxConnections" << YAML::Value << cfg.max_connections;
   EmitString(out, "schedulerName", cfg.scheduler_name);
   EmitString(out, "metricsBindAddress", cfg.metrics_bind_address);

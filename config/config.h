@@ -20,10 +20,16 @@ namespace hami::config {
 
 struct Config {
   // Extender server (HAMi flag names in comments).
-  std::string http_bind = "127.0.0.1:8080";       // --http_bind
-  std::string cert_file;                          // --cert_file
-  std::string key_file;                           // --key_file
-  std::string client_ca_file;                     // --client-ca-file (ours): mTLS for the extender
+  std::string http_bind = "127.0.0.1:8080";  // --http_bind
+  std::string cert_file;                     // --cert_file
+  std::string key_file;                      // --key_file
+  std::string client_ca_file;                // --client-ca-file (ours): mTLS for the extender
+  // The admission webhook on a listener of its own (ours; "" = /webhook on --http_bind, as HAMi serves it),
+  // so the extender can stay on the pod's loopback. Always TLS: the API server calls webhooks over HTTPS
+  // only.
+  std::string webhook_bind;                       // --webhook-bind
+  std::string webhook_cert_file;                  // --webhook-cert-file
+  std::string webhook_key_file;                   // --webhook-key-file
   int max_connections = 1024;                     // --max-connections (ours), per listener; 0 = no cap
   std::string scheduler_name = "hami-scheduler";  // --scheduler-name
   std::string metrics_bind_address = ":9395";     // --metrics-bind-address

@@ -142,6 +142,14 @@ void NoOpVendorFlag(const std::string& flag, const std::string& value, LoadedCon
 
 void IgnoredFlag(const std::string&, const std::string&, LoadedConfig&, Problems&) {}
 
+// Flags of HAMi releases after v2.10 (its device plugins' token authentication, which this scheduler does not
+// implement): accepted so that a newer chart's command line starts us, with a warning.
+void NewerHamiFlag(const std::string& flag, const std::string& value, LoadedConfig& out, Problems&) {
+  out.config.warnings.push_back(fmt::format(
+      "{}={} has no effect: this scheduler does not implement HAMi's device-plugin authentication", flag,
+      value));
+}
+
 void UnsupportedVendorSwitch(const std::string& flag, const std::string& value, LoadedConfig& out,
                              Problems& problems) {
   auto v = Bool(flag, value, problems);
@@ -263,6 +271,14 @@ const FlagDef kFlags[] = {
     {"client-ca-file", Group::kServer, false, "FILE",
      "with TLS: the extender requires client certificates signed by these PEM CAs (mTLS)",
      &SetString<&Config::client_ca_file>, &ShowString<&Config::client_ca_file>},
+    {"webhook-bind", Group::kServer, false, "ADDR",
+     "serve the admission webhook (/webhook, /healthz, /readyz) on this address of its own, always TLS, so "
+     "that the extender can stay on loopback (empty: /webhook is served on --http_bind, as HAMi does)",
+     &SetString<&Config::webhook_bind>, &ShowString<&Config::webhook_bind>},
+    {"webhook-cert-file", Group::kServer, false, "FILE", "TLS certificate of --webhook-bind",
+     &SetString<&Config::webhook_cert_file>, &ShowString<&Config::webhook_cert_file>},
+    {"webhook-key-file", Group::kServer, false, "FILE", "TLS private key of --webhook-bind",
+     &SetString<&Config::webhook_key_file>, &ShowString<&Config::webhook_key_file>},
     {"max-connections", Group::kServer, false, "N",
      "open connections per listener at most (0 = no cap); idle ones are closed first", &SetMaxConnections,
      &ShowMaxConnections},
@@ -416,6 +432,10 @@ const FlagDef kFlags[] = {
      "no effect: Enflame is not implemented", &NoOpVendorFlag, nullptr},
     {"enflame-vgcu-percentage-resource-name", Group::kHami, false, "NAME",
      "no effect: Enflame is not implemented", &NoOpVendorFlag, nullptr},
+    {"device-plugin-namespace", Group::kHami, false, "NAMESPACE",
+     "no effect (newer HAMi charts pass it for device-plugin authentication)", &NewerHamiFlag, nullptr},
+    {"device-plugin-service-account", Group::kHami, false, "NAME",
+     "no effect (newer HAMi charts pass it for device-plugin authentication)", &NewerHamiFlag, nullptr},
     // Help.
     {"help", Group::kHelp, true, "", "show this help", nullptr, nullptr},
 };

@@ -95,7 +95,7 @@ AdmissionVerdict AdmitPod(PodView& pod, const Backends& backends, const QuotaBoo
   if (auto error = EachContainer(pod, [&](ContainerView& c) -> std::optional<std::string> {
         for (const auto& b : backends) {
           auto req = b->RequestFor(c);
-          if (!req) return req.error().message;
+          if (!req) return fmt::format("container {}: {}", c.name, req.error().message);
           uses_devices = uses_devices || req->has_value();
         }
         return std::nullopt;

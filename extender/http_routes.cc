@@ -56,7 +56,7 @@ std::string Webhook(AdmissionService& admission, const k8s::ServerRequest& r) {
 
 }  // namespace
 
-void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, bool extender_routes) {
+void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves serves) {
   using k8s::ServerRequest;
   using k8s::ServerResponse;
   listeners_.emplace_back(std::move(listener), &server);
@@ -71,7 +71,13 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, bool ext
     if (e->ready()) co_return Respond(200, kText, "ok\n");
     co_return Respond(503, kText, "not ready: " + e->NotReadyReason() + "\n");
   });
-  if (!extender_routes) return;
+  if (serves.webhook) {
+    server.Route(http::verb::post, "/webhook",
+                 [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
+                   co_return Respond(200, kJson, Webhook(e->admission(), r));
+                 });
+  }
+  if (!serves.extender) return;
   server.Route(http::verb::post, "/filter", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
     auto args = r.body_too_large ? Result<k8s::ExtenderArgs>(Error{std::string(kTooLarge)})
                                  : k8s::ParseExtenderArgs(r.body);
@@ -94,9 +100,6 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, bool ext
       error = args.error().message;
     }
     co_return Respond(200, kJson, k8s::BindingResultJson(error));
-  });
-  server.Route(http::verb::post, "/webhook", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
-    co_return Respond(200, kJson, Webhook(e->admission(), r));
   });
 }
 

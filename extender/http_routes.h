@@ -1,8 +1,8 @@
 #pragma once
-// The extender's HTTP adapter: it owns the wire. Routes (/filter, /bind and /webhook on the extender listener;
-// /metrics, /healthz and /readyz on every listener), the request body limit, and the extender v1 JSON in and
-// out (k8s/extender); the services it calls see parsed arguments only. kube-scheduler expects HTTP 200 with
-// failures in the JSON's Error.
+// The extender's HTTP adapter: it owns the wire. Routes (/filter, /bind and /webhook on the extender
+// listener; /metrics, /healthz and /readyz on every listener), the request body limit, and the extender v1
+// JSON in and out (k8s/extender); the services it calls see parsed arguments only. kube-scheduler expects
+// HTTP 200 with failures in the JSON's Error.
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -19,9 +19,13 @@ class HttpRoutes {
   HttpRoutes(Extender& extender, const std::uint64_t& loop_exceptions)
       : extender_(&extender), loop_exceptions_(&loop_exceptions) {}
 
-  // Adds the routes to `server`, known in /metrics as `listener` ("extender", "metrics"). Extender routes
-  // (/filter, /bind, /webhook) only when `extender_routes`.
-  void Install(k8s::HttpServer& server, std::string listener, bool extender_routes);
+  // What a listener serves besides /metrics, /healthz and /readyz.
+  struct Serves {
+    bool extender = false;  // /filter, /bind
+    bool webhook = false;   // /webhook
+  };
+  // Adds the routes to `server`, known in /metrics as `listener` ("extender", "webhook", "metrics").
+  void Install(k8s::HttpServer& server, std::string listener, Serves serves);
 
   // /metrics: the extender's families, every listener's connection counters, the event loop's exceptions.
   std::string Metrics() const;

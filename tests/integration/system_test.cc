@@ -16,6 +16,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/json.hpp>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,6 +36,7 @@
 #include "sim/resources.h"
 #include "tests/support/builders.h"
 #include "tests/support/run_coro.h"
+#include "tests/support/test_certs.h"
 
 namespace hami {
 namespace {
@@ -1195,6 +1197,51 @@ TEST_F(HostileInputTest, TheWebhookAnswersEveryReviewAndRefusesWhatIsNotOne) {
         EXPECT_EQ(s.patched, 1u);
         EXPECT_EQ(s.denied, 1u);
         EXPECT_EQ(s.invalid, 2u);
+      }(),
+      30s);
+}
+
+// --webhook-bind: the webhook on a TLS listener of its own, the extender's routes not there, /webhook not on
+// the extender's listener (which can then stay on loopback).
+TEST_F(HostileInputTest, AWebhookListenerOfItsOwnServesOnlyTheWebhookOverTls) {
+  const auto& pki = testing::SharedTestPki();
+  cfg_.webhook_bind = "127.0.0.1:0";
+  cfg_.webhook_cert_file = ::testing::TempDir() + "webhook.crt";
+  cfg_.webhook_key_file = ::testing::TempDir() + "webhook.key";
+  std::ofstream(cfg_.webhook_cert_file) << pki.server.cert_pem;
+  std::ofstream(cfg_.webhook_key_file) << pki.server.key_pem;
+  AddNode("nv-a", {{"nvidia", Cards("nvidia", "nv-a", 2)}});
+  StartService();
+  ASSERT_NE(service_->webhook_port(), service_->port());
+  k8s::RestConfig tls;
+  tls.host = "127.0.0.1";
+  tls.port = std::to_string(service_->webhook_port());
+  tls.ca_pem = pki.ca.cert_pem;
+  auto webhook = k8s::HttpClient::Create(ioc_.get_executor(), tls).value();
+  const std::string review = R"({"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+      "uid":"u-1","kind":{"kind":"Pod"},"namespace":"default","operation":"CREATE","object":{
+      "metadata":{"name":"p"},"spec":{"containers":[{"name":"a","resources":{"limits":{"nvidia.com/gpumem":"100"}}}]}}}})";
+  RunCoro(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        CO_ASSERT_TRUE(co_await SystemReady());
+        using boost::beast::http::verb;
+        const k8s::HttpRequest review_request{verb::post, "/webhook", review, "application/json", "", ""};
+        const k8s::HttpRequest filter_request{verb::post, "/filter", "{}", "application/json", "", ""};
+        auto answered = co_await webhook->Send(review_request, 10s);
+        EXPECT_TRUE(answered) << answered.error().message;
+        CO_ASSERT_TRUE(answered);
+        EXPECT_EQ(answered->status, 200u);
+        EXPECT_EQ(json::parse(answered->body).at("response").at("patchType"), "JSONPatch");
+        auto filter = co_await webhook->Send(filter_request, 10s);
+        CO_ASSERT_TRUE(filter);
+        EXPECT_EQ(filter->status, 404u);
+        if (!extender_)
+          extender_ =
+              k8s::HttpClient::Create(ioc_.get_executor(), k8s::LoopbackHttp(service_->port())).value();
+        auto on_extender = co_await extender_->Send(review_request, 10s);
+        CO_ASSERT_TRUE(on_extender);
+        EXPECT_EQ(on_extender->status, 404u);
       }(),
       30s);
 }

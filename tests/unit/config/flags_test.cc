@@ -277,6 +277,21 @@ TEST(Flags, BusyNodeThreshold) {
                           "(off) to 1000000)"));
 }
 
+TEST(Flags, AWebhookListenerOfItsOwnNeedsItsCertificate) {
+  auto ok = Load(
+      {"--webhook-bind=0.0.0.0:8443", "--webhook-cert-file=/tls/tls.crt", "--webhook-key-file=/tls/tls.key"});
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ(ok->config.webhook_bind, "0.0.0.0:8443");
+  EXPECT_THAT(ProblemLines(Load({"--webhook-bind=0.0.0.0:8443"})),
+              ElementsAre(HasSubstr("--webhook-bind (scheduler.webhookBind) needs --webhook-cert-file and "
+                                    "--webhook-key-file")));
+  EXPECT_THAT(ProblemLines(Load({"--webhook-cert-file=/tls/tls.crt"})),
+              ElementsAre(HasSubstr("serve --webhook-bind, which is not set")));
+  EXPECT_THAT(ProblemLines(Load({"--http_bind=127.0.0.1:9443", "--webhook-bind=127.0.0.1:9443",
+                                 "--webhook-cert-file=c", "--webhook-key-file=k"})),
+              ElementsAre(HasSubstr("--webhook-bind: must differ from --http_bind")));
+}
+
 TEST(Flags, HamiNoOpFlagsAreAcceptedWithWarnings) {
   auto r =
       Load({"--cambricon-mlu-name=cambricon.com/mlu", "--dcu-memory=hygon.com/dcumem", "--mthreads-cores=x",
