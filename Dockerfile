@@ -8,17 +8,25 @@ RUN BUILD_DIR=/build BUILD_TYPE=Release ./scripts/build.sh -DHAMI_BUILD_TESTS=OF
  && strip /build/hami-scheduler
 
 FROM debian:12-slim
-# Runtime libraries of the binary (the -dev packages of the build stage, without headers).
+COPY --from=build /build/hami-scheduler /usr/local/bin/hami-scheduler
+# Runtime libraries of the binary (the -dev packages of the build stage, without headers). HAMi's chart runs
+# the image as `scheduler --http_bind=0.0.0.0:443 ...`: `scheduler` is a copy of the binary carrying the file
+# capability CAP_NET_BIND_SERVICE, so the non-root user binds 443. Only that copy has it: a pod dropping every
+# capability cannot exec a binary that has one, and `hami-scheduler` (deploy/, ports >= 1024) must start there.
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       libboost-json1.81.0 libboost-container1.81.0 libyaml-cpp0.7 libfmt9 libspdlog1.10 libssl3 ca-certificates tzdata \
+      libcap2-bin \
+ && cp /usr/local/bin/hami-scheduler /usr/local/bin/scheduler \
+ && setcap cap_net_bind_service=+ep /usr/local/bin/scheduler \
+ && apt-get purge -y -qq libcap2-bin && apt-get autoremove -y -qq \
  && rm -rf /var/lib/apt/lists/*
-COPY --from=build /build/hami-scheduler /usr/local/bin/hami-scheduler
 # The handshake stamps use the process time zone; HAMi's containers run in UTC.
 ENV TZ=UTC
 USER 65532:65532
-# 8080: /filter, /bind, /healthz, /readyz (--http_bind); 9395: /metrics (--metrics-bind-address).
-EXPOSE 8080 9395
+# 8080: /filter, /bind, /webhook, /healthz, /readyz (--http_bind; HAMi's chart: 443 with TLS); 8443: the
+# webhook when it has a listener of its own (--webhook-bind, deploy/); 9395: /metrics (--metrics-bind-address).
+EXPOSE 8080 8443 443 9395
 ENTRYPOINT ["/usr/local/bin/hami-scheduler"]
 # In a pod the API server comes from the service account; deploy/ passes the extender's flags.
 CMD ["serve", "--http_bind=0.0.0.0:8080"]

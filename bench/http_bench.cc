@@ -3,6 +3,7 @@
 //
 //   bench_http filter [--nodes 1000] [--requests 5000] [--pods-per-node 10] [--no-patch] [--one-thread]
 //   bench_http bind [--nodes 100] [--pairs 5000] [--clients 8] [--node-policy binpack] [--one-thread]
+//   bench_http webhook [--nodes 100] [--requests 5000] [--one-thread]
 //
 // filter: one keep-alive connection sends /filter requests one after the other, each with a pod that fits
 // and every node name; each answer is a decision plus one patch of that pod on the API server. --no-patch
@@ -15,6 +16,9 @@
 // its own io_context and HttpClient. --one-thread runs the client on the server's loop as well. Both modes
 // also print the server thread's CPU time per call (the machine is shared: wall time includes waiting for a
 // core) and the server's counters; filter also times the pod patch alone and the JSON work in-process.
+// webhook: one keep-alive connection sends AdmissionReviews of a typical GPU pod (a Deployment's pod: labels,
+// owner, env, volume mounts, a memory + cores request; its namespace has a ResourceQuota) to /webhook, one
+// after the other; every answer must be a patch. Also times the decision in-process (no HTTP, no JSON).
 // --latencies-out FILE writes every measured latency in order.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -47,6 +51,7 @@
 #include "cmd/app.h"
 #include "cmd/service.h"
 #include "core/codec/node_devices.h"
+#include "k8s/admission.h"
 #include "k8s/extender.h"
 #include "k8s/http_client.h"
 #include "k8s/objects.h"
@@ -91,7 +96,7 @@ std::optional<Flags> ParseFlags(int argc, char** argv) {
       "latencies-out", "write every measured latency (filter; bind: pairs) to this file, in order",
       cxxopts::value<std::string>())("h,help", "this help");
   o.parse_positional({"mode"});
-  o.positional_help("filter|bind");
+  o.positional_help("filter|bind|webhook");
   try {
     auto r = o.parse(argc, argv);
     if (r.count("help") || !r.count("mode")) {
@@ -100,8 +105,8 @@ std::optional<Flags> ParseFlags(int argc, char** argv) {
     }
     Flags f;
     f.mode = r["mode"].as<std::string>();
-    if (f.mode != "filter" && f.mode != "bind") {
-      std::cerr << "bench_http: mode '" << f.mode << "': expected filter or bind\n";
+    if (f.mode != "filter" && f.mode != "bind" && f.mode != "webhook") {
+      std::cerr << "bench_http: mode '" << f.mode << "': expected filter, bind or webhook\n";
       return std::nullopt;
     }
     f.nodes = r.count("nodes") ? r["nodes"].as<int>() : (f.mode == "filter" ? 1000 : 100);
@@ -308,6 +313,7 @@ class Harness {
 
   asio::io_context& ioc() { return ioc_; }
   hami::sim::Store& store() { return api_->store(); }  // before Start() only
+  hami::cmd::SchedulerService& service() { return *service_; }
   std::uint16_t extender_port() const { return service_->port(); }
   const hami::k8s::RestConfig& api_server() const { return rest_; }
 
@@ -712,16 +718,22 @@ void PrintJsonParts(const std::string& pod_json, const std::string& node_names, 
       body.size(), parse, result.failed_nodes.size(), build, answer_bytes, serialize, pod);
 }
 
+// `count` nodes of 4 GPUs split 10 ways.
+bool CreateNodes(hami::sim::Store& store, int count) {
+  for (int n = 0; n < count; ++n) {
+    if (auto c = store.Create(NodeObject(n, NodeGpus(n, 10))); !c) {
+      std::cerr << "bench_http: creating node " << n << ": " << c.error().message << "\n";
+      return false;
+    }
+  }
+  return true;
+}
+
 int FilterMode(const Flags& f) {
   Harness harness(f);
   if (!harness.Open()) return 1;
   auto& store = harness.store();
-  for (int n = 0; n < f.nodes; ++n) {
-    if (auto c = store.Create(NodeObject(n, NodeGpus(n, 10))); !c) {
-      std::cerr << "bench_http: creating node " << n << ": " << c.error().message << "\n";
-      return 1;
-    }
-  }
+  if (!CreateNodes(store, f.nodes)) return 1;
   for (int p = 0; p < f.nodes * f.pods_per_node; ++p) {
     if (auto c = store.Create(RunningPod(p, p % f.nodes)); !c) {
       std::cerr << "bench_http: creating running pod " << p << ": " << c.error().message << "\n";
@@ -953,6 +965,145 @@ int BindMode(const Flags& f) {
   return 0;
 }
 
+// An AdmissionReview of a pod as a Deployment creates it (generateName, owner, labels, env, mounts), asking
+// for 3000 MiB and 30% of one card; `i` makes each one distinct.
+std::string TypicalGpuPodReview(int i) {
+  const json::value pod = {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata",
+       {{"generateName", "trainer-7d9f8c6b5-"},
+        {"namespace", "team-a"},
+        {"labels", {{"app", "trainer"}, {"pod-template-hash", "7d9f8c6b5"}, {"team", "vision"}}},
+        {"annotations", {{"kubectl.kubernetes.io/restartedAt", "2026-11-30T10:00:00Z"}}},
+        {"ownerReferences", json::array{json::object{{"apiVersion", "apps/v1"},
+                                                     {"kind", "ReplicaSet"},
+                                                     {"name", "trainer-7d9f8c6b5"},
+                                                     {"uid", "3f0c7c9e-1111-4222-8333-944455556666"},
+                                                     {"controller", true},
+                                                     {"blockOwnerDeletion", true}}}}}},
+      {"spec",
+       {{"containers",
+         json::array{json::object{
+             {"name", "trainer"},
+             {"image", "nvcr.io/nvidia/pytorch:24.10-py3"},
+             {"command", json::array{"python", "train.py", "--epochs", "10"}},
+             {"env",
+              json::array{json::object{{"name", "RUN_ID"}, {"value", std::to_string(i)}},
+                          json::object{{"name", "NCCL_DEBUG"}, {"value", "WARN"}},
+                          json::object{{"name", "POD_NAME"},
+                                       {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}}}},
+             {"resources",
+              {{"limits", {{"nvidia.com/gpumem", "3000"}, {"nvidia.com/gpucores", "30"}, {"memory", "8Gi"}}},
+               {"requests", {{"cpu", "2"}, {"memory", "8Gi"}}}}},
+             {"volumeMounts",
+              json::array{json::object{{"name", "data"}, {"mountPath", "/data"}},
+                          json::object{{"name", "kube-api-access-x1"},
+                                       {"mountPath", "/var/run/secrets/kubernetes.io/serviceaccount"},
+                                       {"readOnly", true}}}}}}},
+        {"volumes",
+         json::array{json::object{{"name", "data"}, {"persistentVolumeClaim", {{"claimName", "data"}}}},
+                     json::object{{"name", "kube-api-access-x1"}, {"projected", {{"defaultMode", 420}}}}}},
+        {"restartPolicy", "Always"},
+        {"tolerations", json::array{json::object{{"key", "nvidia.com/gpu"}, {"operator", "Exists"}}}}}}};
+  const json::value review = {
+      {"apiVersion", "admission.k8s.io/v1beta1"},
+      {"kind", "AdmissionReview"},
+      {"request",
+       {{"uid", fmt::format("review-{}", i)},
+        {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+        {"resource", {{"group", ""}, {"version", "v1"}, {"resource", "pods"}}},
+        {"namespace", "team-a"},
+        {"operation", "CREATE"},
+        {"userInfo", {{"username", "system:serviceaccount:kube-system:replicaset-controller"}}},
+        {"object", pod},
+        {"dryRun", false}}}};
+  return json::serialize(review);
+}
+
+int WebhookMode(const Flags& f) {
+  Harness harness(f);
+  if (!harness.Open()) return 1;
+  auto& store = harness.store();
+  if (!CreateNodes(store, f.nodes)) return 1;
+  const json::value quota = {{"apiVersion", "v1"},
+                             {"kind", "ResourceQuota"},
+                             {"metadata", {{"name", "gpu"}, {"namespace", "team-a"}}},
+                             {"spec", {{"hard", {{"limits.nvidia.com/gpumem", "100000000"}}}}}};
+  if (auto c = store.Create(quota); !c) {
+    std::cerr << "bench_http: creating the quota: " << c.error().message << "\n";
+    return 1;
+  }
+  if (!harness.Start(nullptr)) return 1;
+  const int warmup = std::min(200, std::max(10, f.requests / 10));
+  std::vector<std::string> reviews;
+  reviews.reserve(static_cast<std::size_t>(f.requests + warmup));
+  for (int i = 0; i < f.requests + warmup; ++i) reviews.push_back(TypicalGpuPodReview(i));
+
+  Client client(harness, f);
+  if (!client.Connect(harness.extender_port(), 1)) return 1;
+  Latencies latencies;
+  Errors errors;
+  Clock_::time_point start, end;
+  const auto run = [&](int begin, int stop, bool measured) -> asio::awaitable<void> {
+    if (measured) start = Clock_::now();
+    for (int i = begin; i < stop; ++i) {
+      const hami::k8s::HttpRequest req = Post("/webhook", reviews[static_cast<std::size_t>(i)]);
+      const auto t0 = Clock_::now();
+      auto r = co_await client.http().Send(req, 30s);
+      const auto t1 = Clock_::now();
+      if (measured) latencies.Add(t1 - t0);
+      if (!r) {
+        errors.Add(r.error().message);
+      } else if (r->body.find(R"("patchType":"JSONPatch")") == std::string::npos) {
+        errors.Add("not a patch: " + r->body.substr(0, 200));
+      }
+    }
+    if (measured) end = Clock_::now();
+  };
+  {
+    std::vector<asio::awaitable<void>> warm;
+    warm.push_back(run(0, warmup, false));
+    client.Run(std::move(warm));
+  }
+  const Counters before = harness.Read();
+  std::vector<asio::awaitable<void>> tasks;
+  tasks.push_back(run(warmup, warmup + f.requests, true));
+  client.Run(std::move(tasks));
+  const Counters delta = harness.Read() - before;
+
+  // The decision alone: parse the pod, admit it, write the changes back, diff (what Review does).
+  const double in_process_us = harness.OnServer([&] {
+    auto parsed = hami::k8s::ParseAdmissionReview(reviews[0]).value();
+    auto& admission = harness.service().extender().admission();
+    const int n = 20000;
+    const auto t0 = Clock_::now();
+    std::size_t patched = 0;
+    for (int i = 0; i < n; ++i) patched += admission.Review(parsed).patch.empty() ? 0 : 1;
+    const double us = std::chrono::duration<double, std::micro>(Clock_::now() - t0).count() / n;
+    return patched == static_cast<std::size_t>(n) ? us : NAN;
+  });
+  harness.Stop();
+
+  fmt::print(
+      "bench_http webhook: {} nodes, {} AdmissionReviews of a typical GPU pod ({} bytes) ({} warm-up), {}\n",
+      f.nodes, f.requests, reviews[0].size(), warmup,
+      f.one_thread ? "client on the server's thread" : "client on its own thread");
+  fmt::print("  latency: {}\n", latencies.Summary());
+  if (!f.latencies_out.empty() && !latencies.Write(f.latencies_out))
+    std::cerr << "bench_http: could not write " << f.latencies_out << "\n";
+  fmt::print("  throughput: {:.0f} reviews/s over one keep-alive connection\n",
+             static_cast<double>(f.requests) / std::chrono::duration<double>(end - start).count());
+  fmt::print("  server thread CPU: {:.3f} ms per review; in-process Review(): {:.1f} us\n",
+             delta.cpu_seconds * 1000 / f.requests, in_process_us);
+  fmt::print("  API requests made by the scheduler during the run: {}\n", delta.scheduler_requests);
+  if (errors.count > 0) {
+    fmt::print("  ERRORS: {} (first: {})\n", errors.count, errors.first);
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -960,6 +1111,7 @@ int main(int argc, char** argv) {
   if (!flags) return 2;
   spdlog::set_level(spdlog::level::warn);  // the plugins log every allocation at info
   try {
+    if (flags->mode == "webhook") return WebhookMode(*flags);
     return flags->mode == "filter" ? FilterMode(*flags) : BindMode(*flags);
   } catch (const std::exception& e) {
     std::cerr << "bench_http: " << e.what() << "\n";

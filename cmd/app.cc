@@ -79,6 +79,7 @@ Result<Backends> BuildBackends(const config::Config& cfg, std::vector<std::strin
 
 int RunProgram(std::string_view program, const std::vector<std::string>& args, std::ostream& out,
                std::ostream& err) {
+  k8s::InstallLogEscaping();  // before anything logs, whichever way the program runs
   const std::string_view name = program.substr(program.find_last_of('/') + 1);
   if (name == kHamiEntryPoint && args.empty()) return Serve(args, out, err);
   return Run(args, out, err);

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <algorithm>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -110,7 +109,10 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
     w.address_flag = "--webhook-bind";
     w.cert_file = cfg.webhook_cert_file;
     w.key_file = cfg.webhook_key_file;
-    s->webhook_ = add(w, "webhook", Serves{.webhook = true});
+    // A pod's AdmissionReview may be larger than an extender request: the API server accepts pods up to
+    // its 3 MiB request limit (HAMi's webhook reads 7 MiB).
+    w.body_limit = 7 * 1024 * 1024;
+    s->webhook_ = add(w, "webhook", Serves{.webhook = true, .metrics = false});
   }
   return s;
 }

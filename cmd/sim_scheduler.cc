@@ -155,10 +155,9 @@ int SimKubeScheduler(const std::vector<std::string>& args, std::ostream& out, st
     while (!finished && std::chrono::steady_clock::now() < deadline) ioc.run_one_for(50ms);
   }
   const auto& s = stand_in.stats();
-  out << fmt::format(
-             "sim-kube-scheduler: {} filters ({} errors, {} unschedulable), {} binds ({} failed){}\n",
-             s.filters, s.filter_errors, s.unschedulable, s.binds, s.bind_failures,
-             ended_alone ? ", ended on its own" : "")
+  out << fmt::format("sim-kube-scheduler: {} filters ({} errors, {} unschedulable), {} binds ({} failed){}\n",
+                     s.filters, s.filter_errors, s.unschedulable, s.binds, s.bind_failures,
+                     ended_alone ? ", ended on its own" : "")
       << std::flush;
   return ended_alone ? kExitFailure : exit_code;
 }

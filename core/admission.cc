@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 namespace hami {
 namespace {
@@ -44,13 +45,23 @@ auto EachContainer(PodView& pod, F&& f) -> decltype(f(pod.containers.front())) {
 struct VendorTotal {
   std::int64_t memory = 0, cores = 0;
 };
+// Sums and products that stop at the int64 maximum (count, memory and cores are each up to 2^31, so a pod of
+// a few containers could wrap).
+std::int64_t SaturatingAdd(std::int64_t a, std::int64_t b) {
+  std::int64_t out = 0;
+  return __builtin_add_overflow(a, b, &out) ? std::numeric_limits<std::int64_t>::max() : out;
+}
+std::int64_t SaturatingMul(std::int64_t a, std::int64_t b) {
+  std::int64_t out = 0;
+  return __builtin_mul_overflow(a, b, &out) ? std::numeric_limits<std::int64_t>::max() : out;
+}
 VendorTotal PodTotal(const PodView& pod, const Backend& backend) {
   VendorTotal app, init;
   const auto charge = [&](const ContainerView& c) {
     auto req = backend.RequestFor(c);
     if (!req || !*req) return VendorTotal{};  // unreadable values were refused before
     const auto& r = **req;
-    return VendorTotal{r.memory.value() * r.count, r.cores.value() * r.count};
+    return VendorTotal{SaturatingMul(r.memory.value(), r.count), SaturatingMul(r.cores.value(), r.count)};
   };
   for (const auto& c : pod.init_containers) {
     const VendorTotal t = charge(c);
@@ -59,8 +70,8 @@ VendorTotal PodTotal(const PodView& pod, const Backend& backend) {
   }
   for (const auto& c : pod.containers) {
     const VendorTotal t = charge(c);
-    app.memory += t.memory;
-    app.cores += t.cores;
+    app.memory = SaturatingAdd(app.memory, t.memory);
+    app.cores = SaturatingAdd(app.cores, t.cores);
   }
   return VendorTotal{std::max(app.memory, init.memory), std::max(app.cores, init.cores)};
 }

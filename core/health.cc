@@ -127,12 +127,11 @@ std::vector<NodeHealthStep> NodeHealthPass(const Backends& backends, const NodeV
     const BackendSpec& spec = backends.at(b).Spec();
     if (spec.health == HealthRule::kAlwaysHealthy) continue;
     // Only nodes that publish this vendor are asked (upstream stamps a handshake on every node).
-    const bool publishes =
-        (!spec.keys.register_annotation.empty() &&
-         node.annotations.contains(spec.keys.register_annotation)) ||
-        (entry != nullptr && b < entry->vendor_range.size() &&
-         entry->vendor_range[b].first != entry->vendor_range[b].second) ||
-        record.unhealthy.contains(b);
+    const bool publishes = (!spec.keys.register_annotation.empty() &&
+                            node.annotations.contains(spec.keys.register_annotation)) ||
+                           (entry != nullptr && b < entry->vendor_range.size() &&
+                            entry->vendor_range[b].first != entry->vendor_range[b].second) ||
+                           record.unhealthy.contains(b);
     if (!publishes) continue;
     NodeHealthStep step{b, EvaluateHealth(spec, node, record.memory[b], now, grace)};
     record.memory[b] = step.verdict.memory;

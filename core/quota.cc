@@ -89,8 +89,13 @@ std::optional<QuotaBook::Shortfall> QuotaBook::Exceeded(std::string_view ns, std
     auto s = it->second.find(resource);
     if (s == it->second.end()) return std::nullopt;
     auto limit = Limit(s->second);
-    if (!limit || s->second.used + requested <= *limit * scale) return std::nullopt;
-    return Shortfall{resource, requested, s->second.used, *limit * scale};
+    if (!limit) return std::nullopt;
+    // Checked: a request near the int64 maximum must not wrap into "fits".
+    std::int64_t total = 0, allowed = 0;
+    const bool total_overflows = __builtin_add_overflow(s->second.used, requested, &total);
+    const bool limit_overflows = __builtin_mul_overflow(*limit, scale, &allowed);
+    if (!total_overflows && (limit_overflows || total <= allowed)) return std::nullopt;
+    return Shortfall{resource, requested, s->second.used, allowed};
   };
   if (auto m = check(r.memory, mem.value(), r.memory_factor > 1 ? r.memory_factor : 1)) return m;
   return check(r.cores, cores.value(), 1);

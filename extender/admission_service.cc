@@ -11,6 +11,10 @@
 namespace hami::extender {
 namespace {
 
+// More containers than any real pod has: beyond it the review is refused rather than answered with a patch
+// of hundreds of thousands of operations (a 1 MiB body of empty containers).
+constexpr std::size_t kMaxContainers = 1024;
+
 k8s::AdmissionAnswer NotAllowed(int code, std::string message) {
   k8s::AdmissionAnswer a;
   a.allowed = false;
@@ -68,6 +72,13 @@ k8s::AdmissionAnswer AdmissionService::Decide(const k8s::AdmissionRequest& reque
     return NotAllowed(400, parsed.error().message);
   }
   PodView pod = std::move(*parsed);
+  if (pod.ContainerCount() > kMaxContainers) {
+    ++stats_.invalid;
+    spdlog::warn("admission: refused review {}: {} containers", request.uid, pod.ContainerCount());
+    return NotAllowed(400, fmt::format("pod has {} containers and init containers, more than the {} this "
+                                       "webhook reads",
+                                       pod.ContainerCount(), kMaxContainers));
+  }
   if (!request.ns.empty()) pod.ns = request.ns;
   if (pod.name.empty()) pod.name = request.name;
   const PodView before = pod;
@@ -78,6 +89,7 @@ k8s::AdmissionAnswer AdmissionService::Decide(const k8s::AdmissionRequest& reque
     return NotAllowed(verdict.code, verdict.message);
   }
   k8s::AdmissionAnswer answer;
+  answer.message = verdict.message;  // HAMi's "pod already has different scheduler assigned"
   if (verdict.kind == AdmissionVerdict::Kind::kAllowed) {
     boost::json::value mutated = request.object;
     k8s::WritePodChanges(before, pod, mutated);

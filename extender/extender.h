@@ -2,8 +2,8 @@
 // The extender's services composed on the one event loop: the watches (node, pod and resource-quota
 // informers) feed the ledger (LedgerFeed) and tell the bind service about locks; the health loop runs the
 // health pass and the reservation sweep every --health-check-interval; /filter, /bind and /webhook are
-// answered by FilterService, BindService and AdmissionService (the HTTP adapter, extender/http_routes, owns the wire). Each service owns
-// its state and its metrics; this class only routes events between them.
+// answered by FilterService, BindService and AdmissionService (the HTTP adapter, extender/http_routes, owns
+// the wire). Each service owns its state and its metrics; this class only routes events between them.
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <chrono>

@@ -42,7 +42,11 @@ std::string MediaType(std::string_view content_type) {
 // review that cannot be read is answered as refused (as controller-runtime does), with the reason.
 std::string Webhook(AdmissionService& admission, const k8s::ServerRequest& r) {
   if (r.body_too_large)
-    return k8s::AdmissionReviewJson("", "", admission.Refuse(413, std::string(kTooLarge)));
+    return k8s::AdmissionReviewJson(
+        "", "",
+        admission.Refuse(413,
+                         "the AdmissionReview is larger than this listener's body limit (1 MiB on "
+                         "--http_bind, 7 MiB on --webhook-bind)"));
   if (MediaType(r.content_type) != kJson) {
     return k8s::AdmissionReviewJson(
         "", "",
@@ -61,9 +65,12 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
   using k8s::ServerResponse;
   listeners_.emplace_back(std::move(listener), &server);
   Extender* e = extender_;
-  server.Route(http::verb::get, "/metrics", [this](const ServerRequest&) -> asio::awaitable<ServerResponse> {
-    co_return Respond(200, k8s::prom::kContentType, Metrics());
-  });
+  if (serves.metrics) {
+    server.Route(http::verb::get, "/metrics",
+                 [this](const ServerRequest&) -> asio::awaitable<ServerResponse> {
+                   co_return Respond(200, k8s::prom::kContentType, Metrics());
+                 });
+  }
   server.Route(http::verb::get, "/healthz", [](const ServerRequest&) -> asio::awaitable<ServerResponse> {
     co_return Respond(200, kText, "ok\n");
   });

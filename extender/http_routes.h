@@ -19,10 +19,11 @@ class HttpRoutes {
   HttpRoutes(Extender& extender, const std::uint64_t& loop_exceptions)
       : extender_(&extender), loop_exceptions_(&loop_exceptions) {}
 
-  // What a listener serves besides /metrics, /healthz and /readyz.
+  // What a listener serves besides /healthz and /readyz.
   struct Serves {
     bool extender = false;  // /filter, /bind
     bool webhook = false;   // /webhook
+    bool metrics = true;  // /metrics (names of nodes, pods, namespaces: not on a webhook listener of its own)
   };
   // Adds the routes to `server`, known in /metrics as `listener` ("extender", "webhook", "metrics").
   void Install(k8s::HttpServer& server, std::string listener, Serves serves);

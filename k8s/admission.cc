@@ -52,26 +52,24 @@ void WriteContainer(const ContainerView& before, const ContainerView& after, jso
     WriteMap(before.requests, after.requests, resources, "requests");
   }
   if (before.env == after.env) return;
+  // The views' env lists are index-aligned with the JSON's (one entry per element, in order), so entries are
+  // matched by position: a name given twice stays two entries.
   json::value& env_value = c["env"];
   if (!env_value.is_array()) env_value = json::array();
   json::array& env = env_value.get_array();
-  for (const EnvVar& e : after.env) {
-    auto was =
-        std::find_if(before.env.begin(), before.env.end(), [&](const EnvVar& b) { return b.name == e.name; });
-    if (was != before.env.end() && was->value == e.value) continue;
+  for (std::size_t i = 0; i < after.env.size(); ++i) {
+    const EnvVar& e = after.env[i];
+    if (i < before.env.size() && before.env[i] == e) continue;
     json::object entry;
     entry["name"] = e.name;
     entry["value"] = e.value;
-    auto in_json = std::find_if(env.begin(), env.end(), [&](const json::value& v) {
-      const json::value* n = v.is_object() ? v.get_object().if_contains("name") : nullptr;
-      return n != nullptr && n->is_string() && n->get_string() == e.name;
-    });
-    if (in_json != env.end()) {
-      *in_json = std::move(entry);
+    if (i < env.size()) {
+      env[i] = std::move(entry);
     } else {
       env.emplace_back(std::move(entry));
     }
   }
+  while (env.size() > after.env.size()) env.pop_back();
 }
 
 void WriteContainers(const std::vector<ContainerView>& before, const std::vector<ContainerView>& after,

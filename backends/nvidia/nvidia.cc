@@ -16,10 +16,12 @@ namespace {
 constexpr std::string_view kCorePolicyDefault = "default";
 
 void SetEnv(ContainerView& c, std::string name, std::string value) {
-  // Replace rather than append: re-admitting a pod must not stack duplicates (upstream appends).
-  for (auto& e : c.env) {
-    if (e.name == name) {
-      e.value = std::move(value);
+  // Replace rather than append: re-admitting a pod must not stack duplicates (upstream appends). The last
+  // entry of that name is the one the kubelet applies, so that one is set: an earlier duplicate cannot undo
+  // it.
+  for (auto e = c.env.rbegin(); e != c.env.rend(); ++e) {
+    if (e->name == name) {
+      e->value = std::move(value);
       return;
     }
   }

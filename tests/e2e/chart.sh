@@ -133,10 +133,14 @@ EOF
 jp() { K get pod "$1" -n "${3:-default}" -o "jsonpath=$2" 2>/dev/null; }
 bound_and_allocated() { [ -n "$(jp "$1" '{.spec.nodeName}')" ] && [ "$(jp "$1" '{.metadata.annotations.hami\.io/bind-phase}')" = success ]; }
 
-# A webhook that the API server cannot reach fails open (failurePolicy Ignore): wait until it answers.
-new_pod probe '{"nvidia.com/gpumem": "1000"}' >/dev/null
-webhook_answers() { [ "$(jp probe '{.spec.schedulerName}')" = hami-scheduler ]; }
-if ! webhook_answers; then
+# A webhook the API server does not call yet (its configuration is picked up asynchronously) or cannot reach
+# fails open (failurePolicy Ignore): a probe pod is created until the webhook mutated it.
+webhook_answers() {
+  K delete pod probe --wait=false >/dev/null 2>&1
+  new_pod probe '{"nvidia.com/gpumem": "1000"}' >/dev/null
+  [ "$(jp probe '{.spec.schedulerName}')" = hami-scheduler ]
+}
+if ! wait_for 30 webhook_answers; then
   bad "the probe pod was not mutated (schedulerName '$(jp probe '{.spec.schedulerName}')'): the API server did not reach the webhook"
   grep -i webhook "$WORK/logs/kube-apiserver.log" | tail -n 3; dump_logs; finish
 fi

@@ -56,7 +56,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'bad "interrupted or timed out"; finish' INT TERM
 
-EXT_PORT="$(free_port)" && METRICS_PORT="$(free_port "$EXT_PORT")" || { bad "no free loopback port"; finish; }
+EXT_PORT="$(free_port)" && METRICS_PORT="$(free_port "$EXT_PORT")" && WEBHOOK_PORT="$(free_port "$EXT_PORT" "$METRICS_PORT")" ||
+  { bad "no free loopback port"; finish; }
 EXT="http://127.0.0.1:$EXT_PORT"
 
 # ------------------------------------------------------------------ control plane with our extender
@@ -68,7 +69,7 @@ if ! extender_scheduler_config "$SCHED_CONFIG" "$EXT"; then
 fi
 t0=$(date +%s)
 # start.sh picks the control plane's ports around ours.
-if ! HAMI_E2E_RESERVED_PORTS="$EXT_PORT $METRICS_PORT" bash "$E2E_DIR/start.sh" "$WORK" --scheduler-config "$SCHED_CONFIG" > "$WORK/logs/start.log" 2>&1; then
+if ! HAMI_E2E_RESERVED_PORTS="$EXT_PORT $METRICS_PORT $WEBHOOK_PORT" bash "$E2E_DIR/start.sh" "$WORK" --scheduler-config "$SCHED_CONFIG" > "$WORK/logs/start.log" 2>&1; then
   tail -n 40 "$WORK/logs/start.log"
   bad "start control plane with deploy/kube-scheduler-config.yaml (extender $EXT)"
   finish
@@ -102,6 +103,28 @@ if same_as_file hami-scheduler-config config.yaml "$ROOT/deploy/kube-scheduler-c
 else
   bad "the ConfigMaps in deploy/hami-scheduler.yaml differ from deploy/kube-scheduler-config.yaml or deploy/device-config.yaml"
 fi
+# The webhook's certificate the way deploy/ makes it (no cert-manager here).
+out="$(K apply --dry-run=server -f "$ROOT/deploy/webhook.yaml" 2>&1)" && K apply -f "$ROOT/deploy/webhook.yaml" >/dev/null 2>&1 ||
+  bad "deploy/webhook.yaml: $out"
+cert_script() { bash "$ROOT/deploy/webhook-cert.sh" --kubectl "timeout 30 $KUBECTL --kubeconfig $HAMI_E2E_KUBECONFIG" 2>&1; }
+secret_ca() { K get secret hami-scheduler-tls -n kube-system -o 'jsonpath={.data.ca\.crt}' | base64 -d; }
+bundle() { K get mutatingwebhookconfiguration hami-scheduler -o 'jsonpath={.webhooks[0].clientConfig.caBundle}' | base64 -d; }
+out="$(cert_script)"
+first_ca="$(secret_ca 2>/dev/null)"
+out+="$(cert_script)"  # a renewal: the webhook trusts the new CA and the one before it
+for key in tls.crt tls.key ca.crt; do
+  K get secret hami-scheduler-tls -n kube-system -o "jsonpath={.data.${key//./\\.}}" | base64 -d > "$WORK/webhook-$key" 2>/dev/null
+done
+if [ -s "$WORK/webhook-tls.key" ] && [ -n "$first_ca" ] && [ "$first_ca" != "$(cat "$WORK/webhook-ca.crt")" ] &&
+   [ "$(bundle 2>/dev/null)" = "$(cat "$WORK/webhook-ca.crt"; echo "$first_ca")" ] &&
+   openssl verify -CAfile "$WORK/webhook-ca.crt" "$WORK/webhook-tls.crt" >/dev/null 2>&1; then
+  ok "deploy/webhook-cert.sh made Secret hami-scheduler-tls and deploy/webhook.yaml's caBundle; a renewal trusts the new CA and the previous one"
+else
+  bad "deploy/webhook-cert.sh: $out"
+fi
+# No Service network here (no kube-proxy): the API server could not reach the webhook through the Service;
+# tests/e2e/chart.sh covers the webhook called by the API server (by URL).
+K delete mutatingwebhookconfiguration hami-scheduler >/dev/null 2>&1
 SA_TOKEN="$(K create token hami-scheduler -n kube-system --duration=1h 2>&1)"
 SA_KUBECONFIG="$WORK/kubeconfig-hami-scheduler"
 cat > "$SA_KUBECONFIG" <<EOF
@@ -130,6 +153,7 @@ fi
 # ------------------------------------------------------------------ our processes
 "$HAMI" serve --kubeconfig "$SA_KUBECONFIG" --http_bind "127.0.0.1:$EXT_PORT" \
   --metrics-bind-address "127.0.0.1:$METRICS_PORT" --health-check-interval 2s \
+  --webhook-bind "127.0.0.1:$WEBHOOK_PORT" --webhook-cert-file "$WORK/webhook-tls.crt" --webhook-key-file "$WORK/webhook-tls.key" \
   --device-config-file "$ROOT/deploy/device-config.yaml" > "$WORK/logs/hami-serve.log" 2>&1 < /dev/null &
 SERVE_PID=$!
 "$HAMI" sim-device-plugins --kubeconfig "$HAMI_E2E_KUBECONFIG" \
@@ -145,6 +169,17 @@ else
   bad "serve not ready within 60s"; dump_logs; finish
 fi
 metrics() { curl -fsS --max-time 5 "http://127.0.0.1:$METRICS_PORT/metrics"; }
+# The webhook listener, by the Service's name, with the certificate deploy/webhook-cert.sh made.
+SVC=hami-scheduler.kube-system.svc
+review='{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"e2e-1","kind":{"kind":"Pod"},"namespace":"default","operation":"CREATE","object":{"metadata":{"name":"w"},"spec":{"containers":[{"name":"a","resources":{"limits":{"nvidia.com/gpumem":"100"}}}]}}}}'
+answer="$(curl -fsS --max-time 5 --cacert "$WORK/webhook-ca.crt" --resolve "$SVC:$WEBHOOK_PORT:127.0.0.1" \
+  -H 'Content-Type: application/json' -d "$review" "https://$SVC:$WEBHOOK_PORT/webhook" 2>&1)"
+if [[ "$answer" == *'"uid":"e2e-1","allowed":true'*'"patchType":"JSONPatch"'* ]] &&
+   [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -d "$review" "$EXT/webhook")" = 404 ]; then
+  ok "--webhook-bind serves /webhook over TLS as $SVC with deploy's certificate; the loopback extender does not serve it"
+else
+  bad "webhook listener: $answer"
+fi
 three_nodes_registered() { metrics | grep -qx 'hami_scheduler_nodes 3'; }
 nodes_ready() {
   [ "$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}/{.status.allocatable.pods} {end}')" = \

@@ -1154,7 +1154,7 @@ TEST_F(HostileInputTest, NamesFromRequestsAndLocksNeverReachAnotherObject) {
 }
 
 // /webhook on the extender's listener: a review answers in its own version; what cannot be a review is
-// refused with the reason; a hostile pod name is only ever text in the answer.
+// refused with the reason; a pod named with CR/LF is answered like any other (its value refused).
 TEST_F(HostileInputTest, TheWebhookAnswersEveryReviewAndRefusesWhatIsNotOne) {
   AddNode("nv-a", {{"nvidia", Cards("nvidia", "nv-a", 2)}});
   StartService();

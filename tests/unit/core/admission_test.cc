@@ -225,6 +225,27 @@ TEST_F(Admission, EveryBackendsQuotaIsChecked) {
   EXPECT_NE(v.message.find("hygon.com/dcumem"), std::string::npos) << v.message;
 }
 
+TEST_F(Admission, QuotaTotalsDoNotWrap) {
+  Quota("ns", {{"limits.nvidia.com/gpumem", "1000"}});
+  const auto huge = [](std::string name) {
+    return Ctr(std::move(name), {{"nvidia.com/gpu", "2147483647"}, {"nvidia.com/gpumem", "2147483647"}});
+  };
+  PodView pod = Pod("a", {huge("a"), huge("b"), huge("c")}, {}, {}, "ns");
+  EXPECT_EQ(Admit(pod).kind, Kind::kDenied);
+}
+
+// Two entries of one name: the kubelet applies the last, so that is the one set.
+TEST_F(Admission, AnEnvVarGivenTwiceCannotUndoTheWebhooksValue) {
+  VendorSettings nvidia;
+  nvidia.Set("overwriteEnv", true);
+  Reconfigure({{"nvidia", nvidia}});
+  ContainerView c = Ctr("app", {{"cpu", "1"}});
+  c.env = {EnvVar{"NVIDIA_VISIBLE_DEVICES", "all"}, EnvVar{"NVIDIA_VISIBLE_DEVICES", "all"}};
+  PodView pod = Pod("p", {c});
+  ASSERT_EQ(Admit(pod).kind, Kind::kAllowed);
+  EXPECT_EQ(pod.containers[0].env.back(), (EnvVar{"NVIDIA_VISIBLE_DEVICES", "none"}));
+}
+
 TEST_F(Admission, EnvMutationsReachContainersWithoutDevicesAndAreNotDuplicated) {
   VendorSettings nvidia;
   nvidia.Set("gpuCorePolicy", "force");

@@ -97,6 +97,8 @@ TEST(AdmissionWire, PatchesTurnAnyDocumentIntoAnyOther) {
       {R"({"x":{"y":1}})", R"({"x":[1]})"},
       {R"([1,2])", R"({"k":"v"})"},
       {R"({"same":true})", R"({"same":true})"},
+      {R"({"limits":{"nvidia.com/gpu":"1","a~b":1}})",
+       R"({"limits":{"nvidia.com/gpumem":"2","a~b":2,"~/":[]}})"},
   };
   for (const auto& [a, b] : cases) {
     json::value from = json::parse(a);
@@ -140,6 +142,21 @@ TEST(AdmissionWire, PodChangesAreWrittenOntoTheObjectAsSent) {
   EXPECT_EQ(reread.containers[0].limits, after.containers[0].limits);
   EXPECT_EQ(reread.containers[0].env, after.containers[0].env);
   EXPECT_EQ(reread.scheduler_name, "hami-scheduler");
+}
+
+// The kubelet applies the last of two entries with one name: the views keep both, and so does the object.
+TEST(AdmissionWire, EnvEntriesAreWrittenBackByPosition) {
+  json::value object = json::parse(R"({"metadata":{"name":"p"},"spec":{"containers":[{"name":"app","env":[
+      {"name":"NVIDIA_VISIBLE_DEVICES","value":"all"},{"name":"NVIDIA_VISIBLE_DEVICES","value":"all"}]}]}})");
+  PodView before = PodFromJson(object).value();
+  PodView after = before;
+  after.containers[0].env[1].value = "none";
+  json::value mutated = object;
+  WritePodChanges(before, after, mutated);
+  EXPECT_EQ(PodFromJson(mutated).value().containers[0].env, after.containers[0].env);
+  EXPECT_EQ(
+      JsonPatch(object, mutated),
+      json::parse(R"([{"op":"replace","path":"/spec/containers/0/env/1/value","value":"none"}])").as_array());
 }
 
 TEST(AdmissionWire, AContainerWithoutResourcesGetsThem) {
