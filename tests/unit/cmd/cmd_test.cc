@@ -263,6 +263,29 @@ TEST(Commands, TheSchedulerEntryPointTakesTheChartsCommandLine) {
   EXPECT_NE(berr.str().find("--log_file_max_size: 'big' is not an integer"), std::string::npos) << berr.str();
 }
 
+// tests/e2e/chart-v2.10.0: what HAMi v2.10.0's chart renders, default and with every vendor enabled. Both
+// command lines (the mounted files' paths pointed at the fixture) load with the chart's device config.
+TEST(Commands, TheChartsRenderedCommandLinesStartUs) {
+  const std::string fixture = std::string(HAMI_SOURCE_DIR) + "/tests/e2e/chart-v2.10.0/";
+  for (const std::string variant : {"scheduler-args.txt", "scheduler-args-every-vendor.txt"}) {
+    std::ifstream in(fixture + variant);
+    ASSERT_TRUE(in) << variant;
+    std::vector<std::string> words;
+    for (std::string w; std::getline(in, w);) {
+      if (w == "--device-config-file=/device-config.yaml")
+        w = "--device-config-file=" + fixture + "device-config.yaml";
+      if (!w.empty()) words.push_back(w);
+    }
+    ASSERT_GT(words.size(), 10u) << variant;
+    ASSERT_EQ(words.front(), "scheduler") << variant;
+    std::vector<std::string> args(words.begin() + 1, words.end());
+    args.push_back("--print-config");
+    std::ostringstream out, err;
+    EXPECT_EQ(RunProgram(words.front(), args, out, err), 0) << variant << ": " << err.str();
+    EXPECT_NE(out.str().find("httpBind: 0.0.0.0:443\n"), std::string::npos) << variant;
+  }
+}
+
 // PROTOCOL.md D2 under HAMi's own device config: said at start-up, with the line that fixes it.
 TEST(Commands, HamisDeviceConfigWithHygonWarnsAboutTheToAllocateKey) {
   const std::string hamis =
