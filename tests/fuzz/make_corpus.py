@@ -84,6 +84,20 @@ SEEDS = {
         "POST /filter HTTP/1.1\r\nHost: t\r\n" + "X-Big: " + "y" * 2100 + "\r\n\r\n",
         "GARBAGE\r\n\r\n",
     ],
+    "fuzz_admission": [
+        '{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"u","kind":{"kind":"Pod"},'
+        '"namespace":"ns","operation":"CREATE","object":{"metadata":{"generateName":"p-"},"spec":{"containers":['
+        '{"name":"a","env":[{"name":"NVIDIA_VISIBLE_DEVICES","value":"all"},{"name":"X","valueFrom":{}}],'
+        '"resources":{"limits":{"nvidia.com/gpumem":"3000"}}},{"name":"b"}],'
+        '"initContainers":[{"name":"i","resources":{"requests":{"nvidia.com/gpu":1}}}]}}}}',
+        '{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","operation":"CREATE",'
+        '"object":{"metadata":{"name":"m"},"spec":{"schedulerName":"default-scheduler","containers":[{"name":"a",'
+        '"resources":{"limits":{"mthreads.com/vgpu":"2"}}}]}}}}',
+        '{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","operation":"CREATE",'
+        '"object":{"metadata":{"name":"q","annotations":{"a~b/c":"1"}},"spec":{"nodeName":"n","containers":['
+        '{"name":"a","securityContext":{"privileged":true},"resources":{"limits":{"nvidia.com/gpu":"1",'
+        '"nvidia.com/gpumem":"16Gi","hygon.com/dcunum":"1"}}}]}}}}',
+        '{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u"}}', '{"kind":'],
     "fuzz_yaml": ["a: 1\nb: [x, 'y', \"z\"]\nc: {d: null, e: true, f: 1.5e3}\n", "---\n- 1\n---\n- 2\n",
                   "k: &x [1, 2]\nl: *x\n", '{"json": ["is", "yaml", 1, -2.5, null]}', "? [a]\n: b\n",
                   "s: ~\nt: +12\nu: 0x1F\nv: 1e400\nw: \"\\u00e9\\t\"\n"],
