@@ -15,12 +15,16 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/json.hpp>
+#include <cctype>
 #include <deque>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -1041,6 +1045,111 @@ TEST_F(SystemTest, KillEndsABindWaitingForALock) {
         EXPECT_TRUE(co_await WaitUntil(eventually, 6s));
       }(),
       20s);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// deploy/grafana/hami-scheduler.json: valid JSON with panels, and every metric its queries name is one a
+// running scheduler exports (read from its own /metrics, with devices, a pod holding some and a quota).
+
+// The hami_* series names in a PromQL expression.
+std::set<std::string> MetricNames(std::string_view expr) {
+  std::set<std::string> out;
+  for (std::size_t i = expr.find("hami_"); i != std::string_view::npos; i = expr.find("hami_", i)) {
+    std::size_t end = i;
+    while (end < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[end])) || expr[end] == '_'))
+      ++end;
+    out.emplace(expr.substr(i, end - i));
+    i = end;
+  }
+  return out;
+}
+
+// The family a series name belongs to, given the exported families and their types: itself, or for a
+// histogram's _bucket/_sum/_count series the histogram; "" when none.
+std::string FamilyOf(const std::string& series, const std::map<std::string, std::string>& types) {
+  if (types.contains(series)) return series;
+  for (std::string_view suffix : {"_bucket", "_sum", "_count"}) {
+    if (!series.ends_with(suffix)) continue;
+    const std::string base = series.substr(0, series.size() - suffix.size());
+    auto it = types.find(base);
+    if (it != types.end() && it->second == "histogram") return base;
+  }
+  return "";
+}
+
+void CollectExprs(const json::value& v, std::vector<std::string>& out) {
+  if (v.is_object()) {
+    for (const auto& kv : v.get_object()) {
+      if ((kv.key() == "expr" || kv.key() == "definition") && kv.value().is_string()) {
+        out.emplace_back(kv.value().get_string());
+      } else {
+        CollectExprs(kv.value(), out);
+      }
+    }
+  } else if (v.is_array()) {
+    for (const auto& e : v.get_array()) CollectExprs(e, out);
+  }
+}
+
+TEST_F(SystemTest, TheGrafanaDashboardQueriesOnlyMetricsWeExport) {
+  std::ifstream file(std::string(HAMI_SOURCE_DIR) + "/deploy/grafana/hami-scheduler.json");
+  ASSERT_TRUE(file);
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  boost::system::error_code ec;
+  const json::value dashboard = json::parse(text, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  ASSERT_GE(dashboard.at("panels").as_array().size(), 10u);
+  std::vector<std::string> exprs;
+  CollectExprs(dashboard, exprs);
+  ASSERT_GE(exprs.size(), 20u);
+
+  AddNode("nv-a", {{"nvidia", Cards("nvidia", "nv-a", 2)}});
+  const json::value quota = {{"apiVersion", "v1"},
+                             {"kind", "ResourceQuota"},
+                             {"metadata", {{"name", "gpu"}, {"namespace", std::string(kNamespace)}}},
+                             {"spec", {{"hard", {{"limits.nvidia.com/gpumem", "100000"}}}}}};
+  ASSERT_TRUE(api_.store().Create(quota));
+  StartAll();
+  std::string metrics;
+  RunCoro(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        CO_ASSERT_TRUE(co_await SystemReady());
+        CreatePod("charged", Ask{"nvidia", 1, 2048, 30});
+        const std::function<bool()> allocated = [&] {
+          auto pod = StoredPod("charged");
+          return pod && BoundAndAllocated(*pod);
+        };
+        CO_ASSERT_TRUE(co_await WaitUntil(allocated, 10s));
+        auto client =
+            k8s::HttpClient::Create(ioc_.get_executor(), k8s::LoopbackHttp(service_->port())).value();
+        const k8s::HttpRequest get{boost::beast::http::verb::get, "/metrics", "", "", "", ""};
+        auto r = co_await client->Send(get, 10s);
+        CO_ASSERT_TRUE(r);
+        metrics = r->body;
+      }(),
+      30s);
+  std::map<std::string, std::string> types;  // family -> type, from the "# TYPE name type" lines
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("# TYPE ")) continue;
+    const std::size_t space = line.find(' ', 7);
+    types[line.substr(7, space - 7)] = line.substr(space + 1);
+  }
+  ASSERT_GE(types.size(), 30u) << metrics.substr(0, 500);
+  std::set<std::string> queried;
+  for (const auto& e : exprs) {
+    for (const auto& name : MetricNames(e)) {
+      const std::string family = FamilyOf(name, types);
+      EXPECT_FALSE(family.empty()) << name << " in: " << e;
+      queried.insert(family);
+    }
+  }
+  // The latency histograms HAMi has none of are on the dashboard.
+  for (const char* h : {"hami_scheduler_filter_duration_seconds", "hami_scheduler_bind_duration_seconds",
+                        "hami_scheduler_admission_duration_seconds"}) {
+    EXPECT_TRUE(queried.contains(h)) << h;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------
