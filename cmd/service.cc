@@ -11,6 +11,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <cstdlib>
 #include <ostream>
 
 #include "cmd/app.h"
@@ -68,6 +69,12 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   o.scheduler_name = cfg.scheduler_name;
   o.force_overwrite_default_scheduler = cfg.force_overwrite_default_scheduler;
   o.hostname = options.hostname.empty() ? HostName() : options.hostname;
+  o.leadership = extender::LeadershipOptions{cfg.leader_elect, cfg.leader_elect_resource_namespace,
+                                             cfg.leader_elect_resource_name, o.hostname};
+  for (auto [var, field] :
+       {std::pair<const char*, std::string*>{"POD_NAME", &o.pod_name}, {"POD_NAMESPACE", &o.pod_namespace}}) {
+    if (const char* v = std::getenv(var)) *field = v;
+  }
   o.policies = cfg.policies;
   o.node_label_selector = LabelSelector(cfg.node_label_selector);
   o.health_interval = options.health_interval.value_or(cfg.health_check_interval);
@@ -227,9 +234,10 @@ int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
   for (const auto& w : warnings) spdlog::warn("{}", w);
   if (cfg.leader_elect)
-    spdlog::warn(
-        "--leader-elect: following kube-scheduler's Lease is not implemented yet; this replica acts as "
-        "the leader, so run a single replica");
+    spdlog::info(
+        "--leader-elect: following Lease {}/{}; this replica leads while its holder identity starts "
+        "with our host name",
+        cfg.leader_elect_resource_namespace, cfg.leader_elect_resource_name);
   auto rest = k8s::ResolveRestConfig(cfg.kubeconfig, k8s::ConfigEnv::System());
   if (!rest) {
     err << "hami-scheduler serve: cannot find the Kubernetes API server: " << rest.error().message << "\n";

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "core/names.h"
 #include "core/policy.h"
 #include "core/strings.h"
 
@@ -678,6 +679,19 @@ void ValidateConfig(const Config& cfg, std::vector<std::string>& problems) {
   }
   if (!cfg.webhook_bind.empty() && cfg.webhook_bind == cfg.http_bind)
     problems.push_back("--webhook-bind: must differ from --http_bind (leave it empty to serve both on one)");
+  if (cfg.leader_elect &&
+      (cfg.leader_elect_resource_name.empty() || cfg.leader_elect_resource_namespace.empty()))
+    problems.push_back(
+        "--leader-elect needs --leader-elect-resource-name and --leader-elect-resource-namespace (the "
+        "co-located kube-scheduler's Lease, e.g. kube-system/hami-scheduler)");
+  // They reach the Lease's URL path and field selector.
+  if (!cfg.leader_elect_resource_namespace.empty() && !IsDns1123Label(cfg.leader_elect_resource_namespace))
+    problems.push_back(
+        fmt::format("--leader-elect-resource-namespace: {} is not a namespace name (a DNS label)",
+                    Quoted(cfg.leader_elect_resource_namespace)));
+  if (!cfg.leader_elect_resource_name.empty() && !IsDns1123Subdomain(cfg.leader_elect_resource_name))
+    problems.push_back(fmt::format("--leader-elect-resource-name: {} is not a Lease name (a DNS subdomain)",
+                                   Quoted(cfg.leader_elect_resource_name)));
   if (cfg.max_connections < 0)
     problems.push_back("--max-connections (scheduler.maxConnections): must not be negative");
   if (cfg.http_bind.empty()) problems.push_back("--http_bind (scheduler.httpBind): must not be empty");

@@ -336,8 +336,9 @@ const FlagDef kFlags[] = {
      &ShowKubeTimeout},
     // Leader election.
     {"leader-elect", Group::kLeader, true, "",
-     "accepted for HAMi compatibility; following kube-scheduler's Lease is not implemented yet (run one "
-     "replica)",
+     "follow the co-located kube-scheduler's Lease (HAMi's way): lead while its holder identity starts with "
+     "this host's name; only the leader runs the health pass, answers /filter and /bind and exports the "
+     "device gauges",
      &SetBool<&Config::leader_elect>, &ShowBoolMember<&Config::leader_elect>},
     {"leader-elect-resource-name", Group::kLeader, false, "NAME", "name of the Lease",
      &SetString<&Config::leader_elect_resource_name>, &ShowString<&Config::leader_elect_resource_name>},

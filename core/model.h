@@ -73,6 +73,14 @@ struct PodView {
   }
 };
 
+// A coordination.k8s.io/v1 Lease, as leader election reads it.
+struct LeaseView {
+  std::string ns;
+  std::string name;
+  std::optional<std::string> holder_identity;  // spec.holderIdentity (absent = released)
+  std::int64_t lease_duration_seconds = 0;     // spec.leaseDurationSeconds
+};
+
 struct ResourceQuotaView {
   std::string ns;
   std::string name;

@@ -1,8 +1,10 @@
 #include "extender/extender.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/json.hpp>
 
 #include "core/keys.h"
 #include "k8s/metrics.h"
@@ -16,9 +18,9 @@ namespace {
 
 template <class View>
 std::unique_ptr<k8s::Informer<View>> Watch(k8s::ApiClient& client, k8s::Reflector::Options options,
-                                           const char* path, typename k8s::Informer<View>::Convert convert,
+                                           std::string path, typename k8s::Informer<View>::Convert convert,
                                            typename k8s::Informer<View>::Handlers handlers) {
-  options.path = path;
+  options.path = std::move(path);
   return std::make_unique<k8s::Informer<View>>(client, std::move(options), std::move(convert),
                                                std::move(handlers));
 }
@@ -30,6 +32,7 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
     : executor_(executor),
       clients_(clients),
       options_(std::move(options)),
+      leadership_(options_.leadership, clock),
       events_(executor, *clients.events, clock,
               k8s::EventRecorderOptions{options_.scheduler_name, options_.hostname}),
       writer_(*clients.decisions, *clients.background, events_),
@@ -81,23 +84,43 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
               Readiness{[this] { return ready(); }, [this] { return NotReadyReason(); }, &ready_changed_,
                         &stopping_}),
       admission_(backends, feed_.state(),
-                 AdmissionOptions{options_.scheduler_name, options_.force_overwrite_default_scheduler}) {}
+                 AdmissionOptions{options_.scheduler_name, options_.force_overwrite_default_scheduler}) {
+  if (options_.leadership.enabled) {
+    k8s::Reflector::Options o = options_.reflector_defaults;
+    o.field_selector = "metadata.name=" + options_.leadership.name;
+    leases_ = Watch<LeaseView>(
+        *clients.decisions, std::move(o),
+        fmt::format("/apis/coordination.k8s.io/v1/namespaces/{}/leases", options_.leadership.ns),
+        k8s::LeaseFromJson,
+        {.on_add = [this](const LeaseView& l) { leadership_.Observe(&l); },
+         .on_update = [this](const LeaseView&, const LeaseView& l) { leadership_.Observe(&l); },
+         .on_delete = [this](const LeaseView&) { leadership_.Observe(nullptr); },
+         .on_synced = [this] { ready_changed_.Notify(); }});
+  }
+}
 
 Extender::~Extender() = default;
 
-bool Extender::synced() const { return nodes_->synced() && pods_->synced() && quotas_->synced(); }
+bool Extender::synced() const {
+  return nodes_->synced() && pods_->synced() && quotas_->synced() && (!leases_ || leases_->synced());
+}
 
 std::string Extender::NotReadyReason() const {
   if (!nodes_->synced()) return "the node cache is not synced yet";
   if (!pods_->synced()) return "the pod cache is not synced yet";
   if (!quotas_->synced()) return "the resource quota cache is not synced yet";
+  if (leases_ && !leases_->synced()) return "the leader Lease cache is not synced yet";
   if (health_.stats().passes == 0) return "the first health pass has not run yet";
   return "";
 }
 
 asio::awaitable<void> Extender::Run() {
   using namespace asio::experimental::awaitable_operators;
-  co_await (nodes_->Run() && pods_->Run() && quotas_->Run() && HealthLoop());
+  if (leases_) {
+    co_await (nodes_->Run() && pods_->Run() && quotas_->Run() && leases_->Run() && HealthLoop());
+  } else {
+    co_await (nodes_->Run() && pods_->Run() && quotas_->Run() && HealthLoop());
+  }
 }
 
 const PodView* Extender::CachedPod(const std::string& key) const {
@@ -162,9 +185,36 @@ void Extender::ReleasePod(const std::string& uid) {
 asio::awaitable<void> Extender::HealthLoop() {
   while (!synced()) co_await ready_changed_.WaitUntil(steady_clock::now() + std::chrono::hours(1));
   for (;;) {
-    co_await HealthPass();
-    co_await ExpireReservations();
-    co_await k8s::SleepFor(options_.health_interval);
+    // A follower writes nothing: the leader's pass and sweep keep the cluster; its caches stay warm.
+    if (leadership_.leader()) {
+      co_await HealthPass();
+      co_await ExpireReservations();
+      if (options_.leadership.enabled) co_await LabelSchedulerPods();
+    }
+    // Becoming the leader starts a pass at once.
+    co_await leadership_.changed().WaitUntil(steady_clock::now() + options_.health_interval);
+    co_await k8s::ThrowIfCancelled();
+  }
+}
+
+asio::awaitable<void> Extender::LabelSchedulerPods() {
+  if (options_.pod_name.empty() || options_.pod_namespace.empty()) co_return;
+  constexpr std::string_view kRole = "hami.io/scheduler-role";
+  std::vector<std::pair<std::string, std::string>> changes;  // pod, role
+  for (const auto& [key, pod] : pods_->views()) {
+    if (pod.ns != options_.pod_namespace) continue;
+    auto component = pod.labels.find("app.kubernetes.io/component");
+    if (component == pod.labels.end() || component->second != "hami-scheduler") continue;
+    const std::string role = pod.name == options_.pod_name ? "leader" : "follower";
+    auto current = pod.labels.find(std::string(kRole));
+    if (current == pod.labels.end() || current->second != role) changes.emplace_back(pod.name, role);
+  }
+  for (const auto& [name, role] : changes) {
+    const boost::json::value patch = {{"metadata", {{"labels", {{kRole, role}}}}}};
+    auto r = co_await writer_.PatchPod(options_.pod_namespace, name, patch, Budget::kBackground);
+    if (!r)
+      spdlog::warn("leader: labelling pod {}/{} {}={}: {}", options_.pod_namespace, name, kRole, role,
+                   r.error().message);
   }
 }
 
@@ -249,7 +299,12 @@ std::string Extender::Metrics() const {
            "counter");
   for (const auto& [name, client] : clients)
     w.Sample("hami_kube_rate_limiter_wait_seconds_total", {{"client", name}}, client->throttled_seconds());
-  feed_.WriteMetrics(w, options_.legacy_metrics);
+  w.Gauge(
+      "hami_scheduler_leader",
+      "1 on the leader (always without --leader-elect); a follower exports no device, quota or pod gauges, "
+      "so dashboards summing over replicas count each device once.",
+      leadership_.leader() ? 1 : 0);
+  if (leadership_.leader()) feed_.WriteMetrics(w, options_.legacy_metrics);
   return w.Take();
 }
 

@@ -16,6 +16,7 @@
 #include "extender/cluster_writer.h"
 #include "extender/filter_service.h"
 #include "extender/health_service.h"
+#include "extender/leadership.h"
 #include "extender/ledger_feed.h"
 #include "extender/node_locker.h"
 #include "extender/reservations.h"
@@ -42,6 +43,12 @@ struct ExtenderOptions {
   std::chrono::seconds reservation_timeout{300};
   std::chrono::milliseconds bind_backlog{10000};  // FilterOptions
   bool legacy_metrics = false;
+  // --leader-elect: follow the co-located kube-scheduler's Lease (Leadership). Only the leader runs the
+  // health pass and the sweep, answers /filter and /bind, exports the device gauges, and labels the scheduler
+  // pods
+  // (`pod_name`/`pod_namespace`, from POD_NAME/POD_NAMESPACE) hami.io/scheduler-role=leader|follower.
+  LeadershipOptions leadership;
+  std::string pod_name, pod_namespace;
   k8s::Reflector::Options
       reflector_defaults;  // page size and backoffs for the watches (path set per resource)
 };
@@ -73,6 +80,9 @@ class Extender {
   bool synced() const;                                                   // caches synced at least once
   bool ready() const { return synced() && health_.stats().passes > 0; }  // /filter answers from here on
   std::string NotReadyReason() const;
+  // With --leader-elect: why this replica must not decide or write now ("" = it is the leader).
+  std::string NotLeaderReason() const { return leadership_.leader() ? "" : leadership_.Describe(); }
+  const Leadership& leadership() const { return leadership_; }
 
   FilterService& filter() { return filter_; }
   BindService& binder() { return binder_; }
@@ -113,10 +123,14 @@ class Extender {
   // The pod's hold on devices ends: ledger entry, reservation, what was reported of it.
   void ReleasePod(const std::string& uid);
   boost::asio::awaitable<void> HealthLoop();
+  // The leader's pod hami.io/scheduler-role=leader, the other scheduler pods follower (HAMi's labels, which
+  // its chart's Service selects on).
+  boost::asio::awaitable<void> LabelSchedulerPods();
 
   boost::asio::any_io_executor executor_;
   Clients clients_;
   ExtenderOptions options_;
+  Leadership leadership_;
   k8s::EventRecorder events_;
   ApiClusterWriter writer_;
   LedgerFeed feed_;
@@ -127,6 +141,7 @@ class Extender {
   std::unique_ptr<k8s::Informer<NodeView>> nodes_;
   std::unique_ptr<k8s::Informer<PodView>> pods_;
   std::unique_ptr<k8s::Informer<ResourceQuotaView>> quotas_;
+  std::unique_ptr<k8s::Informer<LeaseView>> leases_;  // with --leader-elect only
   BindService binder_;
   FilterService filter_;
   AdmissionService admission_;

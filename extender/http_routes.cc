@@ -75,7 +75,12 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
     co_return Respond(200, kText, "ok\n");
   });
   server.Route(http::verb::get, "/readyz", [e](const ServerRequest&) -> asio::awaitable<ServerResponse> {
-    if (e->ready()) co_return Respond(200, kText, "ok\n");
+    // With --leader-elect the body says which this replica is. A follower runs no health pass: warm caches
+    // are all it needs to take over.
+    const std::string role =
+        e->leadership().options().enabled ? " (" + e->leadership().Describe() + ")" : std::string();
+    if (e->ready() || (e->synced() && !e->NotLeaderReason().empty()))
+      co_return Respond(200, kText, "ok" + role + "\n");
     co_return Respond(503, kText, "not ready: " + e->NotReadyReason() + "\n");
   });
   if (serves.webhook) {
@@ -89,7 +94,9 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
     auto args = r.body_too_large ? Result<k8s::ExtenderArgs>(Error{std::string(kTooLarge)})
                                  : k8s::ParseExtenderArgs(r.body);
     k8s::ExtenderFilterResult result;
-    if (args) {
+    if (const std::string follower = e->NotLeaderReason(); !follower.empty()) {
+      result = e->filter().Refuse("hami-scheduler is not the leader (" + follower + "); retry");
+    } else if (args) {
       result = co_await e->filter().Filter(*args);
     } else {
       result = e->filter().Refuse(args.error().message);
@@ -100,7 +107,10 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
     auto args = r.body_too_large ? Result<k8s::ExtenderBindingArgs>(Error{std::string(kTooLarge)})
                                  : k8s::ParseBindingArgs(r.body);
     std::string error;
-    if (args) {
+    if (const std::string follower = e->NotLeaderReason(); !follower.empty()) {
+      e->binder().Refuse();
+      error = "hami-scheduler is not the leader (" + follower + "); retry";
+    } else if (args) {
       error = co_await e->binder().Bind(*args);
     } else {
       e->binder().Refuse();

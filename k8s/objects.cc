@@ -236,6 +236,29 @@ Result<PodView> ReadPod(const json::value& v, PodName name_rule) {
 Result<PodView> PodFromJson(const json::value& v) { return ReadPod(v, PodName::kRequired); }
 Result<PodView> PodBeingCreatedFromJson(const json::value& v) { return ReadPod(v, PodName::kOptional); }
 
+Result<LeaseView> LeaseFromJson(const json::value& v) {
+  Reader r(ObjectName(v, "Lease", true), v);
+  if (!v.is_object()) return r.Fail("(object)", "expected a JSON object");
+  LeaseView l;
+  for (auto [path, field] :
+       {std::pair<std::string_view, std::string*>{"metadata.name", &l.name}, {"metadata.namespace", &l.ns}}) {
+    auto s = r.String(v, path, path);
+    if (!s) return s.error();
+    *field = std::move(*s);
+  }
+  if (l.name.empty()) return r.Fail("metadata.name", "missing");
+  if (const json::value* h = r.Find(v, "spec.holderIdentity")) {
+    if (!h->is_string()) return r.Fail("spec.holderIdentity", "expected a string");
+    l.holder_identity = std::string(h->get_string());
+  }
+  if (const json::value* d = r.Find(v, "spec.leaseDurationSeconds")) {
+    if (!d->is_int64() || d->get_int64() < 0)
+      return r.Fail("spec.leaseDurationSeconds", "expected seconds, 0 or more");
+    l.lease_duration_seconds = d->get_int64();
+  }
+  return l;
+}
+
 Result<ResourceQuotaView> ResourceQuotaFromJson(const json::value& v) {
   Reader r(ObjectName(v, "ResourceQuota", true), v);
   if (!v.is_object()) return r.Fail("(object)", "expected a JSON object");

@@ -16,6 +16,7 @@ Result<PodView> PodFromJson(const boost::json::value& v);
 // A pod being created (admission): it may have no name yet (metadata.generateName).
 Result<PodView> PodBeingCreatedFromJson(const boost::json::value& v);
 Result<ResourceQuotaView> ResourceQuotaFromJson(const boost::json::value& v);
+Result<LeaseView> LeaseFromJson(const boost::json::value& v);
 
 // The objects of a `kubectl get ... -o json|yaml` document: a List (or NodeList, PodList...) or single
 // objects.

@@ -110,6 +110,13 @@ else
   bad "no start-up warning about Hygon's to-allocate key: $(grep -i hygon "$WORK/logs/scheduler.log" | head -n 3)"
 fi
 metrics() { curl -fsS --max-time 5 "http://127.0.0.1:$METRICS_PORT/metrics"; }
+# --leader-elect=true (the chart's): we lead while the co-located kube-scheduler, on this host, holds the Lease.
+leading() { [[ "$(curl -fsS --max-time 3 --cacert "$PKI/ca.crt" "$EXT/readyz")" == "ok (leader)" ]]; }
+if wait_for 60 leading; then
+  ok "--leader-elect: leader while kube-scheduler holds Lease kube-system/hami-scheduler ($(K get lease hami-scheduler -n kube-system -o 'jsonpath={.spec.holderIdentity}'))"
+else
+  bad "not the leader within 60s: $(curl -sS --max-time 3 --cacert "$PKI/ca.crt" "$EXT/readyz" 2>&1)"; dump_logs; finish
+fi
 registered() { metrics | grep -qx 'hami_scheduler_nodes 1'; }
 wait_for 60 registered || { bad "node gpu-a not registered within 60s"; dump_logs; finish; }
 

@@ -1355,6 +1355,83 @@ TEST_F(HostileInputTest, AWebhookListenerOfItsOwnServesOnlyTheWebhookOverTls) {
       30s);
 }
 
+// --leader-elect, HAMi's way: the replica follows the co-located kube-scheduler's Lease. A follower keeps its
+// caches warm, writes nothing (no health pass, no labels), refuses /filter with the reason, says so on
+// /readyz and exports no device gauges; once the Lease names our host it runs a pass at once, decides, and
+// labels the scheduler pods leader/follower.
+TEST_F(HostileInputTest, AFollowerWritesNothingUntilTheLeaseNamesItsHost) {
+  cfg_.leader_elect = true;
+  cfg_.leader_elect_resource_name = "hami-scheduler";
+  cfg_.leader_elect_resource_namespace = "kube-system";
+  setenv("POD_NAME", "hami-scheduler-0", 1);
+  setenv("POD_NAMESPACE", "kube-system", 1);
+  const json::value lease = {{"apiVersion", "coordination.k8s.io/v1"},
+                             {"kind", "Lease"},
+                             {"metadata", {{"name", "hami-scheduler"}, {"namespace", "kube-system"}}},
+                             {"spec", {{"holderIdentity", "other-host_5e1f"}, {"leaseDurationSeconds", 15}}}};
+  ASSERT_TRUE(api_.store().Create(lease));
+  for (const char* name : {"hami-scheduler-0", "hami-scheduler-1"}) {
+    const json::value pod = {
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata",
+         {{"name", name},
+          {"namespace", "kube-system"},
+          {"labels", {{"app.kubernetes.io/component", "hami-scheduler"}}}}},
+        {"spec", {{"containers", json::array{json::object{{"name", "extender"}, {"image", "hami"}}}}}}};
+    ASSERT_TRUE(api_.store().Create(pod));
+  }
+  AddNode("nv-a", {{"nvidia", Cards("nvidia", "nv-a", 2)}});
+  StartService();
+  unsetenv("POD_NAME");
+  unsetenv("POD_NAMESPACE");
+  const std::string filter_body = json::serialize(FilterArgs("train", "default", {"nv-a"}));
+  const auto role = [this](const char* pod) {
+    auto o = api_.store().Find("pods", "kube-system", pod);
+    if (!o) return std::string("?");
+    const json::value v(*o);
+    const auto* labels = v.at("metadata").as_object().if_contains("labels");
+    const auto* r = labels ? labels->as_object().if_contains("hami.io/scheduler-role") : nullptr;
+    return r ? std::string(r->as_string()) : std::string();
+  };
+  RunCoro(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        const std::function<bool()> synced = [this] { return service_->extender().synced(); };
+        CO_ASSERT_TRUE(co_await WaitUntil(synced, 10s));
+        co_await testing::Pause(500ms);  // five health intervals
+        EXPECT_EQ(service_->extender().stats().health_passes, 0u);
+        const std::string refused = ErrorOf(co_await Post("/filter", filter_body));
+        EXPECT_EQ(refused,
+                  "hami-scheduler is not the leader (follower: Lease kube-system/hami-scheduler is held by "
+                  "other-host_5e1f (we are system-test)); retry");
+        std::string metrics = service_->extender().Metrics();
+        EXPECT_NE(metrics.find("\nhami_scheduler_leader 0\n"), std::string::npos);
+        EXPECT_EQ(metrics.find("hami_gpu_memory_limit_bytes{"), std::string::npos);
+        EXPECT_EQ(role("hami-scheduler-0"), "");
+        const k8s::HttpRequest readyz{boost::beast::http::verb::get, "/readyz", "", "", "", ""};
+        auto ready = co_await extender_->Send(readyz, 10s);
+        CO_ASSERT_TRUE(ready);
+        EXPECT_EQ(ready->status, 200u);
+        EXPECT_EQ(ready->body.substr(0, 14), "ok (follower: ") << ready->body;
+
+        // kube-scheduler on this host takes the Lease.
+        const json::value take = {{"spec", {{"holderIdentity", "system-test_0b7a"}}}};
+        CO_ASSERT_TRUE(api_.store().Patch(*sim::FindResourceByName("leases"), "kube-system", "hami-scheduler",
+                                          sim::PatchType::kMerge, take));
+        const std::function<bool()> leading = [&] {
+          return service_->extender().stats().health_passes > 0 && role("hami-scheduler-0") == "leader" &&
+                 role("hami-scheduler-1") == "follower";
+        };
+        CO_ASSERT_TRUE(co_await WaitUntil(leading, 10s));
+        EXPECT_EQ(ErrorOf(co_await Post("/filter", filter_body)), "");
+        metrics = service_->extender().Metrics();
+        EXPECT_NE(metrics.find("\nhami_scheduler_leader 1\n"), std::string::npos);
+        EXPECT_NE(metrics.find("hami_gpu_memory_limit_bytes{"), std::string::npos);
+      }(),
+      30s);
+}
+
 TEST_F(HostileInputTest, DeviceIdsWithSeparatorsAreRefusedWithAnEventNotCommitted) {
   // One "device" whose id reads as two in a pod's allocation annotation ("GPU-0,NVIDIA,16000,0:GPU-1").
   const std::string forged_id = "GPU-x0,NVIDIA,16000,0:GPU-x1";

@@ -94,9 +94,10 @@ TEST(Flags, HamiChartCommandLine) {
 }
 
 TEST(Flags, GoSpellings) {
-  auto r = Load({"-http_bind=0.0.0.0:443", "-leader-elect", "-v=4", "--node-label-selector=gpu=on,zone=a",
-                 "-kube-burst", "30", "--kube-qps", "7.5", "--profiling=false",
-                 "-force-overwrite-default-scheduler=F"});
+  auto r = Load({"-http_bind=0.0.0.0:443", "-leader-elect", "-leader-elect-resource-name=hami-scheduler",
+                 "-leader-elect-resource-namespace=kube-system", "-v=4",
+                 "--node-label-selector=gpu=on,zone=a", "-kube-burst", "30", "--kube-qps", "7.5",
+                 "--profiling=false", "-force-overwrite-default-scheduler=F"});
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->config.http_bind, "0.0.0.0:443");
   EXPECT_TRUE(r->config.leader_elect);
@@ -127,9 +128,9 @@ TEST(Flags, KlogVerbosityInEverySpelling) {
 
 TEST(Flags, BooleansTakeTheirValueAfterEquals) {
   for (const std::string v : {"true", "TRUE", "True", "t", "1"}) {
-    auto r = Load({"--leader-elect=" + v});
+    auto r = Load({"--legacy-metrics=" + v});
     ASSERT_TRUE(r) << v;
-    EXPECT_TRUE(r->config.leader_elect) << v;
+    EXPECT_TRUE(r->config.legacy_metrics) << v;
   }
   auto off = Load({"--force-overwrite-default-scheduler=false"});
   ASSERT_TRUE(off);
@@ -290,6 +291,18 @@ TEST(Flags, AWebhookListenerOfItsOwnNeedsItsCertificate) {
   EXPECT_THAT(ProblemLines(Load({"--http_bind=127.0.0.1:9443", "--webhook-bind=127.0.0.1:9443",
                                  "--webhook-cert-file=c", "--webhook-key-file=k"})),
               ElementsAre(HasSubstr("--webhook-bind: must differ from --http_bind")));
+}
+
+TEST(Flags, LeaderElectionNamesTheLeaseWithValidNames) {
+  EXPECT_THAT(ProblemLines(Load({"--leader-elect=true"})),
+              ElementsAre(HasSubstr("--leader-elect needs --leader-elect-resource-name and")));
+  EXPECT_THAT(
+      ProblemLines(Load({"--leader-elect", "--leader-elect-resource-name=x/../../y",
+                         "--leader-elect-resource-namespace=Kube System"})),
+      ElementsAre(HasSubstr("--leader-elect-resource-namespace: \"Kube System\" is not a namespace name"),
+                  HasSubstr("--leader-elect-resource-name: \"x/../../y\" is not a Lease name")));
+  EXPECT_TRUE(Load({"--leader-elect", "--leader-elect-resource-name=hami-scheduler",
+                    "--leader-elect-resource-namespace=kube-system"}));
 }
 
 TEST(Flags, HamiNoOpFlagsAreAcceptedWithWarnings) {

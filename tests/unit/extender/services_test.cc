@@ -11,6 +11,7 @@
 #include "extender/bind_service.h"
 #include "extender/filter_service.h"
 #include "extender/health_service.h"
+#include "extender/leadership.h"
 #include "extender/ledger_feed.h"
 #include "extender/reservations.h"
 #include "sim/patch.h"
@@ -265,6 +266,66 @@ TEST_F(ServicesTest, AdmissionRefusesAnUnreadablePodWithTheField) {
   EXPECT_EQ(a.answer.code, 400);
   EXPECT_THAT(a.answer.message, HasSubstr("spec.containers[0].resources.limits: expected an object"));
   EXPECT_EQ(admission_.stats().invalid, 1u);
+}
+
+}  // namespace
+}  // namespace hami
+
+namespace hami {
+namespace {
+
+LeaseView Lease(std::optional<std::string> holder, std::int64_t seconds = 15,
+                std::string name = "hami-scheduler") {
+  LeaseView l;
+  l.ns = "kube-system";
+  l.name = std::move(name);
+  l.holder_identity = std::move(holder);
+  l.lease_duration_seconds = seconds;
+  return l;
+}
+
+// reference/hami-scheduler.md §8.2: the co-located kube-scheduler's Lease decides; a plain prefix of the
+// holder identity; leadership ends when the Lease is not renewed within its duration, with no event needed.
+TEST(Leadership, FollowsTheKubeSchedulersLease) {
+  FixedClock clock{TimePoint(std::chrono::seconds(1700000000))};
+  extender::Leadership off(extender::LeadershipOptions{}, clock);
+  EXPECT_TRUE(off.leader());
+
+  extender::Leadership l(extender::LeadershipOptions{true, "kube-system", "hami-scheduler", "node-a"}, clock);
+  EXPECT_FALSE(l.leader());
+  EXPECT_EQ(l.Describe(), "follower: Lease kube-system/hami-scheduler not seen");
+  const std::uint64_t before = l.changed().notifications();
+
+  const LeaseView ours = Lease("node-a_6f1c2d");
+  l.Observe(&ours);
+  EXPECT_TRUE(l.leader());
+  EXPECT_EQ(l.Describe(), "leader");
+  EXPECT_EQ(l.changed().notifications(), before + 1);
+  l.Observe(&ours);  // a renewal: no change to announce
+  EXPECT_EQ(l.changed().notifications(), before + 1);
+
+  const LeaseView other_name = Lease("node-b_1", 15, "other");
+  l.Observe(&other_name);  // another Lease: ignored
+  EXPECT_TRUE(l.leader());
+
+  clock.Advance(std::chrono::seconds(14));
+  EXPECT_TRUE(l.leader());
+  clock.Advance(std::chrono::seconds(1));
+  EXPECT_FALSE(l.leader());  // not renewed within leaseDurationSeconds
+  EXPECT_EQ(l.Describe(),
+            "follower: Lease kube-system/hami-scheduler held by node-a_6f1c2d expired (not renewed)");
+
+  const LeaseView theirs = Lease("node-b_99");
+  l.Observe(&theirs);
+  EXPECT_FALSE(l.leader());
+  EXPECT_EQ(l.Describe(), "follower: Lease kube-system/hami-scheduler is held by node-b_99 (we are node-a)");
+  l.Observe(&ours);
+  EXPECT_TRUE(l.leader());
+  l.Observe(nullptr);  // deleted
+  EXPECT_FALSE(l.leader());
+  const LeaseView released = Lease(std::nullopt);
+  l.Observe(&released);
+  EXPECT_EQ(l.Describe(), "follower: Lease kube-system/hami-scheduler has no holder");
 }
 
 }  // namespace
