@@ -32,14 +32,15 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
     : executor_(executor),
       clients_(clients),
       options_(std::move(options)),
-      leadership_(options_.leadership, clock),
+      leadership_(options_.leadership),
       events_(executor, *clients.events, clock,
               k8s::EventRecorderOptions{options_.scheduler_name, options_.hostname}),
       writer_(*clients.decisions, *clients.background, events_),
-      feed_(backends, writer_),
-      health_(backends, writer_, clock, options_.handshake_timeout, &ready_changed_),
-      reservations_(writer_, backends, clock, options_.reservation_timeout),
-      locker_(writer_, clock, options_.node_lock_timeout),
+      fenced_(writer_, leadership_),
+      feed_(backends, fenced_),
+      health_(backends, fenced_, clock, options_.handshake_timeout, &ready_changed_),
+      reservations_(fenced_, backends, clock, options_.reservation_timeout),
+      locker_(fenced_, clock, options_.node_lock_timeout),
       nodes_(Watch<NodeView>(*clients.decisions,
                              [&] {
                                k8s::Reflector::Options o = options_.reflector_defaults;
@@ -75,10 +76,10 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
            .on_delete =
                [this](const ResourceQuotaView& q) { feed_.state().quotas().RemoveQuota(q.ns, q.name); },
            .on_synced = [this] { ready_changed_.Notify(); }})),
-      binder_(executor, feed_.state(), reservations_, pods_->views(), locker_, writer_, clock,
+      binder_(executor, feed_.state(), reservations_, pods_->views(), locker_, fenced_, clock,
               BindOptions{options_.node_lock_retry_timeout, options_.reservation_timeout},
               [this](const std::string& uid) { ReleasePod(uid); }),
-      filter_(feed_.state(), reservations_, binder_, writer_, clock,
+      filter_(feed_.state(), reservations_, binder_, fenced_, clock,
               FilterOptions{options_.policies, options_.ready_wait, options_.bind_backlog,
                             clients.decisions->options().qps},
               Readiness{[this] { return ready(); }, [this] { return NotReadyReason(); }, &ready_changed_,
@@ -88,6 +89,8 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
   if (options_.leadership.enabled) {
     k8s::Reflector::Options o = options_.reflector_defaults;
     o.field_selector = "metadata.name=" + options_.leadership.name;
+    // A watch that backs off longer than the Lease lasts would end a term kube-scheduler still holds.
+    o.backoff_max = std::min<std::chrono::milliseconds>(o.backoff_max, std::chrono::seconds(2));
     leases_ = Watch<LeaseView>(
         *clients.decisions, std::move(o),
         fmt::format("/apis/coordination.k8s.io/v1/namespaces/{}/leases", options_.leadership.ns),
@@ -187,9 +190,10 @@ asio::awaitable<void> Extender::HealthLoop() {
   for (;;) {
     // A follower writes nothing: the leader's pass and sweep keep the cluster; its caches stay warm.
     if (leadership_.leader()) {
+      // The labels first: the chart's Service (the webhook's way in) selects the leader's pod by them.
+      if (options_.leadership.enabled) co_await LabelSchedulerPods();
       co_await HealthPass();
       co_await ExpireReservations();
-      if (options_.leadership.enabled) co_await LabelSchedulerPods();
     }
     // Becoming the leader starts a pass at once.
     co_await leadership_.changed().WaitUntil(steady_clock::now() + options_.health_interval);
@@ -201,8 +205,10 @@ asio::awaitable<void> Extender::LabelSchedulerPods() {
   if (options_.pod_name.empty() || options_.pod_namespace.empty()) co_return;
   constexpr std::string_view kRole = "hami.io/scheduler-role";
   std::vector<std::pair<std::string, std::string>> changes;  // pod, role
-  for (const auto& [key, pod] : pods_->views()) {
-    if (pod.ns != options_.pod_namespace) continue;
+  const std::string prefix = options_.pod_namespace + "/";   // the cache is keyed "ns/name", sorted
+  const auto& pods = pods_->views();
+  for (auto it = pods.lower_bound(prefix); it != pods.end() && it->first.starts_with(prefix); ++it) {
+    const PodView& pod = it->second;
     auto component = pod.labels.find("app.kubernetes.io/component");
     if (component == pod.labels.end() || component->second != "hami-scheduler") continue;
     const std::string role = pod.name == options_.pod_name ? "leader" : "follower";
@@ -211,7 +217,7 @@ asio::awaitable<void> Extender::LabelSchedulerPods() {
   }
   for (const auto& [name, role] : changes) {
     const boost::json::value patch = {{"metadata", {{"labels", {{kRole, role}}}}}};
-    auto r = co_await writer_.PatchPod(options_.pod_namespace, name, patch, Budget::kBackground);
+    auto r = co_await fenced_.PatchPod(options_.pod_namespace, name, patch, Budget::kBackground);
     if (!r)
       spdlog::warn("leader: labelling pod {}/{} {}={}: {}", options_.pod_namespace, name, kRole, role,
                    r.error().message);
@@ -271,8 +277,9 @@ std::string Extender::Metrics() const {
   k8s::prom::TextWriter w;
   w.Family("hami_build_info", "Build information of hami-scheduler (C++).", "gauge");
   w.Sample("hami_build_info", {{"version", HAMI_VERSION}, {"compiler", "gcc"}}, 1);
-  w.Gauge("hami_scheduler_ready", "1 once the caches are synced and the first health pass ran.",
-          ready() ? 1 : 0);
+  w.Gauge("hami_scheduler_ready",
+          "1 once the caches are synced and the first health pass ran (a follower: once synced), as /readyz.",
+          ready() || (synced() && !leadership_.leader()) ? 1 : 0);
   filter_.WriteMetrics(w);
   admission_.WriteMetrics(w);
   binder_.WriteMetrics(w);

@@ -133,6 +133,7 @@ class Extender {
   Leadership leadership_;
   k8s::EventRecorder events_;
   ApiClusterWriter writer_;
+  LeaderFencedWriter fenced_;  // what every service writes through
   LedgerFeed feed_;
   k8s::Signal ready_changed_;  // a cache synced, a health pass decided, or Stop()
   HealthService health_;

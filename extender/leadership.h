@@ -4,11 +4,13 @@
 // leader while that Lease names a holder whose identity starts with ours (kube-scheduler's identity is
 // "<hostname>_<uuid>") and the Lease was seen less than its leaseDurationSeconds ago. Without
 // --leader-elect, always the leader. Time runs on the injected clock; an expiry needs no event.
+#include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 
-#include "core/clock.h"
 #include "core/model.h"
+#include "extender/cluster_writer.h"
 #include "k8s/waits.h"
 
 namespace hami::extender {
@@ -22,7 +24,8 @@ struct LeadershipOptions {
 
 class Leadership {
  public:
-  Leadership(LeadershipOptions options, const Clock& clock);
+  using Now = std::function<std::chrono::steady_clock::time_point()>;
+  explicit Leadership(LeadershipOptions options, Now now = &std::chrono::steady_clock::now);
 
   // The Lease as a watch shows it (added or updated), or nullptr once deleted. Leases of another name are
   // ignored.
@@ -38,10 +41,43 @@ class Leadership {
   bool Holds(const LeaseView& lease) const;
 
   LeadershipOptions options_;
-  const Clock* clock_;
+  Now now_;
   std::optional<LeaseView> lease_;
-  TimePoint observed_at_{};
+  std::chrono::steady_clock::time_point observed_at_{};
   k8s::Signal changed_;
+};
+
+// The ClusterWriter every service writes through: writes leave only while this replica leads (checked at
+// each write, so a bind that waited for a lock, or a health pass under way, stops writing the moment
+// leadership is lost); a follower's write is refused unsent, its events dropped. Reads always pass.
+class LeaderFencedWriter final : public ClusterWriter {
+ public:
+  LeaderFencedWriter(ClusterWriter& inner, const Leadership& leadership)
+      : inner_(&inner), leadership_(&leadership) {}
+
+  boost::asio::awaitable<ApiResult<ObjectMeta>> PatchNode(const std::string& node,
+                                                          const boost::json::value& patch,
+                                                          Budget budget) override;
+  boost::asio::awaitable<ApiResult<void>> PatchPod(const std::string& ns, const std::string& name,
+                                                   const boost::json::value& patch, Budget budget) override;
+  boost::asio::awaitable<ApiResult<ObjectMeta>> ReadNode(const std::string& node) override {
+    return inner_->ReadNode(node);
+  }
+  boost::asio::awaitable<ApiResult<PodView>> ReadPod(const std::string& ns,
+                                                     const std::string& name) override {
+    return inner_->ReadPod(ns, name);
+  }
+  boost::asio::awaitable<ApiResult<void>> Bind(const BindingWrite& binding) override;
+  void Event(const k8s::InvolvedObject& object, std::string_view type, std::string_view reason,
+             std::string message) override;
+  std::uint64_t refused() const { return refused_; }
+
+ private:
+  ApiError NotLeader(std::string_view what);
+
+  ClusterWriter* inner_;
+  const Leadership* leadership_;
+  std::uint64_t refused_ = 0;
 };
 
 }  // namespace hami::extender

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <sstream>
 
 #include "core/keys.h"
@@ -252,8 +253,9 @@ Result<LeaseView> LeaseFromJson(const json::value& v) {
     l.holder_identity = std::string(h->get_string());
   }
   if (const json::value* d = r.Find(v, "spec.leaseDurationSeconds")) {
-    if (!d->is_int64() || d->get_int64() < 0)
-      return r.Fail("spec.leaseDurationSeconds", "expected seconds, 0 or more");
+    // An int32 in the API: larger values would overflow the time arithmetic.
+    if (!d->is_int64() || d->get_int64() < 0 || d->get_int64() > std::numeric_limits<std::int32_t>::max())
+      return r.Fail("spec.leaseDurationSeconds", "expected seconds, 0 to 2147483647");
     l.lease_duration_seconds = d->get_int64();
   }
   return l;

@@ -230,7 +230,7 @@ class SystemTest : public ::testing::Test {
 
   void StartService() {
     cmd::ServiceOptions so;
-    so.health_interval = 100ms;
+    so.health_interval = health_interval_;
     so.reflector_backoff = 5ms;
     so.hostname = "system-test";
     auto created = cmd::SchedulerService::Create(ioc_, cfg_, backends_, rest_, clock_, so);
@@ -613,6 +613,7 @@ class SystemTest : public ::testing::Test {
   std::deque<RunningPlugin> plugins_;
   std::map<std::string, std::size_t> expected_devices_;  // node -> devices its plugins publish
   std::unique_ptr<cmd::SchedulerService> service_;
+  std::chrono::milliseconds health_interval_ = 100ms;  // the service's --health-check-interval
   std::unique_ptr<asio::cancellation_signal> stand_in_stop_;
   std::shared_ptr<bool> stand_in_ended_;
   std::unique_ptr<sim::KubeSchedulerStandIn> stand_in_;
@@ -1363,8 +1364,18 @@ TEST_F(HostileInputTest, AFollowerWritesNothingUntilTheLeaseNamesItsHost) {
   cfg_.leader_elect = true;
   cfg_.leader_elect_resource_name = "hami-scheduler";
   cfg_.leader_elect_resource_namespace = "kube-system";
-  setenv("POD_NAME", "hami-scheduler-0", 1);
-  setenv("POD_NAMESPACE", "kube-system", 1);
+  // Long enough that a pass after the Lease changes can only come from the change itself.
+  health_interval_ = 60s;
+  struct Env {
+    Env() {
+      setenv("POD_NAME", "hami-scheduler-0", 1);
+      setenv("POD_NAMESPACE", "kube-system", 1);
+    }
+    ~Env() {
+      unsetenv("POD_NAME");
+      unsetenv("POD_NAMESPACE");
+    }
+  } env;
   const json::value lease = {{"apiVersion", "coordination.k8s.io/v1"},
                              {"kind", "Lease"},
                              {"metadata", {{"name", "hami-scheduler"}, {"namespace", "kube-system"}}},
@@ -1383,9 +1394,17 @@ TEST_F(HostileInputTest, AFollowerWritesNothingUntilTheLeaseNamesItsHost) {
   }
   AddNode("nv-a", {{"nvidia", Cards("nvidia", "nv-a", 2)}});
   StartService();
-  unsetenv("POD_NAME");
-  unsetenv("POD_NAMESPACE");
   const std::string filter_body = json::serialize(FilterArgs("train", "default", {"nv-a"}));
+  const std::string bind_body = json::serialize(
+      json::object{{"PodName", "train"}, {"PodNamespace", "default"}, {"PodUID", "u"}, {"Node", "nv-a"}});
+  // Requests that change something, sent by the scheduler's decisions client.
+  const auto writes = [this] {
+    std::uint64_t n = 0;
+    for (const auto& [kind, count] : service_->client().requests_by_kind()) {
+      if (kind.first != "get" && kind.first != "list" && kind.first != "watch") n += count;
+    }
+    return n;
+  };
   const auto role = [this](const char* pod) {
     auto o = api_.store().Find("pods", "kube-system", pod);
     if (!o) return std::string("?");
@@ -1399,12 +1418,14 @@ TEST_F(HostileInputTest, AFollowerWritesNothingUntilTheLeaseNamesItsHost) {
       [&]() -> asio::awaitable<void> {
         const std::function<bool()> synced = [this] { return service_->extender().synced(); };
         CO_ASSERT_TRUE(co_await WaitUntil(synced, 10s));
-        co_await testing::Pause(500ms);  // five health intervals
+        co_await testing::Pause(300ms);
         EXPECT_EQ(service_->extender().stats().health_passes, 0u);
         const std::string refused = ErrorOf(co_await Post("/filter", filter_body));
         EXPECT_EQ(refused,
                   "hami-scheduler is not the leader (follower: Lease kube-system/hami-scheduler is held by "
                   "other-host_5e1f (we are system-test)); retry");
+        EXPECT_NE(ErrorOf(co_await Post("/bind", bind_body)).find("is not the leader"), std::string::npos);
+        EXPECT_EQ(writes(), 0u);
         std::string metrics = service_->extender().Metrics();
         EXPECT_NE(metrics.find("\nhami_scheduler_leader 0\n"), std::string::npos);
         EXPECT_EQ(metrics.find("hami_gpu_memory_limit_bytes{"), std::string::npos);

@@ -14,6 +14,7 @@
 #include "extender/leadership.h"
 #include "extender/ledger_feed.h"
 #include "extender/reservations.h"
+#include "k8s/objects.h"
 #include "sim/patch.h"
 #include "tests/support/builders.h"
 #include "tests/support/run_coro.h"
@@ -287,30 +288,31 @@ LeaseView Lease(std::optional<std::string> holder, std::int64_t seconds = 15,
 // reference/hami-scheduler.md §8.2: the co-located kube-scheduler's Lease decides; a plain prefix of the
 // holder identity; leadership ends when the Lease is not renewed within its duration, with no event needed.
 TEST(Leadership, FollowsTheKubeSchedulersLease) {
-  FixedClock clock{TimePoint(std::chrono::seconds(1700000000))};
+  std::chrono::steady_clock::time_point now{std::chrono::hours(1)};
+  const extender::Leadership::Now clock = [&now] { return now; };
   extender::Leadership off(extender::LeadershipOptions{}, clock);
   EXPECT_TRUE(off.leader());
 
   extender::Leadership l(extender::LeadershipOptions{true, "kube-system", "hami-scheduler", "node-a"}, clock);
   EXPECT_FALSE(l.leader());
   EXPECT_EQ(l.Describe(), "follower: Lease kube-system/hami-scheduler not seen");
-  const std::uint64_t before = l.changed().notifications();
+  std::uint64_t notified = l.changed().notifications();
 
   const LeaseView ours = Lease("node-a_6f1c2d");
   l.Observe(&ours);
   EXPECT_TRUE(l.leader());
   EXPECT_EQ(l.Describe(), "leader");
-  EXPECT_EQ(l.changed().notifications(), before + 1);
+  EXPECT_EQ(l.changed().notifications(), ++notified);
   l.Observe(&ours);  // a renewal: no change to announce
-  EXPECT_EQ(l.changed().notifications(), before + 1);
+  EXPECT_EQ(l.changed().notifications(), notified);
 
   const LeaseView other_name = Lease("node-b_1", 15, "other");
   l.Observe(&other_name);  // another Lease: ignored
   EXPECT_TRUE(l.leader());
 
-  clock.Advance(std::chrono::seconds(14));
+  now += std::chrono::seconds(14);
   EXPECT_TRUE(l.leader());
-  clock.Advance(std::chrono::seconds(1));
+  now += std::chrono::seconds(1);
   EXPECT_FALSE(l.leader());  // not renewed within leaseDurationSeconds
   EXPECT_EQ(l.Describe(),
             "follower: Lease kube-system/hami-scheduler held by node-a_6f1c2d expired (not renewed)");
@@ -319,13 +321,82 @@ TEST(Leadership, FollowsTheKubeSchedulersLease) {
   l.Observe(&theirs);
   EXPECT_FALSE(l.leader());
   EXPECT_EQ(l.Describe(), "follower: Lease kube-system/hami-scheduler is held by node-b_99 (we are node-a)");
-  l.Observe(&ours);
+  l.Observe(&ours);  // regained after the expiry
   EXPECT_TRUE(l.leader());
+  EXPECT_EQ(l.changed().notifications(), ++notified);
+  l.Observe(&theirs);  // lost by an event: announced
+  EXPECT_EQ(l.changed().notifications(), ++notified);
+  l.Observe(&ours);
   l.Observe(nullptr);  // deleted
   EXPECT_FALSE(l.leader());
   const LeaseView released = Lease(std::nullopt);
   l.Observe(&released);
   EXPECT_EQ(l.Describe(), "follower: Lease kube-system/hami-scheduler has no holder");
+  const LeaseView no_duration = Lease("node-a_6f1c2d", 0);
+  l.Observe(&no_duration);
+  EXPECT_FALSE(l.leader());
+  EXPECT_EQ(l.Describe(),
+            "follower: Lease kube-system/hami-scheduler held by node-a_6f1c2d has no leaseDurationSeconds");
+  // A prefix is not enough: host node-a does not lead with node-ab's Lease.
+  const LeaseView longer_host = Lease("node-ab_1");
+  l.Observe(&longer_host);
+  EXPECT_FALSE(l.leader());
+}
+
+// Every write goes through the fence: a follower's is refused unsent (a bind that waited for a lock while
+// leadership moved writes no Binding), its events dropped; reads pass.
+TEST(Leadership, AFollowerWritesNothingThroughTheFence) {
+  std::chrono::steady_clock::time_point now{std::chrono::hours(1)};
+  extender::Leadership l(extender::LeadershipOptions{true, "kube-system", "hami-scheduler", "node-a"},
+                         [&now] { return now; });
+  testing::FakeWriter inner;
+  inner.nodes["n1"] = extender::ObjectMeta{"1", {}};
+  extender::LeaderFencedWriter fenced(inner, l);
+  asio::io_context ioc;
+  const boost::json::value patch = {{"metadata", {{"labels", {{"a", "b"}}}}}};
+  std::string refusal;
+  RunCoro(ioc, [&]() -> asio::awaitable<void> {
+    auto r = co_await fenced.PatchNode("n1", patch, extender::Budget::kBackground);
+    EXPECT_FALSE(r);
+    if (!r) refusal = r.error().message;
+    auto read = co_await fenced.ReadNode("n1");
+    EXPECT_TRUE(read);
+  }());
+  fenced.Event(k8s::InvolvedObject{}, "Normal", "X", "y");
+  EXPECT_EQ(
+      refusal,
+      "patch of node n1 not sent: this replica is not the leader (follower: Lease kube-system/hami-scheduler "
+      "not seen)");
+  EXPECT_EQ(fenced.refused(), 2u);
+  const auto patches = [&inner] {
+    const auto whats = inner.Whats();
+    return std::count(whats.begin(), whats.end(), "patch node n1");
+  };
+  EXPECT_EQ(patches(), 0);
+  const LeaseView ours = Lease("node-a_1");
+  l.Observe(&ours);
+  RunCoro(ioc, [&]() -> asio::awaitable<void> {
+    auto r = co_await fenced.PatchNode("n1", patch, extender::Budget::kBackground);
+    EXPECT_TRUE(r);
+  }());
+  EXPECT_EQ(patches(), 1);
+}
+
+TEST(Leadership, LeasesAreReadWithTheirFields) {
+  auto l = k8s::LeaseFromJson(
+      boost::json::parse(R"({"metadata":{"name":"hami-scheduler","namespace":"kube-system"},
+      "spec":{"holderIdentity":"host_1","leaseDurationSeconds":15,"renewTime":"2026-12-01T10:00:00.000000Z"}})"));
+  ASSERT_TRUE(l) << l.error().message;
+  EXPECT_EQ(l->holder_identity, "host_1");
+  EXPECT_EQ(l->lease_duration_seconds, 15);
+  auto released = k8s::LeaseFromJson(boost::json::parse(R"({"metadata":{"name":"x"},"spec":{}})"));
+  ASSERT_TRUE(released);
+  EXPECT_FALSE(released->holder_identity);
+  auto huge = k8s::LeaseFromJson(
+      boost::json::parse(R"({"metadata":{"name":"x"},"spec":{"leaseDurationSeconds":9300000000}})"));
+  ASSERT_FALSE(huge);
+  EXPECT_EQ(huge.error().message,
+            "Lease default/x: spec.leaseDurationSeconds: expected seconds, 0 to 2147483647");
 }
 
 }  // namespace
