@@ -279,7 +279,7 @@ std::string Extender::Metrics() const {
   w.Sample("hami_build_info", {{"version", HAMI_VERSION}, {"compiler", "gcc"}}, 1);
   w.Gauge("hami_scheduler_ready",
           "1 once the caches are synced and the first health pass ran (a follower: once synced), as /readyz.",
-          ready() || (synced() && !leadership_.leader()) ? 1 : 0);
+          reports_ready() ? 1 : 0);
   filter_.WriteMetrics(w);
   admission_.WriteMetrics(w);
   binder_.WriteMetrics(w);

@@ -79,6 +79,9 @@ class Extender {
 
   bool synced() const;                                                   // caches synced at least once
   bool ready() const { return synced() && health_.stats().passes > 0; }  // /filter answers from here on
+  // What /readyz and hami_scheduler_ready report: ready, or a follower with synced caches (it runs no health
+  // pass; warm caches are all it needs to take over).
+  bool reports_ready() const { return ready() || (synced() && !leadership_.leader()); }
   std::string NotReadyReason() const;
   // With --leader-elect: why this replica must not decide or write now ("" = it is the leader).
   std::string NotLeaderReason() const { return leadership_.leader() ? "" : leadership_.Describe(); }

@@ -75,12 +75,10 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
     co_return Respond(200, kText, "ok\n");
   });
   server.Route(http::verb::get, "/readyz", [e](const ServerRequest&) -> asio::awaitable<ServerResponse> {
-    // With --leader-elect the body says which this replica is. A follower runs no health pass: warm caches
-    // are all it needs to take over.
+    // With --leader-elect the body says which this replica is.
     const std::string role =
         e->leadership().options().enabled ? " (" + e->leadership().Describe() + ")" : std::string();
-    if (e->ready() || (e->synced() && !e->NotLeaderReason().empty()))
-      co_return Respond(200, kText, "ok" + role + "\n");
+    if (e->reports_ready()) co_return Respond(200, kText, "ok" + role + "\n");
     co_return Respond(503, kText, "not ready: " + e->NotReadyReason() + "\n");
   });
   if (serves.webhook) {
