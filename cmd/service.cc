@@ -64,13 +64,31 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   auto background = k8s::ApiClient::Create(ioc.get_executor(), rest, co);
   if (!background) return background.error();
   s->background_client_ = std::move(*background);
+  if (cfg.leader_elect && cfg.leader_elect_mode == "acquire") {
+    // One attempt per round, bounded by the renew deadline: the rounds are the retries, and a round that
+    // outlived the deadline would renew a term already over.
+    k8s::ClientOptions lo;
+    lo.timeout = std::min(cfg.leader_elect_renew_deadline, co.timeout);
+    lo.max_attempts = 1;
+    auto leases = k8s::ApiClient::Create(ioc.get_executor(), rest, lo);
+    if (!leases) return leases.error();
+    s->lease_client_ = std::move(*leases);
+  }
 
   extender::ExtenderOptions o;
   o.scheduler_name = cfg.scheduler_name;
   o.force_overwrite_default_scheduler = cfg.force_overwrite_default_scheduler;
   o.hostname = options.hostname.empty() ? HostName() : options.hostname;
-  o.leadership = extender::LeadershipOptions{cfg.leader_elect, cfg.leader_elect_resource_namespace,
-                                             cfg.leader_elect_resource_name, o.hostname};
+  o.leadership = extender::LeadershipOptions{
+      .enabled = cfg.leader_elect,
+      .ns = cfg.leader_elect_resource_namespace,
+      .name = cfg.leader_elect_resource_name,
+      .identity = cfg.leader_elect_identity.empty() ? o.hostname : cfg.leader_elect_identity,
+      .mode = cfg.leader_elect_mode == "acquire" ? extender::LeaderElectMode::kAcquire
+                                                 : extender::LeaderElectMode::kFollow,
+      .lease_duration = cfg.leader_elect_lease_duration,
+      .renew_deadline = cfg.leader_elect_renew_deadline,
+      .retry_period = cfg.leader_elect_retry_period};
   for (auto [var, field] :
        {std::pair<const char*, std::string*>{"POD_NAME", &o.pod_name}, {"POD_NAMESPACE", &o.pod_namespace}}) {
     if (const char* v = std::getenv(var)) *field = v;
@@ -87,7 +105,8 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   if (options.bind_backlog) o.bind_backlog = *options.bind_backlog;
   s->extender_ = std::make_unique<extender::Extender>(
       ioc.get_executor(),
-      extender::Extender::Clients{s->client_.get(), s->background_client_.get(), s->event_client_.get()},
+      extender::Extender::Clients{s->client_.get(), s->background_client_.get(), s->event_client_.get(),
+                                  s->lease_client_.get()},
       backends, o, clock);
   s->routes_ = std::make_unique<extender::HttpRoutes>(*s->extender_, s->loop_exceptions_);
 
@@ -171,6 +190,8 @@ void SchedulerService::Shutdown(std::chrono::milliseconds grace) {
   auto drain = [](SchedulerService* s,
                   std::chrono::steady_clock::time_point deadline) -> asio::awaitable<void> {
     for (auto& server : s->servers_) co_await server->Drained(deadline);
+    // After the last answer's writes: a successor takes over within its retry period.
+    co_await s->extender_->ReleaseLeadership();
     s->stop_.emit(asio::cancellation_type::terminal);
   };
   Spawn(drain(this, std::chrono::steady_clock::now() + grace), "the drain");
@@ -233,11 +254,20 @@ int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   }
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
   for (const auto& w : warnings) spdlog::warn("{}", w);
-  if (cfg.leader_elect)
+  if (cfg.leader_elect && cfg.leader_elect_mode == "acquire") {
+    spdlog::info(
+        "--leader-elect: acquiring Lease {}/{} (lease duration {}, renew deadline {}, retry period {})",
+        cfg.leader_elect_resource_namespace, cfg.leader_elect_resource_name,
+        config::FormatDuration(cfg.leader_elect_lease_duration),
+        config::FormatDuration(cfg.leader_elect_renew_deadline),
+        config::FormatDuration(cfg.leader_elect_retry_period));
+  } else if (cfg.leader_elect) {
     spdlog::info(
         "--leader-elect: following Lease {}/{}; this replica leads while its holder identity starts "
-        "with our host name",
-        cfg.leader_elect_resource_namespace, cfg.leader_elect_resource_name);
+        "with {}_",
+        cfg.leader_elect_resource_namespace, cfg.leader_elect_resource_name,
+        cfg.leader_elect_identity.empty() ? HostName() : cfg.leader_elect_identity);
+  }
   auto rest = k8s::ResolveRestConfig(cfg.kubeconfig, k8s::ConfigEnv::System());
   if (!rest) {
     err << "hami-scheduler serve: cannot find the Kubernetes API server: " << rest.error().message << "\n";

@@ -57,6 +57,14 @@ std::string JoinViews(const std::array<std::string_view, N>& list, std::string_v
   return out;
 }
 
+// --leader-elect-identity: the characters of a host name, and '_' (kube-scheduler's separator).
+bool IsLeaderIdentity(std::string_view s) {
+  return !s.empty() && s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '-' || c == '_';
+  });
+}
+
 // ---- Durations ----
 
 constexpr std::string_view kDurationWant =
@@ -64,25 +72,6 @@ constexpr std::string_view kDurationWant =
 
 Error DurationError(std::string_view text, std::string_view why) {
   return Error{fmt::format("'{}' is not a duration: {} ({})", text, why, kDurationWant)};
-}
-
-std::string FormatDuration(std::chrono::milliseconds d) {
-  std::int64_t ms = d.count();
-  if (ms == 0) return "0s";
-  std::string out;
-  if (ms < 0) {
-    out += '-';
-    ms = -ms;
-  }
-  const std::int64_t h = ms / 3'600'000;
-  const std::int64_t m = ms / 60'000 % 60;
-  const std::int64_t s = ms / 1000 % 60;
-  const std::int64_t rest = ms % 1000;
-  if (h) out += fmt::format("{}h", h);
-  if (m) out += fmt::format("{}m", m);
-  if (s) out += fmt::format("{}s", s);
-  if (rest) out += fmt::format("{}ms", rest);
-  return out;
 }
 
 // ---- YAML reading ----
@@ -448,6 +437,21 @@ constexpr Field<Config> kSchedulerFields[] = {
      [](Reader& r, const Item& it, Config& c) { r.String(it, c.leader_elect_resource_name); }},
     {"leaderElectResourceNamespace",
      [](Reader& r, const Item& it, Config& c) { r.String(it, c.leader_elect_resource_namespace); }},
+    {"leaderElectMode", [](Reader& r, const Item& it, Config& c) { r.String(it, c.leader_elect_mode); }},
+    {"leaderElectIdentity",
+     [](Reader& r, const Item& it, Config& c) { r.String(it, c.leader_elect_identity); }},
+    {"leaderElectLeaseDuration",
+     [](Reader& r, const Item& it, Config& c) {
+       if (auto d = r.Duration(it, milliseconds(1), false)) c.leader_elect_lease_duration = *d;
+     }},
+    {"leaderElectRenewDeadline",
+     [](Reader& r, const Item& it, Config& c) {
+       if (auto d = r.Duration(it, milliseconds(1), false)) c.leader_elect_renew_deadline = *d;
+     }},
+    {"leaderElectRetryPeriod",
+     [](Reader& r, const Item& it, Config& c) {
+       if (auto d = r.Duration(it, milliseconds(1), false)) c.leader_elect_retry_period = *d;
+     }},
     {"legacyMetrics", [](Reader& r, const Item& it, Config& c) { r.Bool(it, c.legacy_metrics); }},
     {"logLevel", &ReadLogLevel},
 };
@@ -607,6 +611,25 @@ void EmitVendor(YAML::Emitter& out, const VendorSchema& schema, const VendorSett
 
 }  // namespace
 
+std::string FormatDuration(std::chrono::milliseconds d) {
+  std::int64_t ms = d.count();
+  if (ms == 0) return "0s";
+  std::string out;
+  if (ms < 0) {
+    out += '-';
+    ms = -ms;
+  }
+  const std::int64_t h = ms / 3'600'000;
+  const std::int64_t m = ms / 60'000 % 60;
+  const std::int64_t s = ms / 1000 % 60;
+  const std::int64_t rest = ms % 1000;
+  if (h) out += fmt::format("{}h", h);
+  if (m) out += fmt::format("{}m", m);
+  if (s) out += fmt::format("{}s", s);
+  if (rest) out += fmt::format("{}ms", rest);
+  return out;
+}
+
 std::string GpuPolicyProblem(std::string_view value) {
   std::vector<std::string> bad;
   for (std::string_view part : Split(value, ',')) {
@@ -684,6 +707,31 @@ void ValidateConfig(const Config& cfg, std::vector<std::string>& problems) {
     problems.push_back(
         "--leader-elect needs --leader-elect-resource-name and --leader-elect-resource-namespace (the "
         "co-located kube-scheduler's Lease, e.g. kube-system/hami-scheduler)");
+  if (cfg.leader_elect_mode != "follow" && cfg.leader_elect_mode != "acquire")
+    problems.push_back(
+        fmt::format("--leader-elect-mode (scheduler.leaderElectMode): {} is not follow or acquire",
+                    Quoted(cfg.leader_elect_mode)));
+  // It is written into the Lease and compared with kube-scheduler's "<host>_<uuid>": a host name's
+  // characters.
+  if (!cfg.leader_elect_identity.empty() && !IsLeaderIdentity(cfg.leader_elect_identity))
+    problems.push_back(fmt::format(
+        "--leader-elect-identity (scheduler.leaderElectIdentity): {} is not an identity (want 1 to 128 "
+        "letters, digits, '.', '-' or '_')",
+        Quoted(cfg.leader_elect_identity)));
+  // client-go's rules: another replica waits the lease duration, the leader stops at the renew deadline, and
+  // a renewal (retried every retry period, jittered up to 1.2x) must fit in the deadline.
+  if (cfg.leader_elect_lease_duration < std::chrono::seconds(1))
+    problems.push_back(
+        "--leader-elect-lease-duration (scheduler.leaderElectLeaseDuration): must be at least 1s (a Lease "
+        "counts whole seconds)");
+  if (cfg.leader_elect_lease_duration <= cfg.leader_elect_renew_deadline)
+    problems.push_back(fmt::format(
+        "--leader-elect-lease-duration ({}) must be greater than --leader-elect-renew-deadline ({})",
+        FormatDuration(cfg.leader_elect_lease_duration), FormatDuration(cfg.leader_elect_renew_deadline)));
+  if (cfg.leader_elect_renew_deadline.count() * 10 <= cfg.leader_elect_retry_period.count() * 12)
+    problems.push_back(fmt::format(
+        "--leader-elect-renew-deadline ({}) must be greater than 1.2 x --leader-elect-retry-period ({})",
+        FormatDuration(cfg.leader_elect_renew_deadline), FormatDuration(cfg.leader_elect_retry_period)));
   // They reach the Lease's URL path and field selector.
   if (!cfg.leader_elect_resource_namespace.empty() && !IsDns1123Label(cfg.leader_elect_resource_namespace))
     problems.push_back(
@@ -907,6 +955,14 @@ std::string ToYaml(const Config& cfg, const BackendRegistry& vendors) {
   out << YAML::Key << "leaderElect" << YAML::Value << cfg.leader_elect;
   EmitString(out, "leaderElectResourceName", cfg.leader_elect_resource_name);
   EmitString(out, "leaderElectResourceNamespace", cfg.leader_elect_resource_namespace);
+  EmitString(out, "leaderElectMode", cfg.leader_elect_mode);
+  if (!cfg.leader_elect_identity.empty()) EmitString(out, "leaderElectIdentity", cfg.leader_elect_identity);
+  out << YAML::Key << "leaderElectLeaseDuration" << YAML::Value
+      << FormatDuration(cfg.leader_elect_lease_duration);
+  out << YAML::Key << "leaderElectRenewDeadline" << YAML::Value
+      << FormatDuration(cfg.leader_elect_renew_deadline);
+  out << YAML::Key << "leaderElectRetryPeriod" << YAML::Value
+      << FormatDuration(cfg.leader_elect_retry_period);
   out << YAML::Key << "legacyMetrics" << YAML::Value << cfg.legacy_metrics;
   EmitString(out, "logLevel", cfg.log_level);
   out << YAML::EndMap;

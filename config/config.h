@@ -52,8 +52,13 @@ struct Config {
   bool leader_elect = false;                    // --leader-elect
   std::string leader_elect_resource_name;       // --leader-elect-resource-name
   std::string leader_elect_resource_namespace;  // --leader-elect-resource-namespace
-  bool legacy_metrics = false;                  // --legacy-metrics
-  std::string log_level = "info";               // --log-level, or klog's -v
+  std::string leader_elect_mode = "follow";     // --leader-elect-mode (ours): follow | acquire
+  std::string leader_elect_identity;            // --leader-elect-identity (ours; "" = the host name)
+  std::chrono::milliseconds leader_elect_lease_duration{15000};  // --leader-elect-lease-duration (acquire)
+  std::chrono::milliseconds leader_elect_renew_deadline{10000};  // --leader-elect-renew-deadline (acquire)
+  std::chrono::milliseconds leader_elect_retry_period{2000};     // --leader-elect-retry-period (acquire)
+  bool legacy_metrics = false;                                   // --legacy-metrics
+  std::string log_level = "info";                                // --log-level, or klog's -v
   // Vendors, keyed by HAMi section name (nvidia, cambricon, hygon, mthreads...).
   std::map<std::string, VendorSettings, std::less<>> vendors;
   // Files read, in order (for messages and --print-config).
@@ -77,6 +82,8 @@ std::string ToYaml(const Config& cfg, const BackendRegistry& vendors);
 
 // Go duration ("300ms", "28s", "5m", "1h30m") or a bare number of seconds.
 Result<std::chrono::milliseconds> ParseDuration(std::string_view text);
+// Go's spelling: 300000ms -> "5m", 28000 -> "28s", 1500 -> "1s500ms".
+std::string FormatDuration(std::chrono::milliseconds d);
 
 // Value rules shared by the YAML reader and the flag parser: each returns "" when the value is fine, else
 // what is wrong and what is expected.

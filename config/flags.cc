@@ -20,18 +20,6 @@ namespace {
 
 using Problems = std::vector<std::string>;
 
-// 300000ms -> "5m", 28000ms -> "28s" (Go's spelling, without the zero parts).
-std::string GoDuration(std::chrono::milliseconds d) {
-  const std::int64_t ms = d.count();
-  if (ms == 0) return "0s";
-  std::string out;
-  if (ms / 3'600'000) out += fmt::format("{}h", ms / 3'600'000);
-  if (ms / 60'000 % 60) out += fmt::format("{}m", ms / 60'000 % 60);
-  if (ms / 1000 % 60) out += fmt::format("{}s", ms / 1000 % 60);
-  if (ms % 1000) out += fmt::format("{}ms", ms % 1000);
-  return out;
-}
-
 // What one flag does to the configuration. `flag` is "--name" (for messages), `value` the text given.
 using ApplyFn = void (*)(const std::string& flag, const std::string& value, LoadedConfig& out,
                          Problems& problems);
@@ -83,7 +71,8 @@ std::optional<std::chrono::milliseconds> Duration(const std::string& flag, const
     return std::nullopt;
   }
   if (*d < min) {
-    problems.push_back(fmt::format("{}: '{}' is too short (want at least {})", flag, value, GoDuration(min)));
+    problems.push_back(
+        fmt::format("{}: '{}' is too short (want at least {})", flag, value, FormatDuration(min)));
     return std::nullopt;
   }
   if (whole_seconds && d->count() % 1000 != 0) {
@@ -129,7 +118,7 @@ void LabelSelector(const std::string& flag, const std::string& value, Config& cf
 
 std::string Quote(const std::string& s) { return s.empty() ? "none" : s; }
 std::string ShowBool(bool b) { return b ? "true" : "false"; }
-std::string ShowSeconds(std::chrono::seconds s) { return GoDuration(s); }
+std::string ShowSeconds(std::chrono::seconds s) { return FormatDuration(s); }
 
 // A flag HAMi registers but whose value never reaches the scheduler (vendor resource names come from the
 // device config). Accepted so the chart's command line works; a warning says where the setting lives.
@@ -235,6 +224,16 @@ void CheckMegabytesOnly(const std::string& flag, const std::string& value, Loade
   (void)Int(flag, value, 0, std::numeric_limits<std::int64_t>::max(), "megabytes, 0 or more", problems);
 }
 
+// A duration of at least a millisecond (fractions of a second allowed).
+template <std::chrono::milliseconds Config::*Member>
+void SetMillis(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
+  if (auto v = Duration(flag, value, std::chrono::milliseconds(1), false, problems)) out.config.*Member = *v;
+}
+template <std::chrono::milliseconds Config::*Member>
+std::string ShowMillis(const Config& d) {
+  return FormatDuration(d.*Member);
+}
+
 template <std::string Config::*Member>
 std::string ShowString(const Config& d) {
   return Quote(d.*Member);
@@ -251,7 +250,7 @@ std::string ShowNone(const Config&) { return "none"; }
 std::string ShowZero(const Config&) { return "0"; }
 std::string ShowGpuPolicy(const Config& d) { return d.policies.gpu_policy; }
 std::string ShowNodePolicy(const Config& d) { return d.policies.node_policy; }
-std::string ShowRetryTimeout(const Config& d) { return GoDuration(d.node_lock_retry_timeout); }
+std::string ShowRetryTimeout(const Config& d) { return FormatDuration(d.node_lock_retry_timeout); }
 std::string ShowMaxConnections(const Config& d) { return std::to_string(d.max_connections); }
 std::string ShowKubeQps(const Config& d) { return fmt::format("{}", d.kube_qps); }
 std::string ShowKubeBurst(const Config& d) { return fmt::format("{}", d.kube_burst); }
@@ -345,6 +344,22 @@ const FlagDef kFlags[] = {
     {"leader-elect-resource-namespace", Group::kLeader, false, "NAMESPACE", "namespace of the Lease",
      &SetString<&Config::leader_elect_resource_namespace>,
      &ShowString<&Config::leader_elect_resource_namespace>},
+    {"leader-elect-mode", Group::kLeader, false, "MODE",
+     "follow: the co-located kube-scheduler's Lease decides (HAMi's way); acquire: take and renew the Lease "
+     "ourselves (client-go's rules; for an extender without a co-located kube-scheduler)",
+     &SetString<&Config::leader_elect_mode>, &ShowString<&Config::leader_elect_mode>},
+    {"leader-elect-identity", Group::kLeader, false, "NAME",
+     "our holder identity's prefix (\"<identity>_...\"); default: the host name",
+     &SetString<&Config::leader_elect_identity>, &ShowNone},
+    {"leader-elect-lease-duration", Group::kLeader, false, "DURATION",
+     "acquire: how long a Lease not renewed keeps others waiting (kube-scheduler's flag)",
+     &SetMillis<&Config::leader_elect_lease_duration>, &ShowMillis<&Config::leader_elect_lease_duration>},
+    {"leader-elect-renew-deadline", Group::kLeader, false, "DURATION",
+     "acquire: the leader stops leading when it could not renew for this long",
+     &SetMillis<&Config::leader_elect_renew_deadline>, &ShowMillis<&Config::leader_elect_renew_deadline>},
+    {"leader-elect-retry-period", Group::kLeader, false, "DURATION",
+     "acquire: how often the Lease is renewed or tried", &SetMillis<&Config::leader_elect_retry_period>,
+     &ShowMillis<&Config::leader_elect_retry_period>},
     // Files.
     {"config", Group::kFiles, false, "FILE",
      "YAML configuration: a scheduler: section and HAMi vendor sections", nullptr, &ShowNone},

@@ -86,7 +86,12 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
                         &stopping_}),
       admission_(backends, feed_.state(),
                  AdmissionOptions{options_.scheduler_name, options_.force_overwrite_default_scheduler}) {
-  if (options_.leadership.enabled) {
+  if (options_.leadership.enabled && options_.leadership.mode == LeaderElectMode::kAcquire) {
+    lease_client_ =
+        std::make_unique<ApiLeaseClient>(clients.leases != nullptr ? *clients.leases : *clients.decisions,
+                                         options_.leadership.ns, options_.leadership.name);
+    elector_ = std::make_unique<LeaseElector>(*lease_client_, leadership_, clock);
+  } else if (options_.leadership.enabled) {
     k8s::Reflector::Options o = options_.reflector_defaults;
     o.field_selector = "metadata.name=" + options_.leadership.name;
     // A watch that backs off longer than the Lease lasts would end a term kube-scheduler still holds.
@@ -121,6 +126,8 @@ asio::awaitable<void> Extender::Run() {
   using namespace asio::experimental::awaitable_operators;
   if (leases_) {
     co_await (nodes_->Run() && pods_->Run() && quotas_->Run() && leases_->Run() && HealthLoop());
+  } else if (elector_) {
+    co_await (nodes_->Run() && pods_->Run() && quotas_->Run() && elector_->Run() && HealthLoop());
   } else {
     co_await (nodes_->Run() && pods_->Run() && quotas_->Run() && HealthLoop());
   }
@@ -129,6 +136,10 @@ asio::awaitable<void> Extender::Run() {
 const PodView* Extender::CachedPod(const std::string& key) const {
   auto it = pods_->views().find(key);
   return it == pods_->views().end() ? nullptr : &it->second;
+}
+
+asio::awaitable<void> Extender::ReleaseLeadership() {
+  if (elector_) co_await elector_->Release();
 }
 
 void Extender::Stop() {
@@ -187,9 +198,16 @@ void Extender::ReleasePod(const std::string& uid) {
 
 asio::awaitable<void> Extender::HealthLoop() {
   while (!synced()) co_await ready_changed_.WaitUntil(steady_clock::now() + std::chrono::hours(1));
+  bool was_leader = !options_.leadership.enabled;
   for (;;) {
+    const bool leader = leadership_.leader();
+    // The elector logs its own turns (acquire mode); a followed Lease's are logged here.
+    if (leader != was_leader && options_.leadership.mode == LeaderElectMode::kFollow)
+      spdlog::info("leader election: {}",
+                   leader ? "leading (the Lease names our host)" : leadership_.Describe());
+    was_leader = leader;
     // A follower writes nothing: the leader's pass and sweep keep the cluster; its caches stay warm.
-    if (leadership_.leader()) {
+    if (leader) {
       // The labels first: the chart's Service (the webhook's way in) selects the leader's pod by them.
       if (options_.leadership.enabled) co_await LabelSchedulerPods();
       co_await HealthPass();

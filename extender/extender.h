@@ -17,6 +17,7 @@
 #include "extender/filter_service.h"
 #include "extender/health_service.h"
 #include "extender/leadership.h"
+#include "extender/lease_elector.h"
 #include "extender/ledger_feed.h"
 #include "extender/node_locker.h"
 #include "extender/reservations.h"
@@ -43,10 +44,10 @@ struct ExtenderOptions {
   std::chrono::seconds reservation_timeout{300};
   std::chrono::milliseconds bind_backlog{10000};  // FilterOptions
   bool legacy_metrics = false;
-  // --leader-elect: follow the co-located kube-scheduler's Lease (Leadership). Only the leader runs the
-  // health pass and the sweep, answers /filter and /bind, exports the device gauges, and labels the scheduler
-  // pods
-  // (`pod_name`/`pod_namespace`, from POD_NAME/POD_NAMESPACE) hami.io/scheduler-role=leader|follower.
+  // --leader-elect: follow the co-located kube-scheduler's Lease, or acquire one (Leadership, LeaseElector).
+  // Only the leader runs the health pass and the sweep, answers /filter and /bind, exports the device gauges,
+  // and labels the scheduler pods (`pod_name`/`pod_namespace`, from POD_NAME/POD_NAMESPACE)
+  // hami.io/scheduler-role=leader|follower.
   LeadershipOptions leadership;
   std::string pod_name, pod_namespace;
   k8s::Reflector::Options
@@ -62,6 +63,9 @@ class Extender {
     k8s::ApiClient* decisions;
     k8s::ApiClient* background;
     k8s::ApiClient* events;
+    // --leader-elect-mode=acquire: the Lease's reads and writes (a rate limit of its own, so a renewal never
+    // queues behind decisions).
+    k8s::ApiClient* leases = nullptr;
   };
   Extender(boost::asio::any_io_executor executor, Clients clients, const Backends& backends,
            ExtenderOptions options, const Clock& clock);
@@ -91,6 +95,9 @@ class Extender {
   BindService& binder() { return binder_; }
   AdmissionService& admission() { return admission_; }
 
+  // Acquire mode: ends our term at once (no write leaves after it) and gives the Lease up, so another replica
+  // takes over within its retry period. Otherwise nothing.
+  boost::asio::awaitable<void> ReleaseLeadership();
   // Ends waits (for readiness, for busy node locks, for the bind backlog) at once and refuses new ones: for
   // shutdown. Requests in flight finish.
   void Stop();
@@ -145,7 +152,9 @@ class Extender {
   std::unique_ptr<k8s::Informer<NodeView>> nodes_;
   std::unique_ptr<k8s::Informer<PodView>> pods_;
   std::unique_ptr<k8s::Informer<ResourceQuotaView>> quotas_;
-  std::unique_ptr<k8s::Informer<LeaseView>> leases_;  // with --leader-elect only
+  std::unique_ptr<k8s::Informer<LeaseView>> leases_;  // follow mode only
+  std::unique_ptr<LeaseClient> lease_client_;         // acquire mode only
+  std::unique_ptr<LeaseElector> elector_;             // acquire mode only
   BindService binder_;
   FilterService filter_;
   AdmissionService admission_;

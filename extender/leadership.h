@@ -1,9 +1,14 @@
 #pragma once
-// Leader election HAMi's way (reference/hami-scheduler.md §8.2): this process does not acquire a Lease; it
-// follows the one the co-located kube-scheduler holds (--leader-elect-resource-namespace/-name) and is the
-// leader while that Lease names a holder whose identity starts with ours (kube-scheduler's identity is
-// "<hostname>_<uuid>") and the Lease was seen less than its leaseDurationSeconds ago. Without
-// --leader-elect, always the leader. Time runs on the injected clock; an expiry needs no event.
+// Who leads, from one of two sources (--leader-elect-mode):
+// - follow (HAMi's way, reference/hami-scheduler.md §8.2): this process acquires nothing; it follows the
+//   Lease the co-located kube-scheduler holds (--leader-elect-resource-namespace/-name) and is the leader
+//   while that Lease names a holder whose identity starts with ours (kube-scheduler's identity is
+//   "<hostname>_<uuid>") and the Lease was seen less than its leaseDurationSeconds ago.
+// - acquire: a LeaseElector takes and renews the Lease itself (client-go's rules) and reports each round;
+//   this process leads until its last successful renewal is --leader-elect-renew-deadline old, which is
+//   shorter than the lease duration another replica waits, so two replicas never both lead.
+// Without --leader-elect, always the leader. Time runs on the injected monotonic clock; an expiry needs no
+// event.
 #include <chrono>
 #include <functional>
 #include <optional>
@@ -15,11 +20,20 @@
 
 namespace hami::extender {
 
+enum class LeaderElectMode { kFollow, kAcquire };
+
 struct LeadershipOptions {
   bool enabled = false;  // --leader-elect
   std::string ns;        // --leader-elect-resource-namespace
   std::string name;      // --leader-elect-resource-name
-  std::string identity;  // our host name: the holder identity's prefix
+  // --leader-elect-identity (default: the host name): the holder identity's prefix ("<identity>_..."); in
+  // acquire mode the elector writes "<identity>_<random>", as kube-scheduler does.
+  std::string identity;
+  LeaderElectMode mode = LeaderElectMode::kFollow;  // --leader-elect-mode
+  // Acquire mode (kube-scheduler's flags and defaults).
+  std::chrono::milliseconds lease_duration{15000};  // --leader-elect-lease-duration
+  std::chrono::milliseconds renew_deadline{10000};  // --leader-elect-renew-deadline
+  std::chrono::milliseconds retry_period{2000};     // --leader-elect-retry-period
 };
 
 class Leadership {
@@ -27,23 +41,39 @@ class Leadership {
   using Now = std::function<std::chrono::steady_clock::time_point()>;
   explicit Leadership(LeadershipOptions options, Now now = &std::chrono::steady_clock::now);
 
-  // The Lease as a watch shows it (added or updated), or nullptr once deleted. Leases of another name are
-  // ignored.
+  // Follow mode: the Lease as a watch shows it (added or updated), or nullptr once deleted. Leases of
+  // another name are ignored.
   void Observe(const LeaseView* lease);
+  // Acquire mode, from the elector: we hold `lease` since a write sent at `sent_at` succeeded; ...
+  void Acquired(const LeaseView& lease, std::chrono::steady_clock::time_point sent_at);
+  // ... another holder has it (`lease`), or it could not be read or written (nullptr, `why`);
+  void NotAcquired(const LeaseView* lease, std::string why);
+  // ... or we give it up (on shutdown): no write leaves from now on.
+  void Released();
   bool leader() const;
+  std::chrono::steady_clock::time_point now() const { return now_(); }
   // "leader", or why not: "follower: Lease kube-system/hami-scheduler is held by node-b_1f3...".
   std::string Describe() const;
   // Notified when leader() turns, by an event (an expiry is noticed by whoever asks next).
   k8s::Signal& changed() { return changed_; }
   const LeadershipOptions& options() const { return options_; }
+  // Acquire mode: the holder identity the elector writes, "<identity>_<random>" (a restarted process is a new
+  // holder, which waits for its predecessor's Lease to expire, as kube-scheduler does).
+  const std::string& holder_identity() const { return holder_identity_; }
 
  private:
   bool Holds(const LeaseView& lease) const;
+  bool Leads() const;
+  void NotifyIfTurned(bool was);
 
   LeadershipOptions options_;
   Now now_;
+  std::string holder_identity_;
   std::optional<LeaseView> lease_;
+  // Follow: when the Lease was last seen. Acquire: when the write that renewed it was sent.
   std::chrono::steady_clock::time_point observed_at_{};
+  bool acquired_ = false;     // acquire mode: the last round won (until a later one fails or Released())
+  std::string not_acquired_;  // acquire mode: why the last round did not win, when no Lease says it
   k8s::Signal changed_;
 };
 

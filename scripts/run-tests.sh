@@ -43,9 +43,10 @@ if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
   timeout 600 bash tests/e2e/run-conformance.sh "${BUILD_DIR:-build}/tests/integration_tests"
   timeout 600 bash tests/e2e/extender.sh "${BUILD_DIR:-build}/hami-scheduler"
   timeout 600 bash tests/e2e/chart.sh "${BUILD_DIR:-build}/hami-scheduler"
+  timeout 600 bash tests/e2e/failover.sh "${BUILD_DIR:-build}/hami-scheduler"
   # smoke, the conformance suite with two kinds of authentication, the real kube-scheduler + extender, HAMi's
-  # chart contract with the webhook
-  e2e_suites=5
+  # chart contract with the webhook, failover between two leader-elected pairs
+  e2e_suites=6
 else
   echo "e2e: SKIPPED: no Go toolchain (>= 1.24) to build the Kubernetes control plane"
 fi

@@ -124,6 +124,13 @@ std::string FormatRfc3339(TimePoint t) {
                      tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
+std::string FormatRfc3339Micro(TimePoint t) {
+  const auto since_epoch = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch());
+  const auto micros = (since_epoch.count() % 1000000 + 1000000) % 1000000;
+  const std::string seconds = FormatRfc3339(t - std::chrono::microseconds(micros));
+  return fmt::format("{}.{:06}Z", seconds.substr(0, seconds.size() - 1), micros);
+}
+
 Result<NodeLock> ParseNodeLock(std::string_view value) {
   NodeLock lock;
   if (value.find(',') == std::string_view::npos) {

@@ -25,6 +25,8 @@ std::string FormatHandshakeRequest(TimePoint now);
 // RFC 3339 (`2026-08-21T06:20:39Z`, `...+08:00`, optional fractional seconds), years 1970 to 2200.
 Result<TimePoint> ParseRfc3339(std::string_view text);
 std::string FormatRfc3339(TimePoint t);  // UTC, seconds precision, "Z"
+// Kubernetes' MicroTime (a Lease's acquireTime/renewTime): UTC, exactly six fractional digits, "Z".
+std::string FormatRfc3339Micro(TimePoint t);
 
 // Node lock value: `<RFC3339>,<namespace>,<pod>`, or a bare RFC3339 timestamp (legacy, no owner). An owner
 // that is not a valid namespace and pod name makes the value malformed.

@@ -6,6 +6,9 @@ as the API server takes them (CONCURRENCY connections; kubectl would send them o
 default 5 requests/s, so creating 1,000 pods would take 200 s by itself), and ends when every pod has
 spec.nodeName and hami.io/bind-phase=success, or at the deadline. Then it checks the allocations against
 the cards' capacity (no card over-committed) and prints one JSON object on stdout.
+
+Also a paced stream for tests/e2e/failover.sh: --rate R creates R pods per second instead of a burst, and
+--times FILE writes each pod's created/bound/allocated times (Unix seconds) and node as JSON.
 """
 import argparse
 import http.client
@@ -53,6 +56,7 @@ class Tracker:
         self.lock = threading.Lock()
         self.all_done = threading.Event()
         self.done = {}
+        self.bound = {}
         self.pods = {}
         self.error = None
 
@@ -62,6 +66,8 @@ class Tracker:
         ann = meta.get("annotations") or {}
         with self.lock:
             self.pods[name] = pod
+            if name not in self.bound and pod.get("spec", {}).get("nodeName"):
+                self.bound[name] = time.time()
             if name not in self.done and pod.get("spec", {}).get("nodeName") and ann.get(PHASE) == "success":
                 self.done[name] = time.time()
                 if len(self.done) >= self.expected:
@@ -98,7 +104,7 @@ def watch(args, tracker, ready):
         tracker.all_done.set()
 
 
-def create(args, work, errors):
+def create(args, work, errors, created, t0):
     conn = connection(args)
     path = f"/api/v1/namespaces/{args.namespace}/pods"
     while True:
@@ -106,6 +112,8 @@ def create(args, work, errors):
             i = work.get_nowait()
         except queue.Empty:
             return
+        if args.rate > 0:  # pod i leaves at t0 + i / rate
+            time.sleep(max(0.0, t0 + i / args.rate - time.time()))
         body = json.dumps(pod_object(args, i))
         for attempt in range(5):
             try:
@@ -113,6 +121,7 @@ def create(args, work, errors):
                 resp = conn.getresponse()
                 text = resp.read()
                 if resp.status in (200, 201):
+                    created[i] = time.time()
                     break
                 if resp.status != 429 and resp.status < 500:
                     errors.append(f"create {i}: {resp.status} {text[:200]!r}")
@@ -192,6 +201,8 @@ def main():
     p.add_argument("--card-memory", type=int, default=16384, help="MiB per card (for the over-commit check)")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--deadline", type=float, default=300, help="seconds from the first create")
+    p.add_argument("--rate", type=float, default=0, help="pods created per second (0: all at once)")
+    p.add_argument("--times", help="write every pod's created/bound/allocated times and node here (JSON)")
     args = p.parse_args()
 
     tracker = Tracker(args.pods)
@@ -204,8 +215,9 @@ def main():
     for i in range(args.pods):
         work.put(i)
     errors = []
+    created_at = {}
     t0 = time.time()
-    creators = [threading.Thread(target=create, args=(args, work, errors), daemon=True)
+    creators = [threading.Thread(target=create, args=(args, work, errors, created_at, t0), daemon=True)
                 for _ in range(args.concurrency)]
     for t in creators:
         t.start()
@@ -215,7 +227,16 @@ def main():
     tracker.all_done.wait(max(0.0, args.deadline - (time.time() - t0)))
     with tracker.lock:
         done = dict(tracker.done)
+        bound = dict(tracker.bound)
         pods = dict(tracker.pods)
+    if args.times:
+        with open(args.times, "w") as f:
+            json.dump({f"{args.prefix}-{i:05d}": {
+                "created": created_at.get(i),
+                "bound": bound.get(f"{args.prefix}-{i:05d}"),
+                "allocated": done.get(f"{args.prefix}-{i:05d}"),
+                "node": pods.get(f"{args.prefix}-{i:05d}", {}).get("spec", {}).get("nodeName"),
+            } for i in range(args.pods)}, f)
     last = max(done.values()) - t0 if done else None
     latencies = sorted(t - t0 for t in done.values())
     summary = {

@@ -627,6 +627,11 @@ Config RichConfig() {
   cfg.leader_elect = true;
   cfg.leader_elect_resource_name = "hami-scheduler";
   cfg.leader_elect_resource_namespace = "kube-system";
+  cfg.leader_elect_mode = "acquire";
+  cfg.leader_elect_identity = "pair-a";
+  cfg.leader_elect_lease_duration = seconds(20);
+  cfg.leader_elect_renew_deadline = milliseconds(12500);
+  cfg.leader_elect_retry_period = seconds(3);
   cfg.legacy_metrics = true;
   cfg.log_level = "warn";
   VendorSettings nv;
@@ -689,6 +694,11 @@ TEST(ConfigToYaml, RoundTripsThroughApplyYaml) {
   EXPECT_EQ(got.leader_elect, want.leader_elect);
   EXPECT_EQ(got.leader_elect_resource_name, want.leader_elect_resource_name);
   EXPECT_EQ(got.leader_elect_resource_namespace, want.leader_elect_resource_namespace);
+  EXPECT_EQ(got.leader_elect_mode, want.leader_elect_mode);
+  EXPECT_EQ(got.leader_elect_identity, want.leader_elect_identity);
+  EXPECT_EQ(got.leader_elect_lease_duration, want.leader_elect_lease_duration);
+  EXPECT_EQ(got.leader_elect_renew_deadline, want.leader_elect_renew_deadline);
+  EXPECT_EQ(got.leader_elect_retry_period, want.leader_elect_retry_period);
   EXPECT_EQ(got.legacy_metrics, want.legacy_metrics);
   EXPECT_EQ(got.log_level, want.log_level);
   ASSERT_EQ(got.vendors.size(), want.vendors.size()) << yaml;

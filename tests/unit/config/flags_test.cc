@@ -305,6 +305,49 @@ TEST(Flags, LeaderElectionNamesTheLeaseWithValidNames) {
                     "--leader-elect-resource-namespace=kube-system"}));
 }
 
+// Acquire mode takes kube-scheduler's timing flags, checked by client-go's rules.
+TEST(Flags, AcquiringTheLeaseTakesKubeSchedulersTimingFlags) {
+  const std::vector<std::string> lease{"--leader-elect", "--leader-elect-resource-name=hami-scheduler",
+                                       "--leader-elect-resource-namespace=kube-system"};
+  auto with = [&lease](std::vector<std::string> more) {
+    more.insert(more.begin(), lease.begin(), lease.end());
+    return Load(more);
+  };
+  auto defaults = with({"--leader-elect-mode=acquire"});
+  ASSERT_TRUE(defaults) << defaults.error().message;
+  EXPECT_EQ(defaults->config.leader_elect_mode, "acquire");
+  EXPECT_EQ(defaults->config.leader_elect_lease_duration, std::chrono::seconds(15));
+  EXPECT_EQ(defaults->config.leader_elect_renew_deadline, std::chrono::seconds(10));
+  EXPECT_EQ(defaults->config.leader_elect_retry_period, std::chrono::seconds(2));
+  auto set = with({"--leader-elect-mode=acquire", "--leader-elect-identity=pair-a.zone_1",
+                   "--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s",
+                   "--leader-elect-retry-period=500ms"});
+  ASSERT_TRUE(set) << set.error().message;
+  EXPECT_EQ(set->config.leader_elect_identity, "pair-a.zone_1");
+  EXPECT_EQ(set->config.leader_elect_retry_period, std::chrono::milliseconds(500));
+
+  EXPECT_THAT(
+      ProblemLines(with({"--leader-elect-mode=steal"})),
+      ElementsAre("--leader-elect-mode (scheduler.leaderElectMode): \"steal\" is not follow or acquire"));
+  EXPECT_THAT(ProblemLines(with({"--leader-elect-identity=../a:b"})),
+              ElementsAre(HasSubstr("--leader-elect-identity (scheduler.leaderElectIdentity): \"../a:b\" is "
+                                    "not an identity")));
+  EXPECT_THAT(
+      ProblemLines(with({"--leader-elect-lease-duration=10s"})),
+      ElementsAre("--leader-elect-lease-duration (10s) must be greater than --leader-elect-renew-deadline "
+                  "(10s)"));
+  EXPECT_THAT(ProblemLines(with({"--leader-elect-retry-period=9s"})),
+              ElementsAre("--leader-elect-renew-deadline (10s) must be greater than 1.2 x "
+                          "--leader-elect-retry-period (9s)"));
+  EXPECT_THAT(
+      ProblemLines(with({"--leader-elect-lease-duration=500ms", "--leader-elect-renew-deadline=400ms",
+                         "--leader-elect-retry-period=100ms"})),
+      ElementsAre(HasSubstr("--leader-elect-lease-duration (scheduler.leaderElectLeaseDuration): must be "
+                            "at least 1s")));
+  EXPECT_THAT(ProblemLines(with({"--leader-elect-retry-period=0s"})),
+              ElementsAre(HasSubstr("--leader-elect-retry-period: '0s' is too short")));
+}
+
 TEST(Flags, HamiNoOpFlagsAreAcceptedWithWarnings) {
   auto r =
       Load({"--cambricon-mlu-name=cambricon.com/mlu", "--dcu-memory=hygon.com/dcumem", "--mthreads-cores=x",
