@@ -12,8 +12,9 @@ PACKAGES=(
   libssl-dev
   openssl curl iproute2 procps python3
 )
-# The sanitizer build and the libFuzzer targets (scripts/build-asan.sh, scripts/fuzz.sh).
-if [ "${1:-}" != "--build-only" ]; then PACKAGES+=(clang-16 libfuzzer-16-dev); fi
+# The sanitizer build and the libFuzzer targets (scripts/build-asan.sh, scripts/fuzz.sh); the chart's test
+# reads rendered manifests with PyYAML (tests/e2e/helm.sh).
+if [ "${1:-}" != "--build-only" ]; then PACKAGES+=(clang-16 libfuzzer-16-dev python3-yaml); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

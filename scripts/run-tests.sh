@@ -44,9 +44,10 @@ if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
   timeout 600 bash tests/e2e/extender.sh "${BUILD_DIR:-build}/hami-scheduler"
   timeout 600 bash tests/e2e/chart.sh "${BUILD_DIR:-build}/hami-scheduler"
   timeout 600 bash tests/e2e/failover.sh "${BUILD_DIR:-build}/hami-scheduler"
+  timeout 1200 bash tests/e2e/helm.sh "${BUILD_DIR:-build}/hami-scheduler"
   # smoke, the conformance suite with two kinds of authentication, the real kube-scheduler + extender, HAMi's
-  # chart contract with the webhook, failover between two leader-elected pairs
-  e2e_suites=6
+  # chart contract with the webhook, failover between two leader-elected pairs, our Helm chart
+  e2e_suites=7
 else
   echo "e2e: SKIPPED: no Go toolchain (>= 1.24) to build the Kubernetes control plane"
 fi

@@ -1049,8 +1049,9 @@ TEST_F(SystemTest, KillEndsABindWaitingForALock) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// deploy/grafana/hami-scheduler.json: valid JSON with panels, and every metric its queries name is one a
-// running scheduler exports (read from its own /metrics, with devices, a pod holding some and a quota).
+// charts/hami-scheduler/files/hami-scheduler.json (also deploy/grafana/): valid JSON with panels, and every
+// metric its queries name is one a running scheduler exports (read from its own /metrics, with devices, a pod
+// holding some and a quota).
 
 // The hami_* series names in a PromQL expression.
 std::set<std::string> MetricNames(std::string_view expr) {
@@ -1093,7 +1094,7 @@ void CollectExprs(const json::value& v, std::vector<std::string>& out) {
 }
 
 TEST_F(SystemTest, TheGrafanaDashboardQueriesOnlyMetricsWeExport) {
-  std::ifstream file(std::string(HAMI_SOURCE_DIR) + "/deploy/grafana/hami-scheduler.json");
+  std::ifstream file(std::string(HAMI_SOURCE_DIR) + "/charts/hami-scheduler/files/hami-scheduler.json");
   ASSERT_TRUE(file);
   const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   boost::system::error_code ec;

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# e2e of the Helm chart charts/hami-scheduler (issue 12): helm built from its Go module (build-helm.sh), then
+#  - `helm lint --strict`;
+#  - `helm template` in every shape (default; an operator's HAMi values file, tests/e2e/chart-v2.10.0/
+#    values-operator.yaml; without the kube-scheduler sidecar; without the webhook; cert-manager; ServiceMonitor
+#    and Grafana dashboard; a config change) with the rendered objects checked (helm_checks.py);
+#  - the renderings accepted by the REAL kube-apiserver (`kubectl apply --dry-run=server`; cert-manager's and the
+#    Prometheus operator's kinds are left out, their CRDs are not installed), then the default one applied;
+#  - the extender's command line as the operator's values render it, loaded by our binary (--print-config):
+#    the settings HAMi's chart gives from those values.
+#
+#   tests/e2e/helm.sh [PATH/TO/hami-scheduler]   # default: ${BUILD_DIR:-build}/hami-scheduler
+#
+# Ends with "e2e helm: N passed, M failed". Bounded by HAMI_E2E_HELM_TIMEOUT seconds.
+set -uo pipefail
+
+E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$E2E_DIR/../.." && pwd)"
+CHART="$ROOT/charts/hami-scheduler"
+source "$E2E_DIR/suite.sh"
+bounded_reexec helm HELM "$@"
+
+HAMI="${1:-$ROOT/${BUILD_DIR:-build}/hami-scheduler}"
+[ -x "$HAMI" ] || { bad "no hami-scheduler binary at $HAMI (build it, or pass its path)"; finish; }
+if ! HELM="$(bash "$E2E_DIR/build-helm.sh")"; then bad "build helm (see the messages above)"; finish; fi
+if ! BIN="$(bash "$E2E_DIR/build.sh")"; then bad "build the control plane (see the messages above)"; finish; fi
+export HAMI_E2E_BIN="$BIN"
+KUBECTL="$BIN/kubectl"
+KUBE_VERSION=1.36.3
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/hami-e2e-helm.XXXXXX")"
+cleanup() {
+  bash "$E2E_DIR/stop.sh" "$WORK" >/dev/null 2>&1
+  if [ "$FAIL" = 0 ] && [ "${HAMI_E2E_KEEP_WORK:-0}" != 1 ]; then rm -rf "$WORK"; else log "work dir kept: $WORK"; fi
+}
+trap cleanup EXIT
+trap 'bad "interrupted or timed out"; finish' INT TERM
+mkdir -p "$WORK/logs"
+
+if "$HELM" lint --strict "$CHART" --kube-version "$KUBE_VERSION" > "$WORK/logs/lint.log" 2>&1; then
+  ok "helm lint --strict ($("$HELM" version --template '{{.Version}}'))"
+else
+  cat "$WORK/logs/lint.log"; bad "helm lint --strict"
+fi
+
+render() { # NAME ARGS...: renders into $WORK/NAME.yaml
+  local name="$1"; shift
+  if "$HELM" template hami "$CHART" --namespace kube-system --kube-version "$KUBE_VERSION" "$@" \
+       > "$WORK/$name.yaml" 2> "$WORK/logs/render-$name.log"; then
+    return 0
+  fi
+  cat "$WORK/logs/render-$name.log"; bad "helm template ($name)"; return 1
+}
+checks() { # CASE FILES...: helm_checks.py's lines become checks
+  local line
+  while IFS= read -r line; do
+    case "$line" in PASS:*) ok "${line#PASS: }" ;; *) bad "${line#FAIL: }" ;; esac
+  done < <(python3 "$E2E_DIR/helm_checks.py" "$@" 2>&1)
+}
+render default && checks default "$WORK/default.yaml"
+render operator -f "$E2E_DIR/chart-v2.10.0/values-operator.yaml" && checks operator "$WORK/operator.yaml"
+render acquire --set scheduler.kubeScheduler.enabled=false && checks acquire "$WORK/acquire.yaml"
+render no-webhook --set scheduler.admissionWebhook.enabled=false && checks no-webhook "$WORK/no-webhook.yaml"
+render cert-manager --set scheduler.certManager.enabled=true && checks cert-manager "$WORK/cert-manager.yaml"
+render monitoring --set prometheus.enabled=true --set grafanaDashboard.enabled=true \
+  --api-versions monitoring.coreos.com/v1/ServiceMonitor && checks monitoring "$WORK/monitoring.yaml" "$CHART/files/hami-scheduler.json"
+render changed --set devices.nvidia.gpuCorePolicy=force && checks checksum "$WORK/default.yaml" "$WORK/changed.yaml"
+
+# ------------------------------------------------------------------ the operator's command line, loaded by us
+python3 - "$WORK/operator.yaml" "$WORK" <<'PYEOF' > "$WORK/operator-args.txt" || bad "extract the operator rendering's command line"
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+work = sys.argv[2]
+for d in docs:
+    if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-device"):
+        open(f"{work}/device-config.yaml", "w").write(d["data"]["device-config.yaml"])
+    if d["kind"] == "Deployment":
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            if c["name"] == "vgpu-scheduler-extender":
+                args = c["command"]
+# The files the pod mounts are the work dir's.
+print("\n".join(a.replace("/device-config.yaml", f"{work}/device-config.yaml") for a in args))
+PYEOF
+mapfile -t ARGS < "$WORK/operator-args.txt"
+ln -sf "$HAMI" "$WORK/scheduler"
+touch "$WORK/tls.crt" "$WORK/tls.key"
+ARGS=("${ARGS[@]//\/tls\//$WORK/}")
+if [ "${ARGS[0]:-}" = scheduler ] && "$WORK/scheduler" "${ARGS[@]:1}" --print-config > "$WORK/operator-config.yaml" 2> "$WORK/logs/print-config.log"; then
+  ok "our binary, started as \`scheduler\` with the operator rendering's flags, loads them"
+  python3 - "$WORK/operator-config.yaml" <<'PYEOF' | while IFS= read -r line; do case "$line" in PASS:*) ok "${line#PASS: }" ;; *) bad "${line#FAIL: }" ;; esac; done
+import sys, yaml
+cfg = yaml.safe_load(open(sys.argv[1]))
+s = cfg["scheduler"]
+want = {"schedulerName": "gpu-scheduler", "metricsBindAddress": ":9500", "nodeSchedulerPolicy": "spread",
+        "gpuSchedulerPolicy": "binpack", "forceOverwriteDefaultScheduler": False, "leaderElect": True,
+        "leaderElectResourceName": "gpu-scheduler", "leaderElectResourceNamespace": "kube-system",
+        "leaderElectMode": "follow", "nodeLockTimeout": "10m", "legacyMetrics": True, "logLevel": "trace"}
+got = {k: s.get(k) for k in want}
+print(("PASS: " if got == want else "FAIL: ") + f"the effective settings are HAMi's from those values: {got}"
+      + ("" if got == want else f" (want {want})"))
+sel = s.get("nodeLabelSelector")
+print(("PASS: " if sel in ({"gpu": "on"}, "gpu=on") else "FAIL: ") + f"nodeLabelSelector {sel}")
+nv = cfg.get("nvidia", {})
+ok = nv.get("resourceCountName") == "nvidia.com/vgpu" and nv.get("resourceMemoryName") == "nvidia.com/vgpu-memory"
+print(("PASS: " if ok else "FAIL: ") + f"the NVIDIA resource names from the values: {nv.get('resourceCountName')}, {nv.get('resourceMemoryName')}")
+PYEOF
+else
+  cat "$WORK/logs/print-config.log"; bad "our binary refuses the operator rendering's flags: ${ARGS[*]}"
+fi
+
+# ------------------------------------------------------------------ the real API server
+if ! bash "$E2E_DIR/start.sh" "$WORK" > "$WORK/logs/start.log" 2>&1; then
+  tail -n 40 "$WORK/logs/start.log"; bad "start the control plane"; finish
+fi
+# shellcheck disable=SC1091
+. "$WORK/env"
+K() { timeout 60 "$KUBECTL" --kubeconfig "$HAMI_E2E_KUBECONFIG" --request-timeout=30s "$@"; }
+# Only what the API server knows: cert-manager's and the Prometheus operator's kinds need their CRDs.
+without_crd_kinds() {
+  python3 -c '
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] not in ("Issuer", "Certificate", "ServiceMonitor")]
+print(yaml.safe_dump_all(docs))' "$1"
+}
+for name in default operator acquire no-webhook cert-manager monitoring; do
+  [ -s "$WORK/$name.yaml" ] || continue
+  without_crd_kinds "$WORK/$name.yaml" > "$WORK/$name-core.yaml"
+  if K apply --dry-run=server -f "$WORK/$name-core.yaml" > "$WORK/logs/dry-run-$name.log" 2>&1; then
+    ok "the real kube-apiserver accepts the $name rendering ($(grep -c . "$WORK/logs/dry-run-$name.log") objects, --dry-run=server)"
+  else
+    tail -n 20 "$WORK/logs/dry-run-$name.log"; bad "kube-apiserver refuses the $name rendering"
+  fi
+done
+if K apply -f "$WORK/default.yaml" > "$WORK/logs/apply.log" 2>&1; then
+  ok "the default rendering applied ($(grep -c . "$WORK/logs/apply.log") objects)"
+else
+  tail -n 20 "$WORK/logs/apply.log"; bad "apply the default rendering"
+fi
+if K -n kube-system get deployment/hami-scheduler service/hami-scheduler service/hami-scheduler-metrics \
+     configmap/hami-scheduler configmap/hami-scheduler-device role/hami-scheduler-leases > /dev/null 2>&1 &&
+   K get mutatingwebhookconfiguration/hami-scheduler-webhook clusterrole/hami-scheduler > /dev/null 2>&1; then
+  ok "the objects are there: Deployment, leader and metrics Services, ConfigMaps, RBAC, webhook"
+else
+  bad "objects of the default rendering are missing"
+fi
+# The kube-scheduler configuration the chart renders is one the real kube-scheduler loads.
+python3 -c '
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == "hami-scheduler":
+        print(d["data"]["config.yaml"])' "$WORK/default.yaml" > "$WORK/kube-scheduler-config.yaml"
+printf 'clientConnection:\n  kubeconfig: %s\n' "$HAMI_E2E_KUBECONFIG" >> "$WORK/kube-scheduler-config.yaml"
+"$BIN/kube-scheduler" --config="$WORK/kube-scheduler-config.yaml" --bind-address=127.0.0.1 --secure-port=0 \
+  > "$WORK/logs/kube-scheduler.log" 2>&1 &
+SCHED=$!
+took_lease() { K -n kube-system get lease hami-scheduler -o jsonpath='{.spec.holderIdentity}' | grep -q .; }
+if wait_for 60 took_lease; then ok "the real kube-scheduler runs the chart's configuration (it holds Lease kube-system/hami-scheduler)"
+else tail -n 20 "$WORK/logs/kube-scheduler.log"; bad "kube-scheduler with the chart's configuration"; fi
+stop_pid "$SCHED"
+finish

@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Checks on charts/hami-scheduler's renderings, for tests/e2e/helm.sh: prints one line per check,
+"PASS: ..." or "FAIL: ...", and exits 1 if any failed.
+
+  helm_checks.py CASE RENDERED.yaml [MORE...]
+
+CASE: default | operator | acquire | no-webhook | cert-manager | monitoring | checksum (see helm.sh).
+"""
+import json
+import sys
+
+import yaml
+
+failed = 0
+
+
+def check(ok, what):
+    global failed
+    print(("PASS: " if ok else "FAIL: ") + what)
+    failed += 0 if ok else 1
+
+
+def load(path):
+    return [d for d in yaml.safe_load_all(open(path)) if d]
+
+
+def one(docs, kind, name=None):
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    if len(found) != 1:
+        raise SystemExit(f"FAIL: want one {kind} {name or ''}, the rendering has {len(found)}")
+    return found[0]
+
+
+def containers(docs):
+    spec = one(docs, "Deployment")["spec"]["template"]["spec"]
+    return {c["name"]: c for c in spec["containers"]}
+
+
+def flags(docs):
+    return containers(docs)["vgpu-scheduler-extender"]["command"]
+
+
+def scheduler_config(docs, name="hami-scheduler"):
+    return yaml.safe_load(one(docs, "ConfigMap", name)["data"]["config.yaml"])
+
+
+def device_config(docs, name="hami-scheduler-device"):
+    return yaml.safe_load(one(docs, "ConfigMap", name)["data"]["device-config.yaml"])
+
+
+def default_case(docs):
+    f = flags(docs)
+    check(f[0] == "scheduler", "the extender runs the image's `scheduler` (HAMi's entry point, allowed to bind :443)")
+    for want in ["--http_bind=127.0.0.1:8080", "--webhook-bind=0.0.0.0:443", "--webhook-cert-file=/tls/tls.crt",
+                 "--leader-elect=true", "--leader-elect-resource-name=hami-scheduler",
+                 "--leader-elect-resource-namespace=kube-system", "--device-config-file=/device-config.yaml"]:
+        check(want in f, f"extender flag {want}")
+    cfg = scheduler_config(docs)
+    check(cfg["leaderElection"]["leaderElect"] is True and cfg["leaderElection"]["resourceName"] == "hami-scheduler",
+          "kube-scheduler elects a leader on Lease kube-system/hami-scheduler (the one the extender follows)")
+    ext = cfg["extenders"][0]
+    check(ext["urlPrefix"] == "http://127.0.0.1:8080" and ext["bindVerb"] == "bind" and ext["nodeCacheCapable"],
+          "kube-scheduler calls the extender on the pod's loopback")
+    names = {r["name"] for r in ext["managedResources"]}
+    check({"nvidia.com/gpu", "nvidia.com/gpumem", "cambricon.com/vmlu", "hygon.com/dcunum", "mthreads.com/vgpu"} <= names,
+          "managedResources lists every vendor's resources")
+    svc = one(docs, "Service", "hami-scheduler")
+    check(svc["spec"]["selector"].get("hami.io/scheduler-role") == "leader", "the Service selects the leader's pod")
+    check(one(docs, "Service", "hami-scheduler-metrics")["spec"]["selector"].get("hami.io/scheduler-role") is None,
+          "the metrics Service selects every replica")
+    role = one(docs, "Role", "hami-scheduler-leases")
+    check(any("leases" in r["resources"] and "update" in r["verbs"] for r in role["rules"]), "RBAC: leases")
+    cr = one(docs, "ClusterRole", "hami-scheduler")
+    check(any("pods" in r["resources"] and "patch" in r["verbs"] for r in cr["rules"]), "RBAC: pod labels and annotations")
+    hook = one(docs, "MutatingWebhookConfiguration")["webhooks"][0]
+    check(hook["clientConfig"]["service"] == {"name": "hami-scheduler", "namespace": "kube-system", "path": "/webhook",
+                                              "port": 443}, "the webhook goes to the leader's Service")
+    jobs = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Job"}
+    check(set(jobs) == {"hami-scheduler-admission-create", "hami-scheduler-admission-patch"},
+          "self-signed certificate Jobs (create before install, patch after)")
+    ann = one(docs, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    check({"checksum/hami-scheduler-config", "checksum/hami-scheduler-device-config"} <= set(ann), "checksum annotations")
+    extender = containers(docs)["vgpu-scheduler-extender"]
+    check(extender["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}, "readiness on /readyz")
+    check(extender["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+          "the extender drops every capability but binding :443")
+
+
+def operator_case(docs):
+    # What HAMi v2.10.0's chart gives the scheduler from tests/e2e/chart-v2.10.0/values-operator.yaml.
+    f = flags(docs)
+    for want in ["--scheduler-name=gpu-scheduler", "--metrics-bind-address=:9500", "--node-scheduler-policy=spread",
+                 "--gpu-scheduler-policy=binpack", "--force-overwrite-default-scheduler=false", "--leader-elect=true",
+                 "--leader-elect-resource-name=gpu-scheduler", "--enable-ascend=true", "--node-label-selector=gpu=on",
+                 "--legacy-metrics=true", "--debug", "-v=4"]:
+        check(want in f, f"HAMi values -> extender flag {want}")
+    # HAMi's chart sets nodeLockExpire as an env var its scheduler overwrites; here it takes effect.
+    check("--node-lock-timeout=10m" in f, "scheduler.nodeLockExpire -> --node-lock-timeout=10m")
+    dev = device_config(docs)
+    nv = dev["nvidia"]
+    check((nv["resourceCountName"], nv["resourceMemoryName"], nv["resourceCoreName"], nv["overwriteEnv"],
+           nv["runtimeClassName"]) == ("nvidia.com/vgpu", "nvidia.com/vgpu-memory", "nvidia.com/vgpu-cores", True, "nvidia"),
+          "HAMi values -> the NVIDIA device config (resource names, overwriteEnv, devicePlugin.runtimeClassName)")
+    check(dev["cambricon"]["resourceCountName"] == "cambricon.com/smlu" and dev["hygon"]["resourceCountName"] == "hygon.com/dcu",
+          "HAMi values -> the Cambricon and Hygon resource names")
+    cfg = scheduler_config(docs)
+    names = {r["name"] for r in cfg["extenders"][0]["managedResources"]}
+    check(cfg["profiles"][0]["schedulerName"] == "gpu-scheduler" and cfg["leaderElection"]["resourceName"] == "gpu-scheduler",
+          "HAMi values -> kube-scheduler's profile and Lease gpu-scheduler")
+    check({"nvidia.com/vgpu", "nvidia.com/vgpu-memory", "nvidia.com/vgpu-cores", "cambricon.com/smlu", "hygon.com/dcu"} <= names,
+          "HAMi values -> managedResources with the renamed resources")
+    dep = one(docs, "Deployment")
+    spec = dep["spec"]["template"]["spec"]
+    c = containers(docs)
+    check(dep["spec"]["replicas"] == 2, "scheduler.replicas: 2 with leaderElect")
+    check(c["kube-scheduler"]["image"] == "registry.example.com/kube-scheduler:v1.36.3" and
+          c["vgpu-scheduler-extender"]["image"] == "registry.example.com/platform/hami-scheduler:0.1.0",
+          "global.imageRegistry and the images' repositories and tags")
+    check(c["kube-scheduler"]["command"] == ["kube-scheduler", "--config=/config/config.yaml", "-v=4"],
+          "kubeScheduler.extraNewArgs")
+    check(spec["imagePullSecrets"] == [{"name": "site-pull"}] and spec["tolerations"][0]["key"] ==
+          "node-role.kubernetes.io/control-plane", "imagePullSecrets and tolerations")
+    check(dep["metadata"]["labels"].get("team") == "gpu-platform", "global.labels")
+    hook = one(docs, "MutatingWebhookConfiguration")["webhooks"][0]
+    ns_expr = hook["namespaceSelector"]["matchExpressions"]
+    check(hook["failurePolicy"] == "Fail" and {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                                               "values": ["kube-system", "monitoring"]} in ns_expr,
+          "admissionWebhook.failurePolicy and whitelistNamespaces")
+    svc = one(docs, "Service", "hami-scheduler")["spec"]
+    ports = {p["name"]: p for p in svc["ports"]}
+    check(svc["type"] == "ClusterIP" and ports["http"]["port"] == 443 and ports["monitor"]["port"] == 31993 and
+          "nodePort" not in ports["http"], "scheduler.service (type, ports)")
+    check(ports["monitor"]["targetPort"] == "metrics", "the monitor port reaches the metrics port that was moved to :9500")
+
+
+def acquire_case(docs):
+    f = flags(docs)
+    check("kube-scheduler" not in containers(docs), "kubeScheduler.enabled=false: no sidecar")
+    check("--leader-elect-mode=acquire" in f and "--leader-elect-resource-name=hami-scheduler-extender" in f,
+          "no sidecar to follow: the extender acquires Lease hami-scheduler-extender itself")
+    check("--http_bind=0.0.0.0:8080" in f, "the extender listens for an external kube-scheduler")
+    ports = {p["name"] for p in one(docs, "Service", "hami-scheduler")["spec"]["ports"]}
+    check("extender" in ports, "the Service has the extender port")
+    check(not [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "hami-scheduler"],
+          "no kube-scheduler configuration")
+
+
+def no_webhook_case(docs):
+    f = flags(docs)
+    check(not [d for d in docs if d["kind"] in ("MutatingWebhookConfiguration", "Job")], "no webhook, no certificate Jobs")
+    check(not any(x.startswith("--webhook-") for x in f), "no webhook listener")
+    sc = containers(docs)["vgpu-scheduler-extender"]["securityContext"]["capabilities"]
+    check(sc == {"drop": ["ALL"]}, "no capability at all without the webhook's :443")
+
+
+def cert_manager_case(docs):
+    cert = one(docs, "Certificate")
+    check(cert["spec"]["secretName"] == "hami-scheduler-tls" and
+          "hami-scheduler.kube-system.svc" in cert["spec"]["dnsNames"], "cert-manager Certificate for the Service")
+    check(one(docs, "Issuer")["spec"] == {"selfSigned": {}}, "a self-signed Issuer")
+    hook = one(docs, "MutatingWebhookConfiguration")
+    check(hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "kube-system/hami-scheduler-serving-cert",
+          "cert-manager injects the CA into the webhook")
+    check(not [d for d in docs if d["kind"] == "Job"], "no certificate Jobs with cert-manager")
+
+
+def monitoring_case(docs, dashboard_path):
+    sm = one(docs, "ServiceMonitor")
+    check(sm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "hami-scheduler-metrics" and
+          sm["spec"]["endpoints"][0]["port"] == "metrics", "ServiceMonitor on every replica's metrics")
+    cm = one(docs, "ConfigMap", "hami-scheduler-dashboard")
+    check(cm["metadata"]["labels"].get("grafana_dashboard") == "1", "the dashboard ConfigMap has the sidecar's label")
+    check(json.loads(cm["data"]["hami-scheduler.json"]) == json.load(open(dashboard_path)),
+          "the dashboard in the ConfigMap is files/hami-scheduler.json, as JSON")
+
+
+def checksum_case(before, after):
+    a = one(before, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    b = one(after, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    check(a["checksum/hami-scheduler-device-config"] != b["checksum/hami-scheduler-device-config"] and
+          a["checksum/hami-scheduler-config"] == b["checksum/hami-scheduler-config"],
+          "a device-config change changes its checksum only (the pods roll)")
+
+
+def main():
+    case, paths = sys.argv[1], sys.argv[2:]
+    docs = load(paths[0])
+    if case == "default":
+        default_case(docs)
+    elif case == "operator":
+        operator_case(docs)
+    elif case == "acquire":
+        acquire_case(docs)
+    elif case == "no-webhook":
+        no_webhook_case(docs)
+    elif case == "cert-manager":
+        cert_manager_case(docs)
+    elif case == "monitoring":
+        monitoring_case(docs, paths[1])
+    elif case == "checksum":
+        checksum_case(docs, load(paths[1]))
+    else:
+        raise SystemExit(f"unknown case {case}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
