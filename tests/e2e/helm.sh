@@ -59,6 +59,7 @@ checks() { # CASE FILES...: helm_checks.py's lines become checks
 }
 render default && checks default "$WORK/default.yaml"
 render operator -f "$E2E_DIR/chart-v2.10.0/values-operator.yaml" && checks operator "$WORK/operator.yaml"
+render low-port --set scheduler.service.httpTargetPort=443 && checks low-port "$WORK/low-port.yaml"
 render acquire --set scheduler.kubeScheduler.enabled=false && checks acquire "$WORK/acquire.yaml"
 render no-webhook --set scheduler.admissionWebhook.enabled=false && checks no-webhook "$WORK/no-webhook.yaml"
 render cert-manager --set scheduler.certManager.enabled=true && checks cert-manager "$WORK/cert-manager.yaml"
@@ -82,11 +83,10 @@ for d in docs:
 print("\n".join(a.replace("/device-config.yaml", f"{work}/device-config.yaml") for a in args))
 PYEOF
 mapfile -t ARGS < "$WORK/operator-args.txt"
-ln -sf "$HAMI" "$WORK/scheduler"
 touch "$WORK/tls.crt" "$WORK/tls.key"
 ARGS=("${ARGS[@]//\/tls\//$WORK/}")
-if [ "${ARGS[0]:-}" = scheduler ] && "$WORK/scheduler" "${ARGS[@]:1}" --print-config > "$WORK/operator-config.yaml" 2> "$WORK/logs/print-config.log"; then
-  ok "our binary, started as \`scheduler\` with the operator rendering's flags, loads them"
+if [ "${ARGS[0]:-}" = hami-scheduler ] && "$HAMI" "${ARGS[@]:1}" --print-config > "$WORK/operator-config.yaml" 2> "$WORK/logs/print-config.log"; then
+  ok "our binary loads the operator rendering's command line"
   python3 - "$WORK/operator-config.yaml" <<'PYEOF' | while IFS= read -r line; do case "$line" in PASS:*) ok "${line#PASS: }" ;; *) bad "${line#FAIL: }" ;; esac; done
 import sys, yaml
 cfg = yaml.safe_load(open(sys.argv[1]))

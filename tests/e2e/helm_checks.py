@@ -4,7 +4,7 @@
 
   helm_checks.py CASE RENDERED.yaml [MORE...]
 
-CASE: default | operator | acquire | no-webhook | cert-manager | monitoring | checksum (see helm.sh).
+CASE: default | low-port | operator | acquire | no-webhook | cert-manager | monitoring | checksum (see helm.sh).
 """
 import json
 import sys
@@ -50,8 +50,8 @@ def device_config(docs, name="hami-scheduler-device"):
 
 def default_case(docs):
     f = flags(docs)
-    check(f[0] == "scheduler", "the extender runs the image's `scheduler` (HAMi's entry point, allowed to bind :443)")
-    for want in ["--http_bind=127.0.0.1:8080", "--webhook-bind=0.0.0.0:443", "--webhook-cert-file=/tls/tls.crt",
+    check(f[:2] == ["hami-scheduler", "serve"], "the extender runs `hami-scheduler serve`")
+    for want in ["--http_bind=127.0.0.1:8080", "--webhook-bind=0.0.0.0:8443", "--webhook-cert-file=/tls/tls.crt",
                  "--leader-elect=true", "--leader-elect-resource-name=hami-scheduler",
                  "--leader-elect-resource-namespace=kube-system", "--device-config-file=/device-config.yaml"]:
         check(want in f, f"extender flag {want}")
@@ -82,8 +82,18 @@ def default_case(docs):
     check({"checksum/hami-scheduler-config", "checksum/hami-scheduler-device-config"} <= set(ann), "checksum annotations")
     extender = containers(docs)["vgpu-scheduler-extender"]
     check(extender["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}, "readiness on /readyz")
-    check(extender["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
-          "the extender drops every capability but binding :443")
+    sc = extender["securityContext"]
+    check(sc["capabilities"] == {"drop": ["ALL"]} and sc["runAsNonRoot"] and not sc["allowPrivilegeEscalation"] and
+          sc["readOnlyRootFilesystem"], "the extender runs as non-root with no capability, read-only")
+    check(one(docs, "Service", "hami-scheduler")["spec"]["ports"][0]["targetPort"] == 8443,
+          "the Service's port 443 reaches the webhook on 8443")
+
+
+def low_port_case(docs):
+    sc = containers(docs)["vgpu-scheduler-extender"]["securityContext"]
+    check("--webhook-bind=0.0.0.0:443" in flags(docs) and sc["runAsUser"] == 0 and
+          sc["capabilities"] == {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+          "httpTargetPort 443 (HAMi's): root with only CAP_NET_BIND_SERVICE")
 
 
 def operator_case(docs):
@@ -187,6 +197,8 @@ def main():
     docs = load(paths[0])
     if case == "default":
         default_case(docs)
+    elif case == "low-port":
+        low_port_case(docs)
     elif case == "operator":
         operator_case(docs)
     elif case == "acquire":
