@@ -65,10 +65,11 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   if (!background) return background.error();
   s->background_client_ = std::move(*background);
   if (cfg.leader_elect && cfg.leader_elect_mode == "acquire") {
-    // One attempt per round, bounded by the renew deadline: the rounds are the retries, and a round that
-    // outlived the deadline would renew a term already over.
+    // One attempt per request, bounded by half the renew deadline (at least the retry period): the rounds are
+    // the retries, and one hung request must not use up the whole term.
     k8s::ClientOptions lo;
-    lo.timeout = std::min(cfg.leader_elect_renew_deadline, co.timeout);
+    lo.timeout =
+        std::min(std::max(cfg.leader_elect_renew_deadline / 2, cfg.leader_elect_retry_period), co.timeout);
     lo.max_attempts = 1;
     auto leases = k8s::ApiClient::Create(ioc.get_executor(), rest, lo);
     if (!leases) return leases.error();
@@ -108,6 +109,16 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
       extender::Extender::Clients{s->client_.get(), s->background_client_.get(), s->event_client_.get(),
                                   s->lease_client_.get()},
       backends, o, clock);
+  if (cfg.leader_elect) {
+    // The last fence: every attempt of every write (retries included) asks whether we still lead.
+    const extender::Leadership* leadership = &s->extender_->leadership();
+    const k8s::ApiClient::WriteGate gate = [leadership] {
+      return leadership->leader() ? std::string()
+                                  : "this replica is not the leader (" + leadership->Describe() + ")";
+    };
+    for (k8s::ApiClient* c : {s->client_.get(), s->background_client_.get(), s->event_client_.get()})
+      c->SetWriteGate(gate);
+  }
   s->routes_ = std::make_unique<extender::HttpRoutes>(*s->extender_, s->loop_exceptions_);
 
   using Serves = extender::HttpRoutes::Serves;

@@ -720,10 +720,12 @@ void ValidateConfig(const Config& cfg, std::vector<std::string>& problems) {
         Quoted(cfg.leader_elect_identity)));
   // client-go's rules: another replica waits the lease duration, the leader stops at the renew deadline, and
   // a renewal (retried every retry period, jittered up to 1.2x) must fit in the deadline.
-  if (cfg.leader_elect_lease_duration < std::chrono::seconds(1))
-    problems.push_back(
-        "--leader-elect-lease-duration (scheduler.leaderElectLeaseDuration): must be at least 1s (a Lease "
-        "counts whole seconds)");
+  if (cfg.leader_elect_lease_duration < std::chrono::seconds(1) ||
+      cfg.leader_elect_lease_duration.count() % 1000 != 0)
+    problems.push_back(fmt::format(
+        "--leader-elect-lease-duration (scheduler.leaderElectLeaseDuration): {} is not a whole number of "
+        "seconds of at least 1s (a Lease counts whole seconds)",
+        FormatDuration(cfg.leader_elect_lease_duration)));
   if (cfg.leader_elect_lease_duration <= cfg.leader_elect_renew_deadline)
     problems.push_back(fmt::format(
         "--leader-elect-lease-duration ({}) must be greater than --leader-elect-renew-deadline ({})",

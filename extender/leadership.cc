@@ -87,8 +87,8 @@ std::string Leadership::Describe() const {
     if (acquired_)
       return fmt::format("follower: {} not renewed within the renew deadline ({}){}", where,
                          Seconds(options_.renew_deadline), not_acquired_.empty() ? "" : ": " + not_acquired_);
-    if (!not_acquired_.empty() && (!lease_ || not_acquired_ == "released"))
-      return fmt::format("follower: {}: {}", where, not_acquired_);
+    // The last round's failure is the freshest news; "" when the last round found another holder.
+    if (!not_acquired_.empty()) return fmt::format("follower: {}: {}", where, not_acquired_);
   }
   if (!lease_) return fmt::format("follower: {} not seen", where);
   if (!lease_->holder_identity || lease_->holder_identity->empty())

@@ -54,7 +54,7 @@ json::value LeaseElector::Spec(const json::value* old_spec, bool ours) const {
   return spec;
 }
 
-void LeaseElector::Observed(const json::value& lease) {
+void LeaseElector::Observed(const json::value& lease, const LeaseView& view) {
   // Any write moves the resourceVersion, even one that rewrote the same record.
   const json::object& o = lease.as_object();
   const json::value* spec = o.if_contains("spec");
@@ -66,9 +66,26 @@ void LeaseElector::Observed(const json::value& lease) {
   if (text == observed_spec_) return;
   observed_spec_ = std::move(text);
   observed_at_ = leadership_->now();
+  observed_holder_ = view.holder_identity.value_or("");
+  observed_duration_ = std::chrono::seconds(view.lease_duration_seconds);
 }
 
 asio::awaitable<bool> LeaseElector::TryAcquireOrRenew() {
+  in_round_ = true;
+  bool held = false;
+  try {
+    held = co_await Round();
+  } catch (...) {
+    in_round_ = false;
+    round_done_.Notify();
+    throw;
+  }
+  in_round_ = false;
+  round_done_.Notify();
+  co_return held;
+}
+
+asio::awaitable<bool> LeaseElector::Round() {
   // The term is counted from before the write is sent: whoever reads the record we write waits the lease
   // duration from a later moment, and our term (the renew deadline) is shorter.
   const steady_clock::time_point sent_at = leadership_->now();
@@ -81,12 +98,14 @@ asio::awaitable<bool> LeaseElector::TryAcquireOrRenew() {
       return false;
     }
     last_written_ = lease;
-    Observed(lease);
+    Observed(lease, *view);
     if (releasing_) return false;  // a round in flight when Release() began does not start a new term
     leadership_->Acquired(*view, sent_at);
     return true;
   };
 
+  // Checked before every write: Release() may have begun while we waited for an answer.
+  if (releasing_) co_return false;
   // Leading: renew the Lease as our last write left it (one request); any failure falls back to a read.
   if (leadership_->leader() && last_written_.is_object()) {
     json::value lease = last_written_;
@@ -96,7 +115,16 @@ asio::awaitable<bool> LeaseElector::TryAcquireOrRenew() {
   }
 
   auto got = co_await client_->Get();
+  if (releasing_) co_return false;
   if (!got && got.error().kind == ApiErrorKind::kNotFound) {
+    // Deleted while another replica's term ran (kubectl delete, a pruning tool): that replica still leads
+    // until its term ends, so the Lease is not created before then.
+    if (!observed_holder_.empty() && observed_holder_ != me &&
+        observed_at_ + observed_duration_ > leadership_->now()) {
+      leadership_->NotAcquired(
+          nullptr, fmt::format("deleted while held by {}; waiting out its term", observed_holder_));
+      co_return false;
+    }
     const auto& o = leadership_->options();
     const json::value lease{{"apiVersion", "coordination.k8s.io/v1"},
                             {"kind", "Lease"},
@@ -119,7 +147,7 @@ asio::awaitable<bool> LeaseElector::TryAcquireOrRenew() {
     co_return false;
   }
   const json::value* spec = got->as_object().if_contains("spec");
-  Observed(*got);
+  Observed(*got, *view);
   const std::string holder = view->holder_identity.value_or("");
   const bool ours = holder == me;
   if (!holder.empty() && !ours &&
@@ -175,6 +203,10 @@ asio::awaitable<void> LeaseElector::Release() {
   releasing_ = true;
   wake_.Notify();
   leadership_->Released();
+  // A round in flight writes nothing more (it checks releasing_ before each write), but a write already sent
+  // must land before we read. Bounded: each of its requests times out within the retry period.
+  const auto deadline = steady_clock::now() + 3 * leadership_->options().retry_period;
+  while (in_round_ && steady_clock::now() < deadline) co_await round_done_.WaitUntil(deadline);
   const std::string& me = leadership_->holder_identity();
   // Two tries: a renewal in flight when the release began may land between our read and our write.
   for (int attempt = 0; attempt < 2; ++attempt) {

@@ -2,7 +2,8 @@
 // --leader-elect-mode=acquire: this process takes and renews a coordination.k8s.io/v1 Lease itself, with
 // client-go's rules, for an extender run without a co-located kube-scheduler whose Lease it could follow.
 // Each round (every --leader-elect-retry-period; jittered up to 1.2x while not leading):
-// - no Lease: create it, holding it;
+// - no Lease: create it, holding it (unless we last saw another holder's term running: a Lease deleted under
+//   its leader is waited out, not taken from it);
 // - held by another holder whose record has not changed for its leaseDurationSeconds (timed on our monotonic
 //   clock from when we first saw that record, never from the times written in it): take it over
 //   (leaseTransitions + 1, a new acquireTime); still changing: wait;
@@ -57,13 +58,15 @@ class LeaseElector {
   boost::asio::awaitable<bool> TryAcquireOrRenew();
   // Rounds until cancelled or Release().
   boost::asio::awaitable<void> Run();
-  // Stops the rounds, ends the term at once (no write leaves after this), then writes the Lease released if
-  // we still hold it. Only a term of ours is released.
+  // Stops the rounds, ends the term at once (no write leaves after this), waits for a round in flight (its
+  // write could otherwise land after ours and take the Lease back), then writes the Lease released if we
+  // still hold it. Only a term of ours is released.
   boost::asio::awaitable<void> Release();
 
  private:
+  boost::asio::awaitable<bool> Round();
   boost::json::value Spec(const boost::json::value* old_spec, bool ours) const;
-  void Observed(const boost::json::value& lease);
+  void Observed(const boost::json::value& lease, const LeaseView& view);
   void LogTurn();
 
   LeaseClient* client_;
@@ -73,8 +76,12 @@ class LeaseElector {
   // another holder's term is counted from here.
   std::string observed_spec_;
   std::chrono::steady_clock::time_point observed_at_{};
-  boost::json::value last_written_;  // the Lease as our last successful write returned it
+  std::string observed_holder_;               // of that record ("" = released)
+  std::chrono::seconds observed_duration_{};  // its leaseDurationSeconds
+  boost::json::value last_written_;           // the Lease as our last successful write returned it
   bool releasing_ = false;
+  bool in_round_ = false;
+  k8s::Signal round_done_;
   bool logged_leader_ = false;
   std::string logged_reason_;
   k8s::Signal wake_;

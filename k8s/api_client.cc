@@ -240,6 +240,11 @@ asio::awaitable<ApiResult<HttpResponse>> ApiClient::Call(const HttpRequest& in, 
   bool reread_token = false;
   for (int attempt = 0;; ++attempt) {
     co_await WaitForToken();
+    if (write_gate_ && request.verb != http::verb::get) {
+      if (std::string why = write_gate_(); !why.empty())
+        co_return ApiError{ApiErrorKind::kRefused, 0, "NotLeader",
+                           fmt::format("{}: not sent: {}", what, why)};
+    }
     request.authorization = Authorization();
     ++requests_;
     ++by_kind_[{ToLower(what.substr(0, what.find(' '))), ResourceOfPath(request.target)}];

@@ -148,6 +148,13 @@ class ApiClient {
   boost::asio::awaitable<ApiResult<void>> Watch(const std::string& path, const WatchOptions& options,
                                                 const std::function<void(WatchEvent&&)>& on_event);
 
+  // Asked before every attempt of a request that writes (any verb but GET): a non-empty answer refuses the
+  // attempt unsent (kRefused, reason "NotLeader") with that answer as the reason. Leader election fences
+  // writes here, after the rate-limit wait and each retry's backoff, so a write let through near the end of a
+  // term cannot leave after it.
+  using WriteGate = std::function<std::string()>;
+  void SetWriteGate(WriteGate gate) { write_gate_ = std::move(gate); }
+
   const RestConfig& config() const { return http_->config(); }
   const ClientOptions& options() const { return options_; }
   HttpClient& http() { return *http_; }
@@ -179,6 +186,7 @@ class ApiClient {
   ClientOptions options_;
   std::shared_ptr<RateLimiter> limiter_;
   std::mt19937 rng_;
+  WriteGate write_gate_;
   std::string token_;
   std::chrono::steady_clock::time_point token_read_{};
   std::size_t requests_ = 0;

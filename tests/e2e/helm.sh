@@ -29,7 +29,9 @@ KUBECTL="$BIN/kubectl"
 KUBE_VERSION=1.36.3
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/hami-e2e-helm.XXXXXX")"
+SCHED=""
 cleanup() {
+  stop_pid "$SCHED"
   bash "$E2E_DIR/stop.sh" "$WORK" >/dev/null 2>&1
   if [ "$FAIL" = 0 ] && [ "${HAMI_E2E_KEEP_WORK:-0}" != 1 ]; then rm -rf "$WORK"; else log "work dir kept: $WORK"; fi
 }
@@ -87,7 +89,7 @@ touch "$WORK/tls.crt" "$WORK/tls.key"
 ARGS=("${ARGS[@]//\/tls\//$WORK/}")
 if [ "${ARGS[0]:-}" = hami-scheduler ] && "$HAMI" "${ARGS[@]:1}" --print-config > "$WORK/operator-config.yaml" 2> "$WORK/logs/print-config.log"; then
   ok "our binary loads the operator rendering's command line"
-  python3 - "$WORK/operator-config.yaml" <<'PYEOF' | while IFS= read -r line; do case "$line" in PASS:*) ok "${line#PASS: }" ;; *) bad "${line#FAIL: }" ;; esac; done
+  cat > "$WORK/operator-check.py" <<'PYEOF'
 import sys, yaml
 cfg = yaml.safe_load(open(sys.argv[1]))
 s = cfg["scheduler"]
@@ -104,6 +106,10 @@ nv = cfg.get("nvidia", {})
 ok = nv.get("resourceCountName") == "nvidia.com/vgpu" and nv.get("resourceMemoryName") == "nvidia.com/vgpu-memory"
 print(("PASS: " if ok else "FAIL: ") + f"the NVIDIA resource names from the values: {nv.get('resourceCountName')}, {nv.get('resourceMemoryName')}")
 PYEOF
+  # Not a pipe into `while`: that would run in a subshell and lose the counts.
+  while IFS= read -r line; do
+    case "$line" in PASS:*) ok "${line#PASS: }" ;; *) bad "${line#FAIL: }" ;; esac
+  done < <(python3 "$WORK/operator-check.py" "$WORK/operator-config.yaml" 2>&1)
 else
   cat "$WORK/logs/print-config.log"; bad "our binary refuses the operator rendering's flags: ${ARGS[*]}"
 fi
@@ -156,5 +162,5 @@ SCHED=$!
 took_lease() { K -n kube-system get lease hami-scheduler -o jsonpath='{.spec.holderIdentity}' | grep -q .; }
 if wait_for 60 took_lease; then ok "the real kube-scheduler runs the chart's configuration (it holds Lease kube-system/hami-scheduler)"
 else tail -n 20 "$WORK/logs/kube-scheduler.log"; bad "kube-scheduler with the chart's configuration"; fi
-stop_pid "$SCHED"
+stop_pid "$SCHED"; SCHED=""
 finish

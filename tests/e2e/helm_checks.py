@@ -69,7 +69,10 @@ def default_case(docs):
     check(one(docs, "Service", "hami-scheduler-metrics")["spec"]["selector"].get("hami.io/scheduler-role") is None,
           "the metrics Service selects every replica")
     role = one(docs, "Role", "hami-scheduler-leases")
-    check(any("leases" in r["resources"] and "update" in r["verbs"] for r in role["rules"]), "RBAC: leases")
+    check([r.get("resourceNames") for r in role["rules"] if "update" in r["verbs"]] ==
+          [["hami-scheduler", "hami-scheduler-extender"]], "RBAC: get/update only the two election Leases, by name")
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    check(pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, "seccomp RuntimeDefault")
     cr = one(docs, "ClusterRole", "hami-scheduler")
     check(any("pods" in r["resources"] and "patch" in r["verbs"] for r in cr["rules"]), "RBAC: pod labels and annotations")
     hook = one(docs, "MutatingWebhookConfiguration")["webhooks"][0]
@@ -149,8 +152,12 @@ def acquire_case(docs):
     check("--leader-elect-mode=acquire" in f and "--leader-elect-resource-name=hami-scheduler-extender" in f,
           "no sidecar to follow: the extender acquires Lease hami-scheduler-extender itself")
     check("--http_bind=0.0.0.0:8080" in f, "the extender listens for an external kube-scheduler")
+    ext = one(docs, "Service", "hami-scheduler-extender")["spec"]
+    check(ext["type"] == "ClusterIP" and ext["ports"][0]["targetPort"] == "extender" and
+          ext["selector"].get("hami.io/scheduler-role") == "leader",
+          "the extender's own Service: ClusterIP (never a NodePort), the leader only")
     ports = {p["name"] for p in one(docs, "Service", "hami-scheduler")["spec"]["ports"]}
-    check("extender" in ports, "the Service has the extender port")
+    check("extender" not in ports, "the NodePort Service does not expose the extender")
     check(not [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "hami-scheduler"],
           "no kube-scheduler configuration")
 

@@ -342,8 +342,11 @@ TEST(Flags, AcquiringTheLeaseTakesKubeSchedulersTimingFlags) {
   EXPECT_THAT(
       ProblemLines(with({"--leader-elect-lease-duration=500ms", "--leader-elect-renew-deadline=400ms",
                          "--leader-elect-retry-period=100ms"})),
-      ElementsAre(HasSubstr("--leader-elect-lease-duration (scheduler.leaderElectLeaseDuration): must be "
-                            "at least 1s")));
+      ElementsAre(HasSubstr("--leader-elect-lease-duration (scheduler.leaderElectLeaseDuration): 500ms is "
+                            "not a whole number of seconds of at least 1s")));
+  EXPECT_THAT(
+      ProblemLines(with({"--leader-elect-lease-duration=10500ms", "--leader-elect-renew-deadline=10s"})),
+      ElementsAre(HasSubstr("10s500ms is not a whole number of seconds")));
   EXPECT_THAT(ProblemLines(with({"--leader-elect-retry-period=0s"})),
               ElementsAre(HasSubstr("--leader-elect-retry-period: '0s' is too short")));
 }

@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/json.hpp>
 #include <optional>
 
@@ -36,6 +39,8 @@ class FakeLease final : public extender::LeaseClient {
   }
   asio::awaitable<k8s::ApiResult<json::value>> Update(const json::value& object) override {
     ++updates;
+    // The answer takes a turn of the loop: whatever else runs meanwhile (a Release()) runs first.
+    if (yield_in_update) co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
     if (fail_next) co_return Fail();
     if (!lease) co_return k8s::ApiError{k8s::ApiErrorKind::kNotFound, 404, "NotFound", "lease not found"};
     if (object.at("metadata").at("resourceVersion") != lease->at("metadata").at("resourceVersion"))
@@ -59,6 +64,7 @@ class FakeLease final : public extender::LeaseClient {
 
   std::optional<json::value> lease;
   bool fail_next = false;
+  bool yield_in_update = false;
   int gets = 0, updates = 0;
 
  private:
@@ -211,6 +217,42 @@ TEST_F(LeaseElectorTest, ReleaseOnShutdownHandsOverAtOnce) {
   EXPECT_FALSE(Round(a));
   Release(a);
   EXPECT_EQ(store_.Holder(), b.leadership.holder_identity());
+}
+
+// A renewal already sent when SIGTERM's Release() begins: Release waits for it, the round starts no new term,
+// and the Lease ends released (not taken back by the round's fallback read, nor left to expire).
+TEST_F(LeaseElectorTest, ARenewalInFlightDoesNotTakeBackTheReleasedLease) {
+  Replica a(store_, now_, wall_, "node-a");
+  ASSERT_TRUE(Round(a));
+  store_.yield_in_update = true;
+  bool renewed = true;
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    using namespace asio::experimental::awaitable_operators;
+    auto round = [&]() -> asio::awaitable<void> { renewed = co_await a.elector.TryAcquireOrRenew(); };
+    co_await (round() && a.elector.Release());
+  }());
+  EXPECT_FALSE(renewed);
+  EXPECT_FALSE(a.leadership.leader());
+  EXPECT_EQ(store_.Holder(), "");
+  EXPECT_EQ(store_.Spec().at("leaseDurationSeconds"), 1);
+}
+
+// A Lease deleted while another replica's term runs (kubectl delete, a pruning tool) is not re-created
+// before that term has run out: the other replica still leads until then.
+TEST_F(LeaseElectorTest, ALeaseDeletedUnderItsLeaderIsWaitedOut) {
+  store_.Hold("node-b_77");
+  Replica a(store_, now_, wall_, "node-a");
+  EXPECT_FALSE(Round(a));
+  store_.lease.reset();
+  now_ += seconds(5);
+  EXPECT_FALSE(Round(a));
+  EXPECT_FALSE(store_.lease.has_value());
+  EXPECT_EQ(
+      a.leadership.Describe(),
+      "follower: Lease kube-system/hami-scheduler: deleted while held by node-b_77; waiting out its term");
+  now_ += seconds(10);  // 15 s since the record was seen
+  EXPECT_TRUE(Round(a));
+  EXPECT_EQ(store_.Holder(), a.leadership.holder_identity());
 }
 
 // A Lease the API server returns that we cannot read is not taken over.

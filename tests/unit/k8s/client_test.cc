@@ -285,6 +285,34 @@ TEST_F(ScriptedServer, MalformedRequestIsRefusedNotSent) {
   EXPECT_TRUE(server_.requests().empty());
 }
 
+// The write gate (leader election's last fence) is asked before every attempt of a write, retries included:
+// leadership lost during a retry's backoff stops the retry unsent; reads pass.
+TEST_F(ScriptedServer, TheWriteGateIsAskedBeforeEveryAttemptOfAWrite) {
+  server_.Add(RawHttpServer::Json(503, R"({"kind":"Status","reason":"ServiceUnavailable","code":503})",
+                                  "Retry-After: 0\r\n"));
+  server_.Add(RawHttpServer::Json(200, R"({"kind":"Node","metadata":{"name":"n1"}})"));
+  auto client = Client();
+  int asked = 0;
+  client->SetWriteGate([&asked] { return ++asked == 1 ? "" : "this replica is not the leader (follower)"; });
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    const std::string path = "/api/v1/nodes/n1";
+    const boost::json::value patch = {{"metadata", {{"labels", {{"a", "b"}}}}}};
+    auto r = co_await client->MergePatch(path, patch);
+    EXPECT_FALSE(r);
+    if (!r) {
+      EXPECT_EQ(r.error().kind, ApiErrorKind::kRefused);
+      EXPECT_EQ(r.error().reason, "NotLeader");
+      EXPECT_NE(r.error().message.find("not sent: this replica is not the leader"), std::string::npos)
+          << r.error().message;
+    }
+    auto read = co_await client->Get(path);  // reads are not gated
+    EXPECT_TRUE(read);
+  }());
+  EXPECT_EQ(asked, 2);
+  ASSERT_EQ(server_.requests().size(), 2u);  // the first attempt of the patch, then the read
+  EXPECT_NE(server_.requests()[1].find("GET /api/v1/nodes/n1"), std::string::npos);
+}
+
 // A server that answers one request twice (as one that read a split request does) leaves an answer too many
 // on the connection: it is closed, so the next request gets its own answer and not the stale one.
 TEST_F(ScriptedServer, AnswerTooManyClosesTheConnection) {
