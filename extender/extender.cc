@@ -225,10 +225,22 @@ asio::awaitable<void> Extender::LabelSchedulerPods() {
   std::vector<std::pair<std::string, std::string>> changes;  // pod, role
   const std::string prefix = options_.pod_namespace + "/";   // the cache is keyed "ns/name", sorted
   const auto& pods = pods_->views();
+  // Only the pods of our own release (its app.kubernetes.io/instance, when our pod has one): two releases in
+  // one namespace, or HAMi's chart beside ours while switching, would otherwise relabel each other's pods.
+  constexpr std::string_view kInstance = "app.kubernetes.io/instance";
+  std::optional<std::string> instance;
+  if (auto self = pods.find(prefix + options_.pod_name); self != pods.end()) {
+    if (auto i = self->second.labels.find(std::string(kInstance)); i != self->second.labels.end())
+      instance = i->second;
+  }
   for (auto it = pods.lower_bound(prefix); it != pods.end() && it->first.starts_with(prefix); ++it) {
     const PodView& pod = it->second;
     auto component = pod.labels.find("app.kubernetes.io/component");
     if (component == pod.labels.end() || component->second != "hami-scheduler") continue;
+    if (instance) {
+      auto i = pod.labels.find(std::string(kInstance));
+      if (i == pod.labels.end() || i->second != *instance) continue;
+    }
     const std::string role = pod.name == options_.pod_name ? "leader" : "follower";
     auto current = pod.labels.find(std::string(kRole));
     if (current == pod.labels.end() || current->second != role) changes.emplace_back(pod.name, role);

@@ -1382,14 +1382,17 @@ TEST_F(HostileInputTest, AFollowerWritesNothingUntilTheLeaseNamesItsHost) {
                              {"metadata", {{"name", "hami-scheduler"}, {"namespace", "kube-system"}}},
                              {"spec", {{"holderIdentity", "other-host_5e1f"}, {"leaseDurationSeconds", 15}}}};
   ASSERT_TRUE(api_.store().Create(lease));
-  for (const char* name : {"hami-scheduler-0", "hami-scheduler-1"}) {
+  // Two replicas of our release, and one of another release in the same namespace (left alone).
+  for (auto [name, release] : {std::pair{"hami-scheduler-0", "hami"}, std::pair{"hami-scheduler-1", "hami"},
+                               std::pair{"other-scheduler-0", "other"}}) {
     const json::value pod = {
         {"apiVersion", "v1"},
         {"kind", "Pod"},
         {"metadata",
          {{"name", name},
           {"namespace", "kube-system"},
-          {"labels", {{"app.kubernetes.io/component", "hami-scheduler"}}}}},
+          {"labels",
+           {{"app.kubernetes.io/component", "hami-scheduler"}, {"app.kubernetes.io/instance", release}}}}},
         {"spec", {{"containers", json::array{json::object{{"name", "extender"}, {"image", "hami"}}}}}}};
     ASSERT_TRUE(api_.store().Create(pod));
   }
@@ -1446,6 +1449,7 @@ TEST_F(HostileInputTest, AFollowerWritesNothingUntilTheLeaseNamesItsHost) {
                  role("hami-scheduler-1") == "follower";
         };
         CO_ASSERT_TRUE(co_await WaitUntil(leading, 10s));
+        EXPECT_EQ(role("other-scheduler-0"), "");  // another release's pod
         EXPECT_EQ(ErrorOf(co_await Post("/filter", filter_body)), "");
         metrics = service_->extender().Metrics();
         EXPECT_NE(metrics.find("\nhami_scheduler_leader 1\n"), std::string::npos);
