@@ -176,6 +176,7 @@ log "killed pair-$OLD (kube-scheduler and extender) after $(bound_count) pods bo
 took_over() { [ "$(holder_pair)" = "$NEW" ]; }
 if wait_for 40 took_over; then
   t_holder="$(date +%s.%N)"
+  acquired_at="$(K get lease -n kube-system hami-scheduler -o jsonpath='{.spec.acquireTime}')"
   ok "pair-$NEW's kube-scheduler took the Lease ($(holder)) $(awk -v a="$t_holder" -v b="$t_kill" 'BEGIN { printf "%.1f", a - b }') s after the kill"
 else
   bad "pair-$NEW did not take the Lease within 40 s of the kill (holder: $(holder))"; dump_logs; finish
@@ -208,10 +209,12 @@ fi
 # The figures: when the Lease expired (the killed holder's last renewal + the lease duration), the first pod
 # bound after the kill (only the new leader binds then), pods/s bound before the kill and after the new
 # leader's first bind.
-figures="$(python3 - "$WORK/times.json" "$t_kill" "$renew_last" "$LEASE_DURATION" <<'PYEOF'
+figures="$(python3 - "$WORK/times.json" "$t_kill" "$renew_last" "$LEASE_DURATION" "${acquired_at:-}" <<'PYEOF'
 import datetime, json, sys
 times, t_kill, renew, lease = json.load(open(sys.argv[1])), float(sys.argv[2]), sys.argv[3], float(sys.argv[4])
-expiry = datetime.datetime.fromisoformat(renew.replace("Z", "+00:00")).timestamp() + lease
+stamp = lambda s: datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+expiry = stamp(renew) + lease
+acquired = stamp(sys.argv[5]) if sys.argv[5] else None
 bound = sorted(t["bound"] for t in times.values() if t["bound"])
 # A Binding the killed leader had sent may show up to a moment after the kill; the new leader cannot bind
 # before the Lease expires (>= 13 s later).
@@ -224,12 +227,12 @@ first_new = after[0]
 rate_before = (len(before) - 1) / (before[-1] - before[0]) if before[-1] > before[0] else 0
 rate_after = (len(after) - 1) / (after[-1] - first_new) if after[-1] > first_new else 0
 print(f"ok {first_new - expiry:.2f} {first_new - t_kill:.2f} {expiry - t_kill:.2f} {rate_before:.2f} {rate_after:.2f} "
-      f"{len(before)} {len(after)}")
+      f"{len(before)} {len(after)} {first_new - acquired if acquired else float('nan'):.2f}")
 PYEOF
 )"
-read -r status gap since_kill expiry_after_kill rate_before rate_after n_before n_after <<<"$figures"
+read -r status gap since_kill expiry_after_kill rate_before rate_after n_before n_after after_acquire <<<"$figures"
 if [ "$status" = ok ]; then
-  log "FIGURES: lease expiry -> first pod bound by the new leader ${gap} s; kill -> first bind ${since_kill} s (the Lease expired ${expiry_after_kill} s after the kill); pods/s bound: ${rate_before} before the kill ($n_before pods), ${rate_after} after the first new bind ($n_after pods)"
+  log "FIGURES: lease expiry -> first pod bound by the new leader ${gap} s (the new kube-scheduler's acquireTime -> that bind ${after_acquire} s); kill -> first bind ${since_kill} s (the Lease expired ${expiry_after_kill} s after the kill); pods/s bound: ${rate_before} before the kill ($n_before pods), ${rate_after} after the first new bind ($n_after pods)"
   printf '%s\n' "$figures" > "${FAILOVER_FIGURES:-/dev/null}"
   # Within the lease duration: the new leader's first bind comes within its retry period (jittered 1.2x) and
   # a few scheduling cycles of the expiry (kube-scheduler retries its pods with a backoff of its own).
