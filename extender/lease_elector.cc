@@ -204,11 +204,11 @@ asio::awaitable<void> LeaseElector::Release() {
   wake_.Notify();
   leadership_->Released();
   // A round in flight writes nothing more (it checks releasing_ before each write), but a write already sent
-  // must land before we read. Bounded: each of its requests times out within the retry period.
+  // must land before we read. Bounded, so that a hung request cannot hold up the shutdown.
   const auto deadline = steady_clock::now() + 3 * leadership_->options().retry_period;
   while (in_round_ && steady_clock::now() < deadline) co_await round_done_.WaitUntil(deadline);
   const std::string& me = leadership_->holder_identity();
-  // Two tries: a renewal in flight when the release began may land between our read and our write.
+  // Two tries: a write we stopped waiting for may still land between our read and our write.
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto got = co_await client_->Get();
     if (!got) {
