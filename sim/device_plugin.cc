@@ -25,6 +25,10 @@ namespace json = boost::json;
 using namespace asio::experimental::awaitable_operators;
 
 constexpr int kLockReleaseAttempts = 5;
+// A compare-and-swap that lost to another write of the node (a handshake, another vendor's lock) is tried
+// again, this many times: a node written every few tens of milliseconds (the tests' 100 ms health pass, two
+// plugins answering) would otherwise make a release give up and leave the lock to its timeout.
+constexpr int kLockReleaseConflicts = 20;
 constexpr std::string_view kAllocatedEverything = ";";  // PROTOCOL.md §4: an empty list, not "" nor removed
 
 std::string_view ModeName(PluginMode mode) {
@@ -461,6 +465,7 @@ asio::awaitable<void> DevicePlugin::ReleaseLock(const PodView& pod) {
   const std::string& key = backend_->Spec().keys.node_lock;
   if (key.empty()) co_return;
   const std::string path = NodePath();
+  int conflicts = 0;
   for (int attempt = 0; attempt < kLockReleaseAttempts; ++attempt) {
     auto fresh = co_await client_->Get(path);  // the cache may lag: the compare-and-swap needs the current rv
     if (!fresh) {
@@ -503,6 +508,11 @@ asio::awaitable<void> DevicePlugin::ReleaseLock(const PodView& pod) {
       ++stats_.api_errors;
       spdlog::warn("device plugin {}: releasing {} failed: {}", options_.node, key, patched.error().message);
       co_await k8s::SleepFor(options_.retry_backoff);
+    } else if (++conflicts < kLockReleaseConflicts) {
+      --attempt;  // the node moved on under us: read it again after a random pause, out of step with its
+                  // writers
+      std::uniform_int_distribution<int> pause_ms(10, 100);
+      co_await k8s::SleepFor(std::chrono::milliseconds(pause_ms(rng_)));
     }
   }
   spdlog::warn("device plugin {}: gave up releasing {} for {} after {} attempts", options_.node, key,

@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -190,6 +191,7 @@ class DevicePlugin {
   std::set<std::string> taken_;    // uids of pods queued or done (watch events repeat)
   std::deque<std::string> queue_;  // pod keys waiting for allocation, in arrival order
   Stats stats_;
+  std::mt19937 rng_{std::random_device{}()};  // lock-release backoff jitter
 };
 
 }  // namespace hami::sim
