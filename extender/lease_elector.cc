@@ -63,8 +63,8 @@ void LeaseElector::Observed(const json::value& lease, const LeaseView& view) {
       meta != nullptr && meta->is_object() ? meta->as_object().if_contains("resourceVersion") : nullptr;
   std::string text =
       (version != nullptr ? json::serialize(*version) : "") + (spec != nullptr ? json::serialize(*spec) : "");
-  if (text == observed_spec_) return;
-  observed_spec_ = std::move(text);
+  if (text == observed_record_) return;
+  observed_record_ = std::move(text);
   observed_at_ = leadership_->now();
   observed_holder_ = view.holder_identity.value_or("");
   observed_duration_ = std::chrono::seconds(view.lease_duration_seconds);

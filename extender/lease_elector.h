@@ -74,7 +74,7 @@ class LeaseElector {
   const Clock* wall_;
   // The Lease last seen (resourceVersion and spec) and when (client-go's observedRecord/observedTime):
   // another holder's term is counted from here.
-  std::string observed_spec_;
+  std::string observed_record_;
   std::chrono::steady_clock::time_point observed_at_{};
   std::string observed_holder_;               // of that record ("" = released)
   std::chrono::seconds observed_duration_{};  // its leaseDurationSeconds

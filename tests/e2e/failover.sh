@@ -265,10 +265,10 @@ acq_one_leads() { case "$(acq_holder)" in acquire-a_*|acquire-b_*) ;; *) return 
 if wait_for 30 acq_one_leads; then
   first="$(acq_holder)"; first="${first#acquire-}"; first="${first%%_*}"
   second=$([ "$first" = a ] && echo b || echo a)
-  renew1="$(K get lease -n kube-system hami-extender -o jsonpath='{.spec.renewTime}')"
-  sleep 2.5
-  renew2="$(K get lease -n kube-system hami-extender -o jsonpath='{.spec.renewTime}')"
-  if wait_for 10 acq_leads "$first" && acq_follows "$second" && [ "$renew1" != "$renew2" ]; then
+  acq_renew_time() { K get lease -n kube-system hami-extender -o jsonpath='{.spec.renewTime}'; }
+  renew1="$(acq_renew_time)"
+  renewed() { [ "$(acq_renew_time)" != "$renew1" ]; }
+  if wait_for 10 renewed && renew2="$(acq_renew_time)" && wait_for 10 acq_leads "$first" && acq_follows "$second"; then
     ok "acquire mode: acquire-$first created and renews Lease kube-system/hami-extender ($renew1 -> $renew2), acquire-$second follows"
   else
     bad "acquire mode: leader $first / follower $second / renewals $renew1 -> $renew2"

@@ -199,27 +199,23 @@ def checksum_case(before, after):
           "a device-config change changes its checksum only (the pods roll)")
 
 
+CASES = {
+    "default": default_case,
+    "low-port": low_port_case,
+    "operator": operator_case,
+    "acquire": acquire_case,
+    "no-webhook": no_webhook_case,
+    "cert-manager": cert_manager_case,
+    "monitoring": lambda docs, dashboard: monitoring_case(docs, dashboard),
+    "checksum": lambda docs, after: checksum_case(docs, load(after)),
+}
+
+
 def main():
     case, paths = sys.argv[1], sys.argv[2:]
-    docs = load(paths[0])
-    if case == "default":
-        default_case(docs)
-    elif case == "low-port":
-        low_port_case(docs)
-    elif case == "operator":
-        operator_case(docs)
-    elif case == "acquire":
-        acquire_case(docs)
-    elif case == "no-webhook":
-        no_webhook_case(docs)
-    elif case == "cert-manager":
-        cert_manager_case(docs)
-    elif case == "monitoring":
-        monitoring_case(docs, paths[1])
-    elif case == "checksum":
-        checksum_case(docs, load(paths[1]))
-    else:
-        raise SystemExit(f"unknown case {case}")
+    if case not in CASES:
+        raise SystemExit(f"unknown case {case} (want one of {', '.join(CASES)})")
+    CASES[case](load(paths[0]), *paths[1:])
     return 1 if failed else 0
 
 
