@@ -4,6 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/as_tuple.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -11,6 +14,8 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <stdexcept>
+#include <tuple>
+#include <type_traits>
 #include <variant>
 
 #include "core/names.h"
@@ -55,6 +60,12 @@ class Connection {
     boost::system::error_code ec;
     return Lowest().socket().available(ec) > 0;
   }
+  // Pending and later operations on the connection fail at once (see CloseOnCancel).
+  void Close() {
+    boost::system::error_code ignored;
+    Lowest().socket().close(ignored);
+  }
+  bool open() { return Lowest().socket().is_open(); }
   bool reused = false;
 
  private:
@@ -63,6 +74,27 @@ class Connection {
 };
 
 namespace {
+
+// Awaits one of Beast's or Asio SSL's composed operations (a connect over a range, a handshake, an HTTP
+// read or write) so that the caller's cancellation closes the connection. Their own per-operation
+// cancellation reaches only the step in flight: one emitted while a step's completion waits in the queue is
+// lost, and the next step waits for data or its timeout (minutes for a watch), so a cancelled informer did
+// not end. A closed socket fails the step in flight and every later one at once.
+template <class... Results, class Start>
+asio::awaitable<std::tuple<Results...>> CloseOnCancel(Connection& c, Start start) {
+  auto initiate = [&c, &start](auto handler) {
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    if (slot.is_connected()) slot.assign([&c](asio::cancellation_type) { c.Close(); });
+    auto executor = asio::get_associated_executor(handler, c.Lowest().get_executor());
+    // The wrapper carries no cancellation slot: the operation's steps must not replace ours.
+    start(asio::bind_executor(executor, [handler = std::move(handler), slot](Results... results) mutable {
+      if (slot.is_connected()) slot.clear();
+      std::move(handler)(std::move(results)...);
+    }));
+  };
+  auto token = kTuple;
+  co_return co_await asio::async_initiate<decltype(token), void(Results...)>(initiate, token);
+}
 
 bool HeaderSafe(std::string_view v) {
   return v.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
@@ -153,12 +185,14 @@ asio::awaitable<TransportResult<HttpResponse>> RoundTrip(Stream& s, Connection& 
                                                          http::request<http::string_body>& req,
                                                          Clock::time_point deadline, bool& keep_alive) {
   c.Lowest().expires_at(deadline);
-  auto [wec, wn] = co_await http::async_write(s, req, kTuple);
+  auto [wec, wn] = co_await CloseOnCancel<boost::system::error_code, std::size_t>(
+      c, [&](auto handler) { http::async_write(s, req, std::move(handler)); });
   (void)wn;
   if (wec) co_return Fail("sending request", wec, false);
   http::response_parser<http::string_body> parser;
   parser.body_limit(256 * 1024 * 1024);
-  auto [rec, rn] = co_await http::async_read(s, c.buffer(), parser, kTuple);
+  auto [rec, rn] = co_await CloseOnCancel<boost::system::error_code, std::size_t>(
+      c, [&](auto handler) { http::async_read(s, c.buffer(), parser, std::move(handler)); });
   (void)rn;
   if (rec) co_return Fail("reading response", rec, true);
   auto& res = parser.get();
@@ -177,12 +211,14 @@ asio::awaitable<TransportResult<HttpResponse>> StreamBody(
     Stream& s, Connection& c, http::request<http::string_body>& req, Clock::duration header_timeout,
     Clock::duration idle_timeout, const std::function<void(std::string_view)>& on_data) {
   c.Lowest().expires_after(header_timeout);
-  auto [wec, wn] = co_await http::async_write(s, req, kTuple);
+  auto [wec, wn] = co_await CloseOnCancel<boost::system::error_code, std::size_t>(
+      c, [&](auto handler) { http::async_write(s, req, std::move(handler)); });
   (void)wn;
   if (wec) co_return Fail("sending watch request", wec, false);
   http::response_parser<http::buffer_body> parser;
   parser.body_limit(boost::none);
-  auto [hec, hn] = co_await http::async_read_header(s, c.buffer(), parser, kTuple);
+  auto [hec, hn] = co_await CloseOnCancel<boost::system::error_code, std::size_t>(
+      c, [&](auto handler) { http::async_read_header(s, c.buffer(), parser, std::move(handler)); });
   (void)hn;
   if (hec) co_return Fail("reading watch response header", hec, true);
   HttpResponse out;
@@ -195,7 +231,8 @@ asio::awaitable<TransportResult<HttpResponse>> StreamBody(
     parser.get().body().size = sizeof(chunk);
     c.Lowest().expires_after(idle_timeout);
     // read_some: deliver each piece as it arrives (async_read would wait to fill the buffer).
-    auto [ec, n] = co_await http::async_read_some(s, c.buffer(), parser, kTuple);
+    auto [ec, n] = co_await CloseOnCancel<boost::system::error_code, std::size_t>(
+        c, [&](auto handler) { http::async_read_some(s, c.buffer(), parser, std::move(handler)); });
     (void)n;
     if (ec == http::error::need_buffer) ec = {};
     if (ec) {
@@ -257,7 +294,8 @@ asio::awaitable<TransportResult<std::unique_ptr<Connection>>> HttpClient::Open(C
   auto conn =
       cfg_.tls() ? std::make_unique<Connection>(executor_, *ssl_) : std::make_unique<Connection>(executor_);
   conn->Lowest().expires_at(deadline);
-  auto [cec, ep] = co_await conn->Lowest().async_connect(endpoints, kTuple);
+  auto [cec, ep] = co_await CloseOnCancel<boost::system::error_code, tcp::endpoint>(
+      *conn, [&](auto handler) { conn->Lowest().async_connect(endpoints, std::move(handler)); });
   (void)ep;
   if (cec) co_return Fail(fmt::format("connecting to {}", cfg_.HostHeader()), cec, false);
   conn->Lowest().socket().set_option(tcp::no_delay(true));
@@ -266,7 +304,9 @@ asio::awaitable<TransportResult<std::unique_ptr<Connection>>> HttpClient::Open(C
     if (!SSL_set_tlsext_host_name(tls->native_handle(), sni.c_str())) {
       co_return TransportError{fmt::format("TLS: cannot set server name '{}'", sni), false, false};
     }
-    auto [hec] = co_await tls->async_handshake(asio::ssl::stream_base::client, kTuple);
+    auto [hec] = co_await CloseOnCancel<boost::system::error_code>(*conn, [&](auto handler) {
+      tls->async_handshake(asio::ssl::stream_base::client, std::move(handler));
+    });
     if (hec) co_return Fail(fmt::format("TLS handshake with {}", cfg_.HostHeader()), hec, false);
   }
   ++opened_;
@@ -313,7 +353,7 @@ asio::awaitable<TransportResult<HttpResponse>> HttpClient::Send(const HttpReques
                    cfg_.HostHeader(), c.buffer().size(), Quoted(request.target));
       keep_alive = false;
     }
-    if (keep_alive && idle_.size() < max_idle_) {
+    if (keep_alive && c.open() && idle_.size() < max_idle_) {
       c.Lowest().expires_never();
       idle_.push_back(std::move(conn));
     }

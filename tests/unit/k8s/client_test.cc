@@ -1,5 +1,11 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/json.hpp>
 #include <map>
 #include <random>
@@ -403,6 +409,56 @@ TEST_F(ScriptedServer, WatchErrorEventExpiredIsGone) {
       EXPECT_EQ(r2.error().kind, ApiErrorKind::kGone);
     }
   }());
+}
+
+// Beast's HTTP read is a chain of socket reads, and a per-operation cancellation reaches only the link in
+// flight. Here the next link finds its bytes already in the socket, so it completes at once and waits in the
+// queue behind the cancellation: the cancellation found nothing to cancel, and the following link waited for
+// bytes that never came (until the watch's idle timeout, minutes). A cancellation closes the connection now.
+TEST(WatchCancellation, EndsAtOnceWhenTheCancellationMeetsAReadStepWaitingInTheQueue) {
+  asio::io_context ioc;
+  asio::ip::tcp::acceptor acceptor(ioc, {asio::ip::make_address("127.0.0.1"), 0});
+  ClientOptions co;
+  co.qps = 0;
+  auto client =
+      ApiClient::Create(ioc.get_executor(), LoopbackHttp(acceptor.local_endpoint().port()), co).value();
+  asio::ip::tcp::socket peer(ioc);
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        peer = co_await acceptor.async_accept(asio::use_awaitable);
+        asio::streambuf request;
+        co_await asio::async_read_until(peer, request, "\r\n\r\n", asio::use_awaitable);
+        const std::string event = R"({"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"a"}}})";
+        asio::write(peer, asio::buffer(fmt::format("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                                   "Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{}\r\n",
+                                                   event.size(), event)));
+      },
+      asio::detached);
+  asio::cancellation_signal cancel;
+  int events = 0;
+  const std::function<void(WatchEvent&&)> on_event = [&](WatchEvent&&) {
+    ++events;
+    // The first byte of the next chunk's size line, before the client's next read starts; the cancellation
+    // is queued first.
+    asio::write(peer, asio::buffer(std::string_view("1")));
+    asio::post(ioc, [&] { cancel.emit(asio::cancellation_type::terminal); });
+  };
+  bool ended = false;
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        const WatchOptions o;
+        const std::string path = "/api/v1/pods";
+        auto watched = co_await client->Watch(path, o, on_event);
+        EXPECT_FALSE(watched) << "a cancelled watch ended as if the server had closed it";
+      },
+      asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr) { ended = true; }));
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!ended && std::chrono::steady_clock::now() < deadline) ioc.run_one_for(10ms);
+  EXPECT_EQ(events, 1);
+  EXPECT_TRUE(ended) << "the cancelled watch still waits for the rest of the chunk";
+  EXPECT_EQ(client->http().connections_opened(), 1u);
 }
 
 TEST_F(ScriptedServer, ListPagesCarryContinueTokens) {
