@@ -9,6 +9,7 @@
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -87,10 +88,15 @@ asio::awaitable<std::tuple<Results...>> CloseOnCancel(Connection& c, Start start
     if (slot.is_connected()) slot.assign([&c](asio::cancellation_type) { c.Close(); });
     auto executor = asio::get_associated_executor(handler, c.Lowest().get_executor());
     // The wrapper carries no cancellation slot: the operation's steps must not replace ours.
-    start(asio::bind_executor(executor, [handler = std::move(handler), slot](Results... results) mutable {
-      if (slot.is_connected()) slot.clear();
-      std::move(handler)(std::move(results)...);
-    }));
+    try {
+      start(asio::bind_executor(executor, [handler = std::move(handler), slot](Results... results) mutable {
+        if (slot.is_connected()) slot.clear();
+        std::move(handler)(std::move(results)...);
+      }));
+    } catch (...) {
+      if (slot.is_connected()) slot.clear();  // nothing started: a later cancellation must not touch `c`
+      throw;
+    }
   };
   auto token = kTuple;
   co_return co_await asio::async_initiate<decltype(token), void(Results...)>(initiate, token);
@@ -343,7 +349,9 @@ asio::awaitable<TransportResult<HttpResponse>> HttpClient::Send(const HttpReques
       // A kept-alive connection the server has closed fails at once; try a fresh one when it is safe:
       // nothing was sent, or the request is a read.
       const bool safe = !result.error().request_sent || request.verb == http::verb::get;
-      if (c.reused && attempt == 0 && safe && !result.error().timed_out) continue;
+      const auto cancellation = co_await asio::this_coro::cancellation_state;
+      const bool cancelled = cancellation.cancelled() != asio::cancellation_type::none;
+      if (c.reused && attempt == 0 && safe && !result.error().timed_out && !cancelled) continue;
       co_return result;
     }
     if (c.buffer().size() > 0) {
