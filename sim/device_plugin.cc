@@ -515,8 +515,10 @@ asio::awaitable<void> DevicePlugin::ReleaseLock(const PodView& pod) {
       co_await k8s::SleepFor(std::chrono::milliseconds(pause_ms(rng_)));
     }
   }
-  spdlog::warn("device plugin {}: gave up releasing {} for {} after {} attempts", options_.node, key,
-               pod.Key(), kLockReleaseAttempts);
+  spdlog::warn(
+      "device plugin {}: gave up releasing {} for {} after {} failed attempts and {} lost to other "
+      "writes of the node",
+      options_.node, key, pod.Key(), kLockReleaseAttempts, conflicts);
 }
 
 // ---- Helpers ----
