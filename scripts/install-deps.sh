@@ -12,9 +12,11 @@ PACKAGES=(
   libssl-dev
   openssl curl iproute2 procps python3
 )
-# The sanitizer build and the libFuzzer targets (scripts/build-asan.sh, scripts/fuzz.sh); the chart's test
-# reads rendered manifests with PyYAML (tests/e2e/helm.sh).
-if [ "${1:-}" != "--build-only" ]; then PACKAGES+=(clang-16 libfuzzer-16-dev python3-yaml); fi
+# The sanitizer build and the libFuzzer targets (scripts/build-asan.sh, scripts/fuzz.sh): clang-16 only
+# recommends its sanitizer runtimes (libclang-rt-16-dev) and --no-install-recommends below skips them, so they
+# are named here; the chart's test reads rendered manifests with PyYAML (tests/e2e/helm.sh).
+# scripts/check-toolchains.sh proves each toolchain works right after this script.
+if [ "${1:-}" != "--build-only" ]; then PACKAGES+=(clang-16 libclang-rt-16-dev libfuzzer-16-dev python3-yaml); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

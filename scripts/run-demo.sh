@@ -5,6 +5,7 @@
 # Extra arguments go to the demo (`--keep` keeps it running for kubectl, `--json` prints the summary as JSON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/install-deps.sh
+./scripts/install-deps.sh --build-only
+./scripts/check-toolchains.sh --build-only
 ./scripts/build.sh -DHAMI_BUILD_TESTS=OFF -DHAMI_BUILD_BENCH=OFF >/dev/null
 exec "${BUILD_DIR:-build}/hami-scheduler" demo "$@"
