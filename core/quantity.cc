@@ -169,7 +169,9 @@ std::int64_t Quantity::CeilValue() const {
   if (m > static_cast<u128>(kMax)) return negative_ ? std::numeric_limits<std::int64_t>::min() : kMax;
   auto v = static_cast<std::int64_t>(m);
   if (negative_) return -v;  // ceil of a negative value truncates toward zero
-  return fraction ? v + 1 : v;
+  // Saturated like every other value past the range ("9223372036854775807.5" rounds up beyond it).
+  if (fraction) return v == kMax ? kMax : v + 1;
+  return v;
 }
 
 }  // namespace hami

@@ -64,6 +64,9 @@ TEST(Quantity, CeilValueAppliesTheWholeBinaryExponent) {
   EXPECT_EQ(Quantity::Parse("3.00000000000000000001Ei").value().CeilValue(), (std::int64_t{3} << 60) + 1);
   EXPECT_EQ(Quantity::Parse("-1.5000000000Ti").value().CeilValue(), -(std::int64_t{3} << 39));
   EXPECT_EQ(Quantity::Parse("9000000000000000000.0Ei").value().CeilValue(), INT64_MAX);
+  // Found by the fuzzer on a cold run: int64's maximum with a fraction rounded up past it (signed overflow).
+  EXPECT_EQ(Quantity::Parse("9223372036854775807.6337209223372").value().CeilValue(), INT64_MAX);
+  EXPECT_EQ(Quantity::Parse("9223372036854775806.5").value().CeilValue(), INT64_MAX);
 }
 
 TEST(Quantity, InvalidTextNamesInputAndExpectation) {
