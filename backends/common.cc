@@ -30,6 +30,11 @@ Result<std::optional<std::int64_t>> IntegerResource(const ContainerView& c, cons
   if (!*q) return std::optional<std::int64_t>();
   auto v = (*q)->AsInt64();
   if (!v) {
+    // Past the int64 range a value may well be whole: it is too large (or too small) for any range here.
+    const std::int64_t ceil = (*q)->CeilValue();
+    if (ceil == std::numeric_limits<std::int64_t>::max() || ceil == std::numeric_limits<std::int64_t>::min())
+      return Error{fmt::format("{}: \"{}\" is too {}, out of range (want {} to {} {})", name, (*q)->text(),
+                               (*q)->IsNegative() ? "small" : "large", lo, hi, unit)};
     return Error{fmt::format("{}: \"{}\" is not a whole number of {}", name, (*q)->text(), unit)};
   }
   if (*v < lo || *v > hi) {

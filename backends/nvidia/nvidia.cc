@@ -121,12 +121,22 @@ class NvidiaBackend final : public BasicBackend {
       }
     }
     if (!r.priority.empty()) {
-      if (auto p = c.limits.find(r.priority); p != c.limits.end()) SetEnv(c, "CUDA_TASK_PRIORITY", p->second);
+      // The runtime reads a plain integer: the quantity's value rounded up, as HAMi writes it ("1k" -> 1000).
+      if (auto p = c.limits.find(r.priority); p != c.limits.end()) {
+        auto q = Quantity::Parse(p->second);
+        if (!q) return Error{fmt::format("{} in container {}: {}", r.priority, c.name, q.error().message)};
+        SetEnv(c, "CUDA_TASK_PRIORITY", std::to_string(q->CeilValue()));
+      }
     }
     if (!gpu_core_policy_.empty() && gpu_core_policy_ != kCorePolicyDefault) {
       SetEnv(c, "GPU_CORE_UTILIZATION_POLICY", gpu_core_policy_);
     }
-    bool found = c.limits.contains(r.count);
+    const auto present = [&](const std::string& name) {
+      return !name.empty() && (c.limits.contains(name) || c.requests.contains(name));
+    };
+    // A count in requests alone counts too: otherwise a second admission of this container's result (its
+    // cores written by the first) would add a default count the first did not.
+    bool found = present(r.count);
     if (!found && default_gpu_num_ > 0) {
       const bool asks = (!r.cores.empty() && c.limits.contains(r.cores)) ||
                         (!r.memory.empty() && c.limits.contains(r.memory)) ||
@@ -136,9 +146,6 @@ class NvidiaBackend final : public BasicBackend {
         found = true;
       }
     }
-    const auto present = [&](const std::string& name) {
-      return !name.empty() && (c.limits.contains(name) || c.requests.contains(name));
-    };
     if (present(r.count) && !present(r.cores)) {
       bool exclusive = r.memory.empty() || !present(r.memory);
       if (present(r.memory_percentage)) {

@@ -852,6 +852,42 @@ TEST(NvidiaAdmit, V21ExclusiveCoreDefaulting) {
   EXPECT_FALSE(c.container.limits.contains("nvidia.com/gpucores"));
 }
 
+TEST(NvidiaAdmit, PriorityIsTheQuantitysWholeValueAsHamiWritesIt) {
+  auto plain = Make("nvidia");
+  for (const auto& [given, written] :
+       std::vector<std::pair<std::string, std::string>>{{"1k", "1000"}, {"1.5", "2"}, {"7", "7"}}) {
+    auto a = AdmitOne(*plain, Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/priority", given}}));
+    ASSERT_TRUE(a.ok) << a.error;
+    EXPECT_EQ(a.container.env, (std::vector<EnvVar>{{"CUDA_TASK_PRIORITY", written}})) << given;
+  }
+  auto bad = AdmitOne(*plain, Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/priority", "high"}}));
+  EXPECT_FALSE(bad.ok);
+  EXPECT_NE(bad.error.find("nvidia.com/priority in container c"), std::string::npos) << bad.error;
+}
+
+TEST(NvidiaAdmit, ACountInRequestsOnlyIsAdmittedTheSameTwice) {
+  auto b = Make("nvidia");
+  ContainerView c = Ctr("c", {});
+  c.requests["nvidia.com/gpu"] = "1";
+  auto first = AdmitOne(*b, c);
+  ASSERT_TRUE(first.ok) << first.error;
+  auto second = AdmitOne(*b, first.container);
+  ASSERT_TRUE(second.ok) << second.error;
+  EXPECT_EQ(second.container.limits, first.container.limits);
+  EXPECT_FALSE(second.container.limits.contains("nvidia.com/gpu"));
+}
+
+TEST(NvidiaRequest, AValueBeyondInt64IsTooLargeNotFractional) {
+  auto b = Make("nvidia");
+  auto r = b->RequestFor(Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "99999999999999999999"}}));
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("\"99999999999999999999\" is too large, out of range"), std::string::npos)
+      << r.error().message;
+  auto frac = b->RequestFor(Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "1.5"}}));
+  ASSERT_FALSE(frac);
+  EXPECT_NE(frac.error().message.find("is not a whole number"), std::string::npos) << frac.error().message;
+}
+
 TEST(NvidiaAdmit, V22Extras) {
   auto plain = Make("nvidia");
   auto prio = AdmitOne(*plain, Ctr("c", {{"nvidia.com/gpu", "1"}, {"nvidia.com/priority", "5"}}));
