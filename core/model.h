@@ -78,7 +78,18 @@ struct LeaseView {
   std::string ns;
   std::string name;
   std::optional<std::string> holder_identity;  // spec.holderIdentity (absent = released)
-  std::int64_t lease_duration_seconds = 0;     // spec.leaseDurationSeconds
+  // spec.leaseDurationSeconds; one below 1 (kube-apiserver refuses it) reads as expired, as in client-go
+  std::int64_t lease_duration_seconds = 0;
+  std::string acquire_time, renew_time;  // spec.acquireTime, spec.renewTime, as written (compared, not read)
+  std::int64_t lease_transitions = 0;    // spec.leaseTransitions
+
+  // The leader record client-go compares: a write that changes none of it (a label, an annotation) is no
+  // renewal.
+  bool SameRecord(const LeaseView& o) const {
+    return holder_identity == o.holder_identity && lease_duration_seconds == o.lease_duration_seconds &&
+           acquire_time == o.acquire_time && renew_time == o.renew_time &&
+           lease_transitions == o.lease_transitions;
+  }
 };
 
 struct ResourceQuotaView {

@@ -40,8 +40,9 @@ void Leadership::Observe(const LeaseView* lease) {
   if (lease == nullptr) {
     lease_.reset();
   } else {
+    // The term counts from when the record last changed: annotating the Lease renews nothing.
+    if (!lease_ || !lease_->SameRecord(*lease)) observed_at_ = now_();
     lease_ = *lease;
-    observed_at_ = now_();
   }
   NotifyIfTurned(was);
 }

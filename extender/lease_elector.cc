@@ -54,20 +54,12 @@ json::value LeaseElector::Spec(const json::value* old_spec, bool ours) const {
   return spec;
 }
 
-void LeaseElector::Observed(const json::value& lease, const LeaseView& view) {
-  // Any write moves the resourceVersion, even one that rewrote the same record.
-  const json::object& o = lease.as_object();
-  const json::value* spec = o.if_contains("spec");
-  const json::value* meta = o.if_contains("metadata");
-  const json::value* version =
-      meta != nullptr && meta->is_object() ? meta->as_object().if_contains("resourceVersion") : nullptr;
-  std::string text =
-      (version != nullptr ? json::serialize(*version) : "") + (spec != nullptr ? json::serialize(*spec) : "");
-  if (text == observed_record_) return;
-  observed_record_ = std::move(text);
+void LeaseElector::Observed(const LeaseView& view) {
+  // client-go's rule: the record (holder, times, duration, transitions) changing is a renewal; a write that
+  // moved only the resourceVersion (a label, an annotation) is not.
+  if (observed_record_ && observed_record_->SameRecord(view)) return;
+  observed_record_ = view;
   observed_at_ = leadership_->now();
-  observed_holder_ = view.holder_identity.value_or("");
-  observed_duration_ = std::chrono::seconds(view.lease_duration_seconds);
 }
 
 asio::awaitable<bool> LeaseElector::TryAcquireOrRenew() {
@@ -98,7 +90,7 @@ asio::awaitable<bool> LeaseElector::Round() {
       return false;
     }
     last_written_ = lease;
-    Observed(lease, *view);
+    Observed(*view);
     if (releasing_) return false;  // a round in flight when Release() began does not start a new term
     leadership_->Acquired(*view, sent_at);
     return true;
@@ -119,10 +111,12 @@ asio::awaitable<bool> LeaseElector::Round() {
   if (!got && got.error().kind == ApiErrorKind::kNotFound) {
     // Deleted while another replica's term ran (kubectl delete, a pruning tool): that replica still leads
     // until its term ends, so the Lease is not created before then.
-    if (!observed_holder_.empty() && observed_holder_ != me &&
-        observed_at_ + observed_duration_ > leadership_->now()) {
+    const std::string holder =
+        observed_record_ ? observed_record_->holder_identity.value_or("") : std::string();
+    if (!holder.empty() && holder != me &&
+        observed_at_ + std::chrono::seconds(observed_record_->lease_duration_seconds) > leadership_->now()) {
       leadership_->NotAcquired(
-          nullptr, fmt::format("deleted while held by {}; waiting out its term", observed_holder_));
+          nullptr, fmt::format("deleted while held by {}; waiting out its term", holder));
       co_return false;
     }
     const auto& o = leadership_->options();
@@ -147,7 +141,7 @@ asio::awaitable<bool> LeaseElector::Round() {
     co_return false;
   }
   const json::value* spec = got->as_object().if_contains("spec");
-  Observed(*got, *view);
+  Observed(*view);
   const std::string holder = view->holder_identity.value_or("");
   const bool ours = holder == me;
   if (!holder.empty() && !ours &&

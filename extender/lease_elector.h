@@ -66,18 +66,16 @@ class LeaseElector {
  private:
   boost::asio::awaitable<bool> Round();
   boost::json::value Spec(const boost::json::value* old_spec, bool ours) const;
-  void Observed(const boost::json::value& lease, const LeaseView& view);
+  void Observed(const LeaseView& view);
   void LogTurn();
 
   LeaseClient* client_;
   Leadership* leadership_;
   const Clock* wall_;
-  // The Lease last seen (resourceVersion and spec) and when (client-go's observedRecord/observedTime):
-  // another holder's term is counted from here.
-  std::string observed_record_;
+  // The leader record last seen and when it changed (client-go's observedRecord/observedTime): another
+  // holder's term is counted from here.
+  std::optional<LeaseView> observed_record_;
   std::chrono::steady_clock::time_point observed_at_{};
-  std::string observed_holder_;               // of that record ("" = released)
-  std::chrono::seconds observed_duration_{};  // its leaseDurationSeconds
   boost::json::value last_written_;           // the Lease as our last successful write returned it
   bool releasing_ = false;
   bool in_round_ = false;

@@ -252,11 +252,24 @@ Result<LeaseView> LeaseFromJson(const json::value& v) {
     if (!h->is_string()) return r.Fail("spec.holderIdentity", "expected a string");
     l.holder_identity = std::string(h->get_string());
   }
-  if (const json::value* d = r.Find(v, "spec.leaseDurationSeconds")) {
-    // An int32 in the API: larger values would overflow the time arithmetic.
-    if (!d->is_int64() || d->get_int64() < 0 || d->get_int64() > std::numeric_limits<std::int32_t>::max())
-      return r.Fail("spec.leaseDurationSeconds", "expected seconds, 0 to 2147483647");
-    l.lease_duration_seconds = d->get_int64();
+  // int32s in the API: larger values would overflow the time arithmetic. A duration of zero or less is an
+  // expired record (client-go takes such a Lease over), not an unreadable one.
+  for (auto [path, field] : {std::pair<std::string_view, std::int64_t*>{"spec.leaseDurationSeconds",
+                                                                        &l.lease_duration_seconds},
+                             {"spec.leaseTransitions", &l.lease_transitions}}) {
+    const json::value* d = r.Find(v, path);
+    if (d == nullptr || d->is_null()) continue;
+    if (!d->is_int64() || d->get_int64() < std::numeric_limits<std::int32_t>::min() ||
+        d->get_int64() > std::numeric_limits<std::int32_t>::max())
+      return r.Fail(path, "expected an int32");
+    *field = d->get_int64();
+  }
+  for (auto [path, field] : {std::pair<std::string_view, std::string*>{"spec.acquireTime", &l.acquire_time},
+                             {"spec.renewTime", &l.renew_time}}) {
+    const json::value* t = r.Find(v, path);
+    if (t == nullptr || t->is_null()) continue;
+    // Kept as written: only compared. Whatever it holds, the term is timed on our own clock.
+    *field = t->is_string() ? std::string(t->get_string()) : json::serialize(*t);
   }
   return l;
 }

@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 #include <charconv>
 #include <cstring>
+#include <limits>
 #include <set>
 
 #include "core/base64.h"
@@ -116,6 +117,48 @@ std::optional<ApiError> ValidateMetadata(const ResourceType& type, const json::o
                      "Too long: must have at most 262144 bytes");
     }
   }
+  return std::nullopt;
+}
+
+// What kube-apiserver refuses in a Lease's spec (its validation, and MicroTime's decoding): the leader
+// election reads these fields, so the embedded server must not store what a real one never would.
+std::optional<ApiError> ValidateLeaseSpec(const ResourceType& type, const json::object& object) {
+  const json::value* spec_value = object.if_contains("spec");
+  if (spec_value == nullptr || spec_value->is_null()) return std::nullopt;
+  const std::string name(MetaStr(object, "name"));
+  const auto undecodable = [](std::string_view field, std::string_view why) {
+    return BadRequest(
+        fmt::format("Lease in version \"v1\" cannot be handled as a Lease: spec{}: {}", field, why));
+  };
+  if (!spec_value->is_object()) return undecodable("", "expected an object");
+  const json::object& spec = spec_value->get_object();
+  for (const char* field : {"acquireTime", "renewTime"}) {
+    const json::value* t = spec.if_contains(field);
+    if (t == nullptr || t->is_null()) continue;
+    if (!t->is_string() || !codec::ParseRfc3339(t->get_string()))
+      return undecodable(fmt::format(".{}", field), json::serialize(*t) + " is not an RFC 3339 time");
+  }
+  if (const json::value* h = spec.if_contains("holderIdentity"); h && !h->is_null() && !h->is_string())
+    return undecodable(".holderIdentity", "expected a string");
+  for (const auto& [field, least] :
+       {std::pair<const char*, std::int64_t>{"leaseDurationSeconds", 1}, {"leaseTransitions", 0}}) {
+    const json::value* v = spec.if_contains(field);
+    if (v == nullptr || v->is_null()) continue;
+    if (!v->is_int64() || v->get_int64() > std::numeric_limits<std::int32_t>::max() ||
+        v->get_int64() < std::numeric_limits<std::int32_t>::min())
+      return undecodable(fmt::format(".{}", field), json::serialize(*v) + " is not an int32");
+    if (v->get_int64() < least)
+      return Invalid(type.group, type.kind, name, fmt::format("spec.{}", field),
+                     fmt::format("Invalid value: {}: must be greater than {}", v->get_int64(),
+                                 least == 1 ? "0" : "or equal to 0"));
+  }
+  return std::nullopt;
+}
+
+// Metadata of every kind, and what kube-apiserver checks in the spec of the kinds that need it.
+std::optional<ApiError> ValidateObject(const ResourceType& type, const json::object& object) {
+  if (auto e = ValidateMetadata(type, object)) return e;
+  if (type.kind == "Lease") return ValidateLeaseSpec(type, object);
   return std::nullopt;
 }
 
@@ -327,7 +370,7 @@ ApiResult<ObjectPtr> Store::Create(const ResourceType& type, std::string_view ns
     meta["name"] = GenerateName(generate);
   }
   // Validate before creating the namespace as a side effect.
-  if (auto e = ValidateMetadata(type, object)) return *e;
+  if (auto e = ValidateObject(type, object)) return *e;
   auto resolved = ResolveNamespace(type, ns, meta, !options.dry_run);
   if (!resolved) return resolved.error();
   for (int attempt = 0; Lookup(type, *resolved, Str(&meta, "name")); ++attempt) {
@@ -373,7 +416,7 @@ ApiResult<ObjectPtr> Store::Commit(const ResourceType& type, const ObjectPtr& cu
     }
   }
   meta["resourceVersion"] = cur_meta.at("resourceVersion");
-  if (auto e = ValidateMetadata(type, next)) return *e;
+  if (auto e = ValidateObject(type, next)) return *e;
   if (JsonEqual(WithoutVolatile(next), WithoutVolatile(*current))) return current;  // no-op: same version
   if (!JsonEqual(SpecPart(next), SpecPart(*current))) {
     const json::value* g = cur_meta.if_contains("generation");

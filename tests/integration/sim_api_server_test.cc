@@ -567,6 +567,41 @@ TEST(Store, AssignsServerMetadataAndVersions) {
   EXPECT_EQ(long_label.error().reason, "Invalid");
 }
 
+// What kube-apiserver refuses in a Lease the embedded server refuses too: a duration that is not positive,
+// negative transitions (422), and times that are no RFC 3339 time (400: the object cannot be decoded).
+TEST(Store, ValidatesLeasesAsKubeApiserverDoes) {
+  Store store;
+  const auto lease = [](std::string_view spec) {
+    return Parse(fmt::format(R"({{"apiVersion":"coordination.k8s.io/v1","kind":"Lease",
+        "metadata":{{"name":"hami-scheduler","namespace":"kube-system"}},"spec":{}}})",
+                             spec));
+  };
+  for (const char* spec : {R"({"holderIdentity":"a","leaseDurationSeconds":-5})",
+                           R"({"leaseDurationSeconds":0})", R"({"leaseTransitions":-1})"}) {
+    auto refused = store.Create(lease(spec));
+    ASSERT_FALSE(refused) << spec;
+    EXPECT_EQ(refused.error().code, 422) << spec;
+    EXPECT_NE(refused.error().message.find("must be greater than"), std::string::npos)
+        << refused.error().message;
+  }
+  for (const char* spec : {R"({"renewTime":"garbage"})", R"({"acquireTime":5})",
+                           R"({"leaseDurationSeconds":"15"})", R"({"holderIdentity":7})"}) {
+    auto refused = store.Create(lease(spec));
+    ASSERT_FALSE(refused) << spec;
+    EXPECT_EQ(refused.error().code, 400) << spec;
+  }
+  auto good = store.Create(lease(R"({"holderIdentity":"a_1","leaseDurationSeconds":15,
+      "renewTime":"2026-12-01T10:00:00.000000Z","leaseTransitions":0})"));
+  ASSERT_TRUE(good) << good.error().message;
+  // An update is validated the same way.
+  json::value worse = **good;
+  worse.at("spec").as_object()["renewTime"] = "yesterday";
+  auto updated = store.Update(*FindResource("coordination.k8s.io", "v1", "leases"), "kube-system",
+                              "hami-scheduler", worse.as_object());
+  ASSERT_FALSE(updated);
+  EXPECT_EQ(updated.error().code, 400);
+}
+
 TEST(Store, ExactListReconstructsAnOlderVersion) {
   Store store;
   const ResourceType& pods = *FindResource("", "v1", "pods");

@@ -166,6 +166,33 @@ TEST_F(LeaseElectorTest, AnotherHoldersLeaseIsTakenOnlyWhenUnchangedForItsDurati
   EXPECT_FALSE(a.leadership.leader());
 }
 
+// client-go's rule: only the leader record counts. Annotating the Lease (a reconciler, kubectl annotate) every
+// 3 s after its holder died moves its resourceVersion but renews nothing: it is taken 15 s after the last
+// renewal all the same.
+TEST_F(LeaseElectorTest, AWriteThatLeavesTheRecordAloneRenewsNothing) {
+  store_.Hold("node-b_77");
+  Replica a(store_, now_, wall_, "node-a");
+  EXPECT_FALSE(Round(a));
+  for (int i = 1; i <= 4; ++i) {
+    now_ += seconds(3);
+    store_.lease->as_object()["metadata"].as_object()["annotations"] = {{"touched", std::to_string(i)}};
+    store_.lease->as_object()["metadata"].as_object()["resourceVersion"] = "annotated-" + std::to_string(i);
+    EXPECT_FALSE(Round(a)) << i;
+  }
+  now_ += seconds(3);
+  EXPECT_TRUE(Round(a));  // 15 s after the record last changed
+  EXPECT_EQ(store_.Holder(), a.leadership.holder_identity());
+}
+
+// A duration of zero or less (which kube-apiserver refuses) is an expired record, as in client-go: taken at
+// once, never a Lease that stops every replica from leading.
+TEST_F(LeaseElectorTest, ALeaseWithANegativeDurationIsTakenAsExpired) {
+  store_.Hold("node-b_77", -5);
+  Replica a(store_, now_, wall_, "node-a");
+  EXPECT_TRUE(Round(a));
+  EXPECT_EQ(store_.Spec().at("leaseDurationSeconds"), 15);
+}
+
 // Of two replicas racing for an expired Lease, the compare-and-swap lets one win.
 TEST_F(LeaseElectorTest, TwoReplicasNeverBothLead) {
   Replica a(store_, now_, wall_, "node-a");
@@ -174,6 +201,7 @@ TEST_F(LeaseElectorTest, TwoReplicasNeverBothLead) {
   EXPECT_FALSE(Round(b));
   for (int i = 0; i < 20; ++i) {  // a renews every 2 s; b keeps trying
     now_ += seconds(2);
+    wall_.Advance(seconds(2));  // each renewal writes a new renewTime: the record changes
     EXPECT_TRUE(Round(a));
     EXPECT_FALSE(Round(b));
     EXPECT_FALSE(a.leadership.leader() && b.leadership.leader());
