@@ -1,8 +1,9 @@
 # hami-scheduler container. The build stage runs the same install and build scripts as the README.
 FROM debian:12 AS build
 WORKDIR /src
-COPY scripts/install-deps.sh scripts/install-deps.sh
-RUN ./scripts/install-deps.sh --build-only && rm -rf /var/lib/apt/lists/*
+COPY scripts/install-deps.sh scripts/check-toolchains.sh scripts/
+RUN ./scripts/install-deps.sh --build-only && ./scripts/check-toolchains.sh --build-only \
+ && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN BUILD_DIR=/build BUILD_TYPE=Release ./scripts/build.sh -DHAMI_BUILD_TESTS=OFF -DHAMI_BUILD_BENCH=OFF \
  && strip /build/hami-scheduler

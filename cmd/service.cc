@@ -122,8 +122,15 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   s->routes_ = std::make_unique<extender::HttpRoutes>(*s->extender_, s->loop_exceptions_);
 
   using Serves = extender::HttpRoutes::Serves;
+  // One budget for the bodies of every listener: the memory requests can hold at once.
+  const auto budget =
+      std::make_shared<k8s::BodyBudget>(static_cast<std::size_t>(cfg.request_body_budget_mib) << 20);
   const auto add = [&](k8s::HttpServerOptions server, std::string listener, Serves serves) {
     server.max_connections = static_cast<std::size_t>(cfg.max_connections);
+    server.body_budget = budget;
+    // A pod's AdmissionReview may be larger than an extender request: the API server sends up to its 3 MiB
+    // request limit for the object (HAMi's webhook reads 7 MiB). /filter and /bind keep HAMi's 1 MiB.
+    if (serves.webhook) server.path_body_limits["/webhook"] = extender::kWebhookBodyLimit;
     s->servers_.push_back(std::make_unique<k8s::HttpServer>(ioc.get_executor(), server));
     s->routes_->Install(*s->servers_.back(), std::move(listener), serves);
     return s->servers_.back().get();
@@ -146,9 +153,7 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
     w.address_flag = "--webhook-bind";
     w.cert_file = cfg.webhook_cert_file;
     w.key_file = cfg.webhook_key_file;
-    // A pod's AdmissionReview may be larger than an extender request: the API server accepts pods up to
-    // its 3 MiB request limit (HAMi's webhook reads 7 MiB).
-    w.body_limit = 7 * 1024 * 1024;
+    w.body_limit = extender::kWebhookBodyLimit;
     s->webhook_ = add(w, "webhook", Serves{.webhook = true, .metrics = false});
   }
   return s;

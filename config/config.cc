@@ -396,6 +396,11 @@ constexpr Field<Config> kSchedulerFields[] = {
        if (auto v = r.Int(it, 0, 1048576, "a number of connections from 0 (no cap) to 1048576"))
          c.max_connections = static_cast<int>(*v);
      }},
+    {"requestBodyBudget",
+     [](Reader& r, const Item& it, Config& c) {
+       if (auto v = r.Int(it, 8, 65536, "MiB of request bodies in flight, from 8 to 65536"))
+         c.request_body_budget_mib = static_cast<int>(*v);
+     }},
     {"schedulerName", [](Reader& r, const Item& it, Config& c) { r.String(it, c.scheduler_name); }},
     {"metricsBindAddress",
      [](Reader& r, const Item& it, Config& c) { r.String(it, c.metrics_bind_address); }},
@@ -932,6 +937,7 @@ std::string ToYaml(const Config& cfg, const BackendRegistry& vendors) {
   EmitString(out, "webhookCertFile", cfg.webhook_cert_file);
   EmitString(out, "webhookKeyFile", cfg.webhook_key_file);
   out << YAML::Key << "maxConnections" << YAML::Value << cfg.max_connections;
+  out << YAML::Key << "requestBodyBudget" << YAML::Value << cfg.request_body_budget_mib;
   EmitString(out, "schedulerName", cfg.scheduler_name);
   EmitString(out, "metricsBindAddress", cfg.metrics_bind_address);
   out << YAML::Key << "profiling" << YAML::Value << cfg.profiling;

@@ -199,6 +199,11 @@ void SetMaxConnections(const std::string& flag, const std::string& value, Loaded
           Int(flag, value, 0, 1048576, "want a number of connections from 0 (no cap) to 1048576", problems))
     out.config.max_connections = static_cast<int>(*v);
 }
+void SetRequestBodyBudget(const std::string& flag, const std::string& value, LoadedConfig& out,
+                          Problems& problems) {
+  if (auto v = Int(flag, value, 8, 65536, "want MiB of request bodies in flight, from 8 to 65536", problems))
+    out.config.request_body_budget_mib = static_cast<int>(*v);
+}
 void SetBusyNodeThreshold(const std::string& flag, const std::string& value, LoadedConfig& out,
                           Problems& problems) {
   if (auto v = Int(flag, value, 0, 1000000, "want a number of allocations from 0 (off) to 1000000", problems))
@@ -252,6 +257,7 @@ std::string ShowGpuPolicy(const Config& d) { return d.policies.gpu_policy; }
 std::string ShowNodePolicy(const Config& d) { return d.policies.node_policy; }
 std::string ShowRetryTimeout(const Config& d) { return FormatDuration(d.node_lock_retry_timeout); }
 std::string ShowMaxConnections(const Config& d) { return std::to_string(d.max_connections); }
+std::string ShowRequestBodyBudget(const Config& d) { return std::to_string(d.request_body_budget_mib); }
 std::string ShowKubeQps(const Config& d) { return fmt::format("{}", d.kube_qps); }
 std::string ShowKubeBurst(const Config& d) { return fmt::format("{}", d.kube_burst); }
 std::string ShowKubeTimeout(const Config& d) { return fmt::format("{}", d.kube_timeout.count()); }
@@ -281,6 +287,10 @@ const FlagDef kFlags[] = {
     {"max-connections", Group::kServer, false, "N",
      "open connections per listener at most (0 = no cap); idle ones are closed first", &SetMaxConnections,
      &ShowMaxConnections},
+    {"request-body-budget", Group::kServer, false, "MiB",
+     "request bodies all listeners hold at once at most; a request that does not fit waits, unread, for "
+     "room (a webhook review takes up to 7 MiB, a filter or bind 1 MiB)",
+     &SetRequestBodyBudget, &ShowRequestBodyBudget},
     {"scheduler-name", Group::kServer, false, "NAME",
      "written by the webhook as spec.schedulerName of pods using devices (\"\" = left as it is); the "
      "source of pod events",

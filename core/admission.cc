@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <limits>
 
+#include "core/bind_plan.h"
+#include "core/keys.h"
+
 namespace hami {
 namespace {
 
@@ -76,10 +79,8 @@ VendorTotal PodTotal(const PodView& pod, const Backend& backend) {
   return VendorTotal{std::max(app.memory, init.memory), std::max(app.cores, init.cores)};
 }
 
-}  // namespace
-
-AdmissionVerdict AdmitPod(PodView& pod, const Backends& backends, const QuotaBook& quotas,
-                          const AdmissionOptions& options) {
+// HAMi's rules, in HAMi's order.
+AdmissionVerdict Admit(PodView& pod, const Backends& backends, const AdmissionOptions& options) {
   if (pod.containers.empty()) return Deny(403, "pod has no containers", false);
   if (OtherSchedulers(pod, options)) {
     AdmissionVerdict v;
@@ -126,22 +127,61 @@ AdmissionVerdict AdmitPod(PodView& pod, const Backends& backends, const QuotaBoo
     }
   }
 
-  for (const auto& b : backends) {
-    const auto& r = b->Spec().resources;
+  AdmissionVerdict v;
+  v.uses_devices = uses_devices;
+  for (std::size_t b = 0; b < backends.size(); ++b) {
+    const auto& r = backends.at(b).Spec().resources;
     if (r.memory.empty() && r.cores.empty()) continue;
-    const VendorTotal total = PodTotal(pod, *b);
+    const VendorTotal total = PodTotal(pod, backends.at(b));
     if (total.memory == 0 && total.cores == 0) continue;
-    if (auto s = quotas.Exceeded(pod.ns, b->Vendor(), MiB(total.memory), Cores(total.cores))) {
+    v.quota.push_back({b, total.memory, total.cores});
+  }
+  return v;
+}
+
+}  // namespace
+
+AdmissionVerdict AdmitPodRules(PodView& pod, const Backends& backends, const AdmissionOptions& options) {
+  // A new pod has no decision yet: the scheduler writes one at bind, the device plugin reads it. Allocation
+  // annotations on a CREATE are made up (or copied from another pod) and would make the ledger charge cards
+  // to a pod that never got them, so they go, whichever scheduler the pod names.
+  std::vector<std::string> stripped;
+  std::vector<std::string_view> allocation = AllocationKeys(backends);
+  allocation.push_back(keys::kBindPhase);
+  allocation.push_back(keys::kBindTime);
+  for (const std::string_view k : allocation) {
+    auto it = pod.annotations.find(std::string(k));
+    if (it == pod.annotations.end()) continue;
+    stripped.emplace_back(k);
+    pod.annotations.erase(it);
+  }
+  AdmissionVerdict v = Admit(pod, backends, options);
+  std::sort(stripped.begin(), stripped.end());
+  v.stripped = std::move(stripped);
+  return v;
+}
+
+std::optional<AdmissionVerdict> QuotaDenial(const std::string& ns, const AdmissionVerdict& admitted,
+                                            const Backends& backends, const QuotaBook& quotas) {
+  for (const QuotaDemand& d : admitted.quota) {
+    const auto& r = backends.at(d.backend).Spec().resources;
+    if (auto s = quotas.Exceeded(ns, backends.at(d.backend).Vendor(), MiB(d.memory), Cores(d.cores))) {
       const std::string_view unit = s->resource == r.memory ? " MiB" : "";
       return Deny(403,
                   fmt::format("exceeding resource quota: {} in namespace {}: the pod asks for {}{}, {}{} "
                               "of the limit {}{} are in use",
-                              s->resource, pod.ns, s->requested, unit, s->used, unit, s->limit, unit),
-                  uses_devices);
+                              s->resource, ns, s->requested, unit, s->used, unit, s->limit, unit),
+                  admitted.uses_devices);
     }
   }
-  AdmissionVerdict v;
-  v.uses_devices = uses_devices;
+  return std::nullopt;
+}
+
+AdmissionVerdict AdmitPod(PodView& pod, const Backends& backends, const QuotaBook& quotas,
+                          const AdmissionOptions& options) {
+  AdmissionVerdict v = AdmitPodRules(pod, backends, options);
+  if (!v.allowed()) return v;
+  if (auto denied = QuotaDenial(pod.ns, v, backends, quotas)) return *denied;
   return v;
 }
 

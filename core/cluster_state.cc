@@ -19,6 +19,7 @@ void ClusterState::UpsertNode(const NodeView& node) {
   if (inserted) {
     entry.vendor_range.assign(nb, {0, 0});
     entry.discovery_error.assign(nb, "");
+    if (auto b = blocks_.find(node.name); b != blocks_.end()) entry.blocked = b->second;
   }
   std::vector<std::vector<DeviceInfo>> per_backend(nb);
   for (std::size_t b = 0; b < nb; ++b) {
@@ -107,6 +108,18 @@ void ClusterState::ReapplyUsage(NodeEntry& entry) {
 }
 
 void ClusterState::RemoveNode(std::string_view node) { nodes_.erase(std::string(node)); }
+
+void ClusterState::SetVendorBlocks(const std::string& node, std::vector<std::string> reasons) {
+  if (std::all_of(reasons.begin(), reasons.end(), [](const std::string& r) { return r.empty(); }))
+    reasons.clear();
+  if (reasons.empty()) {
+    blocks_.erase(node);
+  } else {
+    reasons.resize(backends_->size());
+    blocks_[node] = reasons;
+  }
+  if (auto it = nodes_.find(node); it != nodes_.end()) it->second.blocked = std::move(reasons);
+}
 
 const NodeEntry* ClusterState::FindNode(std::string_view node) const {
   auto it = nodes_.find(node);
@@ -239,6 +252,22 @@ void ClusterState::ReleaseInitContainers(std::string_view uid) {
   record.init_released = true;
   quotas_.AddUsage(record.allocation.ns, record.charges);
   if (n != nodes_.end()) Apply(n->second, record, +1);
+}
+
+std::vector<std::size_t> UnreadableAllocationBackends(const PodView& pod, const Backends& backends) {
+  std::vector<std::size_t> unreadable, carried;
+  for (std::size_t b = 0; b < backends.size(); ++b) {
+    const auto& key = backends.at(b).Spec().keys.allocated;
+    auto v = pod.annotations.find(key);
+    if (key.empty() || v == pod.annotations.end()) continue;
+    carried.push_back(b);
+    if (!codec::DecodePodDevices(v->second)) unreadable.push_back(b);
+  }
+  if (!unreadable.empty()) return unreadable;
+  if (!carried.empty()) return carried;
+  std::vector<std::size_t> all(backends.size());
+  for (std::size_t b = 0; b < all.size(); ++b) all[b] = b;
+  return all;
 }
 
 Result<std::optional<PodAllocation>> AllocationFromAnnotations(const PodView& pod, const Backends& backends) {

@@ -46,6 +46,8 @@ struct NodeEntry {
   std::vector<std::vector<MigInUse>> mig_in_use;  // per device; empty unless MIG instances are held
   std::vector<char> cordoned;                // per device: listed in hami.io/device-cordon (also in caps)
   std::vector<std::string> discovery_error;  // per backend: "" when discovery succeeded
+  // Per backend: why the node takes no new pod of that vendor ("" = it does); empty when nothing is blocked.
+  std::vector<std::string> blocked;
   std::unordered_map<std::string, int> by_uuid;
   std::unordered_set<std::string> pods;  // uids of pods charged to this node
   int unknown_device_charges = 0;        // charges naming a UUID this node does not have
@@ -87,6 +89,9 @@ class ClusterState {
   // Drops one vendor's devices (health clean-up). The node stays known.
   void RemoveVendorDevices(std::string_view node, std::size_t backend);
   void RemoveNode(std::string_view node);
+  // Closes (a non-empty reason) or opens each vendor of `node` to new pods: per backend, "" = open. Kept
+  // across the node's removal and re-registration (the pods that cause a block outlive their node's entry).
+  void SetVendorBlocks(const std::string& node, std::vector<std::string> reasons);
   const NodeEntry* FindNode(std::string_view node) const;
   std::vector<std::string> NodeNames() const;  // sorted
   std::size_t NodeCount() const { return nodes_.size(); }
@@ -125,10 +130,15 @@ class ClusterState {
   std::unordered_map<std::string, NodeEntry, StringHash, std::equal_to<>> nodes_;
   std::unordered_map<std::string, PodRecord> pods_;
   std::unordered_map<std::string, std::unordered_set<std::string>> pods_by_node_;  // incl. unknown nodes
+  std::unordered_map<std::string, std::vector<std::string>> blocks_;  // node -> NodeEntry::blocked
 };
 
 // Reads a pod's allocation back from its annotations (hami.io/vgpu-node and every backend's allocated key).
 // nullopt when the pod carries no hami.io/vgpu-node; an error names the annotation that cannot be decoded.
 Result<std::optional<PodAllocation>> AllocationFromAnnotations(const PodView& pod, const Backends& backends);
+// The backends whose part of the pod's allocation annotations cannot be decoded (indices into Backends);
+// when the unreadable part names no backend (the MIG annotation), every backend whose allocation the pod
+// carries, or every backend when it carries none.
+std::vector<std::size_t> UnreadableAllocationBackends(const PodView& pod, const Backends& backends);
 
 }  // namespace hami

@@ -141,6 +141,10 @@ bool NodeFitter::Fit(const PodContext& ctx, const PodRequests& reqs, const NodeE
     auto& usage = is_init ? init_usage_ : app_usage_;
     auto& mig = is_init ? init_mig_ : app_mig_;
     for (const auto& [b, request] : requests) {
+      if (!node.blocked.empty() && !node.blocked[static_cast<std::size_t>(b)].empty()) {
+        if (reason) *reason = node.blocked[static_cast<std::size_t>(b)];
+        return false;
+      }
       ContainerPicks& picks = allocated_[static_cast<std::size_t>(b)][c];
       if (!FitRequest(ctx, node, b, request, c, allocated_, usage, mig, picks, reason)) return false;
       for (const Pick& p : picks) {

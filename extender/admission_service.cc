@@ -42,9 +42,7 @@ AdmissionService::AdmissionService(const Backends& backends, const ClusterState&
 
 k8s::AdmissionAnswer AdmissionService::Review(const k8s::AdmissionRequest& request) {
   const auto start = std::chrono::steady_clock::now();
-  k8s::AdmissionAnswer answer = Decide(request);
-  latency_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  return answer;
+  return Conclude(Prepare(request), start);
 }
 
 k8s::AdmissionAnswer AdmissionService::Refuse(int code, std::string message) {
@@ -54,58 +52,93 @@ k8s::AdmissionAnswer AdmissionService::Refuse(int code, std::string message) {
   return NotAllowed(code, std::move(message));
 }
 
-k8s::AdmissionAnswer AdmissionService::Decide(const k8s::AdmissionRequest& request) {
+AdmissionService::Prepared AdmissionService::Prepare(const k8s::AdmissionRequest& request) const {
+  using Kind = Prepared::Kind;
+  Prepared out;
   // The webhook configuration asks for pod CREATEs only; anything else passes untouched.
-  if (request.operation != "CREATE" || (!request.kind.empty() && request.kind != "Pod")) {
-    ++stats_.allowed;
-    return {};
-  }
-  if (!request.object.is_object()) {
-    ++stats_.invalid;
-    spdlog::warn("admission: refused review {}: request.object is not a Pod object", request.uid);
-    return NotAllowed(400, "AdmissionReview: request.object: expected the Pod being created");
-  }
+  if (request.operation != "CREATE" || (!request.kind.empty() && request.kind != "Pod")) return out;
+  const auto invalid = [&](std::string message) {
+    spdlog::warn("admission: refused review {}: {}", request.uid, message);
+    out.kind = Kind::kInvalid;
+    out.answer = NotAllowed(400, std::move(message));
+    return std::move(out);
+  };
+  if (!request.object.is_object())
+    return invalid("AdmissionReview: request.object: expected the Pod being created");
   auto parsed = k8s::PodBeingCreatedFromJson(request.object);
-  if (!parsed) {
-    ++stats_.invalid;
-    spdlog::warn("admission: refused review {}: {}", request.uid, parsed.error().message);
-    return NotAllowed(400, parsed.error().message);
-  }
+  if (!parsed) return invalid(parsed.error().message);
   PodView pod = std::move(*parsed);
-  if (pod.ContainerCount() > kMaxContainers) {
-    ++stats_.invalid;
-    spdlog::warn("admission: refused review {}: {} containers", request.uid, pod.ContainerCount());
-    return NotAllowed(400, fmt::format("pod has {} containers and init containers, more than the {} this "
-                                       "webhook reads",
-                                       pod.ContainerCount(), kMaxContainers));
-  }
+  if (pod.ContainerCount() > kMaxContainers)
+    return invalid(fmt::format("pod has {} containers and init containers, more than the {} this webhook "
+                               "reads",
+                               pod.ContainerCount(), kMaxContainers));
   if (!request.ns.empty()) pod.ns = request.ns;
   if (pod.name.empty()) pod.name = request.name;
+  out.ns = pod.ns;
+  out.shown = PodShown(pod, request.object);
   const PodView before = pod;
-  const AdmissionVerdict verdict = AdmitPod(pod, *backends_, state_->quotas(), options_);
-  if (!verdict.allowed()) {
-    ++stats_.denied;
-    spdlog::warn("admission: denied pod {}: {}", PodShown(pod, request.object), verdict.message);
-    return NotAllowed(verdict.code, verdict.message);
+  out.verdict = AdmitPodRules(pod, *backends_, options_);
+  if (!out.verdict.allowed()) {
+    out.kind = Kind::kDenied;
+    out.answer = NotAllowed(out.verdict.code, out.verdict.message);
+    return out;
   }
-  k8s::AdmissionAnswer answer;
-  answer.message = verdict.message;  // HAMi's "pod already has different scheduler assigned"
-  if (verdict.kind == AdmissionVerdict::Kind::kAllowed) {
-    boost::json::value mutated = request.object;
-    k8s::WritePodChanges(before, pod, mutated);
-    answer.patch = k8s::JsonPatch(request.object, mutated);
+  out.kind = Kind::kAdmitted;
+  out.answer.message = out.verdict.message;  // HAMi's "pod already has different scheduler assigned"
+  // Another scheduler's pod changes only by the allocation annotations it was created with.
+  boost::json::value mutated = request.object;
+  k8s::WritePodChanges(before, pod, mutated);
+  out.answer.patch = k8s::JsonPatch(request.object, mutated);
+  if (!out.verdict.stripped.empty()) {
+    std::string keys;
+    for (const auto& k : out.verdict.stripped) keys += (keys.empty() ? "" : ", ") + k;
+    spdlog::warn("admission: pod {} was created with allocation annotations ({}): removed", out.shown, keys);
+    out.answer.warnings.push_back(fmt::format(
+        "removed {}: allocation annotations are written by the scheduler when it binds the pod", keys));
   }
-  if (answer.patch.empty()) {
-    ++stats_.allowed;
-  } else {
-    ++stats_.patched;
-    spdlog::debug("admission: pod {}: {} change(s), scheduler {}", PodShown(pod, request.object),
-                  answer.patch.size(), pod.scheduler_name);
+  return out;
+}
+
+k8s::AdmissionAnswer AdmissionService::Conclude(Prepared prepared,
+                                               std::chrono::steady_clock::time_point start) {
+  using Kind = Prepared::Kind;
+  if (prepared.kind == Kind::kAdmitted) {
+    if (auto denied = QuotaDenial(prepared.ns, prepared.verdict, *backends_, state_->quotas())) {
+      prepared.kind = Kind::kDenied;
+      prepared.verdict = std::move(*denied);
+      prepared.answer = NotAllowed(prepared.verdict.code, prepared.verdict.message);
+    }
   }
-  return answer;
+  switch (prepared.kind) {
+    case Kind::kPassed:
+      ++stats_.allowed;
+      break;
+    case Kind::kInvalid:
+      ++stats_.invalid;
+      break;
+    case Kind::kDenied:
+      ++stats_.denied;
+      spdlog::warn("admission: denied pod {}: {}", prepared.shown, prepared.verdict.message);
+      break;
+    case Kind::kAdmitted:
+      if (!prepared.verdict.stripped.empty()) ++stats_.stripped;
+      if (prepared.answer.patch.empty()) {
+        ++stats_.allowed;
+      } else {
+        ++stats_.patched;
+        spdlog::debug("admission: pod {}: {} change(s)", prepared.shown, prepared.answer.patch.size());
+      }
+      break;
+  }
+  latency_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return std::move(prepared.answer);
 }
 
 void AdmissionService::WriteMetrics(k8s::prom::TextWriter& w) const {
+  w.Counter("hami_scheduler_admission_stripped_total",
+            "Pods created with allocation annotations (hami.io/vgpu-node, bind-phase, devices), which the "
+            "webhook removed.",
+            static_cast<double>(stats_.stripped));
   w.Family("hami_scheduler_admission_duration_seconds", "Time to answer /webhook.", "histogram");
   latency_.Write(w, "hami_scheduler_admission_duration_seconds", {});
   w.Family("hami_scheduler_admission_requests_total",

@@ -321,6 +321,20 @@ asio::awaitable<LockOutcome> BindService::AcquireWaiting(const LockTarget& targe
   }
 }
 
+void BindService::ReleaseIfHeldBy(const std::string& uid, const std::string& key) {
+  // The caller names a pod and a uid; only a hold the ledger keeps for exactly that pair is freed. The uid
+  // of a running pod sent with another pod's name frees nothing.
+  const PodAllocation* held = state_->FindPod(uid);
+  const Reservation* reserved = reservations_->Find(uid);
+  if ((held != nullptr && held->ns + "/" + held->name != key) ||
+      (reserved != nullptr && reserved->key != key)) {
+    spdlog::warn("bind of pod {} names uid {}, which is pod {}'s: nothing released", key, uid,
+                 held != nullptr ? held->ns + "/" + held->name : reserved->key);
+    return;
+  }
+  if (held != nullptr || reserved != nullptr) release_(uid);
+}
+
 asio::awaitable<std::string> BindService::BindPod(const k8s::ExtenderBindingArgs& args) {
   const std::string key = args.pod_namespace + "/" + args.pod_name;
   auto pod = co_await LookupPod(args.pod_namespace, args.pod_name, args.pod_uid);
@@ -328,12 +342,14 @@ asio::awaitable<std::string> BindService::BindPod(const k8s::ExtenderBindingArgs
     // Only a pod known to be gone loses its reservation; a failed read changes nothing.
     if (pod.error().kind != ApiErrorKind::kNotFound)
       co_return fmt::format("cannot read pod {}: {}", key, pod.error().message);
-    release_(args.pod_uid.empty() ? key : args.pod_uid);
+    ReleaseIfHeldBy(args.pod_uid.empty() ? key : args.pod_uid, key);
     co_return fmt::format("pod \"{}\" not found", key);
   }
   const std::string uid = UidOf(*pod);
   if (!args.pod_uid.empty() && args.pod_uid != pod->uid) {
-    release_(args.pod_uid);
+    // The pod of that name now is another one: the hold of the uid asked for, if it was made for this name,
+    // belongs to a pod that is gone.
+    ReleaseIfHeldBy(args.pod_uid, key);
     co_return fmt::format("pod {} was re-created (uid {}, bind asked for {})", key, pod->uid, args.pod_uid);
   }
   const auto failed = [&](std::string message) {
@@ -360,10 +376,9 @@ asio::awaitable<std::string> BindService::BindPod(const k8s::ExtenderBindingArgs
       }
     }
   } in_flight{in_flight_, key, uid};
-  if (state_->FindNode(args.node) == nullptr) {
-    release_(uid);
+  // Like every other failed bind, this keeps the pod's reservation: its re-filter or the timeout frees it.
+  if (state_->FindNode(args.node) == nullptr)
     co_return failed(fmt::format("failed to get node {}: not found", args.node));
-  }
   const Backends& backends = state_->backends();
   auto requests = CollectRequests(*pod, backends);
   if (!requests) co_return failed(fmt::format("pod {}: {}", key, requests.error().message));

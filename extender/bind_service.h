@@ -39,7 +39,8 @@ class BindService {
  public:
   using Release = std::function<void(const std::string& uid)>;
   // `pods`: the pod cache ("ns/name" -> pod), alive as long as the service. `release` frees a pod's hold
-  // on devices (reservation and ledger entry) when its bind finds it gone or re-created.
+  // on devices (reservation and ledger entry) when its bind finds it gone or re-created; only ever for a uid
+  // the ledger holds for the pod the bind names.
   BindService(boost::asio::any_io_executor executor, const ClusterState& state,
               const Reservations& reservations, const std::map<std::string, PodView>& pods,
               NodeLocker& locker, ClusterWriter& writer, const Clock& clock, BindOptions options,
@@ -108,6 +109,8 @@ class BindService {
   // The lock as the node cache (or our own newer write) shows it.
   LockView CachedLock(const LockTarget& target);
   void ReleaseLeftoverLocks(const std::string& uid);
+  // Frees the hold of `uid` if the ledger keeps it for pod `key` ("ns/name"); logs a uid of another pod.
+  void ReleaseIfHeldBy(const std::string& uid, const std::string& key);
   void ForgetReleasedLocks(const NodeView& node);
 
   boost::asio::any_io_executor executor_;

@@ -79,7 +79,7 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
       binder_(executor, feed_.state(), reservations_, pods_->views(), locker_, fenced_, clock,
               BindOptions{options_.node_lock_retry_timeout, options_.reservation_timeout},
               [this](const std::string& uid) { ReleasePod(uid); }),
-      filter_(feed_.state(), reservations_, binder_, fenced_, clock,
+      filter_(feed_.state(), reservations_, binder_, pods_->views(), fenced_, clock,
               FilterOptions{options_.policies, options_.ready_wait, options_.bind_backlog,
                             clients.decisions->options().qps},
               Readiness{[this] { return ready(); }, [this] { return NotReadyReason(); }, &ready_changed_,
@@ -172,7 +172,10 @@ void Extender::OnPod(const PodView& pod) {
     return;
   }
   // A pod without hami.io/vgpu-node holds nothing (our reservation, if any, is written by its Binding).
-  if (!pod.annotations.contains(keys::kAssignedNode)) return;
+  if (!pod.annotations.contains(keys::kAssignedNode)) {
+    feed_.ClearUnreadable(uid);
+    return;
+  }
   if (reservations_.contains(uid)) {
     // Our filter decided for this pod and the Binding writes the decision: until the pod shows bound,
     // annotations it carries are an earlier decision's.

@@ -1,6 +1,7 @@
 #include "extender/filter_service.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "core/fit.h"
 #include "extender/ledger_feed.h"
@@ -29,11 +30,12 @@ std::string SummarizeFailures(const std::map<std::string, std::string>& failed) 
 }  // namespace
 
 FilterService::FilterService(ClusterState& state, Reservations& reservations, const BindService& binds,
-                             ClusterWriter& writer, const Clock& clock, FilterOptions options,
-                             Readiness readiness)
+                             const std::map<std::string, PodView>& pods, ClusterWriter& writer,
+                             const Clock& clock, FilterOptions options, Readiness readiness)
     : state_(&state),
       reservations_(&reservations),
       binds_(&binds),
+      pods_(&pods),
       writer_(&writer),
       clock_(&clock),
       options_(std::move(options)),
@@ -97,22 +99,78 @@ asio::awaitable<void> FilterService::AwaitBindBacklog() {
   held_seconds_ += std::chrono::duration<double>(steady_clock::now() - start).count();
 }
 
+asio::awaitable<FilterService::Identity> FilterService::Identify(const PodView& pod) {
+  const std::string uid = UidOf(pod);
+  const std::string key = pod.Key();
+  std::string bound = pod.node_name;  // the body's spec.nodeName
+  if (auto it = pods_->find(key); it != pods_->end()) {
+    const PodView* known = &it->second;
+    std::optional<PodView> read;
+    if (UidOf(*known) != uid) {
+      // Re-created under this name and the cache behind, or a request naming another pod's uid: the API
+      // server tells which.
+      auto got = co_await writer_->ReadPod(pod.ns, pod.name);
+      if (!got || UidOf(*got) != uid)
+        co_return Identity{fmt::format("pod {} has uid {}, not the request's {}", key,
+                                       got ? UidOf(*got) : UidOf(*known), uid),
+                           ""};
+      read = std::move(*got);
+      known = &*read;
+    }
+    if (bound.empty()) bound = known->node_name;
+  }
+  // Whatever the caches know of the pod, a hold in the ledger is only ever released for the pod it was made
+  // for: a made-up pod carrying a running pod's uid changes nothing.
+  if (const PodAllocation* held = state_->FindPod(uid);
+      held != nullptr && (held->ns != pod.ns || held->name != pod.name))
+    co_return Identity{fmt::format("uid {} is pod {}/{}'s, not {}'s", uid, held->ns, held->name, key), ""};
+  if (const Reservation* r = reservations_->Find(uid); r != nullptr && r->key != key)
+    co_return Identity{fmt::format("uid {} is pod {}'s, not {}'s", uid, r->key, key), ""};
+  co_return Identity{"", bound};
+}
+
+k8s::ExtenderFilterResult FilterService::AnswerBound(const k8s::ExtenderArgs& args, const std::string& node,
+                                                     const std::vector<std::string>& candidates) {
+  // kube-scheduler filters a pod again when it gave up on a bind that succeeded here: the pod keeps its node
+  // and its devices. Its node passes, so the bind that follows finds it bound there and answers success.
+  ++results_["passthrough"];
+  FilterOutcome outcome;
+  outcome.kind = FilterOutcome::Kind::kUnschedulable;
+  for (const std::string& c : candidates) {
+    if (c == node) {
+      outcome.kind = FilterOutcome::Kind::kScheduled;
+      outcome.node = node;
+    } else {
+      outcome.failed_nodes[c] = fmt::format("pod is bound to node {} already", node);
+    }
+  }
+  return ToFilterResult(outcome, args);
+}
+
 asio::awaitable<k8s::ExtenderFilterResult> FilterService::Decide(const k8s::ExtenderArgs& args) {
   if (!co_await WaitReady()) co_return Fail("hami-scheduler is not ready: " + readiness_.reason());
   const PodView& pod = args.pod;
   const std::string uid = UidOf(pod);
-  // A bind of this pod still running (kube-scheduler gave up waiting for it and filters again) may yet bind
-  // it with the devices reserved now: deciding again would hand those devices to another pod.
-  if (binds_->InFlight(pod.Key(), uid))
-    co_return Fail(fmt::format("pod {} is being bound (an earlier bind of it is still running)", pod.Key()));
-  if (auto requests = CollectRequests(pod, state_->backends()); requests && requests->Any())
-    co_await AwaitBindBacklog();
   std::vector<std::string> candidates;
   if (args.node_names) {
     candidates = *args.node_names;
   } else if (args.nodes) {
     candidates = *args.nodes;
   }
+  if (auto requests = CollectRequests(pod, state_->backends()); requests && requests->Any())
+    co_await AwaitBindBacklog();
+  // From here to the decision nothing waits but the identity's read: what it checked still holds when the
+  // ledger changes.
+  const Identity identity = co_await Identify(pod);
+  if (!identity.refusal.empty()) {
+    spdlog::warn("filter refused, nothing changed: {}", identity.refusal);
+    co_return Fail(fmt::format("filter of pod {} refused: {}", pod.Key(), identity.refusal));
+  }
+  if (!identity.bound.empty()) co_return AnswerBound(args, identity.bound, candidates);
+  // A bind of this pod still running (kube-scheduler gave up waiting for it and filters again) may yet bind
+  // it with the devices reserved now: deciding again would hand those devices to another pod.
+  if (binds_->InFlight(pod.Key(), uid))
+    co_return Fail(fmt::format("pod {} is being bound (an earlier bind of it is still running)", pod.Key()));
   // A re-filter decides without the pod's earlier reservation (and its quota). An earlier decision written
   // on the pod (by HAMi, or an earlier version of ours) is what its annotations say until a Binding writes
   // a new one, so it is put back whenever no new one is made; an earlier reservation of ours was never

@@ -39,8 +39,10 @@ struct Readiness {
 
 class FilterService {
  public:
+  // `pods`: the pod cache ("ns/name" -> pod), alive as long as the service.
   FilterService(ClusterState& state, Reservations& reservations, const BindService& binds,
-                ClusterWriter& writer, const Clock& clock, FilterOptions options, Readiness readiness);
+                const std::map<std::string, PodView>& pods, ClusterWriter& writer, const Clock& clock,
+                FilterOptions options, Readiness readiness);
 
   // The answer for kube-scheduler (a failure is in its error).
   boost::asio::awaitable<k8s::ExtenderFilterResult> Filter(const k8s::ExtenderArgs& args);
@@ -56,6 +58,15 @@ class FilterService {
 
  private:
   boost::asio::awaitable<k8s::ExtenderFilterResult> Decide(const k8s::ExtenderArgs& args);
+  // Who the request speaks for.
+  struct Identity {
+    std::string refusal;  // the pod's uid is another pod's (in the cache, a read, the ledger, a reservation)
+    std::string bound;    // else: the node the pod is bound to already ("" when it is not)
+  };
+  boost::asio::awaitable<Identity> Identify(const PodView& pod);
+  // The answer for a pod bound already: its node fits (if a candidate), nothing is decided or released.
+  k8s::ExtenderFilterResult AnswerBound(const k8s::ExtenderArgs& args, const std::string& node,
+                                        const std::vector<std::string>& candidates);
   boost::asio::awaitable<bool> WaitReady();
   boost::asio::awaitable<void> AwaitBindBacklog();
   k8s::ExtenderFilterResult Fail(std::string message);
@@ -64,6 +75,7 @@ class FilterService {
   ClusterState* state_;
   Reservations* reservations_;
   const BindService* binds_;
+  const std::map<std::string, PodView>* pods_;
   ClusterWriter* writer_;
   const Clock* clock_;
   FilterOptions options_;

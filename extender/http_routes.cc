@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <chrono>
 #include <cctype>
 
 #include "k8s/admission.h"
@@ -39,23 +41,44 @@ std::string MediaType(std::string_view content_type) {
 }
 
 // The AdmissionReview answering `r`. The API server expects HTTP 200 and the review's own apiVersion; a
-// review that cannot be read is answered as refused (as controller-runtime does), with the reason.
-std::string Webhook(AdmissionService& admission, const k8s::ServerRequest& r) {
+// review that cannot be read is answered as refused (as controller-runtime does), with the reason. Reading
+// and deciding run on `worker`; the quota check and the counters on the loop.
+asio::awaitable<std::string> Webhook(AdmissionService& admission, asio::thread_pool& worker,
+                                     const k8s::ServerRequest& r) {
   if (r.body_too_large)
-    return k8s::AdmissionReviewJson(
+    co_return k8s::AdmissionReviewJson(
         "", "",
-        admission.Refuse(413,
-                         "the AdmissionReview is larger than this listener's body limit (1 MiB on "
-                         "--http_bind, 7 MiB on --webhook-bind)"));
+        admission.Refuse(413, fmt::format("the AdmissionReview is larger than the {} MiB limit",
+                                          kWebhookBodyLimit >> 20)));
   if (MediaType(r.content_type) != kJson) {
-    return k8s::AdmissionReviewJson(
+    co_return k8s::AdmissionReviewJson(
         "", "",
         admission.Refuse(400, fmt::format("Content-Type \"{}\" is not application/json",
                                           k8s::EscapeControlChars(r.content_type))));
   }
-  auto review = k8s::ParseAdmissionReview(r.body);
-  if (!review) return k8s::AdmissionReviewJson("", "", admission.Refuse(400, review.error().message));
-  return k8s::AdmissionReviewJson(review->api_version, review->uid, admission.Review(*review));
+  const auto start = std::chrono::steady_clock::now();
+  struct Read {
+    std::string api_version, uid, error;
+    AdmissionService::Prepared prepared;
+  };
+  // The worker owns its copy of the body: it outlives this frame if the server is torn down meanwhile. What
+  // it parses is freed there too; only the answer comes back.
+  auto read = [&admission, body = r.body]() -> asio::awaitable<Read> {
+    Read out;
+    auto review = k8s::ParseAdmissionReview(body);
+    if (!review) {
+      out.error = std::move(review.error().message);
+      co_return out;
+    }
+    out.api_version = review->api_version;
+    out.uid = review->uid;
+    out.prepared = admission.Prepare(*review);
+    co_return out;
+  };
+  Read done = co_await asio::co_spawn(worker, std::move(read), asio::use_awaitable);
+  if (!done.error.empty()) co_return k8s::AdmissionReviewJson("", "", admission.Refuse(400, done.error));
+  co_return k8s::AdmissionReviewJson(done.api_version, done.uid,
+                                     admission.Conclude(std::move(done.prepared), start));
 }
 
 }  // namespace
@@ -83,8 +106,9 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
   });
   if (serves.webhook) {
     server.Route(http::verb::post, "/webhook",
-                 [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
-                   co_return Respond(200, kJson, Webhook(e->admission(), r));
+                 [this, e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
+                   std::string review = co_await Webhook(e->admission(), reviews_, r);
+                   co_return Respond(200, kJson, std::move(review));
                  });
   }
   if (!serves.extender) return;
@@ -148,6 +172,21 @@ std::string HttpRoutes::ServerMetrics() const {
     for (const auto& [listener, server] : listeners_) {
       w.Sample(f.name, {{"listener", listener}}, static_cast<double>(f.value(*server)));
     }
+  }
+  // The body budget is one for the process: shown once.
+  for (const auto& [listener, server] : listeners_) {
+    const k8s::BodyBudget* budget = server->body_budget();
+    if (budget == nullptr) continue;
+    w.Gauge("hami_http_body_budget_bytes",
+            "Request bodies all listeners may hold at once (--request-body-budget).",
+            static_cast<double>(budget->bytes()));
+    w.Gauge("hami_http_body_bytes_in_flight",
+            "Bytes of request bodies held now (taken before each body is read).",
+            static_cast<double>(budget->in_use()));
+    w.Counter("hami_http_body_budget_waits_total",
+              "Requests whose body waited, unread, for room in the body budget.",
+              static_cast<double>(budget->waits()));
+    break;
   }
   w.Family("hami_event_loop_exceptions_total",
            "Exceptions that escaped the event loop (a bug, logged; the loop went on).", "counter");

@@ -1,8 +1,14 @@
 #pragma once
 // The extender's HTTP adapter: it owns the wire. Routes (/filter, /bind and /webhook on the extender
-// listener; /metrics, /healthz and /readyz on every listener), the request body limit, and the extender v1
-// JSON in and out (k8s/extender); the services it calls see parsed arguments only. kube-scheduler expects
-// HTTP 200 with failures in the JSON's Error.
+// listener; /metrics, /healthz and /readyz on every listener), the request body limits, and the extender v1
+// JSON in and out (k8s/extender); the filter and bind services see parsed arguments only. kube-scheduler
+// expects HTTP 200 with failures in the JSON's Error.
+//
+// An AdmissionReview is read and decided on the webhook's worker thread (AdmissionService::Prepare), never
+// on the event loop: a review of several MiB costs seconds of parsing, and the loop must keep renewing the
+// Lease, answering probes and deciding filters meanwhile. Only the quota check returns to the loop.
+#include <boost/asio/thread_pool.hpp>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -12,6 +18,9 @@
 #include "k8s/http_server.h"
 
 namespace hami::extender {
+
+// The largest AdmissionReview read (HAMi's webhook reads 7 MiB; the API server sends up to 3 MiB of pod).
+inline constexpr std::size_t kWebhookBodyLimit = 7 << 20;
 
 class HttpRoutes {
  public:
@@ -36,6 +45,9 @@ class HttpRoutes {
 
   Extender* extender_;
   const std::uint64_t* loop_exceptions_;
+  // Reviews one at a time, in arrival order: a flood of reviews queues here and costs the loop nothing.
+  // Destroyed (joined) before the extender whose admission service it calls.
+  boost::asio::thread_pool reviews_{1};
   std::vector<std::pair<std::string, const k8s::HttpServer*>> listeners_;
 };
 

@@ -4,7 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <set>
 
+#include "core/fit.h"
 #include "core/keys.h"
 
 namespace hami::extender {
@@ -65,17 +67,146 @@ void LedgerFeed::RecordAllocation(const PodView& pod) {
     ++stats_.annotation_errors;
     // Once per pod: every later event of the pod would say the same.
     if (annotation_warned_.insert(uid).second)
-      spdlog::warn("pod {}: allocation annotations ignored: {}", pod.Key(), decoded.error().message);
+      spdlog::warn("pod {}: allocation annotations cannot be read: {}", pod.Key(), decoded.error().message);
+    // A running pod uses devices nobody can name now: fail closed on its node. A pod not bound yet holds
+    // nothing there; the reservation sweep clears its annotations.
+    if (!pod.node_name.empty())
+      MarkUnreadable(pod, decoded.error().message, UnreadableAllocationBackends(pod, *backends_));
     return;
   }
-  if (!*decoded) return;
-  state_.AddPod(std::move(**decoded));
+  if (!*decoded) {
+    ClearUnreadable(uid);
+    return;
+  }
+  PodAllocation& allocation = **decoded;
+  const std::optional<std::set<std::size_t>> asked = AskedBackends(pod);
+  // An annotation that decodes to no device at all (a value without a single "uuid,vendor,mem,cores"
+  // entry) for a vendor the running pod asks for is as unreadable as a broken one: its devices are in use.
+  if (!pod.node_name.empty() && asked) {
+    std::vector<std::size_t> empty;
+    std::string keys;
+    for (std::size_t b : *asked) {
+      const std::string& key = backends_->at(b).Spec().keys.allocated;
+      if (key.empty() || !pod.annotations.contains(key) ||
+          allocation.devices.contains(backends_->at(b).Vendor()))
+        continue;
+      empty.push_back(b);
+      keys += fmt::format("{}{}", keys.empty() ? "" : ", ", key);
+    }
+    if (!empty.empty()) {
+      MarkUnreadable(pod, fmt::format("annotation {} names no device of the vendor the pod asks for", keys),
+                     std::move(empty));
+      return;
+    }
+  }
+  ClearUnreadable(uid);
+  if (auto dropped = KeepChargeable(pod, asked, allocation)) {
+    ++stats_.foreign_charges;
+    if (foreign_warned_.insert(uid).second) spdlog::warn("pod {}: {}", pod.Key(), *dropped);
+    if (allocation.devices.empty()) {
+      state_.RemovePod(uid);
+      return;
+    }
+  }
+  state_.AddPod(std::move(allocation));
   if (AllInitContainersSucceeded(pod)) state_.ReleaseInitContainers(uid);
+}
+
+std::optional<std::set<std::size_t>> LedgerFeed::AskedBackends(const PodView& pod) const {
+  auto requests = CollectRequests(pod, *backends_);
+  if (!requests) return std::nullopt;
+  std::set<std::size_t> asked;
+  for (const auto& container : requests->containers) {
+    for (const auto& [b, request] : container) asked.insert(static_cast<std::size_t>(b));
+  }
+  return asked;
+}
+
+std::optional<std::string> LedgerFeed::KeepChargeable(const PodView& pod,
+                                                      const std::optional<std::set<std::size_t>>& asked,
+                                                      PodAllocation& allocation) const {
+  // Annotations are the pod's own: anyone who can create a pod can write them. They say which devices the
+  // device plugin gave it, on the node the pod runs on, for the resources it asks for; a node or a vendor
+  // beyond that is nobody's card.
+  if (!pod.node_name.empty() && allocation.node != pod.node_name) {
+    allocation.devices.clear();
+    allocation.mig.clear();
+    return fmt::format("bound to node {} but its {} annotation names node {}: its allocation is not charged",
+                       pod.node_name, keys::kAssignedNode, allocation.node);
+  }
+  if (!asked) return std::nullopt;  // requests unreadable: the allocation stands (fail closed)
+  std::unordered_set<std::string_view> vendors;
+  for (std::size_t b : *asked) vendors.insert(backends_->at(b).Vendor());
+  std::string dropped;
+  for (auto it = allocation.devices.begin(); it != allocation.devices.end();) {
+    if (vendors.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    dropped += fmt::format("{}{}", dropped.empty() ? "" : ", ", it->first);
+    it = allocation.devices.erase(it);
+  }
+  if (dropped.empty()) return std::nullopt;
+  allocation.mig.clear();  // MIG instances belong to the devices of a vendor the pod does not ask for
+  return fmt::format("its allocation annotations name {} devices it does not ask for: not charged", dropped);
+}
+
+void LedgerFeed::MarkUnreadable(const PodView& pod, std::string error, std::vector<std::size_t> backends) {
+  const std::string uid = UidOf(pod);
+  UnreadableAllocation next{pod.Key(), pod.node_name, std::move(backends), std::move(error)};
+  auto it = unreadable_.find(uid);
+  if (it != unreadable_.end() && it->second.node == next.node && it->second.backends == next.backends &&
+      it->second.error == next.error)
+    return;  // reported already
+  std::string previous_node = it != unreadable_.end() ? it->second.node : std::string();
+  std::string vendors;
+  for (std::size_t b : next.backends)
+    vendors += fmt::format("{}{}", vendors.empty() ? "" : ", ", backends_->at(b).Vendor());
+  const std::string message = fmt::format(
+      "pod {} runs here with an allocation that cannot be read ({}): no new {} pod on this node until it "
+      "reads or the pod is gone",
+      pod.Key(), next.error, vendors);
+  spdlog::warn("node {}: {}", pod.node_name, message);
+  if (const NodeEntry* entry = state_.FindNode(pod.node_name); entry != nullptr) {
+    writer_->Event(k8s::InvolvedObject::Of(entry->node), "Warning", "UnreadableAllocation", message);
+  } else {
+    writer_->Event(k8s::InvolvedObject::Of(pod), "Warning", "UnreadableAllocation", message);
+  }
+  unreadable_[uid] = std::move(next);
+  if (!previous_node.empty() && previous_node != pod.node_name) RefreshBlocks(previous_node);
+  RefreshBlocks(pod.node_name);
+}
+
+void LedgerFeed::ClearUnreadable(const std::string& uid) {
+  auto it = unreadable_.find(uid);
+  if (it == unreadable_.end()) return;
+  const std::string node = it->second.node;
+  spdlog::info("node {}: pod {} no longer carries an unreadable allocation", node, it->second.pod);
+  unreadable_.erase(it);
+  RefreshBlocks(node);
+}
+
+void LedgerFeed::RefreshBlocks(const std::string& node) {
+  // Each blocked vendor names the first pod that blocks it (in no particular order: any one explains it).
+  std::vector<std::string> reasons(backends_->size());
+  for (const auto& [uid, u] : unreadable_) {
+    if (u.node != node) continue;
+    for (std::size_t b : u.backends) {
+      if (reasons[b].empty())
+        reasons[b] = fmt::format(
+            "NodeBlocked: pod {} runs here with an allocation that cannot be read ({}); mend its annotation "
+            "or delete the pod",
+            u.pod, u.error);
+    }
+  }
+  state_.SetVendorBlocks(node, std::move(reasons));
 }
 
 void LedgerFeed::Forget(const std::string& uid) {
   state_.RemovePod(uid);
   annotation_warned_.erase(uid);
+  foreign_warned_.erase(uid);
+  ClearUnreadable(uid);
 }
 
 std::vector<std::string> LedgerFeed::Orphans(const std::map<std::string, PodView>& pods,

@@ -1,13 +1,19 @@
 #pragma once
 // Watch events -> the node registry and the usage ledger (core::ClusterState), which this service owns.
-// Ledger rules (reference/hami-scheduler.md §5, with upstream quirks 9 and 10 fixed): a pod counts once it
-// carries hami.io/vgpu-node and its allocation annotations decode, or once our filter reserved devices for
-// it; Succeeded/Failed and deleted pods release; terminating pods keep holding; after a restart the ledger
-// is rebuilt from annotations alone. Unreadable input is reported once: per node, vendor and value for
-// device registrations (a warning event on the node), per pod for allocation annotations.
+// Ledger rules (docs/DECISIONS.md, "The ledger" and "Fail closed"): a pod counts once it carries
+// hami.io/vgpu-node and its allocation annotations decode, or once our filter reserved devices for it;
+// Succeeded/Failed and deleted pods release; terminating pods keep holding; after a restart the ledger is
+// rebuilt from annotations alone. A bound pod is charged on the node it is bound to only (never on another
+// node its annotations name), and only for the vendors it asks for. A bound pod whose allocation cannot be
+// decoded closes its node to new pods of those vendors until it reads or the pod is gone (its devices would
+// look free). Unreadable input is reported once: per node, vendor and value for device registrations (a
+// warning event on the node), per pod and value for allocation annotations (a warning event on the node it
+// runs on).
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -32,6 +38,8 @@ class LedgerFeed {
   // Records the allocation a pod's annotations carry (a pod with hami.io/vgpu-node that is neither finished
   // nor reserved by our filter).
   void RecordAllocation(const PodView& pod);
+  // The pod carries no allocation (any more): a block its unreadable one caused is lifted.
+  void ClearUnreadable(const std::string& uid);
   // The pod's hold is released and what was reported about it forgotten.
   void Forget(const std::string& uid);
   // The uids of ledger entries that `pods` (the pod cache, "ns/name" keys) no longer backs with an
@@ -41,9 +49,12 @@ class LedgerFeed {
 
   // Node-vendor registrations that cannot be read now.
   std::size_t unreadable_registrations() const;
+  // Bound pods whose allocation annotations cannot be read now (each closes its node to their vendors).
+  std::size_t unreadable_allocations() const { return unreadable_.size(); }
   struct Stats {
     std::size_t annotation_errors = 0;    // pod events whose allocation annotations could not be decoded
     std::size_t registration_errors = 0;  // unreadable device registrations (once per node, vendor, value)
+    std::size_t foreign_charges = 0;  // pod events whose allocation was not charged (other node, no request)
   };
   const Stats& stats() const { return stats_; }
   // The ledger's gauges: nodes, pods, unreadable registrations, and HAMi's per-device, quota and per-pod
@@ -52,12 +63,29 @@ class LedgerFeed {
   void WriteMetrics(k8s::prom::TextWriter& w, bool legacy) const;
 
  private:
+  struct UnreadableAllocation {
+    std::string pod;   // "ns/name"
+    std::string node;  // the pod's spec.nodeName
+    std::vector<std::size_t> backends;
+    std::string error;
+  };
   void ReportRegistrationErrors(const NodeView& node);
+  // The backends whose resources the pod asks for (nullopt: its requests cannot be read).
+  std::optional<std::set<std::size_t>> AskedBackends(const PodView& pod) const;
+  // Drops from the allocation what the ledger must not charge; the reason when something was dropped.
+  std::optional<std::string> KeepChargeable(const PodView& pod,
+                                            const std::optional<std::set<std::size_t>>& asked,
+                                            PodAllocation& allocation) const;
+  // The bound pod's allocation of `backends` cannot be read: its node takes no new pod of them.
+  void MarkUnreadable(const PodView& pod, std::string error, std::vector<std::size_t> backends);
+  void RefreshBlocks(const std::string& node);
 
   const Backends* backends_;
   ClusterWriter* writer_;
   ClusterState state_;
   std::unordered_set<std::string> annotation_warned_;  // pods whose unreadable annotations were logged
+  std::unordered_set<std::string> foreign_warned_;     // pods whose allocation was not charged, logged
+  std::unordered_map<std::string, UnreadableAllocation> unreadable_;  // uid -> bound, unreadable
   // node -> the registration error last reported per backend ("" = readable), for nodes with one.
   std::unordered_map<std::string, std::vector<std::string>> registration_errors_;
   Stats stats_;

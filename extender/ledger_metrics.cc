@@ -30,6 +30,14 @@ void LedgerFeed::WriteMetrics(k8s::prom::TextWriter& w, bool legacy) const {
   w.Gauge("hami_scheduler_unreadable_registrations",
           "Node and vendor pairs whose device registration cannot be read now (see kubectl describe node).",
           static_cast<double>(unreadable_registrations()));
+  w.Gauge("hami_scheduler_unreadable_allocations",
+          "Bound pods whose allocation annotations cannot be read now; each closes its node to new pods of "
+          "its vendors (see the node's UnreadableAllocation events).",
+          static_cast<double>(unreadable_allocations()));
+  w.Counter("hami_scheduler_uncharged_allocations_total",
+            "Pod events whose allocation annotations were not charged: they name another node than the pod "
+            "is bound to, or devices of a vendor the pod does not ask for.",
+            static_cast<double>(stats_.foreign_charges));
   w.Gauge("hami_scheduler_nodes", "Nodes in the registry.", static_cast<double>(state_.NodeCount()));
   w.Gauge("hami_scheduler_pods", "Pods holding devices in the ledger.",
           static_cast<double>(state_.PodCount()));

@@ -143,6 +143,11 @@ std::string AdmissionReviewJson(std::string_view api_version, std::string_view u
     status["message"] = answer.message;
     response["status"] = std::move(status);
   }
+  if (!answer.warnings.empty()) {
+    json::array warnings;
+    for (const auto& w : answer.warnings) warnings.emplace_back(w);
+    response["warnings"] = std::move(warnings);
+  }
   if (!answer.patch.empty()) {
     response["patchType"] = "JSONPatch";
     response["patch"] = Base64Encode(json::serialize(answer.patch));

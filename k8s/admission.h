@@ -5,6 +5,7 @@
 #include <boost/json/array.hpp>
 #include <boost/json/value.hpp>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "core/model.h"
@@ -30,6 +31,7 @@ struct AdmissionAnswer {
   int code = 200;            // status.code when not allowed (or when a message is given)
   std::string message;       // status.message ("" = no status)
   boost::json::array patch;  // RFC 6902 operations; empty = none
+  std::vector<std::string> warnings;  // shown to the client that created the pod (kubectl prints them)
 };
 // The AdmissionReview answering request `uid`, in `api_version` ("" = admission.k8s.io/v1).
 std::string AdmissionReviewJson(std::string_view api_version, std::string_view uid,

@@ -208,6 +208,18 @@ struct ConnectionState {
 
 }  // namespace
 
+bool BodyBudget::TryTake(std::size_t n) {
+  if (in_use_ != 0 && n > bytes_ - std::min(bytes_, in_use_)) return false;
+  in_use_ += n;
+  peak_ = std::max(peak_, in_use_);
+  return true;
+}
+
+void BodyBudget::Give(std::size_t n) {
+  in_use_ -= std::min(n, in_use_);
+  freed_.Notify();
+}
+
 struct HttpServer::Impl {
   Impl(asio::any_io_executor ex, HttpServerOptions o)
       : executor(std::move(ex)), options(std::move(o)), acceptor(executor) {}
@@ -367,10 +379,35 @@ class Registration {
   std::uint64_t id_;
 };
 
+// Bytes of the body budget a request holds, given back when it is destroyed (its response written, or the
+// connection gone).
+class BodyReservation {
+ public:
+  BodyReservation() = default;
+  BodyReservation(const BodyReservation&) = delete;
+  BodyReservation& operator=(const BodyReservation&) = delete;
+  ~BodyReservation() { Reset(); }
+  void Hold(std::shared_ptr<BodyBudget> budget, std::size_t bytes) {
+    Reset();
+    budget_ = std::move(budget);
+    bytes_ = bytes;
+  }
+  void Reset() {
+    if (budget_) budget_->Give(bytes_);
+    budget_.reset();
+    bytes_ = 0;
+  }
+
+ private:
+  std::shared_ptr<BodyBudget> budget_;
+  std::size_t bytes_ = 0;
+};
+
 struct IncomingRequest {
   ServerRequest request;
   unsigned version = 11;
   bool keep_alive = false;
+  BodyReservation body_bytes;
 };
 
 // Reads one request: the head within header_timeout of `start`, the whole request within read_timeout. At
@@ -393,6 +430,24 @@ asio::awaitable<ReadStatus> ReadRequest(const HttpServerOptions& o, Stream& stre
   }
   conn.lowest.expires_at(request_deadline);
   if (!parser.is_done()) {
+    const std::string_view target(req.target().data(), req.target().size());
+    std::size_t limit = o.body_limit;
+    if (auto l = o.path_body_limits.find(target.substr(0, target.find('?'))); l != o.path_body_limits.end())
+      limit = l->second;
+    parser.set_body_limit(limit);
+    if (o.body_budget) {
+      // Room for the body before a byte of it is read; unread, a waiting body costs nothing but its socket.
+      const auto length = parser.content_length();
+      const std::size_t want = length && *length < limit ? static_cast<std::size_t>(*length) : limit;
+      if (!o.body_budget->TryTake(want)) {
+        o.body_budget->CountWait();
+        do {
+          if (Clock::now() >= request_deadline) co_return ReadStatus::kTimeout;
+          co_await o.body_budget->freed().WaitUntil(request_deadline);
+        } while (!o.body_budget->TryTake(want));
+      }
+      in.body_bytes.Hold(o.body_budget, want);
+    }
     auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTuple);
     if (ec && !(ec == http::error::body_limit && parser.body_too_large())) co_return Classify(ec);
   }
@@ -726,5 +781,7 @@ std::uint64_t HttpServer::tls_reloads() const { return impl_->tls_reloads; }
 std::uint64_t HttpServer::connection_failures() const { return impl_->connection_failures; }
 std::uint64_t HttpServer::connections_evicted() const { return impl_->evicted; }
 std::uint64_t HttpServer::connections_refused() const { return impl_->refused; }
+
+const BodyBudget* HttpServer::body_budget() const { return impl_->options.body_budget.get(); }
 
 }  // namespace hami::k8s

@@ -11,14 +11,42 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/result.h"
+#include "k8s/waits.h"
 
 namespace hami::k8s {
+
+// Memory for request bodies, shared by the listeners that hold it: a request takes its body's size (its
+// Content-Length, or its route's limit when the length is not given) before the body is read, and gives it
+// back once its response is written. A request that does not fit waits, unread, until bodies in flight
+// finish (within its read timeout): the bytes that bodies hold at once stay under the budget, however many
+// connections send.
+class BodyBudget {
+ public:
+  explicit BodyBudget(std::size_t bytes) : bytes_(bytes) {}
+  // Takes `n` bytes if they are free (a request larger than the whole budget may take it when it is idle).
+  bool TryTake(std::size_t n);
+  void Give(std::size_t n);
+  Signal& freed() { return freed_; }
+  std::size_t bytes() const { return bytes_; }
+  std::size_t in_use() const { return in_use_; }
+  std::size_t peak() const { return peak_; }
+  std::uint64_t waits() const { return waits_; }  // requests that waited for room
+  void CountWait() { ++waits_; }
+
+ private:
+  std::size_t bytes_;
+  std::size_t in_use_ = 0;
+  std::size_t peak_ = 0;
+  std::uint64_t waits_ = 0;
+  Signal freed_;
+};
 
 struct ServerRequest {
   boost::beast::http::verb method = boost::beast::http::verb::unknown;
@@ -50,6 +78,10 @@ struct HttpServerOptions {
       "127.0.0.1:8080";  // "host:port", ":port" (all interfaces), "[::1]:port"; port 0 = any
   std::string address_flag = "--http_bind";  // names the address in Listen() errors
   std::size_t body_limit = 1 << 20;          // 1 MiB, as HAMi
+  // Paths whose body limit is another than body_limit ("/webhook": an AdmissionReview of a large pod).
+  std::map<std::string, std::size_t, std::less<>> path_body_limits{};
+  // Shared by every listener of the process (nullptr: bodies are bounded per request only).
+  std::shared_ptr<BodyBudget> body_budget{};
   std::size_t header_limit = 64 * 1024;      // request line and fields, or trailer; larger -> 431 (max 65533)
   std::chrono::milliseconds header_timeout{15000};  // HAMi ReadHeaderTimeout; also the TLS handshake
   std::chrono::milliseconds read_timeout{60000};    // whole request (head + body), HAMi ReadTimeout
@@ -104,6 +136,8 @@ class HttpServer {
   // At the connection cap: idle connections closed to make room, and connections refused with a 503.
   std::uint64_t connections_evicted() const;
   std::uint64_t connections_refused() const;
+  // The budget this server's request bodies take from (nullptr: none).
+  const BodyBudget* body_budget() const;
 
   struct Impl;
 

@@ -35,6 +35,8 @@ class BoundedRequestParser : public boost::beast::http::basic_parser<true> {
   boost::beast::http::request<boost::beast::http::string_body>& get() { return message_; }
   // The body exceeded body_limit; get().body() holds its first body_limit bytes, the rest was not read.
   bool body_too_large() const { return body_too_large_; }
+  // Another body limit for this request (its route's), set once the head is read and before the body.
+  void set_body_limit(std::size_t limit) { limits_.body_limit = limit; }
 
  private:
   using error_code = boost::beast::error_code;

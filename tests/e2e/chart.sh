@@ -210,6 +210,39 @@ if printf '%s\n' "$counts" | grep -qx 'hami_scheduler_admission_requests_total{r
 else
   bad "admission counters: $counts"
 fi
+# docs/DECISIONS.md, "The ledger": a pod created with allocation annotations (naming mem-only's card, phase
+# success) has them removed by the webhook, with a warning kubectl prints; it charges nothing.
+card="$(jp mem-only '{.metadata.annotations.hami\.io/vgpu-devices-allocated}')"
+node="$(jp mem-only '{.spec.nodeName}')"
+out="$(K create -f - 2>&1 <<EOF
+{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "forged", "namespace": "default",
+ "annotations": {"hami.io/vgpu-node": "$node", "hami.io/bind-phase": "success",
+                 "hami.io/vgpu-devices-allocated": "$card", "team": "a"}},
+ "spec": {"schedulerName": "volcano", "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]}}
+EOF
+)"
+if [ -n "$(jp forged '{.metadata.name}')" ] && [ "$(jp forged '{.metadata.annotations.team}')" = a ] &&
+   [ -z "$(jp forged '{.metadata.annotations.hami\.io/vgpu-node}{.metadata.annotations.hami\.io/bind-phase}{.metadata.annotations.hami\.io/vgpu-devices-allocated}')" ] &&
+   [[ "$out" == *"Warning: removed hami.io/bind-phase"* ]]; then
+  ok "the webhook removes allocation annotations a pod is created with, and kubectl prints why"
+else
+  bad "forged: annotations $(jp forged '{.metadata.annotations}'), kubectl printed: $out"
+fi
+# docs/DECISIONS.md, "Fail closed": a running pod whose allocation annotation stops reading (a hand edit)
+# closes its node to NVIDIA pods, with an event on the node; mended, the node opens.
+K annotate pod mem-only --overwrite "hami.io/vgpu-devices-allocated=GPU-x,NVIDIA,lots,0:;" >/dev/null
+blocked() { metrics | grep -qx 'hami_scheduler_unreadable_allocations 1'; }
+node_event() {
+  K get events -A --field-selector "involvedObject.name=$node,reason=UnreadableAllocation" -o name 2>/dev/null | grep -q .
+}
+if wait_for 20 blocked && wait_for 20 node_event; then
+  ok "an unreadable allocation on mem-only closes node $node (hami_scheduler_unreadable_allocations 1, an UnreadableAllocation event)"
+else
+  bad "no block for mem-only's unreadable allocation: $(metrics | grep unreadable_allocations)"
+fi
+K annotate pod mem-only --overwrite "hami.io/vgpu-devices-allocated=$card" >/dev/null
+open_again() { metrics | grep -qx 'hami_scheduler_unreadable_allocations 0'; }
+if wait_for 20 open_again; then ok "mended, node $node opens again"; else bad "node $node still blocked after the annotation was mended"; fi
 if grep -q "admission: denied pod default/privileged: container app is privileged" "$WORK/logs/scheduler.log"; then
   ok "every denial is logged with its reason"
 else

@@ -191,6 +191,8 @@ TEST_F(ControllerTest, FilterReservesThenBindLocksAndWritesTheDecisionWithTheBin
     // Unschedulable, every candidate has its reason: gpu-b is too small, ghost is unknown.
     const json::value too_big = json::parse(FilterArgs("p1", {"gpu-b", "ghost"}));
     json::value big_pod = too_big.at("Pod");
+    // Another pod (a name and uid of its own: one carrying p1's name with another uid would be refused).
+    big_pod.at("metadata").as_object()["name"] = "p-big";
     big_pod.at("metadata").as_object()["uid"] = "other-uid";
     big_pod.at("spec").at("containers").at(0).at("resources").at("limits").as_object()["nvidia.com/gpumem"] =
         "9000";

@@ -7,6 +7,7 @@
 // failed allocations leaving nothing behind.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,6 +48,7 @@ namespace {
 namespace asio = boost::asio;
 namespace json = boost::json;
 using namespace std::chrono_literals;
+using ::testing::HasSubstr;
 using sim::PluginMode;
 using sim::PodOutcome;
 using sim::SimDevice;
@@ -1260,6 +1262,54 @@ TEST_F(HostileInputTest, NamesFromRequestsAndLocksNeverReachAnotherObject) {
         EXPECT_EQ(service_->extender().stats().binds, 4u);
         // The service still answers, and its API connections stayed in step.
         EXPECT_EQ(ErrorOf(co_await Post("/filter", victim_to_b)), "");
+      }(),
+      30s);
+}
+
+// A request names a pod but never speaks for another (docs/DECISIONS.md, "Identity"): a bind naming a missing
+// pod or another pod with a running pod's uid, a filter of a made-up pod carrying that uid, and a filter of
+// the running pod itself all leave its devices charged, so a second whole-card pod finds no room.
+TEST_F(HostileInputTest, NoRequestFreesTheDevicesOfAPodItDoesNotName) {
+  AddNode("nv-a", {{"nvidia", Cards("nvidia", "nv-a", 1, 2)}});
+  StartService();
+  CreatePod("real", Ask{"nvidia", 1, 16000, 0});
+  CreatePod("next", Ask{"nvidia", 1, 16000, 0});
+  const std::string uid = StoredPod("real")->uid;
+  const auto filter_of = [&](const std::string& stored, const std::string& name) {
+    json::value pod(*api_.store().Find("pods", kNamespace, stored));
+    pod.at("metadata").as_object()["name"] = name;
+    return json::serialize(json::object{{"Pod", pod}, {"NodeNames", json::array{"nv-a"}}});
+  };
+  const auto bind_of = [&](const std::string& name, const std::string& pod_uid) {
+    return json::serialize(json::object{
+        {"PodName", name}, {"PodNamespace", kNamespace}, {"PodUID", pod_uid}, {"Node", "nv-a"}});
+  };
+  const std::string filter_real = filter_of("real", "real"), filter_fake = filter_of("real", "fake"),
+                    filter_next = filter_of("next", "next");
+  const std::string bind_real = bind_of("real", uid), bind_ghost = bind_of("ghost", uid),
+                    bind_as_next = bind_of("next", uid);
+  const std::function<bool()> allocated = [&] {
+    auto p = StoredPod("real");
+    return p && Annotation(*p, keys::kBindPhase) == keys::kBindPhaseSuccess;
+  };
+  RunCoro(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        CO_ASSERT_TRUE(co_await SystemReady());
+        EXPECT_EQ(ErrorOf(co_await Post("/filter", filter_real)), "");
+        EXPECT_EQ(ErrorOf(co_await Post("/bind", bind_real)), "");
+        CO_ASSERT_TRUE(co_await WaitUntil(allocated, 10s));
+        EXPECT_THAT(ErrorOf(co_await Post("/bind", bind_ghost)), HasSubstr("not found"));
+        EXPECT_THAT(ErrorOf(co_await Post("/bind", bind_as_next)), HasSubstr("was re-created"));
+        EXPECT_THAT(ErrorOf(co_await Post("/filter", filter_fake)), HasSubstr("is pod default/real's"));
+        const json::value again = json::parse(co_await Post("/filter", filter_real));
+        EXPECT_EQ(again.at("NodeNames"), json::array{"nv-a"});
+        const json::value next = json::parse(co_await Post("/filter", filter_next));
+        EXPECT_EQ(next.at("NodeNames"), json::array{});
+        EXPECT_TRUE(next.at("FailedNodes").as_object().contains("nv-a")) << next;
+        const PodAllocation* held = service_->extender().state().FindPod(uid);
+        CO_ASSERT_TRUE(held != nullptr);
+        EXPECT_EQ(held->name, "real");
       }(),
       30s);
 }

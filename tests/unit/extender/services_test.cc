@@ -19,6 +19,7 @@
 #include "tests/support/builders.h"
 #include "tests/support/run_coro.h"
 #include "tests/unit/extender/fake_writer.h"
+#include "tests/unit/extender/services_fixture.h"
 
 namespace hami {
 namespace {
@@ -27,69 +28,8 @@ namespace asio = boost::asio;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::RunCoro;
+using testing::ServicesTest;
 using ::testing::StartsWith;
-
-class ServicesTest : public ::testing::Test {
- protected:
-  void AddNode(const std::string& name) {
-    NodeView n = testing::NvidiaNode(name, {testing::Gpu(name + "-gpu0", 0, 16000)});
-    n.resource_version = "1";
-    feed_.UpsertNode(n);
-    writer_.nodes[name] = extender::ObjectMeta{"1", n.annotations};
-  }
-  PodView GpuPod(const std::string& name) {
-    PodView p = testing::Pod(name, {testing::GpuCtr("main", 1, 3000, 30)});
-    p.resource_version = "7";
-    pods_[p.Key()] = p;
-    writer_.pods[p.Key()] = p;
-    return p;
-  }
-  k8s::ExtenderFilterResult Filter(const PodView& pod, std::vector<std::string> nodes) {
-    k8s::ExtenderArgs args;
-    args.pod = pod;
-    args.node_names = std::move(nodes);
-    k8s::ExtenderFilterResult out;
-    RunCoro(ioc_, [&]() -> asio::awaitable<void> { out = co_await filter_.Filter(args); }());
-    return out;
-  }
-  std::string Bind(const PodView& pod, const std::string& node) {
-    const k8s::ExtenderBindingArgs args{pod.name, pod.ns, pod.uid, node};
-    std::string error;
-    RunCoro(ioc_, [&]() -> asio::awaitable<void> { error = co_await binder_.Bind(args); }());
-    return error;
-  }
-
-  asio::io_context ioc_;
-  Backends backends_ = testing::BuiltinBackends();
-  FixedClock clock_{TimePoint(std::chrono::seconds(1700000000))};
-  testing::FakeWriter writer_;
-  extender::LedgerFeed feed_{backends_, writer_};
-  extender::Reservations reservations_{writer_, backends_, clock_, std::chrono::seconds(300)};
-  extender::NodeLocker locker_{writer_, clock_, std::chrono::seconds(300)};
-  std::map<std::string, PodView> pods_;  // the pod cache
-  std::vector<std::string> released_;
-  extender::BindService binder_{
-      ioc_.get_executor(),
-      feed_.state(),
-      reservations_,
-      pods_,
-      locker_,
-      writer_,
-      clock_,
-      extender::BindOptions{std::chrono::milliseconds(0), std::chrono::seconds(300)},
-      [this](const std::string& uid) { released_.push_back(uid); }};
-  k8s::Signal ready_changed_;
-  bool stopping_ = false;
-  extender::FilterService filter_{
-      feed_.state(),
-      reservations_,
-      binder_,
-      writer_,
-      clock_,
-      extender::FilterOptions{},
-      extender::Readiness{[] { return true; }, [] { return std::string(); }, &ready_changed_, &stopping_}};
-  extender::AdmissionService admission_{backends_, feed_.state(), AdmissionOptions{"hami-scheduler", true}};
-};
 
 // The pod as the API server stores it after applying the webhook's answer (the original when none).
 struct Admitted {
@@ -392,11 +332,36 @@ TEST(Leadership, LeasesAreReadWithTheirFields) {
   auto released = k8s::LeaseFromJson(boost::json::parse(R"({"metadata":{"name":"x"},"spec":{}})"));
   ASSERT_TRUE(released);
   EXPECT_FALSE(released->holder_identity);
+  EXPECT_EQ(l->renew_time, "2026-12-01T10:00:00.000000Z");
   auto huge = k8s::LeaseFromJson(
       boost::json::parse(R"({"metadata":{"name":"x"},"spec":{"leaseDurationSeconds":9300000000}})"));
   ASSERT_FALSE(huge);
-  EXPECT_EQ(huge.error().message,
-            "Lease default/x: spec.leaseDurationSeconds: expected seconds, 0 to 2147483647");
+  EXPECT_EQ(huge.error().message, "Lease default/x: spec.leaseDurationSeconds: expected an int32");
+  // Not positive: read (as an expired record), not refused.
+  auto negative = k8s::LeaseFromJson(
+      boost::json::parse(R"({"metadata":{"name":"x"},"spec":{"holderIdentity":"a","leaseDurationSeconds":-5}})"));
+  ASSERT_TRUE(negative) << negative.error().message;
+  EXPECT_EQ(negative->lease_duration_seconds, -5);
+}
+
+// Following kube-scheduler's Lease: a write that leaves the leader record as it was (an annotation, a label)
+// is no renewal; a new renewTime is. After the co-located kube-scheduler died, a reconciler touching its
+// Lease must not keep us leading past the lease duration.
+TEST(Leadership, OnlyAChangedRecordRenewsTheTerm) {
+  std::chrono::steady_clock::time_point now{std::chrono::hours(1)};
+  extender::Leadership l(extender::LeadershipOptions{true, "kube-system", "hami-scheduler", "node-b"},
+                         [&now] { return now; });
+  LeaseView mine = Lease("node-b_1");
+  mine.renew_time = "2026-12-01T10:00:15.000000Z";
+  l.Observe(&mine);
+  EXPECT_TRUE(l.leader());
+  now += std::chrono::seconds(10);
+  l.Observe(&mine);  // annotated only
+  now += std::chrono::seconds(5);
+  EXPECT_FALSE(l.leader());
+  mine.renew_time = "2026-12-01T10:00:30.000000Z";
+  l.Observe(&mine);
+  EXPECT_TRUE(l.leader());
 }
 
 }  // namespace

@@ -1,0 +1,235 @@
+// A request names a pod but never speaks for another: the ledger, the reservations and the quota change
+// only for the uid the caches hold for exactly that namespace/name. And a pod's own annotations charge
+// devices only on the node it runs on, for what it asks for; one that cannot be read closes its node.
+#include <gmock/gmock.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "core/keys.h"
+#include "sim/patch.h"
+#include "tests/unit/extender/services_fixture.h"
+
+namespace hami {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::ServicesTest;
+
+constexpr std::string_view kAllocated = "hami.io/vgpu-devices-allocated";
+
+class IdentityTest : public ServicesTest {
+ protected:
+  void SetUp() override {
+    AddNode("n1");
+    AddNode("n2");
+  }
+  // A pod of `mem` MiB filtered, bound to `node` and seen bound by the pod watch, as the extender routes it.
+  PodView Running(const std::string& name, std::int64_t mem, const std::string& node) {
+    PodView pod = GpuPod(name, mem);
+    EXPECT_EQ(Filter(pod, {node}).node_names, std::vector<std::string>{node});
+    EXPECT_EQ(Bind(pod, node), "");
+    pod.node_name = node;
+    for (const auto& [k, v] : writer_.bindings.back().annotations) pod.annotations[k] = v;
+    pod.annotations[std::string(keys::kBindPhase)] = std::string(keys::kBindPhaseSuccess);
+    Observe(pod);
+    return pod;
+  }
+  PodView GpuPod(const std::string& name, std::int64_t mem) {
+    PodView p = ServicesTest::GpuPod(name);
+    p.containers[0] = testing::GpuCtr("main", 1, mem, 0);
+    pods_[p.Key()] = p;
+    writer_.pods[p.Key()] = p;
+    return p;
+  }
+  // The pod watch's event for `pod` (extender/extender.cc OnPod, for a pod carrying an allocation).
+  void Observe(const PodView& pod) {
+    pods_[pod.Key()] = pod;
+    writer_.pods[pod.Key()] = pod;
+    if (!pod.node_name.empty()) reservations_.Drop(extender::UidOf(pod));
+    feed_.RecordAllocation(pod);
+  }
+  std::string BindAs(const std::string& name, const std::string& uid, const std::string& node) {
+    // Built outside the coroutine: GCC 12 destroys a braced temporary twice when a co_await shares its
+    // full-expression.
+    const k8s::ExtenderBindingArgs args{name, "default", uid, node};
+    std::string error;
+    testing::RunCoro(ioc_, [&]() -> boost::asio::awaitable<void> { error = co_await binder_.Bind(args); }());
+    return error;
+  }
+  // Whether a new pod of the whole card's memory still finds a place on `node`.
+  bool CardFree(const std::string& node) {
+    const PodView probe = GpuPod("probe-" + std::to_string(++probes_), 16000);
+    const bool fits = Filter(probe, {node}).node_names == std::vector<std::string>{node};
+    feed_.Forget(probe.uid);
+    reservations_.Forget(probe.uid);
+    pods_.erase(probe.Key());
+    return fits;
+  }
+  int probes_ = 0;
+};
+
+TEST_F(IdentityTest, ABindNamingAMissingPodWithARunningPodsUidFreesNothing) {
+  const PodView real = Running("real", 16000, "n1");
+  EXPECT_THAT(BindAs("ghost", real.uid, "n1"), HasSubstr("not found"));
+  EXPECT_TRUE(released_.empty());
+  ASSERT_NE(feed_.state().FindPod(real.uid), nullptr);
+  EXPECT_FALSE(CardFree("n1"));
+}
+
+TEST_F(IdentityTest, ABindNamingAnotherPodWithARunningPodsUidFreesNothing) {
+  const PodView real = Running("real", 16000, "n1");
+  GpuPod("other", 1000);
+  EXPECT_THAT(BindAs("other", real.uid, "n1"), HasSubstr("was re-created"));
+  EXPECT_TRUE(released_.empty());
+  EXPECT_FALSE(CardFree("n1"));
+}
+
+TEST_F(IdentityTest, ABindOfAPodReCreatedUnderItsNameStillFreesTheGonePodsReservation) {
+  const PodView first = GpuPod("p", 16000);
+  Filter(first, {"n1"});
+  PodView second = first;
+  second.uid = "uid-p-2";
+  pods_[second.Key()] = second;
+  writer_.pods[second.Key()] = second;
+  EXPECT_THAT(BindAs("p", first.uid, "n1"), HasSubstr("was re-created"));
+  EXPECT_THAT(released_, ElementsAre(first.uid));
+}
+
+TEST_F(IdentityTest, AFilterOfABoundPodReleasesNothingAndPassesItsNodeOnly) {
+  const PodView real = Running("real", 16000, "n1");
+  PodView as_kube_scheduler_sent_it = real;  // its cache has not seen the bind yet
+  as_kube_scheduler_sent_it.node_name.clear();
+  const auto answer = Filter(as_kube_scheduler_sent_it, {"n2", "n1"});
+  EXPECT_EQ(answer.error, "");
+  EXPECT_EQ(answer.node_names, std::vector<std::string>{"n1"});
+  EXPECT_FALSE(reservations_.contains(real.uid));
+  const PodAllocation* held = feed_.state().FindPod(real.uid);
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(held->node, "n1");
+  EXPECT_FALSE(CardFree("n1"));
+  // The bind that follows finds the pod bound there: success, nothing written.
+  writer_.calls.clear();
+  EXPECT_EQ(Bind(real, "n1"), "");
+  EXPECT_TRUE(writer_.bindings.size() == 1u);
+}
+
+TEST_F(IdentityTest, AFilterOfAPodWhoseBodySaysBoundReleasesNothing) {
+  const PodView real = Running("real", 16000, "n1");
+  pods_.erase(real.Key());  // not in the cache: the body's spec.nodeName alone says it
+  const auto answer = Filter(real, {"n1", "n2"});
+  EXPECT_EQ(answer.node_names, std::vector<std::string>{"n1"});
+  ASSERT_NE(feed_.state().FindPod(real.uid), nullptr);
+  EXPECT_FALSE(CardFree("n1"));
+}
+
+TEST_F(IdentityTest, AFilterOfAMadeUpPodCarryingARunningPodsUidIsRefusedAndChangesNothing) {
+  const PodView real = Running("real", 16000, "n1");
+  PodView fake = testing::Pod("fake", {testing::GpuCtr("main", 1, 16000, 0)});
+  fake.uid = real.uid;
+  const auto answer = Filter(fake, {"n1"});
+  EXPECT_THAT(answer.error, HasSubstr("is pod default/real's, not default/fake's"));
+  const PodAllocation* held = feed_.state().FindPod(real.uid);
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(held->name, "real");
+  EXPECT_FALSE(CardFree("n1"));
+}
+
+TEST_F(IdentityTest, AFilterWhoseUidIsNotTheCachedPodsIsRefusedUnlessTheApiServerAgrees) {
+  const PodView real = Running("real", 16000, "n1");
+  PodView other = real;
+  other.uid = "uid-someone-else";
+  other.node_name.clear();
+  EXPECT_THAT(Filter(other, {"n1"}).error, HasSubstr("has uid uid-real, not the request's uid-someone-else"));
+  EXPECT_FALSE(CardFree("n1"));
+  // Re-created and the cache behind: the API server shows the request's uid, and the filter decides.
+  PodView recreated = GpuPod("again", 1000);
+  recreated.uid = "uid-again-2";
+  writer_.pods[recreated.Key()] = recreated;
+  EXPECT_EQ(Filter(recreated, {"n2"}).node_names, std::vector<std::string>{"n2"});
+}
+
+TEST_F(IdentityTest, ACpuPodNamingAnotherNodesCardIsNotCharged) {
+  PodView cpu = testing::Pod("cpu", {testing::Ctr("main", {{"cpu", "1"}})});
+  cpu.node_name = "n2";
+  cpu.annotations[std::string(keys::kAssignedNode)] = "n1";
+  cpu.annotations[std::string(kAllocated)] = "n1-gpu0,NVIDIA,16000,0:;";
+  cpu.annotations[std::string(keys::kBindPhase)] = std::string(keys::kBindPhaseSuccess);
+  Observe(cpu);
+  EXPECT_EQ(feed_.state().FindPod(cpu.uid), nullptr);
+  EXPECT_TRUE(CardFree("n1"));
+  // Bound to the node it names, it still asks for no GPU: nothing to charge either.
+  cpu.node_name = "n1";
+  Observe(cpu);
+  EXPECT_EQ(feed_.state().FindPod(cpu.uid), nullptr);
+  EXPECT_TRUE(CardFree("n1"));
+  EXPECT_EQ(feed_.stats().foreign_charges, 2u);
+}
+
+TEST_F(IdentityTest, AGpuPodIsChargedOnTheNodeItRunsOnOnly) {
+  PodView pod = GpuPod("gpu", 16000);
+  pod.node_name = "n2";
+  pod.annotations[std::string(keys::kAssignedNode)] = "n1";
+  pod.annotations[std::string(kAllocated)] = "n1-gpu0,NVIDIA,16000,0:;";
+  Observe(pod);
+  EXPECT_EQ(feed_.state().FindPod(pod.uid), nullptr);
+  // Not bound yet: HAMi's filter writes the decision before its bind, so the named node holds it.
+  pod.node_name.clear();
+  Observe(pod);
+  ASSERT_NE(feed_.state().FindPod(pod.uid), nullptr);
+  EXPECT_FALSE(CardFree("n1"));
+}
+
+TEST_F(IdentityTest, ARunningPodWhoseAllocationCannotBeReadClosesItsNodeToItsVendor) {
+  PodView pod = GpuPod("odd", 16000);
+  pod.node_name = "n1";
+  pod.annotations[std::string(keys::kAssignedNode)] = "n1";
+  pod.annotations[std::string(kAllocated)] = "n1-gpu0,NVIDIA,lots,0:;";
+  Observe(pod);
+  EXPECT_EQ(feed_.unreadable_allocations(), 1u);
+  const PodView probe = GpuPod("probe", 1000);
+  const auto refused = Filter(probe, {"n1"});
+  ASSERT_TRUE(refused.failed_nodes.contains("n1"));
+  EXPECT_THAT(refused.failed_nodes.at("n1"), HasSubstr("NodeBlocked: pod default/odd runs here"));
+  EXPECT_THAT(writer_.Whats(), ::testing::Contains("event Warning UnreadableAllocation n1"));
+  EXPECT_TRUE(CardFree("n2"));  // another node is not concerned
+  // Mended: the node opens (and the pod's devices are charged).
+  pod.annotations[std::string(kAllocated)] = "n1-gpu0,NVIDIA,8000,0:;";
+  Observe(pod);
+  EXPECT_EQ(feed_.unreadable_allocations(), 0u);
+  EXPECT_EQ(Filter(GpuPod("half", 8000), {"n1"}).node_names, std::vector<std::string>{"n1"});
+  // Unreadable again, then gone: the node opens.
+  pod.annotations[std::string(kAllocated)] = "garbage";  // no device entry at all: as unreadable
+  Observe(pod);
+  EXPECT_FALSE(Filter(GpuPod("small", 100), {"n1"}).failed_nodes.empty());
+  feed_.Forget(pod.uid);
+  EXPECT_EQ(feed_.unreadable_allocations(), 0u);
+  EXPECT_EQ(Filter(GpuPod("small2", 100), {"n1"}).node_names, std::vector<std::string>{"n1"});
+}
+
+TEST_F(IdentityTest, TheWebhookRemovesAllocationAnnotationsAPodIsCreatedWith) {
+  for (const char* scheduler : {"", "someone-else"}) {
+    k8s::AdmissionRequest request;
+    request.api_version = "admission.k8s.io/v1";
+    request.uid = "u";
+    request.operation = "CREATE";
+    request.kind = "Pod";
+    request.ns = "default";
+    request.object = boost::json::parse(fmt::format(
+        R"({{"metadata":{{"name":"forged","annotations":{{"hami.io/vgpu-node":"n1","hami.io/bind-phase":"success",
+        "hami.io/vgpu-devices-allocated":"n1-gpu0,NVIDIA,16000,0:;","team":"a"}}}},
+        "spec":{{"schedulerName":"{}","containers":[{{"name":"c","image":"x"}}]}}}})",
+        scheduler));
+    const k8s::AdmissionAnswer answer = admission_.Review(request);
+    ASSERT_TRUE(answer.allowed) << scheduler;
+    boost::json::value pod = request.object;
+    ASSERT_TRUE(sim::ApplyJsonPatch(pod, answer.patch)) << scheduler;
+    EXPECT_EQ(pod.at("metadata").at("annotations"), boost::json::parse(R"({"team":"a"})")) << scheduler;
+    ASSERT_EQ(answer.warnings.size(), 1u);
+    EXPECT_THAT(answer.warnings[0], HasSubstr("removed hami.io/bind-phase, hami.io/vgpu-devices-allocated, "
+                                              "hami.io/vgpu-node"));
+  }
+}
+
+}  // namespace
+}  // namespace hami

@@ -1,0 +1,82 @@
+#pragma once
+// The extender's services wired as the extender wires them, over a recording ClusterWriter (FakeWriter) and
+// a pod cache the test fills: the fixture of the services' unit tests.
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+
+#include "extender/admission_service.h"
+#include "extender/bind_service.h"
+#include "extender/filter_service.h"
+#include "extender/ledger_feed.h"
+#include "extender/reservations.h"
+#include "tests/support/builders.h"
+#include "tests/support/run_coro.h"
+#include "tests/unit/extender/fake_writer.h"
+
+namespace hami::testing {
+
+class ServicesTest : public ::testing::Test {
+ protected:
+  void AddNode(const std::string& name) {
+    NodeView n = testing::NvidiaNode(name, {testing::Gpu(name + "-gpu0", 0, 16000)});
+    n.resource_version = "1";
+    feed_.UpsertNode(n);
+    writer_.nodes[name] = extender::ObjectMeta{"1", n.annotations};
+  }
+  PodView GpuPod(const std::string& name) {
+    PodView p = testing::Pod(name, {testing::GpuCtr("main", 1, 3000, 30)});
+    p.resource_version = "7";
+    pods_[p.Key()] = p;
+    writer_.pods[p.Key()] = p;
+    return p;
+  }
+  k8s::ExtenderFilterResult Filter(const PodView& pod, std::vector<std::string> nodes) {
+    k8s::ExtenderArgs args;
+    args.pod = pod;
+    args.node_names = std::move(nodes);
+    k8s::ExtenderFilterResult out;
+    testing::RunCoro(ioc_, [&]() -> boost::asio::awaitable<void> { out = co_await filter_.Filter(args); }());
+    return out;
+  }
+  std::string Bind(const PodView& pod, const std::string& node) {
+    const k8s::ExtenderBindingArgs args{pod.name, pod.ns, pod.uid, node};
+    std::string error;
+    testing::RunCoro(ioc_, [&]() -> boost::asio::awaitable<void> { error = co_await binder_.Bind(args); }());
+    return error;
+  }
+
+  boost::asio::io_context ioc_;
+  Backends backends_ = testing::BuiltinBackends();
+  FixedClock clock_{TimePoint(std::chrono::seconds(1700000000))};
+  testing::FakeWriter writer_;
+  extender::LedgerFeed feed_{backends_, writer_};
+  extender::Reservations reservations_{writer_, backends_, clock_, std::chrono::seconds(300)};
+  extender::NodeLocker locker_{writer_, clock_, std::chrono::seconds(300)};
+  std::map<std::string, PodView> pods_;  // the pod cache
+  std::vector<std::string> released_;
+  extender::BindService binder_{
+      ioc_.get_executor(),
+      feed_.state(),
+      reservations_,
+      pods_,
+      locker_,
+      writer_,
+      clock_,
+      extender::BindOptions{std::chrono::milliseconds(0), std::chrono::seconds(300)},
+      [this](const std::string& uid) { released_.push_back(uid); }};
+  k8s::Signal ready_changed_;
+  bool stopping_ = false;
+  extender::FilterService filter_{
+      feed_.state(),
+      reservations_,
+      binder_,
+      pods_,
+      writer_,
+      clock_,
+      extender::FilterOptions{},
+      extender::Readiness{[] { return true; }, [] { return std::string(); }, &ready_changed_, &stopping_}};
+  extender::AdmissionService admission_{backends_, feed_.state(), AdmissionOptions{"hami-scheduler", true}};
+};
+
+}  // namespace hami::testing
