@@ -4,7 +4,7 @@
 `hami-scheduler serve` runs against `hami-scheduler sim-apiserver` (examples/cluster.yaml) with its own
 Lease (--leader-elect-mode=acquire, renewed every 2 s, renew deadline 10 s) and the webhook on a TLS listener
 of its own (--webhook-bind, 7 MiB bodies). CLIENTS connections post AdmissionReviews of a pod with ANNOTATIONS
-annotation keys (about 6 MiB) back to back for SECONDS, while one prober each times /healthz (every 100 ms),
+annotation keys (6.4 MiB for the default 520,000) back to back for SECONDS, while one prober each times /healthz (every 100 ms),
 /filter of a GPU pod over the cluster's nodes (every 250 ms), and reads the Lease (every 250 ms) to see each
 renewal.
 
@@ -76,10 +76,20 @@ def wait_for(what, check, seconds):
     sys.exit(f"webhook_flood: {what} did not happen within {seconds} s")
 
 
+def base36(n):
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        n, r = divmod(n, 36)
+        out = digits[r] + out
+        if n == 0:
+            return out
+
+
 def review_body(annotations):
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "flood", "namespace": "default",
-                        "annotations": {f"flood.example.com/k{i}": "v" for i in range(annotations)}},
+                        "annotations": {"k" + base36(i): "" for i in range(annotations)}},
            "spec": {"containers": [{"name": "c", "image": "x",
                                     "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}}}]}}
     review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",

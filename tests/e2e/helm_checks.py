@@ -73,6 +73,9 @@ def default_case(docs):
           [["hami-scheduler", "hami-scheduler-extender"]], "RBAC: get/update only the two election Leases, by name")
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     check(pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, "seccomp RuntimeDefault")
+    extender = [c for c in pod["containers"] if c["name"] != "kube-scheduler"][0]
+    check(extender["resources"].get("limits", {}).get("memory") == "1Gi",
+          "the extender has a memory limit that fits the request body budget")
     cr = one(docs, "ClusterRole", "hami-scheduler")
     check(any("pods" in r["resources"] and "patch" in r["verbs"] for r in cr["rules"]), "RBAC: pod labels and annotations")
     hook = one(docs, "MutatingWebhookConfiguration")["webhooks"][0]
