@@ -122,12 +122,17 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   s->routes_ = std::make_unique<extender::HttpRoutes>(*s->extender_, s->loop_exceptions_);
 
   using Serves = extender::HttpRoutes::Serves;
-  // One budget for the bodies of every listener: the memory requests can hold at once.
-  const auto budget =
-      std::make_shared<k8s::BodyBudget>(static_cast<std::size_t>(cfg.request_body_budget_mib) << 20);
+  // The memory request bodies can hold at once, in two pools shared by every listener: reviews, and the
+  // extender's requests (and the probes'), so that neither can starve the other.
+  const std::size_t pool_bytes = static_cast<std::size_t>(cfg.request_body_budget_mib) << 20;
+  const auto extender_bodies = std::make_shared<k8s::BodyBudget>(pool_bytes);
+  const auto review_bodies = std::make_shared<k8s::BodyBudget>(pool_bytes);
+  s->routes_->ShowBodyBudget("extender", extender_bodies);
+  s->routes_->ShowBodyBudget("webhook", review_bodies);
   const auto add = [&](k8s::HttpServerOptions server, std::string listener, Serves serves) {
     server.max_connections = static_cast<std::size_t>(cfg.max_connections);
-    server.body_budget = budget;
+    server.body_budget = extender_bodies;
+    server.path_body_budgets["/webhook"] = review_bodies;
     // A pod's AdmissionReview may be larger than an extender request: the API server sends up to its 3 MiB
     // request limit for the object (HAMi's webhook reads 7 MiB). /filter and /bind keep HAMi's 1 MiB.
     if (serves.webhook) server.path_body_limits["/webhook"] = extender::kWebhookBodyLimit;

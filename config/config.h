@@ -31,7 +31,7 @@ struct Config {
   std::string webhook_cert_file;                  // --webhook-cert-file
   std::string webhook_key_file;                   // --webhook-key-file
   int max_connections = 1024;                     // --max-connections (ours), per listener; 0 = no cap
-  int request_body_budget_mib = 64;               // --request-body-budget (ours), all listeners together
+  int request_body_budget_mib = 64;               // --request-body-budget (ours), per pool (reviews, rest)
   std::string scheduler_name = "hami-scheduler";  // --scheduler-name
   std::string metrics_bind_address = ":9395";     // --metrics-bind-address
   bool profiling = false;                         // --profiling

@@ -288,8 +288,8 @@ const FlagDef kFlags[] = {
      "open connections per listener at most (0 = no cap); idle ones are closed first", &SetMaxConnections,
      &ShowMaxConnections},
     {"request-body-budget", Group::kServer, false, "MiB",
-     "request bodies all listeners hold at once at most; a request that does not fit waits, unread, for "
-     "room (a webhook review takes up to 7 MiB, a filter or bind 1 MiB)",
+     "request bodies held at once at most, in each of two pools every listener shares: webhook reviews (up "
+     "to 7 MiB each) and the rest (/filter, /bind: 1 MiB); a request that does not fit waits, unread",
      &SetRequestBodyBudget, &ShowRequestBodyBudget},
     {"scheduler-name", Group::kServer, false, "NAME",
      "written by the webhook as spec.schedulerName of pods using devices (\"\" = left as it is); the "

@@ -40,6 +40,11 @@ bool BindService::InFlight(const std::string& key, const std::string& uid) const
   return std::any_of(b, e, [&](const auto& kv) { return kv.second == uid; });
 }
 
+const std::string* BindService::BoundTo(const std::string& uid) const {
+  auto it = bound_.find(uid);
+  return it == bound_.end() ? nullptr : &it->second;
+}
+
 std::size_t BindService::BindsUsingBudget() const {
   // Binds parked in a lock queue behind its head wait for a device plugin, not for the budget.
   std::size_t parked = 0;
@@ -89,6 +94,7 @@ void BindService::OnNodeDeleted(const std::string& node) {
 }
 
 void BindService::OnPodGone(const std::string& uid) {
+  bound_.erase(uid);
   ReleaseLeftoverLocks(uid);
   if (!lock_waiters_.empty()) WakeAllLockWaiters();  // it may own a lock someone waits for
 }
@@ -388,8 +394,11 @@ asio::awaitable<std::string> BindService::BindPod(const k8s::ExtenderBindingArgs
     for (auto h = held.rbegin(); h != held.rend(); ++h) co_await locker_->Release(h->first, h->second.value);
   };
   if (requests->Any()) {
+    // Only a decision our filter made for this pod is bound: devices a pod's own annotations name (written
+    // by anyone who may edit the pod) would skip the fit and could be another pod's.
     const PodAllocation* reservation = state_->FindPod(uid);
-    if (reservation == nullptr)
+    const Reservation* ours = reservations_->Find(uid);
+    if (reservation == nullptr || ours == nullptr || ours->key != key)
       co_return failed(
           fmt::format("pod {} holds no device reservation (it was not filtered by this scheduler, "
                       "or the reservation was released); it must be filtered again",
@@ -409,7 +418,9 @@ asio::awaitable<std::string> BindService::BindPod(const k8s::ExtenderBindingArgs
     }
     // Waiting for the lock took time: the devices must still be reserved for this pod on this node.
     const PodAllocation* still = state_->FindPod(uid);
-    if (still == nullptr || still->node != args.node) {
+    const Reservation* still_ours = reservations_->Find(uid);
+    if (still == nullptr || still->node != args.node || still_ours == nullptr ||
+        still_ours->node != args.node) {
       co_await release_all();
       co_return failed(fmt::format(
           "pod {} lost its device reservation on node {} while binding; it must be filtered again", key,
@@ -491,6 +502,7 @@ asio::awaitable<std::string> BindService::BindPod(const k8s::ExtenderBindingArgs
   for (auto& [target, lock] : held)
     held_locks_[target.node].push_back(HeldLock{target, lock.value, lock.resource_version, uid});
   if (!pod_still_there) ReleaseLeftoverLocks(uid);  // deleted while we were binding it
+  if (pod_still_there) bound_[uid] = node;
   writer_->Event(k8s::InvolvedObject::Of(*pod), "Normal", "BindingSucceed",
                  fmt::format("Successfully binding node [{}] to {}", node, key));
   co_return std::string();

@@ -56,6 +56,9 @@ class BindService {
 
   // A /bind of pod `key` with `uid` is running.
   bool InFlight(const std::string& key, const std::string& uid) const;
+  // The node a bind of ours bound pod `uid` to, while the pod cache does not show it bound yet (nullptr when
+  // none): a filter of the pod meanwhile must not decide again.
+  const std::string* BoundTo(const std::string& uid) const;
   // Binds in flight that spend the API budget now (not parked behind a lock's queue head).
   std::size_t BindsUsingBudget() const;
   // Notified whenever a bind ends or a lock queue moves (the filter's backpressure waits on it).
@@ -65,6 +68,7 @@ class BindService {
   void OnNodeSeen(const NodeView& node);
   void OnNodeDeleted(const std::string& node);
   void OnPodGone(const std::string& uid);
+  void OnPodBound(const std::string& uid) { bound_.erase(uid); }  // the cache shows spec.nodeName
   // Node locks nobody needs any more (their bind never completed, or the owner was bound elsewhere, or the
   // device plugin's release was lost), in the node cache `nodes`: released.
   boost::asio::awaitable<void> ReleaseAbandonedLocks(const std::map<std::string, NodeView>& nodes);
@@ -129,6 +133,8 @@ class BindService {
   std::unordered_map<std::string, std::vector<HeldLock>> held_locks_;
   // "ns/name" -> uid of each /bind running now: the expiry sweep leaves their reservations and locks alone.
   std::unordered_multimap<std::string, std::string> in_flight_;
+  // uid -> node of each pod our bind bound, until the pod cache shows it bound (or the pod is gone).
+  std::unordered_map<std::string, std::string> bound_;
   mutable k8s::Signal progress_;
   std::size_t background_ = 0;
   bool stopping_ = false;

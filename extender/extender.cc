@@ -171,6 +171,7 @@ void Extender::OnPod(const PodView& pod) {
     binder_.OnPodGone(uid);
     return;
   }
+  if (!pod.node_name.empty()) binder_.OnPodBound(uid);
   // A pod without hami.io/vgpu-node holds nothing (our reservation, if any, is written by its Binding).
   if (!pod.annotations.contains(keys::kAssignedNode)) {
     feed_.ClearUnreadable(uid);

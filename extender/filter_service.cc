@@ -103,22 +103,26 @@ asio::awaitable<FilterService::Identity> FilterService::Identify(const PodView& 
   const std::string uid = UidOf(pod);
   const std::string key = pod.Key();
   std::string bound = pod.node_name;  // the body's spec.nodeName
-  if (auto it = pods_->find(key); it != pods_->end()) {
-    const PodView* known = &it->second;
-    std::optional<PodView> read;
-    if (UidOf(*known) != uid) {
-      // Re-created under this name and the cache behind, or a request naming another pod's uid: the API
-      // server tells which.
-      auto got = co_await writer_->ReadPod(pod.ns, pod.name);
-      if (!got || UidOf(*got) != uid)
-        co_return Identity{fmt::format("pod {} has uid {}, not the request's {}", key,
-                                       got ? UidOf(*got) : UidOf(*known), uid),
-                           ""};
-      read = std::move(*got);
-      known = &*read;
+  auto it = pods_->find(key);
+  if (it == pods_->end() || UidOf(it->second) != uid) {
+    // Not watched yet (just created), re-created under this name with the cache behind, or a request naming
+    // a pod that does not exist or another pod's uid: the API server tells which. Devices are reserved only
+    // for a pod that exists with this uid.
+    auto got = co_await writer_->ReadPod(pod.ns, pod.name);
+    if (!got) {
+      co_return Identity{got.error().kind == ApiErrorKind::kNotFound
+                             ? fmt::format("pod {} does not exist", key)
+                             : fmt::format("cannot read pod {}: {}", key, got.error().message),
+                         ""};
     }
-    if (bound.empty()) bound = known->node_name;
+    if (UidOf(*got) != uid)
+      co_return Identity{fmt::format("pod {} has uid {}, not the request's {}", key, UidOf(*got), uid), ""};
+    if (bound.empty()) bound = got->node_name;
+  } else if (bound.empty()) {
+    bound = it->second.node_name;
   }
+  // Bound by a bind of ours a moment ago, the watch not there yet (kube-scheduler gave up waiting for it).
+  if (const std::string* node = binds_->BoundTo(uid); bound.empty() && node != nullptr) bound = *node;
   // Whatever the caches know of the pod, a hold in the ledger is only ever released for the pod it was made
   // for: a made-up pod carrying a running pod's uid changes nothing.
   if (const PodAllocation* held = state_->FindPod(uid);

@@ -44,7 +44,7 @@ std::string MediaType(std::string_view content_type) {
 // review that cannot be read is answered as refused (as controller-runtime does), with the reason. Reading
 // and deciding run on `worker`; the quota check and the counters on the loop.
 asio::awaitable<std::string> Webhook(AdmissionService& admission, asio::thread_pool& worker,
-                                     const k8s::ServerRequest& r) {
+                                     std::shared_ptr<const bool> alive, const k8s::ServerRequest& r) {
   if (r.body_too_large)
     co_return k8s::AdmissionReviewJson(
         "", "",
@@ -76,6 +76,7 @@ asio::awaitable<std::string> Webhook(AdmissionService& admission, asio::thread_p
     co_return out;
   };
   Read done = co_await asio::co_spawn(worker, std::move(read), asio::use_awaitable);
+  if (!*alive) co_return std::string();  // torn down while the review was on the worker
   if (!done.error.empty()) co_return k8s::AdmissionReviewJson("", "", admission.Refuse(400, done.error));
   co_return k8s::AdmissionReviewJson(done.api_version, done.uid,
                                      admission.Conclude(std::move(done.prepared), start));
@@ -107,7 +108,7 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
   if (serves.webhook) {
     server.Route(http::verb::post, "/webhook",
                  [this, e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
-                   std::string review = co_await Webhook(e->admission(), reviews_, r);
+                   std::string review = co_await Webhook(e->admission(), reviews_, alive_, r);
                    co_return Respond(200, kJson, std::move(review));
                  });
   }
@@ -173,20 +174,26 @@ std::string HttpRoutes::ServerMetrics() const {
       w.Sample(f.name, {{"listener", listener}}, static_cast<double>(f.value(*server)));
     }
   }
-  // The body budget is one for the process: shown once.
-  for (const auto& [listener, server] : listeners_) {
-    const k8s::BodyBudget* budget = server->body_budget();
-    if (budget == nullptr) continue;
-    w.Gauge("hami_http_body_budget_bytes",
-            "Request bodies all listeners may hold at once (--request-body-budget).",
-            static_cast<double>(budget->bytes()));
-    w.Gauge("hami_http_body_bytes_in_flight",
-            "Bytes of request bodies held now (taken before each body is read).",
-            static_cast<double>(budget->in_use()));
-    w.Counter("hami_http_body_budget_waits_total",
-              "Requests whose body waited, unread, for room in the body budget.",
-              static_cast<double>(budget->waits()));
-    break;
+  if (!budgets_.empty()) {
+    struct BudgetFamily {
+      const char* name;
+      const char* help;
+      const char* type;
+      double (*value)(const k8s::BodyBudget&);
+    };
+    const BudgetFamily budget_families[] = {
+        {"hami_http_body_budget_bytes", "Request bodies a pool may hold at once (--request-body-budget).",
+         "gauge", [](const k8s::BodyBudget& b) { return static_cast<double>(b.bytes()); }},
+        {"hami_http_body_bytes_in_flight",
+         "Bytes of request bodies held now (taken before each body is read).", "gauge",
+         [](const k8s::BodyBudget& b) { return static_cast<double>(b.in_use()); }},
+        {"hami_http_body_budget_waits_total", "Requests whose body waited, unread, for room in its pool.",
+         "counter", [](const k8s::BodyBudget& b) { return static_cast<double>(b.waits()); }},
+    };
+    for (const auto& f : budget_families) {
+      w.Family(f.name, f.help, f.type);
+      for (const auto& [pool, budget] : budgets_) w.Sample(f.name, {{"pool", pool}}, f.value(*budget));
+    }
   }
   w.Family("hami_event_loop_exceptions_total",
            "Exceptions that escaped the event loop (a bug, logged; the loop went on).", "counter");

@@ -10,6 +10,7 @@
 #include <boost/asio/thread_pool.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,8 +35,16 @@ class HttpRoutes {
     bool webhook = false;   // /webhook
     bool metrics = true;  // /metrics (names of nodes, pods, namespaces: not on a webhook listener of its own)
   };
+  ~HttpRoutes() { *alive_ = false; }
+  HttpRoutes(const HttpRoutes&) = delete;
+  HttpRoutes& operator=(const HttpRoutes&) = delete;
+
   // Adds the routes to `server`, known in /metrics as `listener` ("extender", "webhook", "metrics").
   void Install(k8s::HttpServer& server, std::string listener, Serves serves);
+  // Shows a body budget's use in /metrics as `pool` ("webhook", "extender").
+  void ShowBodyBudget(std::string pool, std::shared_ptr<const k8s::BodyBudget> budget) {
+    budgets_.emplace_back(std::move(pool), std::move(budget));
+  }
 
   // /metrics: the extender's families, every listener's connection counters, the event loop's exceptions.
   std::string Metrics() const;
@@ -49,6 +58,9 @@ class HttpRoutes {
   // Destroyed (joined) before the extender whose admission service it calls.
   boost::asio::thread_pool reviews_{1};
   std::vector<std::pair<std::string, const k8s::HttpServer*>> listeners_;
+  std::vector<std::pair<std::string, std::shared_ptr<const k8s::BodyBudget>>> budgets_;
+  // False once the routes are gone: a review the worker finishes after that touches nothing of theirs.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 }  // namespace hami::extender

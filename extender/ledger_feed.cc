@@ -68,10 +68,18 @@ void LedgerFeed::RecordAllocation(const PodView& pod) {
     // Once per pod: every later event of the pod would say the same.
     if (annotation_warned_.insert(uid).second)
       spdlog::warn("pod {}: allocation annotations cannot be read: {}", pod.Key(), decoded.error().message);
-    // A running pod uses devices nobody can name now: fail closed on its node. A pod not bound yet holds
-    // nothing there; the reservation sweep clears its annotations.
-    if (!pod.node_name.empty())
-      MarkUnreadable(pod, decoded.error().message, UnreadableAllocationBackends(pod, *backends_));
+    // A running pod uses devices nobody can name now: fail closed on its node, for the vendors it asks for
+    // (all of them when its requests cannot be read either). A pod not bound yet holds nothing there.
+    if (!pod.node_name.empty()) {
+      std::vector<std::size_t> blocked = UnreadableAllocationBackends(pod, *backends_);
+      if (const auto asked = AskedBackends(pod))
+        std::erase_if(blocked, [&](std::size_t b) { return !asked->contains(b); });
+      if (!blocked.empty()) {
+        MarkUnreadable(pod, decoded.error().message, std::move(blocked));
+      } else {
+        ClearUnreadable(uid);  // it asks for no device of those vendors: nothing of theirs is in use
+      }
+    }
     return;
   }
   if (!*decoded) {
@@ -128,7 +136,15 @@ std::optional<std::string> LedgerFeed::KeepChargeable(const PodView& pod,
   // Annotations are the pod's own: anyone who can create a pod can write them. They say which devices the
   // device plugin gave it, on the node the pod runs on, for the resources it asks for; a node or a vendor
   // beyond that is nobody's card.
-  if (!pod.node_name.empty() && allocation.node != pod.node_name) {
+  if (pod.node_name.empty()) {
+    // Our own decisions are charged from their reservation until the Binding makes the pod bound; annotations
+    // on a pod nobody bound (another scheduler's decision, or the pod's own) charge nothing.
+    allocation.devices.clear();
+    allocation.mig.clear();
+    return fmt::format("not bound, but its {} annotation names node {}: nothing is charged until it is bound",
+                       keys::kAssignedNode, allocation.node);
+  }
+  if (allocation.node != pod.node_name) {
     allocation.devices.clear();
     allocation.mig.clear();
     return fmt::format("bound to node {} but its {} annotation names node {}: its allocation is not charged",

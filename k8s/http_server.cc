@@ -431,22 +431,24 @@ asio::awaitable<ReadStatus> ReadRequest(const HttpServerOptions& o, Stream& stre
   conn.lowest.expires_at(request_deadline);
   if (!parser.is_done()) {
     const std::string_view target(req.target().data(), req.target().size());
+    const std::string_view path = target.substr(0, target.find('?'));
     std::size_t limit = o.body_limit;
-    if (auto l = o.path_body_limits.find(target.substr(0, target.find('?'))); l != o.path_body_limits.end())
-      limit = l->second;
+    if (auto l = o.path_body_limits.find(path); l != o.path_body_limits.end()) limit = l->second;
     parser.set_body_limit(limit);
-    if (o.body_budget) {
+    std::shared_ptr<BodyBudget> budget = o.body_budget;
+    if (auto b = o.path_body_budgets.find(path); b != o.path_body_budgets.end()) budget = b->second;
+    if (budget) {
       // Room for the body before a byte of it is read; unread, a waiting body costs nothing but its socket.
       const auto length = parser.content_length();
       const std::size_t want = length && *length < limit ? static_cast<std::size_t>(*length) : limit;
-      if (!o.body_budget->TryTake(want)) {
-        o.body_budget->CountWait();
+      if (!budget->TryTake(want)) {
+        budget->CountWait();
         do {
           if (Clock::now() >= request_deadline) co_return ReadStatus::kTimeout;
-          co_await o.body_budget->freed().WaitUntil(request_deadline);
-        } while (!o.body_budget->TryTake(want));
+          co_await budget->freed().WaitUntil(request_deadline);
+        } while (!budget->TryTake(want));
       }
-      in.body_bytes.Hold(o.body_budget, want);
+      in.body_bytes.Hold(budget, want);
     }
     auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTuple);
     if (ec && !(ec == http::error::body_limit && parser.body_too_large())) co_return Classify(ec);
@@ -781,7 +783,5 @@ std::uint64_t HttpServer::tls_reloads() const { return impl_->tls_reloads; }
 std::uint64_t HttpServer::connection_failures() const { return impl_->connection_failures; }
 std::uint64_t HttpServer::connections_evicted() const { return impl_->evicted; }
 std::uint64_t HttpServer::connections_refused() const { return impl_->refused; }
-
-const BodyBudget* HttpServer::body_budget() const { return impl_->options.body_budget.get(); }
 
 }  // namespace hami::k8s

@@ -80,8 +80,10 @@ struct HttpServerOptions {
   std::size_t body_limit = 1 << 20;          // 1 MiB, as HAMi
   // Paths whose body limit is another than body_limit ("/webhook": an AdmissionReview of a large pod).
   std::map<std::string, std::size_t, std::less<>> path_body_limits{};
-  // Shared by every listener of the process (nullptr: bodies are bounded per request only).
+  // Shared by the listeners of the process (nullptr: bodies are bounded per request only); a path listed
+  // in path_body_budgets takes from its own pool instead (reviews cannot starve /filter, nor the reverse).
   std::shared_ptr<BodyBudget> body_budget{};
+  std::map<std::string, std::shared_ptr<BodyBudget>, std::less<>> path_body_budgets{};
   std::size_t header_limit = 64 * 1024;      // request line and fields, or trailer; larger -> 431 (max 65533)
   std::chrono::milliseconds header_timeout{15000};  // HAMi ReadHeaderTimeout; also the TLS handshake
   std::chrono::milliseconds read_timeout{60000};    // whole request (head + body), HAMi ReadTimeout
@@ -136,8 +138,6 @@ class HttpServer {
   // At the connection cap: idle connections closed to make room, and connections refused with a 503.
   std::uint64_t connections_evicted() const;
   std::uint64_t connections_refused() const;
-  // The budget this server's request bodies take from (nullptr: none).
-  const BodyBudget* body_budget() const;
 
   struct Impl;
 

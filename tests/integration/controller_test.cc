@@ -180,6 +180,7 @@ TEST_F(ControllerTest, FilterReservesThenBindLocksAndWritesTheDecisionWithTheBin
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-b", 1, 2000)));
   ASSERT_TRUE(server_.store().Create(GpuPod("p1", 3000)));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p-big", 9000)));
   StartService();
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
@@ -189,15 +190,7 @@ TEST_F(ControllerTest, FilterReservesThenBindLocksAndWritesTheDecisionWithTheBin
     EXPECT_EQ(json::serialize(r.at("NodeNames")), std::string(R"(["gpu-a"])"));
     EXPECT_TRUE(r.at("FailedNodes").as_object().empty());
     // Unschedulable, every candidate has its reason: gpu-b is too small, ghost is unknown.
-    const json::value too_big = json::parse(FilterArgs("p1", {"gpu-b", "ghost"}));
-    json::value big_pod = too_big.at("Pod");
-    // Another pod (a name and uid of its own: one carrying p1's name with another uid would be refused).
-    big_pod.at("metadata").as_object()["name"] = "p-big";
-    big_pod.at("metadata").as_object()["uid"] = "other-uid";
-    big_pod.at("spec").at("containers").at(0).at("resources").at("limits").as_object()["nvidia.com/gpumem"] =
-        "9000";
-    const std::string unfit =
-        json::serialize(json::object{{"Pod", big_pod}, {"NodeNames", {"gpu-b", "ghost"}}});
+    const std::string unfit = FilterArgs("p-big", {"gpu-b", "ghost"});
     auto u = co_await Post("/filter", unfit);
     EXPECT_EQ(json::serialize(u.at("NodeNames")), std::string("[]"));
     EXPECT_NE(std::string(u.at("FailedNodes").at("gpu-b").as_string()).find("CardInsufficientMemory"),
@@ -872,7 +865,9 @@ TEST_F(ControllerTest, AReservationNeverBoundExpiresAndItsAnnotationsGo) {
       return p != nullptr && p->annotations.contains("hami.io/bind-phase");
     };
     EXPECT_TRUE(co_await WaitUntil(seen));
-    EXPECT_EQ(used(), 10000);
+    // Not bound: it holds no device, so its annotations charge nothing (docs/DECISIONS.md, "The ledger");
+    // the sweep still removes them after the timeout.
+    EXPECT_EQ(used(), 0);
 
     // A bound pod is never expired, however old its decision.
     const std::string filter_p2 = FilterArgs("p2", {"gpu-a"});
@@ -884,13 +879,13 @@ TEST_F(ControllerTest, AReservationNeverBoundExpiresAndItsAnnotationsGo) {
       return p != nullptr && !p->node_name.empty();
     };
     EXPECT_TRUE(co_await WaitUntil(p2_bound));
-    EXPECT_EQ(used(), 13000);
+    EXPECT_EQ(used(), 3000);
 
     // The timeout counts from the bind (the later stamp): not yet 300 s after it.
     clock->Advance(299s);
     co_await c.ExpireReservations();
     EXPECT_EQ(c.stats().expired, 0u);
-    EXPECT_EQ(used(), 13000);
+    EXPECT_EQ(used(), 3000);
     clock->Advance(2s);
     co_await c.ExpireReservations();
     EXPECT_EQ(c.stats().expired, 1u);
@@ -982,7 +977,9 @@ TEST_F(ControllerTest, ReservationsAndLocksLeftByAKilledProcessAreFreedButNotADe
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
     extender::Extender& c = service_->extender();
-    EXPECT_EQ(c.state().FindNode("gpu-a")->usage[0].mem.value(), 8000);
+    // Not bound: their annotations charge nothing (docs/DECISIONS.md, "The ledger"); the sweep still
+    // removes them.
+    EXPECT_EQ(c.state().FindNode("gpu-a")->usage[0].mem.value(), 0);
     co_await c.ExpireReservations();  // too early for either, and for the lock
     EXPECT_EQ(c.stats().expired, 0u);
     EXPECT_FALSE(Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock").empty());
@@ -1002,7 +999,7 @@ TEST_F(ControllerTest, ReservationsAndLocksLeftByAKilledProcessAreFreedButNotADe
     EXPECT_EQ(Annotation(Stored("pods", "default", "p1"), "hami.io/vgpu-devices-to-allocate"), std::string());
     EXPECT_EQ(Annotation(Stored("pods", "default", "p2"), "hami.io/vgpu-node"), std::string("gpu-a"));
     EXPECT_EQ(Annotation(Stored("pods", "default", "p2"), "hami.io/vgpu-time"), fresh);
-    EXPECT_EQ(c.state().FindNode("gpu-a")->usage[0].mem.value(), 4000);
+    EXPECT_EQ(c.state().FindNode("gpu-a")->usage[0].mem.value(), 0);
     EXPECT_EQ(Annotation(Stored("nodes", "", "gpu-a"), "hami.io/mutex.lock"), std::string());
     EXPECT_EQ(c.stats().abandoned_locks, 1u);
     server_.ClearFaults();

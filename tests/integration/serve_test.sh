@@ -80,9 +80,12 @@ check "/bind binds it, and the Binding wrote its allocation on the pod" \
   "$(cat "$tmp/bind.out")"
 sed 's/"p1"/"gone"/' "$tmp/pod.json" >"$tmp/gone.json"
 filter "$tmp/gone.json" gpu-a100-1 >"$tmp/gone.out"
-bind "$tmp/gone.json" "$tmp/gone.out" >"$tmp/gone-bind.out"
-check "a pod the API server does not know: the bind's Error names it" \
-  'grep -q "default/gone" "$tmp/gone-bind.out" && grep -q "not found" "$tmp/gone-bind.out"' "$(cat "$tmp/gone.out" "$tmp/gone-bind.out")"
+check "a pod the API server does not know: the filter reserves nothing and its Error names it" \
+  'grep -q "pod default/gone does not exist" "$tmp/gone.out"' "$(cat "$tmp/gone.out")"
+echo '{"NodeNames":["gpu-a100-1"]}' >"$tmp/gone-filter.out"
+bind "$tmp/gone.json" "$tmp/gone-filter.out" >"$tmp/gone-bind.out"
+check "... and the bind's Error names it" \
+  'grep -q "default/gone" "$tmp/gone-bind.out" && grep -q "not found" "$tmp/gone-bind.out"' "$(cat "$tmp/gone-bind.out")"
 head -c 1100000 /dev/zero | tr '\0' ' ' >"$tmp/big.json"
 curl -s -X POST -H 'Content-Type: application/json' --data-binary @"$tmp/big.json" "$base/filter" >"$tmp/big.out"
 check "a body over 1 MiB is an Error in a 200 answer" 'grep -q "1 MiB" "$tmp/big.out"' "$(cat "$tmp/big.out")"

@@ -1301,7 +1301,8 @@ TEST_F(HostileInputTest, NoRequestFreesTheDevicesOfAPodItDoesNotName) {
         CO_ASSERT_TRUE(co_await WaitUntil(allocated, 10s));
         EXPECT_THAT(ErrorOf(co_await Post("/bind", bind_ghost)), HasSubstr("not found"));
         EXPECT_THAT(ErrorOf(co_await Post("/bind", bind_as_next)), HasSubstr("was re-created"));
-        EXPECT_THAT(ErrorOf(co_await Post("/filter", filter_fake)), HasSubstr("is pod default/real's"));
+        EXPECT_THAT(ErrorOf(co_await Post("/filter", filter_fake)),
+                    HasSubstr("pod default/fake does not exist"));
         const json::value again = json::parse(co_await Post("/filter", filter_real));
         EXPECT_EQ(again.at("NodeNames"), json::array{"nv-a"});
         const json::value next = json::parse(co_await Post("/filter", filter_next));
@@ -1447,8 +1448,11 @@ TEST_F(HostileInputTest, AFollowerWritesNothingUntilTheLeaseNamesItsHost) {
     ASSERT_TRUE(api_.store().Create(pod));
   }
   AddNode("nv-a", {{"nvidia", Cards("nvidia", "nv-a", 2)}});
+  CreatePod("train", Ask{"nvidia", 1, 1000, 0});
   StartService();
-  const std::string filter_body = json::serialize(FilterArgs("train", "default", {"nv-a"}));
+  json::value train = FilterArgs("train", "default", {"nv-a"});
+  train.at("Pod").at("metadata").as_object()["uid"] = StoredPod("train")->uid;
+  const std::string filter_body = json::serialize(train);
   const std::string bind_body = json::serialize(
       json::object{{"PodName", "train"}, {"PodNamespace", "default"}, {"PodUID", "u"}, {"Node", "nv-a"}});
   // Requests that change something, sent by the scheduler's decisions client.

@@ -127,8 +127,11 @@ TEST_F(IdentityTest, AFilterOfAMadeUpPodCarryingARunningPodsUidIsRefusedAndChang
   const PodView real = Running("real", 16000, "n1");
   PodView fake = testing::Pod("fake", {testing::GpuCtr("main", 1, 16000, 0)});
   fake.uid = real.uid;
+  EXPECT_THAT(Filter(fake, {"n1"}).error, HasSubstr("pod default/fake does not exist"));
+  // A pod of that name exists, with a uid of its own.
+  writer_.pods[fake.Key()] = testing::Pod("fake", {});
   const auto answer = Filter(fake, {"n1"});
-  EXPECT_THAT(answer.error, HasSubstr("is pod default/real's, not default/fake's"));
+  EXPECT_THAT(answer.error, HasSubstr("pod default/fake has uid uid-fake, not the request's uid-real"));
   const PodAllocation* held = feed_.state().FindPod(real.uid);
   ASSERT_NE(held, nullptr);
   EXPECT_EQ(held->name, "real");
@@ -173,11 +176,43 @@ TEST_F(IdentityTest, AGpuPodIsChargedOnTheNodeItRunsOnOnly) {
   pod.annotations[std::string(kAllocated)] = "n1-gpu0,NVIDIA,16000,0:;";
   Observe(pod);
   EXPECT_EQ(feed_.state().FindPod(pod.uid), nullptr);
-  // Not bound yet: HAMi's filter writes the decision before its bind, so the named node holds it.
+  // Not bound at all: the pod's own annotations charge nothing, and a bind cannot use them either (only a
+  // decision of our filter is bound).
   pod.node_name.clear();
   Observe(pod);
+  EXPECT_EQ(feed_.state().FindPod(pod.uid), nullptr);
+  EXPECT_TRUE(CardFree("n1"));
+  EXPECT_THAT(BindAs("gpu", pod.uid, "n1"), HasSubstr("holds no device reservation"));
+  EXPECT_TRUE(writer_.bindings.empty());
+}
+
+TEST_F(IdentityTest, AFilterOfAPodThatDoesNotExistReservesNothing) {
+  const PodView made_up = testing::Pod("nobody", {testing::GpuCtr("main", 1, 16000, 0)});
+  EXPECT_THAT(Filter(made_up, {"n1"}).error, HasSubstr("pod default/nobody does not exist"));
+  EXPECT_EQ(feed_.state().FindPod(made_up.uid), nullptr);
+  EXPECT_FALSE(reservations_.contains(made_up.uid));
+  EXPECT_TRUE(CardFree("n1"));
+}
+
+TEST_F(IdentityTest, AFilterJustAfterOurBindAnswersTheNodeItWasBoundTo) {
+  PodView pod = GpuPod("quick", 16000);
+  Filter(pod, {"n1"});
+  EXPECT_EQ(Bind(pod, "n1"), "");
+  // kube-scheduler gave up on the bind and filters again before our watch shows the pod bound.
+  EXPECT_EQ(Filter(pod, {"n2", "n1"}).node_names, std::vector<std::string>{"n1"});
   ASSERT_NE(feed_.state().FindPod(pod.uid), nullptr);
-  EXPECT_FALSE(CardFree("n1"));
+  EXPECT_EQ(feed_.state().FindPod(pod.uid)->node, "n1");
+}
+
+TEST_F(IdentityTest, APodAskingForNoDeviceCannotCloseANode) {
+  PodView cpu = testing::Pod("cpu", {testing::Ctr("main", {{"cpu", "1"}})});
+  cpu.node_name = "n1";
+  cpu.annotations[std::string(keys::kAssignedNode)] = "n1";
+  cpu.annotations[std::string(kAllocated)] = "n1-gpu0,NVIDIA,lots,0:;";
+  cpu.annotations[std::string(keys::kMigAllocations)] = "not a mig allocation";
+  Observe(cpu);
+  EXPECT_EQ(feed_.unreadable_allocations(), 0u);
+  EXPECT_TRUE(CardFree("n1"));
 }
 
 TEST_F(IdentityTest, ARunningPodWhoseAllocationCannotBeReadClosesItsNodeToItsVendor) {
