@@ -244,21 +244,12 @@ TEST_F(IdentityTest, ARunningPodWhoseAllocationCannotBeReadClosesItsNodeToItsVen
 
 TEST_F(IdentityTest, TheWebhookRemovesAllocationAnnotationsAPodIsCreatedWith) {
   for (const char* scheduler : {"", "someone-else"}) {
-    k8s::AdmissionRequest request;
-    request.api_version = "admission.k8s.io/v1";
-    request.uid = "u";
-    request.operation = "CREATE";
-    request.kind = "Pod";
-    request.ns = "default";
-    request.object = boost::json::parse(fmt::format(
+    const auto [answer, pod] = testing::Admit(admission_, fmt::format(
         R"({{"metadata":{{"name":"forged","annotations":{{"hami.io/vgpu-node":"n1","hami.io/bind-phase":"success",
         "hami.io/vgpu-devices-allocated":"n1-gpu0,NVIDIA,16000,0:;","team":"a"}}}},
         "spec":{{"schedulerName":"{}","containers":[{{"name":"c","image":"x"}}]}}}})",
         scheduler));
-    const k8s::AdmissionAnswer answer = admission_.Review(request);
     ASSERT_TRUE(answer.allowed) << scheduler;
-    boost::json::value pod = request.object;
-    ASSERT_TRUE(sim::ApplyJsonPatch(pod, answer.patch)) << scheduler;
     EXPECT_EQ(pod.at("metadata").at("annotations"), boost::json::parse(R"({"team":"a"})")) << scheduler;
     ASSERT_EQ(answer.warnings.size(), 1u);
     EXPECT_THAT(answer.warnings[0], HasSubstr("removed hami.io/bind-phase, hami.io/vgpu-devices-allocated, "

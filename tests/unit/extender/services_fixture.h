@@ -6,6 +6,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "extender/admission_service.h"
+#include "sim/patch.h"
 #include "extender/bind_service.h"
 #include "extender/filter_service.h"
 #include "extender/ledger_feed.h"
@@ -78,5 +79,24 @@ class ServicesTest : public ::testing::Test {
       extender::Readiness{[] { return true; }, [] { return std::string(); }, &ready_changed_, &stopping_}};
   extender::AdmissionService admission_{backends_, feed_.state(), AdmissionOptions{"hami-scheduler", true}};
 };
+
+// The pod as the API server stores it after applying the webhook's answer (the original when none).
+struct Admitted {
+  k8s::AdmissionAnswer answer;
+  boost::json::value pod;
+};
+inline Admitted Admit(extender::AdmissionService& service, std::string_view pod_json) {
+  k8s::AdmissionRequest request;
+  request.api_version = "admission.k8s.io/v1beta1";
+  request.uid = "u";
+  request.operation = "CREATE";
+  request.kind = "Pod";
+  request.ns = "team";
+  request.object = boost::json::parse(pod_json);
+  Admitted out{service.Review(request), request.object};
+  if (auto applied = sim::ApplyJsonPatch(out.pod, out.answer.patch); !applied)
+    ADD_FAILURE() << applied.error().message;
+  return out;
+}
 
 }  // namespace hami::testing

@@ -28,27 +28,11 @@ namespace asio = boost::asio;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::RunCoro;
+using testing::Admit;
+using testing::Admitted;
 using testing::ServicesTest;
 using ::testing::StartsWith;
 
-// The pod as the API server stores it after applying the webhook's answer (the original when none).
-struct Admitted {
-  k8s::AdmissionAnswer answer;
-  boost::json::value pod;
-};
-Admitted Admit(extender::AdmissionService& service, std::string_view pod_json) {
-  k8s::AdmissionRequest request;
-  request.api_version = "admission.k8s.io/v1beta1";
-  request.uid = "u";
-  request.operation = "CREATE";
-  request.kind = "Pod";
-  request.ns = "team";
-  request.object = boost::json::parse(pod_json);
-  Admitted out{service.Review(request), request.object};
-  if (auto applied = sim::ApplyJsonPatch(out.pod, out.answer.patch); !applied)
-    ADD_FAILURE() << applied.error().message;
-  return out;
-}
 
 TEST_F(ServicesTest, FilterReservesInMemoryAndWritesOnlyAnEvent) {
   AddNode("n1");
