@@ -172,9 +172,10 @@ void Extender::OnPod(const PodView& pod) {
     return;
   }
   if (!pod.node_name.empty()) binder_.OnPodBound(uid);
-  // A pod without hami.io/vgpu-node holds nothing (our reservation, if any, is written by its Binding).
+  // A pod without hami.io/vgpu-node holds nothing new (our reservation, if any, is written by its Binding).
+  // A bound one whose annotations were removed keeps what it held, and a block it caused (fail closed).
   if (!pod.annotations.contains(keys::kAssignedNode)) {
-    feed_.ClearUnreadable(uid);
+    if (pod.node_name.empty()) feed_.ClearUnreadable(uid);
     return;
   }
   if (reservations_.contains(uid)) {

@@ -175,20 +175,12 @@ asio::awaitable<k8s::ExtenderFilterResult> FilterService::Decide(const k8s::Exte
   // it with the devices reserved now: deciding again would hand those devices to another pod.
   if (binds_->InFlight(pod.Key(), uid))
     co_return Fail(fmt::format("pod {} is being bound (an earlier bind of it is still running)", pod.Key()));
-  // A re-filter decides without the pod's earlier reservation (and its quota). An earlier decision written
-  // on the pod (by HAMi, or an earlier version of ours) is what its annotations say until a Binding writes
-  // a new one, so it is put back whenever no new one is made; an earlier reservation of ours was never
-  // written, and goes.
-  const bool previous_written = !reservations_->contains(uid);
-  std::optional<PodAllocation> previous = state_->RemovePod(uid);
-  if (!previous_written) previous.reset();
+  // A re-filter decides without the pod's earlier reservation (and its quota), which goes. Nothing else can
+  // be held for a pod not bound yet: annotations charge only bound pods (docs/DECISIONS.md, "The ledger").
+  state_->RemovePod(uid);
   reservations_->Drop(uid);
-  const auto keep_previous = [&] {
-    if (previous) state_->AddPod(std::move(*previous));
-  };
   const TimePoint now = clock_->Now();
   FilterOutcome outcome = scheduler_.Filter(pod, candidates, now);
-  if (outcome.kind != FilterOutcome::Kind::kScheduled) keep_previous();
   switch (outcome.kind) {
     case FilterOutcome::Kind::kPassThrough:
       ++results_["passthrough"];

@@ -58,6 +58,7 @@ asio::awaitable<std::string> Webhook(AdmissionService& admission, asio::thread_p
   }
   const auto start = std::chrono::steady_clock::now();
   struct Read {
+    bool parsed = false;
     std::string api_version, uid, error;
     AdmissionService::Prepared prepared;
   };
@@ -70,6 +71,7 @@ asio::awaitable<std::string> Webhook(AdmissionService& admission, asio::thread_p
       out.error = std::move(review.error().message);
       co_return out;
     }
+    out.parsed = true;
     out.api_version = review->api_version;
     out.uid = review->uid;
     out.prepared = admission.Prepare(*review);
@@ -77,7 +79,7 @@ asio::awaitable<std::string> Webhook(AdmissionService& admission, asio::thread_p
   };
   Read done = co_await asio::co_spawn(worker, std::move(read), asio::use_awaitable);
   if (!*alive) co_return std::string();  // torn down while the review was on the worker
-  if (!done.error.empty()) co_return k8s::AdmissionReviewJson("", "", admission.Refuse(400, done.error));
+  if (!done.parsed) co_return k8s::AdmissionReviewJson("", "", admission.Refuse(400, done.error));
   co_return k8s::AdmissionReviewJson(done.api_version, done.uid,
                                      admission.Conclude(std::move(done.prepared), start));
 }

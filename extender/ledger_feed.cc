@@ -88,6 +88,15 @@ void LedgerFeed::RecordAllocation(const PodView& pod) {
   }
   PodAllocation& allocation = **decoded;
   const std::optional<std::set<std::size_t>> asked = AskedBackends(pod);
+  // A running pod that asks for devices but whose annotation names another node: which of its own node's
+  // devices it uses is unknown, so its node closes to those vendors (nothing is charged on the named node).
+  if (!pod.node_name.empty() && allocation.node != pod.node_name && asked && !asked->empty()) {
+    MarkUnreadable(pod,
+                   fmt::format("its {} annotation names node {}, not the node it runs on", keys::kAssignedNode,
+                               allocation.node),
+                   std::vector<std::size_t>(asked->begin(), asked->end()));
+    return;
+  }
   // An annotation that decodes to no device at all (a value without a single "uuid,vendor,mem,cores"
   // entry) for a vendor the running pod asks for is as unreadable as a broken one: its devices are in use.
   if (!pod.node_name.empty() && asked) {
@@ -169,6 +178,10 @@ std::optional<std::string> LedgerFeed::KeepChargeable(const PodView& pod,
 
 void LedgerFeed::MarkUnreadable(const PodView& pod, std::string error, std::vector<std::size_t> backends) {
   const std::string uid = UidOf(pod);
+  // The error quotes the annotation: enough of it to find the fault, not a whole 256 KiB value in every
+  // refusal and event.
+  constexpr std::size_t kShown = 300;
+  if (error.size() > kShown) error = error.substr(0, kShown) + "...";
   UnreadableAllocation next{pod.Key(), pod.node_name, std::move(backends), std::move(error)};
   auto it = unreadable_.find(uid);
   if (it != unreadable_.end() && it->second.node == next.node && it->second.backends == next.backends &&
@@ -231,8 +244,13 @@ std::vector<std::string> LedgerFeed::Orphans(const std::map<std::string, PodView
   state_.ForEachPod([&](const PodAllocation& a, const auto&) {
     if (reserved(a.uid)) return;
     auto it = pods.find(a.ns + "/" + a.name);
-    if (it == pods.end() || UidOf(it->second) != a.uid ||
-        !it->second.annotations.contains(keys::kAssignedNode))
+    if (it == pods.end() || UidOf(it->second) != a.uid) {
+      orphans.push_back(a.uid);
+      return;
+    }
+    // A bound pod keeps what it was charged when its annotations go (only a hand edit removes them): its
+    // devices are still in use (docs/DECISIONS.md, "Fail closed").
+    if (!it->second.annotations.contains(keys::kAssignedNode) && it->second.node_name.empty())
       orphans.push_back(a.uid);
   });
   return orphans;

@@ -1,14 +1,14 @@
 #pragma once
 // Watch events -> the node registry and the usage ledger (core::ClusterState), which this service owns.
-// Ledger rules (docs/DECISIONS.md, "The ledger" and "Fail closed"): a pod counts once it carries
-// hami.io/vgpu-node and its allocation annotations decode, or once our filter reserved devices for it;
-// Succeeded/Failed and deleted pods release; terminating pods keep holding; after a restart the ledger is
-// rebuilt from annotations alone. A bound pod is charged on the node it is bound to only (never on another
-// node its annotations name), and only for the vendors it asks for. A bound pod whose allocation cannot be
-// decoded closes its node to new pods of those vendors until it reads or the pod is gone (its devices would
-// look free). Unreadable input is reported once: per node, vendor and value for device registrations (a
-// warning event on the node), per pod and value for allocation annotations (a warning event on the node it
-// runs on).
+// Ledger rules (docs/DECISIONS.md, "The ledger" and "Fail closed"): a pod counts once our filter reserved
+// devices for it, and once it is bound and its allocation annotations decode: on the node it is bound to
+// only (never on another node they name), and only for the vendors it asks for; annotations of a pod nobody
+// bound charge nothing. Succeeded/Failed and deleted pods release; terminating pods keep holding; after a
+// restart the ledger is rebuilt from annotations alone. A bound pod whose allocation cannot be decoded (or
+// names no device of a vendor it asks for) closes its node to new pods of those vendors until it reads or
+// the pod is gone. Unreadable input is reported once: per node, vendor and value for device registrations
+// (a warning event on the node), per pod and value for allocation annotations (a warning event on the node
+// it runs on).
 #include <cstddef>
 #include <functional>
 #include <map>
@@ -36,14 +36,14 @@ class LedgerFeed {
   void UpsertNode(const NodeView& node);
   void RemoveNode(const std::string& name);
   // Records the allocation a pod's annotations carry (a pod with hami.io/vgpu-node that is neither finished
-  // nor reserved by our filter).
+  // nor reserved by our filter); charges it only once the pod is bound.
   void RecordAllocation(const PodView& pod);
   // The pod carries no allocation (any more): a block its unreadable one caused is lifted.
   void ClearUnreadable(const std::string& uid);
   // The pod's hold is released and what was reported about it forgotten.
   void Forget(const std::string& uid);
-  // The uids of ledger entries that `pods` (the pod cache, "ns/name" keys) no longer backs with an
-  // allocation and that `reserved` does not claim.
+  // The uids of ledger entries that `pods` (the pod cache, "ns/name" keys) no longer backs (the pod is gone,
+  // or not bound and without an allocation) and that `reserved` does not claim.
   std::vector<std::string> Orphans(const std::map<std::string, PodView>& pods,
                                    const std::function<bool(const std::string& uid)>& reserved) const;
 

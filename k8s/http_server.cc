@@ -445,7 +445,11 @@ asio::awaitable<ReadStatus> ReadRequest(const HttpServerOptions& o, Stream& stre
         budget->CountWait();
         do {
           if (Clock::now() >= request_deadline) co_return ReadStatus::kTimeout;
-          co_await budget->freed().WaitUntil(request_deadline);
+          // Woken when room is given back; a second at most, so that a connection the server closed (the
+          // connection cap, shutdown) stops waiting too.
+          const auto slice = std::min(request_deadline, Clock::now() + std::chrono::seconds(1));
+          co_await budget->freed().WaitUntil(slice);
+          if (conn.closing) co_return ReadStatus::kClosed;
         } while (!budget->TryTake(want));
       }
       in.body_bytes.Hold(budget, want);

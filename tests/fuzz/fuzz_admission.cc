@@ -32,7 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto review = hami::k8s::ParseAdmissionReview(text);
   if (!review) {
     const json::value answer =
-        json::parse(hami::k8s::AdmissionReviewJson("", "", {false, 400, review.error().message, {}}));
+        json::parse(hami::k8s::AdmissionReviewJson("", "", {false, 400, review.error().message, {}, {}}));
     FUZZ_CHECK(answer.at("response").at("allowed") == false, "an unreadable review was allowed");
     return 0;
   }

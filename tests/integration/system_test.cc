@@ -1363,6 +1363,32 @@ TEST_F(HostileInputTest, TheWebhookAnswersEveryReviewAndRefusesWhatIsNotOne) {
       30s);
 }
 
+// The API server sends reviews of up to 3 MiB of pod: on --http_bind (HAMi's layout) too, every one is
+// answered with its uid (the extender's 1 MiB limit cut them, and an empty uid is a webhook failure, which
+// `failurePolicy: Ignore` turns into an unmutated pod).
+TEST_F(HostileInputTest, AReviewOfSeveralMiBOnTheExtendersListenerIsAnsweredWithItsUid) {
+  AddNode("nv-a", {{"nvidia", Cards("nvidia", "nv-a", 1)}});
+  StartService();
+  json::value pod = PodJson("big", {{"nvidia.com/gpumem", "2000"}});
+  pod.at("metadata").as_object()["annotations"] = {{"notes", std::string(3 << 20, 'x')}};
+  const std::string review = json::serialize(json::object{
+      {"apiVersion", "admission.k8s.io/v1"},
+      {"kind", "AdmissionReview"},
+      {"request",
+       {{"uid", "u-big"}, {"kind", {{"kind", "Pod"}}}, {"namespace", "default"}, {"operation", "CREATE"},
+        {"object", pod}}}});
+  RunCoro(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        CO_ASSERT_TRUE(co_await SystemReady());
+        const json::value answer = json::parse(co_await Post("/webhook", review));
+        EXPECT_EQ(answer.at("response").at("uid"), "u-big");
+        EXPECT_EQ(answer.at("response").at("allowed"), true);
+        EXPECT_EQ(answer.at("response").at("patchType"), "JSONPatch");
+      }(),
+      30s);
+}
+
 // --webhook-bind: the webhook on a TLS listener of its own, the extender's routes not there, /webhook not on
 // the extender's listener (which can then stay on loopback).
 TEST_F(HostileInputTest, AWebhookListenerOfItsOwnServesOnlyTheWebhookOverTls) {

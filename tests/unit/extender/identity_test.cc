@@ -176,6 +176,10 @@ TEST_F(IdentityTest, AGpuPodIsChargedOnTheNodeItRunsOnOnly) {
   pod.annotations[std::string(kAllocated)] = "n1-gpu0,NVIDIA,16000,0:;";
   Observe(pod);
   EXPECT_EQ(feed_.state().FindPod(pod.uid), nullptr);
+  EXPECT_TRUE(CardFree("n1"));
+  // Which of n2's cards it uses is unknown: n2 closes to NVIDIA pods (fail closed).
+  EXPECT_EQ(feed_.unreadable_allocations(), 1u);
+  EXPECT_FALSE(CardFree("n2"));
   // Not bound at all: the pod's own annotations charge nothing, and a bind cannot use them either (only a
   // decision of our filter is bound).
   pod.node_name.clear();
@@ -184,6 +188,18 @@ TEST_F(IdentityTest, AGpuPodIsChargedOnTheNodeItRunsOnOnly) {
   EXPECT_TRUE(CardFree("n1"));
   EXPECT_THAT(BindAs("gpu", pod.uid, "n1"), HasSubstr("holds no device reservation"));
   EXPECT_TRUE(writer_.bindings.empty());
+}
+
+TEST_F(IdentityTest, ARunningPodKeepsItsChargeWhenItsAnnotationsAreRemoved) {
+  PodView real = Running("real", 16000, "n1");
+  for (const auto& k : {keys::kAssignedNode, kAllocated}) real.annotations.erase(std::string(k));
+  pods_[real.Key()] = real;  // the watch's event: a bound pod without an allocation is routed nowhere
+  const auto none = [](const std::string&) { return false; };
+  EXPECT_TRUE(feed_.Orphans(pods_, none).empty());
+  EXPECT_FALSE(CardFree("n1"));
+  // Gone: orphaned, released.
+  pods_.erase(real.Key());
+  EXPECT_EQ(feed_.Orphans(pods_, none), std::vector<std::string>{real.uid});
 }
 
 TEST_F(IdentityTest, AFilterOfAPodThatDoesNotExistReservesNothing) {

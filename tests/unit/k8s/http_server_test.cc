@@ -559,6 +559,52 @@ TEST_F(HttpServerTest, ConnectionCapRefusesWith503WhenEveryConnectionIsBusy) {
   }());
 }
 
+// The body budget: a body that does not fit waits, unread, until the request holding the room has been
+// answered; then it is read and answered. A path with a pool of its own is not held up by the other pool.
+TEST_F(HttpServerTest, ABodyThatDoesNotFitTheBudgetWaitsForRoomUnread) {
+  HttpServerOptions options;
+  options.body_budget = std::make_shared<BodyBudget>(1000);
+  auto own_pool = std::make_shared<BodyBudget>(1000);
+  options.path_body_budgets["/bind"] = own_pool;
+  options.path_body_limits["/bind"] = 900;
+  const std::uint16_t port = Start(options);
+  int held = 0;
+  bool release = false;
+  server_->Route(http::verb::post, "/hold", [&](const ServerRequest&) -> asio::awaitable<ServerResponse> {
+    ++held;
+    asio::steady_timer tick(ioc_);
+    while (!release) {
+      tick.expires_after(5ms);
+      co_await tick.async_wait(kTuple);
+    }
+    co_return ServerResponse{};
+  });
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    RawClient a(ioc_), b(ioc_), c(ioc_);
+    co_await a.Connect(port);
+    co_await b.Connect(port);
+    co_await c.Connect(port);
+    co_await a.Write(Request("POST", "/hold", std::string(600, 'a')));
+    const std::function<bool()> first = [&] { return held == 1; };
+    CO_ASSERT_TRUE(co_await WaitUntil(first));
+    EXPECT_EQ(options.body_budget->in_use(), 600u);
+    co_await b.Write(Request("POST", "/filter", std::string(600, 'b')));
+    co_await testing::Pause(50ms);
+    EXPECT_EQ(options.body_budget->waits(), 1u);
+    EXPECT_NE(last_.body, std::string(600, 'b'));  // not read yet
+    // Another pool: answered at once; a body over its path's limit is cut at that limit.
+    RawResponse bound = co_await c.RoundTrip(Request("POST", "/bind", std::string(800, 'c')));
+    EXPECT_EQ(bound.result_int(), 200u);
+    EXPECT_EQ(own_pool->peak(), 800u);
+    release = true;
+    EXPECT_EQ((co_await a.Read()).result_int(), 200u);
+    RawResponse echoed = co_await b.Read();
+    EXPECT_EQ(echoed.body(), std::string(600, 'b'));
+    EXPECT_EQ(options.body_budget->in_use(), 0u);
+    EXPECT_EQ(own_pool->in_use(), 0u);
+  }());
+}
+
 // Clients that open connections and trickle their heads (or bodies) must not hold every slot against
 // health checks: at the cap, the one whose request has been arriving the longest makes room.
 TEST_F(HttpServerTest, ConnectionCapEvictsTricklingRequestsForHealthChecks) {
