@@ -275,10 +275,23 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
     if (selected) candidates.push_back(n.name);
   }
   std::sort(candidates.begin(), candidates.end());
+  // The pods to place wait for a decision as they would in kube-scheduler's queue (the burst binpack's
+  // decision reads). Each placed pod counts as set up before the next is decided: with nothing in flight
+  // but what the snapshot holds, the node policy alone decides, as a serve whose device plugins keep up.
+  for (const PodView* p : to_place) {
+    if (auto requests = CollectRequests(*p, *backends); requests)
+      state.SetWaiting(p->uid.empty() ? p->Key() : p->uid, requests->BackendsAsked());
+  }
   std::vector<PodResult> results;
   for (const PodView* p : to_place) {
     PodResult r{p, scheduler.Filter(*p, candidates, now)};
-    scheduler.Reserve(*p, r.outcome);
+    const std::string uid = p->uid.empty() ? p->Key() : p->uid;
+    if (r.outcome.kind == FilterOutcome::Kind::kScheduled) {
+      scheduler.Reserve(*p, r.outcome, Scheduler::Hold::kSetUp);
+      state.ClearWaiting(uid);
+    } else if (r.outcome.kind == FilterOutcome::Kind::kUnschedulable) {
+      state.SetUnplaceable(uid);
+    }
     results.push_back(std::move(r));
   }
 

@@ -310,9 +310,9 @@ const FlagDef kFlags[] = {
     {"node-scheduler-policy", Group::kScheduling, false, "POLICY", "default node policy: binpack or spread",
      &SetNodePolicy, &ShowNodePolicy},
     {"busy-node-threshold", Group::kScheduling, false, "N",
-     "allocations in flight (reserved or bound, not yet set up by the device plugin) at which a node ranks "
-     "below every fitting node with fewer, so a burst spreads instead of queueing on one node lock (0 = the "
-     "node policy alone)",
+     "allocations in flight (reserved or bound, not yet set up by the device plugin) that make a node busy: "
+     "binpack then sends the pod to the next node in its order that is not busy, among the nodes it fills "
+     "with the pods waiting for a decision; spread ranks busy nodes last (0 = the node policy alone)",
      &SetBusyNodeThreshold, &ShowBusyNodeThreshold},
     {"node-label-selector", Group::kScheduling, false, "K=V,...",
      "only nodes with all these labels are considered", &SetLabelSelector, &ShowNone},

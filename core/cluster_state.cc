@@ -9,7 +9,8 @@
 
 namespace hami {
 
-ClusterState::ClusterState(const Backends& backends) : backends_(&backends), quotas_(backends) {}
+ClusterState::ClusterState(const Backends& backends)
+    : backends_(&backends), quotas_(backends), waiting_count_(backends.size(), 0) {}
 
 void ClusterState::UpsertNode(const NodeView& node) {
   auto [it, inserted] = nodes_.try_emplace(node.name);
@@ -204,6 +205,7 @@ bool ClusterState::AddPod(PodAllocation allocation) {
   record.allocation = std::move(allocation);
   const std::string node = record.allocation.node;
   quotas_.AddUsage(record.allocation.ns, record.charges);
+  if (auto w = waiting_.find(uid); w != waiting_.end() && !w->second.unplaceable) CountWaiting(w->second, -1);
   auto [it, inserted] = pods_.emplace(uid, std::move(record));
   pods_by_node_[node].insert(uid);
   if (auto n = nodes_.find(node); n != nodes_.end()) {
@@ -228,7 +230,53 @@ std::optional<PodAllocation> ClusterState::RemovePod(std::string_view uid) {
     if (p->second.empty()) pods_by_node_.erase(p);
   }
   quotas_.RemoveUsage(record.allocation.ns, record.charges);
+  if (auto w = waiting_.find(std::string(uid)); w != waiting_.end()) {
+    w->second.unplaceable = false;  // a re-filter: the pod is placed again with the others
+    CountWaiting(w->second, +1);
+  }
   return std::move(record.allocation);
+}
+
+void ClusterState::CountWaiting(const Waiting& w, int sign) {
+  for (std::size_t b : w.backends) {
+    if (b < waiting_count_.size()) waiting_count_[b] += static_cast<std::size_t>(sign);
+  }
+}
+
+void ClusterState::SetWaiting(const std::string& uid, std::vector<std::size_t> backends) {
+  if (backends.empty()) {
+    ClearWaiting(uid);
+    return;
+  }
+  auto [it, inserted] = waiting_.try_emplace(uid);
+  const bool counts = !it->second.unplaceable && !pods_.contains(uid);
+  if (!inserted && it->second.backends == backends) return;
+  if (!inserted && counts) CountWaiting(it->second, -1);
+  it->second.backends = std::move(backends);
+  if (counts) CountWaiting(it->second, +1);
+}
+
+void ClusterState::ClearWaiting(const std::string& uid) {
+  auto it = waiting_.find(uid);
+  if (it == waiting_.end()) return;
+  if (!it->second.unplaceable && !pods_.contains(uid)) CountWaiting(it->second, -1);
+  waiting_.erase(it);
+}
+
+void ClusterState::SetUnplaceable(const std::string& uid) {
+  auto it = waiting_.find(uid);
+  if (it == waiting_.end() || it->second.unplaceable) return;
+  if (!pods_.contains(uid)) CountWaiting(it->second, -1);
+  it->second.unplaceable = true;
+}
+
+std::size_t ClusterState::WaitingFor(std::size_t backend) const {
+  return backend < waiting_count_.size() ? waiting_count_[backend] : 0;
+}
+
+bool ClusterState::CountsAsWaiting(std::string_view uid) const {
+  auto it = waiting_.find(std::string(uid));
+  return it != waiting_.end() && !it->second.unplaceable && !pods_.contains(it->first);
 }
 
 const PodAllocation* ClusterState::FindPod(std::string_view uid) const {

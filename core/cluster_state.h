@@ -114,6 +114,21 @@ class ClusterState {
     for (const auto& [uid, record] : pods_) visit(record.allocation, record.charges);
   }
 
+  // --- pods waiting for a decision -----------------------------------------------------------------------
+  // Pods not bound yet that ask for devices of `backends` (indices into Backends). One counts as waiting
+  // while the ledger holds nothing for it and its last decision found a node: the decision reads how many
+  // wait (a burst in kube-scheduler's queue) to know which nodes binpack fills with them.
+  void SetWaiting(const std::string& uid, std::vector<std::size_t> backends);
+  // Bound, finished or gone: it waits no more.
+  void ClearWaiting(const std::string& uid);
+  // No candidate fitted it: it waits for the cluster to change, not for a node of this burst. It counts
+  // again after a decision places it and that hold is released (a re-filter).
+  void SetUnplaceable(const std::string& uid);
+  // Pods that count as waiting and ask for devices of `backend`.
+  std::size_t WaitingFor(std::size_t backend) const;
+  bool CountsAsWaiting(std::string_view uid) const;
+  std::size_t WaitingPods() const { return waiting_.size(); }
+
  private:
   struct PodRecord {
     PodAllocation allocation;
@@ -131,6 +146,14 @@ class ClusterState {
   std::unordered_map<std::string, PodRecord> pods_;
   std::unordered_map<std::string, std::unordered_set<std::string>> pods_by_node_;  // incl. unknown nodes
   std::unordered_map<std::string, std::vector<std::string>> blocks_;  // node -> NodeEntry::blocked
+  struct Waiting {
+    std::vector<std::size_t> backends;
+    bool unplaceable = false;
+  };
+  // Adds `sign` to the per-backend counts of `w` (a pod that counts as waiting).
+  void CountWaiting(const Waiting& w, int sign);
+  std::unordered_map<std::string, Waiting> waiting_;
+  std::vector<std::size_t> waiting_count_;  // per backend: pods that count as waiting
 };
 
 // Reads a pod's allocation back from its annotations (hami.io/vgpu-node and every backend's allocated key).

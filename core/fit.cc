@@ -60,6 +60,16 @@ bool PodRequests::Any() const {
   return std::any_of(containers.begin(), containers.end(), [](const auto& c) { return !c.empty(); });
 }
 
+std::vector<std::size_t> PodRequests::BackendsAsked() const {
+  std::vector<std::size_t> out;
+  for (const auto& container : containers) {
+    for (const auto& [backend, request] : container) out.push_back(static_cast<std::size_t>(backend));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 Result<PodRequests> CollectRequests(const PodView& pod, const Backends& backends) {
   PodRequests out;
   out.num_init = pod.init_containers.size();
@@ -115,6 +125,26 @@ Result<PodContext> MakePodContext(const PodView& pod, const Backends& backends, 
 
 bool NodeFitter::Fit(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, PodDevices* out,
                      std::string* reason) {
+  return FitFrom(ctx, reqs, node, node.usage, node.mig_in_use, out, reason);
+}
+
+int NodeFitter::Capacity(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, int limit) {
+  capacity_usage_.assign(node.usage.begin(), node.usage.end());
+  if (node.has_mig) capacity_mig_ = node.mig_in_use;
+  int copies = 0;
+  // Each copy that fits leaves its app containers' picks in app_usage_ (init containers release theirs):
+  // that is the usage the next copy is fit against. Every copy takes at least one slot, so this ends.
+  while (copies < limit && FitFrom(ctx, reqs, node, capacity_usage_, capacity_mig_, nullptr, nullptr)) {
+    ++copies;
+    std::swap(capacity_usage_, app_usage_);
+    if (node.has_mig) std::swap(capacity_mig_, app_mig_);
+  }
+  return copies;
+}
+
+bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+                         const std::vector<DeviceUsage>& base, const std::vector<std::vector<MigInUse>>& base_mig,
+                         PodDevices* out, std::string* reason) {
   if (!node.HasDevices()) {
     if (reason) *reason = std::string(kNodeUnregistered);
     return false;
@@ -126,8 +156,8 @@ bool NodeFitter::Fit(const PodContext& ctx, const PodRequests& reqs, const NodeE
     per_backend.resize(nc);
     for (auto& picks : per_backend) picks.clear();
   }
-  app_usage_.assign(node.usage.begin(), node.usage.end());
-  if (node.has_mig) app_mig_ = node.mig_in_use;
+  app_usage_.assign(base.begin(), base.end());
+  if (node.has_mig) app_mig_ = base_mig;
   for (std::size_t c = 0; c < nc; ++c) {
     const auto& requests = reqs.containers[c];
     if (requests.empty()) continue;
@@ -135,8 +165,8 @@ bool NodeFitter::Fit(const PodContext& ctx, const PodRequests& reqs, const NodeE
     // Init containers run one at a time before the app containers: each is fit against the current usage
     // alone.
     if (is_init) {
-      init_usage_.assign(node.usage.begin(), node.usage.end());
-      if (node.has_mig) init_mig_ = node.mig_in_use;
+      init_usage_.assign(base.begin(), base.end());
+      if (node.has_mig) init_mig_ = base_mig;
     }
     auto& usage = is_init ? init_usage_ : app_usage_;
     auto& mig = is_init ? init_mig_ : app_mig_;

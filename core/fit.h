@@ -52,6 +52,7 @@ struct PodRequests {
   std::size_t num_init = 0;
   std::vector<std::vector<std::pair<int, DeviceRequest>>> containers;  // (backend index, request)
   bool Any() const;
+  std::vector<std::size_t> BackendsAsked() const;  // sorted, each once
 };
 // Collects requests from every container; an unreadable resource value is an error naming the container.
 Result<PodRequests> CollectRequests(const PodView& pod, const Backends& backends);
@@ -85,6 +86,9 @@ class NodeFitter {
   // devices (index-aligned with the pod's containers). On failure `reason` says why.
   bool Fit(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, PodDevices* out,
            std::string* reason);
+  // How many copies of the pod fit `node` one after another (each fit against the usage the ones before it
+  // leave), counting up to `limit`.
+  int Capacity(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, int limit);
 
  private:
   struct Pick {
@@ -94,6 +98,12 @@ class NodeFitter {
     std::optional<MigSlot> mig;
   };
   using ContainerPicks = std::vector<Pick>;
+
+  // Fit against `base` (and `base_mig`) instead of the node's recorded usage; on success app_usage_ (and
+  // app_mig_) hold the usage with the pod's app containers added.
+  bool FitFrom(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+               const std::vector<DeviceUsage>& base, const std::vector<std::vector<MigInUse>>& base_mig,
+               PodDevices* out, std::string* reason);
 
   bool FitRequest(const PodContext& ctx, const NodeEntry& node, int backend, const DeviceRequest& request,
                   std::size_t container, const std::vector<std::vector<ContainerPicks>>& allocated,
@@ -111,6 +121,8 @@ class NodeFitter {
   // Scratch, reused between calls.
   std::vector<DeviceUsage> app_usage_, init_usage_;
   std::vector<std::vector<MigInUse>> app_mig_, init_mig_;
+  std::vector<DeviceUsage> capacity_usage_;  // Capacity(): the usage the next copy is fit against
+  std::vector<std::vector<MigInUse>> capacity_mig_;
   std::vector<DeviceOrder::Item> items_;
   std::vector<std::vector<ContainerPicks>> allocated_;  // [backend][container]
 };

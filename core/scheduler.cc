@@ -73,16 +73,41 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
     out.kind = FilterOutcome::Kind::kUnschedulable;
     return out;
   }
-  // Nodes not busy first; then binpack: the most used node first; spread: the least used. Ties go to the
-  // smaller node name.
-  const auto better = [&](const Fitting& a, const Fitting& b) {
-    if (a.busy != b.busy) return b.busy;
+  // The policy's order: binpack the most used node first, spread the least used; ties go to the smaller
+  // node name. Spread also ranks busy nodes below the others (it spreads a burst anyway); binpack diverts
+  // from a busy node only within the nodes it fills with the burst (below).
+  const auto by_policy = [&](const Fitting& a, const Fitting& b) {
     if (a.score != b.score) return spread ? a.score < b.score : a.score > b.score;
     return candidates[a.index] < candidates[b.index];
   };
+  const auto better = [&](const Fitting& a, const Fitting& b) {
+    if (spread && a.busy != b.busy) return b.busy;
+    return by_policy(a, b);
+  };
+  std::size_t pick = 0;  // into fitting, once ordered
   const std::size_t top = std::min<std::size_t>(10, fitting.size());
   std::partial_sort(fitting.begin(), fitting.begin() + static_cast<std::ptrdiff_t>(top), fitting.end(),
                     better);
+  if (!spread && fitting.front().busy) {
+    // Walk the policy's order as far as this pod and the waiting pods like it reach; the first node on that
+    // way that is not busy takes the pod. The nodes past the burst's reach stay as binpack leaves them.
+    const int burst = 1 + static_cast<int>(std::min<std::size_t>(WaitingLike(pod, *requests), 1u << 20));
+    int covered = 0;  // pods of the burst the nodes walked so far take
+    for (std::size_t i = 0; i < fitting.size() && covered < burst; ++i) {
+      // The first `top` are in the policy's order already (binpack ranks by it alone).
+      if (i == top) std::sort(fitting.begin() + static_cast<std::ptrdiff_t>(top), fitting.end(), by_policy);
+      if (!fitting[i].busy) {
+        pick = i;
+        break;
+      }
+      covered += fitter_.Capacity(*ctx, *requests, *resolved_[fitting[i].index], burst - covered);
+    }
+  }
+  // The chosen node first, then the policy's order.
+  if (pick != 0) {
+    const auto at = fitting.begin() + static_cast<std::ptrdiff_t>(pick);
+    std::rotate(fitting.begin(), at, at + 1);
+  }
   for (std::size_t i = 0; i < top; ++i) out.best.emplace_back(candidates[fitting[i].index], fitting[i].score);
 
   out.node = candidates[fitting.front().index];
@@ -101,7 +126,16 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
   return out;
 }
 
-void Scheduler::Reserve(const PodView& pod, const FilterOutcome& outcome) {
+std::size_t Scheduler::WaitingLike(const PodView& pod, const PodRequests& requests) const {
+  // Pods that ask for a vendor this pod asks for; the burst is taken as made of pods like this one.
+  std::size_t waiting = 0;
+  for (std::size_t backend : requests.BackendsAsked()) waiting = std::max(waiting, state_->WaitingFor(backend));
+  const std::string uid = pod.uid.empty() ? pod.Key() : pod.uid;
+  if (waiting > 0 && state_->CountsAsWaiting(uid)) --waiting;  // itself
+  return waiting;
+}
+
+void Scheduler::Reserve(const PodView& pod, const FilterOutcome& outcome, Hold hold) {
   if (outcome.kind != FilterOutcome::Kind::kScheduled) return;
   PodAllocation a;
   a.uid = pod.uid.empty() ? pod.Key() : pod.uid;
@@ -113,6 +147,7 @@ void Scheduler::Reserve(const PodView& pod, const FilterOutcome& outcome) {
   for (const auto& [vendor, containers] : outcome.devices) {
     for (auto& m : codec::MigAllocationsOf(containers)) a.mig.push_back(std::move(m));
   }
+  a.in_flight = hold == Hold::kInFlight;
   state_->AddPod(std::move(a));
 }
 

@@ -14,10 +14,12 @@ struct SchedulerOptions {
   std::string gpu_policy = std::string(kPolicySpread);    // default device policy
   std::string node_policy = std::string(kPolicyBinpack);  // default node policy
   // A node with this many allocations in flight (NodeEntry::allocations_in_flight: reserved or bound, not
-  // yet set up by its device plugin) ranks below every fitting node with fewer, whatever the policy says:
-  // the node lock lets one pod at a time allocate on a node, so a burst that binpack would send to one node
-  // spreads over the nodes that fit instead of queueing behind that node's lock. Once the burst is set up,
-  // the policy alone decides again. 0: the policy alone, always.
+  // yet set up by its device plugin) is busy: the node lock lets one pod at a time allocate on a node, so
+  // a pod sent there queues behind the others. Binpack then takes the next node in its own order that is
+  // not busy, but only among the nodes it fills with the pods waiting for a decision (the burst, taken as
+  // pods like this one): the burst fills the nodes binpack fills, several at once, and never opens a node
+  // binpack would leave empty. Spread ranks busy nodes below the others. With nothing in flight, or 0
+  // here, the policy alone decides (docs/DECISIONS.md, "Bursts under binpack").
   int busy_node_threshold = 2;
 };
 
@@ -47,10 +49,16 @@ class Scheduler {
   // Decides for `pod` among `candidates` (node names). Does not change any state.
   FilterOutcome Filter(const PodView& pod, const std::vector<std::string>& candidates, TimePoint now);
 
-  // Records a scheduled outcome for `pod` in the ledger (replacing any earlier reservation of the pod).
-  void Reserve(const PodView& pod, const FilterOutcome& outcome);
+  // Records a scheduled outcome for `pod` in the ledger (replacing any earlier reservation of the pod): in
+  // flight until its device plugin sets it up, or set up already (an offline run that places pods one
+  // after another, each set up before the next).
+  enum class Hold { kInFlight, kSetUp };
+  void Reserve(const PodView& pod, const FilterOutcome& outcome, Hold hold = Hold::kInFlight);
 
  private:
+  // Other pods waiting for a decision that ask for a vendor `pod` asks for.
+  std::size_t WaitingLike(const PodView& pod, const PodRequests& requests) const;
+
   ClusterState* state_;
   SchedulerOptions options_;
   NodeFitter fitter_;

@@ -166,6 +166,7 @@ void Extender::OnNodeDeleted(const NodeView& node) {
 
 void Extender::OnPod(const PodView& pod) {
   const std::string uid = UidOf(pod);
+  feed_.TrackWaiting(pod, pod.scheduler_name == options_.scheduler_name);
   if (Finished(pod)) {
     ReleasePod(uid);
     binder_.OnPodGone(uid);
@@ -189,6 +190,7 @@ void Extender::OnPod(const PodView& pod) {
 
 void Extender::OnPodDeleted(const PodView& pod) {
   const std::string uid = UidOf(pod);
+  feed_.StopWaiting(uid);
   ReleasePod(uid);
   binder_.OnPodGone(uid);
 }

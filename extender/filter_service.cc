@@ -191,6 +191,7 @@ asio::awaitable<k8s::ExtenderFilterResult> FilterService::Decide(const k8s::Exte
       co_return Fail(outcome.error);
     case FilterOutcome::Kind::kUnschedulable:
       ++results_["unschedulable"];
+      state_->SetUnplaceable(uid);  // not part of a burst the nodes can take now
       writer_->Event(
           k8s::InvolvedObject::Of(pod), "Warning", "FilteringFailed",
           fmt::format("no node fits the pod's device request; {}",

@@ -132,11 +132,8 @@ void LedgerFeed::RecordAllocation(const PodView& pod) {
 std::optional<std::set<std::size_t>> LedgerFeed::AskedBackends(const PodView& pod) const {
   auto requests = CollectRequests(pod, *backends_);
   if (!requests) return std::nullopt;
-  std::set<std::size_t> asked;
-  for (const auto& container : requests->containers) {
-    for (const auto& [b, request] : container) asked.insert(static_cast<std::size_t>(b));
-  }
-  return asked;
+  const std::vector<std::size_t> asked = requests->BackendsAsked();
+  return std::set<std::size_t>(asked.begin(), asked.end());
 }
 
 std::optional<std::string> LedgerFeed::KeepChargeable(const PodView& pod,
@@ -230,6 +227,18 @@ void LedgerFeed::RefreshBlocks(const std::string& node) {
   }
   state_.SetVendorBlocks(node, std::move(reasons));
 }
+
+void LedgerFeed::TrackWaiting(const PodView& pod, bool ours) {
+  const std::string uid = UidOf(pod);
+  if (!ours || !pod.node_name.empty() || pod.terminating || Finished(pod)) {
+    state_.ClearWaiting(uid);
+    return;
+  }
+  auto requests = CollectRequests(pod, *backends_);  // unreadable: its filter is an error, not a placement
+  state_.SetWaiting(uid, requests ? requests->BackendsAsked() : std::vector<std::size_t>{});
+}
+
+void LedgerFeed::StopWaiting(const std::string& uid) { state_.ClearWaiting(uid); }
 
 void LedgerFeed::Forget(const std::string& uid) {
   state_.RemovePod(uid);

@@ -40,7 +40,12 @@ class LedgerFeed {
   void RecordAllocation(const PodView& pod);
   // The pod carries no allocation (any more): a block its unreadable one caused is lifted.
   void ClearUnreadable(const std::string& uid);
-  // The pod's hold is released and what was reported about it forgotten.
+  // A pod of ours (`ours`: its spec.schedulerName is the one we serve) that is not bound, finished or
+  // terminating and asks for devices waits for a decision: the decision reads how many wait (a burst).
+  void TrackWaiting(const PodView& pod, bool ours);
+  void StopWaiting(const std::string& uid);  // the pod is gone
+  // The pod's hold is released and what was reported about it forgotten (it may still wait: a released
+  // reservation, a failed bind).
   void Forget(const std::string& uid);
   // The uids of ledger entries that `pods` (the pod cache, "ns/name" keys) no longer backs (the pod is gone,
   // or not bound and without an allocation) and that `reserved` does not claim.

@@ -41,6 +41,9 @@ void LedgerFeed::WriteMetrics(k8s::prom::TextWriter& w, bool legacy) const {
   w.Gauge("hami_scheduler_nodes", "Nodes in the registry.", static_cast<double>(state_.NodeCount()));
   w.Gauge("hami_scheduler_pods", "Pods holding devices in the ledger.",
           static_cast<double>(state_.PodCount()));
+  w.Gauge("hami_scheduler_pods_waiting",
+          "Pods of ours not bound yet that ask for devices (placed or not): the burst binpack's decision reads.",
+          static_cast<double>(state_.WaitingPods()));
 
   // Per device, HAMi's names. One pass over the registry per family keeps each family contiguous.
   struct Row {

@@ -14,6 +14,8 @@
 #   --deadline S          seconds a case may take from the first pod created (default 300)
 #   --allocate-delay D    the simulated plugins' time to set a pod's devices up (default 20ms)
 #   --serve-args "..."    more flags for serve (word-split), e.g. "--busy-node-threshold 0"
+#   --max-nodes N         a case that used more than N nodes fails (the README's test command runs a burst
+#                         this way: binpack must leave the nodes empty that strict binpack leaves empty)
 #   --trace               kube-scheduler -v=4, serve at debug level, and the API server's audit log (Metadata
 #                         level) in the work dir: one pod can be followed through all three
 #   --out FILE            append one Markdown table row per case to FILE
@@ -35,7 +37,7 @@ source "$E2E_DIR/suite.sh"
 export HAMI_E2E_BENCH_TIMEOUT
 bounded_reexec bench BENCH "$@"
 
-QPS=50 BURST=100 DEADLINE=300 TRACE=0 OUT="" KEEP=0 DELAY=20ms SERVE_ARGS=""
+QPS=50 BURST=100 DEADLINE=300 TRACE=0 OUT="" KEEP=0 DELAY=20ms SERVE_ARGS="" MAX_NODES=""
 HAMI="$ROOT/${BUILD_DIR:-build}/hami-scheduler"
 CASES=()
 while [ $# -gt 0 ]; do
@@ -45,6 +47,7 @@ while [ $# -gt 0 ]; do
     --deadline) DEADLINE="$2"; shift ;;
     --allocate-delay) DELAY="$2"; shift ;;
     --serve-args) SERVE_ARGS="$2"; shift ;;
+    --max-nodes) MAX_NODES="$2"; shift ;;
     --trace) TRACE=1 ;;
     --out) OUT="$2"; shift ;;
     --hami) HAMI="$2"; shift ;;
@@ -147,8 +150,11 @@ run_case() { # NAME PODS NODES POLICY CORES
   line="| $name | $pods pods / $nodes nodes, $policy, plugin $DELAY${SERVE_ARGS:+, $SERVE_ARGS} | $QPS/$BURST | $allocated/$pods | ${all_s} s | $rate | ${p50} s | $used | $(awk -v a="$cpu1" -v b="$cpu0" 'BEGIN { printf "%.2f", a - b }') s | $rss MiB | $requests | $timeouts / $contention |"
   log "$line"
   [ -z "$OUT" ] || printf '%s\n' "$line" >> "$OUT"
-  if [ "$allocated" = "$pods" ] && [ "$over" = 0 ] && [ "$(field errors)" = "[]" ]; then
-    ok "$name: all $pods pods bound and allocated in $all_s s ($rate pods/s), no card over-committed"
+  if [ -n "$MAX_NODES" ] && ! [ "$used" -le "$MAX_NODES" ] 2>/dev/null; then
+    bad "$name: the pods used $used nodes, more than $MAX_NODES; work dir kept: $WORK"
+    stop_case
+  elif [ "$allocated" = "$pods" ] && [ "$over" = 0 ] && [ "$(field errors)" = "[]" ]; then
+    ok "$name: all $pods pods bound and allocated in $all_s s ($rate pods/s), no card over-committed${MAX_NODES:+, $used nodes used (at most $MAX_NODES)}"
     stop_case
     [ "$KEEP" = 1 ] && log "$name: work dir $WORK" || rm -rf "$WORK"
   else

@@ -878,6 +878,41 @@ TEST_F(SystemTest, FortyPodsToOneNodeAreBoundAndAllocatedWellUnderTenSeconds) {
       20s);
 }
 
+// Issue 21: a burst under binpack (the default) with slow device plugins fills the nodes binpack fills and
+// leaves the others empty; several of them take pods at once.
+TEST_F(SystemTest, ABurstUnderBinpackLeavesAsManyNodesEmptyAsStrictBinpack) {
+  // Six nodes of two cards; three pods of 30 cores per card: binpack puts 18 pods on three nodes.
+  for (int n = 0; n < 6; ++n) {
+    const std::string node = fmt::format("node-{}", n);
+    AddNode(node, {{"nvidia", Cards("nvidia", node, 2, 10)}}, 100ms);
+  }
+  StartAll();
+  RunCoro(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        CO_ASSERT_TRUE(co_await SystemReady());
+        for (int i = 0; i < 18; ++i) CreatePod(fmt::format("p{:02}", i), Ask{"nvidia", 1, 3000, 30});
+        const std::function<bool()> all_done = [this] {
+          for (const auto& name : created_) {
+            auto pod = StoredPod(name);
+            if (!pod || !BoundAndAllocated(*pod)) return false;
+          }
+          return true;
+        };
+        const bool done = co_await WaitUntil(all_done, 20s);
+        std::string why;
+        EXPECT_TRUE(done && Settled(&why)) << why;
+        std::map<std::string, int> per_node;
+        for (const auto& name : created_) {
+          if (auto pod = StoredPod(name)) ++per_node[pod->node_name];
+        }
+        EXPECT_EQ(per_node.size(), 3u) << fmt::format("{}", per_node);
+        for (const auto& [node, pods] : per_node) EXPECT_EQ(pods, 6) << node;
+        CheckInvariant("at the end");
+      }(),
+      30s);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // 6. Health: a device plugin that goes silent.
 

@@ -3,6 +3,7 @@
 // the built-in backends with chosen settings.
 #include <initializer_list>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -94,6 +95,14 @@ inline Backends BuiltinBackends(const std::map<std::string, VendorSettings>& set
     list.push_back(registry.Create(name, it == settings.end() ? VendorSettings{} : it->second).value());
   }
   return Backends(std::move(list));
+}
+
+// The index of a vendor's backend (by its config section) in `backends`.
+inline std::size_t BackendIndex(const Backends& backends, std::string_view section) {
+  for (std::size_t i = 0; i < backends.size(); ++i) {
+    if (backends.at(i).Spec().config_section == section) return i;
+  }
+  throw std::invalid_argument("no backend for config section " + std::string(section));
 }
 
 }  // namespace hami::testing

@@ -54,6 +54,44 @@ TEST_F(Ledger, AddAndRemoveTouchOnlyThePodsDevices) {
   EXPECT_EQ(Usage("n1", 1), DeviceUsage{});
 }
 
+// Pods waiting for a decision count per vendor while the ledger holds nothing for them and their last
+// decision found a node.
+TEST_F(Ledger, WaitingPodsCountUntilPlacedAndAgainAfterARefilter) {
+  state_.SetWaiting("a", {0});
+  state_.SetWaiting("b", {0, 1});
+  state_.SetWaiting("a", {0});  // again: counted once
+  EXPECT_EQ(state_.WaitingFor(0), 2u);
+  EXPECT_EQ(state_.WaitingFor(1), 1u);
+  EXPECT_TRUE(state_.CountsAsWaiting("a"));
+  EXPECT_TRUE(state_.AddPod(Hold("a", "n1", {{"g0", 1000, 10}})));  // placed
+  EXPECT_FALSE(state_.CountsAsWaiting("a"));
+  EXPECT_EQ(state_.WaitingFor(0), 1u);
+  EXPECT_TRUE(state_.AddPod(Hold("a", "n1", {{"g1", 1000, 10}})));  // moved: still placed
+  EXPECT_EQ(state_.WaitingFor(0), 1u);
+  state_.RemovePod("a");  // a re-filter releases it: it waits with the others again
+  EXPECT_EQ(state_.WaitingFor(0), 2u);
+  state_.SetUnplaceable("b");  // no node fits it
+  state_.SetUnplaceable("b");
+  EXPECT_EQ(state_.WaitingFor(0), 1u);
+  EXPECT_EQ(state_.WaitingFor(1), 0u);
+  state_.SetWaiting("b", {1});  // its requests changed: still unplaceable
+  EXPECT_EQ(state_.WaitingFor(1), 0u);
+  state_.AddPod(Hold("b", "n1", {{"g0", 10, 1}}));
+  state_.RemovePod("b");  // placed once, released by a re-filter: it counts again
+  EXPECT_EQ(state_.WaitingFor(1), 1u);
+  state_.SetWaiting("a", {1});  // its requests changed
+  EXPECT_EQ(state_.WaitingFor(0), 0u);
+  EXPECT_EQ(state_.WaitingFor(1), 2u);
+  state_.SetWaiting("a", {});  // asks for no device any more
+  state_.ClearWaiting("b");    // bound
+  state_.ClearWaiting("b");
+  state_.ClearWaiting("never-seen");
+  EXPECT_EQ(state_.WaitingFor(0), 0u);
+  EXPECT_EQ(state_.WaitingFor(1), 0u);
+  EXPECT_EQ(state_.WaitingFor(99), 0u);
+  EXPECT_EQ(state_.WaitingPods(), 0u);
+}
+
 TEST_F(Ledger, ReplacingAHoldMovesIt) {
   state_.AddPod(Hold("a", "n1", {{"g0", 1000, 10}}));
   state_.AddPod(Hold("a", "n1", {{"g1", 2000, 20}}));

@@ -436,6 +436,41 @@ NodeView DcuNode(const std::string& name, const std::vector<DeviceInfo>& devices
   return n;
 }
 
+// Capacity: copies of the pod that fit one after another, each against what the ones before it use.
+TEST(NodeFitter, CapacityCountsCopiesAgainstTheUsageTheyLeave) {
+  Env env;
+  env.state.UpsertNode(testing::NvidiaNode("n", {Gpu("g0", 0, 16000, 10), Gpu("g1", 1, 16000, 10)}));
+  auto fit = [&](const PodView& pod, int limit) {
+    auto requests = CollectRequests(pod, env.backends);
+    auto context = MakePodContext(pod, env.backends, env.state.quotas(), "binpack");
+    NodeFitter fitter(env.backends, env.state.quotas());
+    return fitter.Capacity(*context, *requests, *env.state.FindNode("n"), limit);
+  };
+  EXPECT_EQ(fit(GpuPod(1, 3000, 30), 100), 6);  // cores: three per card
+  EXPECT_EQ(fit(GpuPod(1, 3000, 30), 4), 4);    // up to the limit
+  EXPECT_EQ(fit(GpuPod(1, 3000, 0), 100), 10);  // memory: five per card
+  EXPECT_EQ(fit(GpuPod(1, 1000, 0), 100), 20);  // slots: the split, 10 per card
+  EXPECT_EQ(fit(GpuPod(2, 3000, 30), 100), 3);  // both cards each time
+  EXPECT_EQ(fit(GpuPod(1, 20000, 0), 100), 0);  // none
+  // What the node already holds counts.
+  env.Reserve(GpuPod(1, 15000, 0), env.Run(GpuPod(1, 15000, 0)));
+  EXPECT_EQ(fit(GpuPod(1, 3000, 0), 100), 5);
+  // Init containers give back what they used: a copy costs only its app containers.
+  Env fresh;
+  fresh.state.UpsertNode(testing::NvidiaNode("n", {Gpu("g0", 0, 16000, 10), Gpu("g1", 1, 16000, 4)}));
+  const PodView with_init =
+      Pod("i", {testing::GpuCtr("app", 1, 1000, 0)}, {testing::GpuCtr("init", 1, 8000, 0)});
+  auto requests = CollectRequests(with_init, fresh.backends);
+  auto context = MakePodContext(with_init, fresh.backends, fresh.state.quotas(), "binpack");
+  NodeFitter fitter(fresh.backends, fresh.state.quotas());
+  // Were the init container's 8000 MiB kept, four copies would fill both cards; the slots allow 14.
+  const int copies = fitter.Capacity(*context, *requests, *fresh.state.FindNode("n"), 100);
+  EXPECT_GT(copies, 4);
+  EXPECT_LE(copies, 14);
+  // The node's recorded usage is untouched.
+  EXPECT_EQ(fresh.Usage("g0"), DeviceUsage{});
+}
+
 TEST(NvidiaFit, V30ZeroPercentageBooksTheWholeCard) {
   Env env;
   env.state.UpsertNode(testing::NvidiaNode("n", {Gpu("gpu-0", 0, 11264)}));

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "core/codec/pod_devices.h"
 #include "core/keys.h"
 #include "tests/support/builders.h"
@@ -128,26 +130,46 @@ TEST_F(PolicyMatrix, ReserveIsSeenByTheNextDecision) {
   EXPECT_EQ(n->usage[1].used, 3);
 }
 
-TEST_F(PolicyMatrix, ABusyNodeRanksBelowFittingNodesUntilItsAllocationsAreSetUp) {
+TEST_F(PolicyMatrix, BinpackDivertsFromABusyNodeOnlyWhenTheWaitingPodsReachTheOtherNode) {
   const PodView pod = Pod("new", {Want("c", 1000, 20)});
-  const auto decide = [&](int threshold) {
-    SchedulerOptions o{"binpack", "binpack"};
+  const auto decide = [&](int threshold, const std::string& node_policy = "binpack") {
+    SchedulerOptions o{"binpack", node_policy};
     o.busy_node_threshold = threshold;
     Scheduler s(state_, o);
     return s.Filter(pod, {"node1", "node2"}, kNow).node;
   };
-  // binpack picks the fuller node2; with a second allocation in flight there (pod2's and pod3's) it is
-  // busy, and the next pod goes to node1 while node2's device plugin works.
+  // binpack picks the fuller node2; with a second allocation in flight there (pod2's and pod3's) it is busy.
   EXPECT_EQ(decide(2), "node2");
   Hold("pod3", "node2", "device3", 1000, 10);
   EXPECT_EQ(state_.FindNode("node2")->allocations_in_flight, 2);
+  // Nothing else waits: node2 takes the pod, as binpack alone would (node1 stays as it is).
+  EXPECT_EQ(decide(2), "node2");
+  // Spread ranks a busy node below the others, as before.
+  EXPECT_EQ(decide(2, "spread"), "node1");
+  // Pods like it wait: node2 takes five pods of 1000 MiB and 20 cores (four on device3: 7000 MiB and 90
+  // cores free; one on device4: 2000 MiB, 25 cores), so a sixth goes to node1 anyway: the pod goes there
+  // while node2 works.
+  for (int i = 0; i < 4; ++i) state_.SetWaiting("waiting-" + std::to_string(i), {testing::BackendIndex(backends_, "nvidia")});
+  EXPECT_EQ(decide(2), "node2");  // the burst (itself + 4) fits node2
+  state_.SetWaiting("waiting-4", {testing::BackendIndex(backends_, "nvidia")});
   EXPECT_EQ(decide(2), "node1");
   EXPECT_EQ(decide(0), "node2");  // off: the policy alone
-  EXPECT_EQ(decide(3), "node2");
+  EXPECT_EQ(decide(3), "node2");  // not busy at 3
+  // The filtered pod itself counts as waiting once, not twice.
+  state_.SetWaiting(pod.uid, {testing::BackendIndex(backends_, "nvidia")});
+  EXPECT_EQ(decide(2), "node1");
+  state_.ClearWaiting("waiting-4");
+  EXPECT_EQ(decide(2), "node2");
+  // Pods that found no node, and pods already placed, are not part of the burst.
+  state_.SetWaiting("waiting-4", {testing::BackendIndex(backends_, "nvidia")});
+  state_.SetUnplaceable("waiting-4");
+  EXPECT_EQ(decide(2), "node2");
   // A node re-read from the API server keeps its count.
   state_.UpsertNode(testing::NvidiaNode("node2", {Gpu("device3", 0), Gpu("device4", 1)}));
   EXPECT_EQ(state_.FindNode("node2")->allocations_in_flight, 2);
-  // Both busy: the policy decides among them.
+  // Both busy: the policy decides among them, however many wait.
+  state_.SetWaiting("waiting-5", {testing::BackendIndex(backends_, "nvidia")});
+  state_.SetWaiting("waiting-6", {testing::BackendIndex(backends_, "nvidia")});
   Hold("pod4", "node1", "device1", 1000, 10);
   EXPECT_EQ(decide(2), "node2");
   // The device plugin set pod2 up (bind-phase success): node2 is no longer busy; binpack goes on there.
@@ -158,6 +180,54 @@ TEST_F(PolicyMatrix, ABusyNodeRanksBelowFittingNodesUntilItsAllocationsAreSetUp)
   EXPECT_EQ(decide(2), "node2");
   state_.RemovePod("pod3");
   EXPECT_EQ(state_.FindNode("node2")->allocations_in_flight, 0);
+}
+
+// Issue 21: a burst on empty nodes, every pod reserved and in flight before any is set up. Strict binpack
+// fills one node after another; the busy rule may only fill the same nodes several at a time.
+TEST(Scheduler, ABurstUnderBinpackLeavesAsManyNodesEmptyAsStrictBinpack) {
+  const auto run = [](int threshold, const std::string& node_policy, int pods) {
+    Backends backends = testing::BuiltinBackends();
+    ClusterState state(backends);
+    std::vector<std::string> nodes;
+    for (int n = 0; n < 8; ++n) {
+      const std::string name = "node-" + std::to_string(n);
+      // Two cards of 16000 MiB: three pods of 30 cores each per card, six per node.
+      state.UpsertNode(testing::NvidiaNode(
+          name, {Gpu(name + "-gpu0", 0, 16000, 10, "NVIDIA-A10"), Gpu(name + "-gpu1", 1, 16000, 10, "NVIDIA-A10")}));
+      nodes.push_back(name);
+    }
+    SchedulerOptions o{"spread", node_policy};
+    o.busy_node_threshold = threshold;
+    Scheduler s(state, o);
+    std::vector<PodView> burst;
+    for (int i = 0; i < pods; ++i) {
+      burst.push_back(Pod("p" + std::to_string(i), {testing::GpuCtr("c", 1, 3000, 30)}));
+      state.SetWaiting(burst.back().uid, {testing::BackendIndex(backends, "nvidia")});
+    }
+    std::vector<std::string> chosen;
+    for (const PodView& p : burst) {
+      auto out = s.Filter(p, nodes, kNow);
+      EXPECT_EQ(out.kind, FilterOutcome::Kind::kScheduled) << p.name;
+      s.Reserve(p, out);  // in flight: no device plugin has set anything up
+      chosen.push_back(out.node);
+    }
+    return chosen;
+  };
+  const auto used = [](const std::vector<std::string>& chosen) {
+    return std::set<std::string>(chosen.begin(), chosen.end()).size();
+  };
+  for (int pods : {12, 15, 18, 40}) {
+    const auto strict = run(0, "binpack", pods);
+    const auto burst = run(2, "binpack", pods);
+    EXPECT_EQ(used(strict), static_cast<std::size_t>((pods + 5) / 6)) << pods;
+    EXPECT_EQ(used(burst), used(strict)) << pods << " pods: nodes used";
+    // Strict binpack queues six pods on node-0's lock before node-1 gets one; the burst's third pod goes
+    // to node-1 while node-0 sets the first two up.
+    EXPECT_EQ(strict[2], "node-0");
+    EXPECT_EQ(burst[2], "node-1") << pods;
+  }
+  // Spread is unchanged: it uses every node.
+  EXPECT_EQ(used(run(2, "spread", 12)), 8u);
 }
 
 TEST_F(PolicyMatrix, RefilterFreesTheEarlierReservation) {

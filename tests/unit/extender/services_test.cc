@@ -45,6 +45,42 @@ TEST_F(ServicesTest, FilterReservesInMemoryAndWritesOnlyAnEvent) {
   EXPECT_THAT(writer_.Whats(), ElementsAre("event Normal FilteringSucceed p"));
 }
 
+// The pods waiting for a decision (the burst binpack's decision reads): ours, not bound, asking for devices;
+// placed ones and ones no node fits are not counted; a released reservation waits again.
+TEST_F(ServicesTest, PodsOfOursWaitingForADecisionAreCountedUntilPlacedOrGone) {
+  AddNode("n1");
+  PodView a = GpuPod("a");
+  a.scheduler_name = "hami-scheduler";
+  feed_.TrackWaiting(a, true);
+  PodView theirs = GpuPod("theirs");
+  feed_.TrackWaiting(theirs, false);  // another scheduler's
+  PodView cpu = testing::Pod("cpu", {testing::Ctr("main", {{"cpu", "1"}})});
+  feed_.TrackWaiting(cpu, true);  // asks for no device
+  PodView bad = testing::Pod("bad", {testing::Ctr("main", {{"nvidia.com/gpu", "x"}})});
+  feed_.TrackWaiting(bad, true);  // requests that cannot be read: its filter is an error
+  EXPECT_EQ(feed_.state().WaitingFor(testing::BackendIndex(backends_, "nvidia")), 1u);
+  EXPECT_EQ(Filter(a, {"n1"}).error, "");
+  EXPECT_EQ(feed_.state().WaitingFor(testing::BackendIndex(backends_, "nvidia")), 0u);  // placed
+  EXPECT_EQ(feed_.state().WaitingPods(), 1u);  // still not bound
+  feed_.Forget(a.uid);                          // the reservation went (expired, a failed bind)
+  EXPECT_EQ(feed_.state().WaitingFor(testing::BackendIndex(backends_, "nvidia")), 1u);
+  PodView big = testing::Pod("big", {testing::GpuCtr("main", 1, 90000, 30)});
+  pods_[big.Key()] = big;
+  writer_.pods[big.Key()] = big;
+  feed_.TrackWaiting(big, true);
+  EXPECT_EQ(feed_.state().WaitingFor(testing::BackendIndex(backends_, "nvidia")), 2u);
+  EXPECT_THAT(Filter(big, {"n1"}).failed_nodes, ::testing::Contains(::testing::Key("n1")));
+  EXPECT_EQ(feed_.state().WaitingFor(testing::BackendIndex(backends_, "nvidia")), 1u);  // no node fits it: not part of a burst
+  a.node_name = "n1";
+  feed_.TrackWaiting(a, true);  // bound
+  EXPECT_EQ(feed_.state().WaitingFor(testing::BackendIndex(backends_, "nvidia")), 0u);
+  PodView ending = big;
+  ending.terminating = true;
+  feed_.TrackWaiting(ending, true);
+  feed_.StopWaiting(theirs.uid);
+  EXPECT_EQ(feed_.state().WaitingPods(), 0u);
+}
+
 TEST_F(ServicesTest, BindTakesTheLockWithOneCompareAndSwapAndTheBindingCarriesTheDecision) {
   AddNode("n1");
   const PodView pod = GpuPod("p");
