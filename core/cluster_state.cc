@@ -10,7 +10,10 @@
 namespace hami {
 
 ClusterState::ClusterState(const Backends& backends)
-    : backends_(&backends), quotas_(backends), waiting_count_(backends.size(), 0) {}
+    : backends_(&backends),
+      quotas_(backends),
+      nodes_with_(backends.size(), 0),
+      waiting_count_(backends.size(), 0) {}
 
 void ClusterState::UpsertNode(const NodeView& node) {
   auto [it, inserted] = nodes_.try_emplace(node.name);
@@ -51,7 +54,15 @@ void ClusterState::RemoveVendorDevices(std::string_view node, std::size_t backen
   RebuildLayout(entry, std::move(per_backend));
 }
 
+void ClusterState::CountVendors(const NodeEntry& entry, int sign) {
+  for (std::size_t b = 0; b < entry.vendor_range.size() && b < nodes_with_.size(); ++b) {
+    const auto [begin, end] = entry.vendor_range[b];
+    if (begin < end) nodes_with_[b] += static_cast<std::size_t>(sign);
+  }
+}
+
 void ClusterState::RebuildLayout(NodeEntry& entry, std::vector<std::vector<DeviceInfo>> per_backend) {
+  CountVendors(entry, -1);
   std::vector<DeviceInfo> devices;
   std::vector<int> backend_of;
   for (std::size_t b = 0; b < per_backend.size(); ++b) {
@@ -63,6 +74,7 @@ void ClusterState::RebuildLayout(NodeEntry& entry, std::vector<std::vector<Devic
     }
     entry.vendor_range[b] = {begin, static_cast<int>(devices.size())};
   }
+  CountVendors(entry, +1);
   const bool unchanged = devices == entry.devices;
   entry.devices = std::move(devices);
   entry.backend_of = std::move(backend_of);
@@ -108,7 +120,12 @@ void ClusterState::ReapplyUsage(NodeEntry& entry) {
   }
 }
 
-void ClusterState::RemoveNode(std::string_view node) { nodes_.erase(std::string(node)); }
+void ClusterState::RemoveNode(std::string_view node) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  CountVendors(it->second, -1);
+  nodes_.erase(it);
+}
 
 void ClusterState::SetVendorBlocks(const std::string& node, std::vector<std::string> reasons) {
   if (std::all_of(reasons.begin(), reasons.end(), [](const std::string& r) { return r.empty(); }))

@@ -95,6 +95,10 @@ class ClusterState {
   const NodeEntry* FindNode(std::string_view node) const;
   std::vector<std::string> NodeNames() const;  // sorted
   std::size_t NodeCount() const { return nodes_.size(); }
+  // Nodes that have devices of `backend` (index into Backends).
+  std::size_t NodesWith(std::size_t backend) const {
+    return backend < nodes_with_.size() ? nodes_with_[backend] : 0;
+  }
 
   // --- usage ledger --------------------------------------------------------------------------------------
   // Adds (or replaces) a pod's hold; returns false if an identical hold was already recorded (its in_flight
@@ -138,6 +142,8 @@ class ClusterState {
   void SetDevices(NodeEntry& entry, std::size_t backend, std::vector<DeviceInfo> devices);
   void RebuildLayout(NodeEntry& entry, std::vector<std::vector<DeviceInfo>> per_backend);
   void ReapplyUsage(NodeEntry& entry);
+  // Adds `sign` to nodes_with_ for every backend `entry` has devices of.
+  void CountVendors(const NodeEntry& entry, int sign);
   void Apply(NodeEntry& entry, const PodRecord& record, int sign);
 
   const Backends* backends_;
@@ -146,6 +152,7 @@ class ClusterState {
   std::unordered_map<std::string, PodRecord> pods_;
   std::unordered_map<std::string, std::unordered_set<std::string>> pods_by_node_;  // incl. unknown nodes
   std::unordered_map<std::string, std::vector<std::string>> blocks_;  // node -> NodeEntry::blocked
+  std::vector<std::size_t> nodes_with_;                                // per backend: nodes with its devices
   struct Waiting {
     std::vector<std::size_t> backends;
     bool unplaceable = false;

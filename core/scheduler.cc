@@ -91,7 +91,10 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
   if (!spread && fitting.front().busy) {
     // Walk the policy's order as far as this pod and the waiting pods like it reach; the first node on that
     // way that is not busy takes the pod. The nodes past the burst's reach stay as binpack leaves them.
-    const int burst = 1 + static_cast<int>(std::min<std::size_t>(WaitingLike(pod, *requests), 1u << 20));
+    const int burst =
+        static_cast<int>(std::min<std::size_t>(BurstShare(pod, *requests, candidates.size()), 1u << 20));
+    out.busy_best = candidates[fitting.front().index];
+    out.burst = burst;
     int covered = 0;  // pods of the burst the nodes walked so far take
     for (std::size_t i = 0; i < fitting.size() && covered < burst; ++i) {
       // The first `top` are in the policy's order already (binpack ranks by it alone).
@@ -126,13 +129,25 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
   return out;
 }
 
-std::size_t Scheduler::WaitingLike(const PodView& pod, const PodRequests& requests) const {
+std::size_t Scheduler::BurstShare(const PodView& pod, const PodRequests& requests,
+                                  std::size_t candidates) const {
   // Pods that ask for a vendor this pod asks for; the burst is taken as made of pods like this one.
   std::size_t waiting = 0;
-  for (std::size_t backend : requests.BackendsAsked()) waiting = std::max(waiting, state_->WaitingFor(backend));
+  std::size_t nodes = 0;  // nodes that could hold such a pod: those with every vendor it asks for, at most
+  bool first = true;
+  for (std::size_t backend : requests.BackendsAsked()) {
+    waiting = std::max(waiting, state_->WaitingFor(backend));
+    nodes = first ? state_->NodesWith(backend) : std::min(nodes, state_->NodesWith(backend));
+    first = false;
+  }
   const std::string uid = pod.uid.empty() ? pod.Key() : pod.uid;
-  if (waiting > 0 && state_->CountsAsWaiting(uid)) --waiting;  // itself
-  return waiting;
+  if (waiting > 0 && state_->CountsAsWaiting(uid)) --waiting;  // itself, counted below
+  std::size_t burst = 1 + waiting;
+  // kube-scheduler hands an extender a window of the nodes that pass its own filters (at least 100 of them
+  // in clusters of more), the next window for the next pod: the burst spreads over the windows, and this
+  // one fills only its part of it, rounded down (docs/DECISIONS.md "Bursts under binpack").
+  if (candidates > 0 && nodes > candidates) burst = std::max<std::size_t>(1, burst * candidates / nodes);
+  return burst;
 }
 
 void Scheduler::Reserve(const PodView& pod, const FilterOutcome& outcome, Hold hold) {

@@ -37,6 +37,11 @@ struct FilterOutcome {
   std::map<std::string, std::string> failed_nodes;
   std::size_t fitting_count = 0;
   std::vector<std::pair<std::string, double>> best;  // up to 10 fitting nodes with scores, best first
+  // Binpack's best node when it was busy, and the pods of the burst counted for these candidates (itself
+  // included); `node` is that node again when the burst fits the busy nodes (docs/DECISIONS.md "Bursts under
+  // binpack").
+  std::string busy_best;
+  int burst = 0;
   std::string error;
 };
 
@@ -56,8 +61,9 @@ class Scheduler {
   void Reserve(const PodView& pod, const FilterOutcome& outcome, Hold hold = Hold::kInFlight);
 
  private:
-  // Other pods waiting for a decision that ask for a vendor `pod` asks for.
-  std::size_t WaitingLike(const PodView& pod, const PodRequests& requests) const;
+  // The burst `pod` is part of (itself and the pods waiting for a decision that ask for a vendor it asks
+  // for): the part of it that a window of `candidates` nodes can expect to receive.
+  std::size_t BurstShare(const PodView& pod, const PodRequests& requests, std::size_t candidates) const;
 
   ClusterState* state_;
   SchedulerOptions options_;

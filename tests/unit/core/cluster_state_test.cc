@@ -160,6 +160,26 @@ TEST_F(Ledger, RemovingAVendorDropsOnlyItsDevices) {
   EXPECT_EQ(state_.FindNode("n1")->devices[0].vendor, "DCU");
 }
 
+TEST_F(Ledger, NodesWithAVendorFollowRegistrationRemovalAndDeletion) {
+  const auto nvidia = static_cast<std::size_t>(backends_.IndexOf("NVIDIA"));
+  const auto dcu = static_cast<std::size_t>(backends_.IndexOf("DCU"));
+  EXPECT_EQ(state_.NodesWith(nvidia), 1u);
+  EXPECT_EQ(state_.NodesWith(dcu), 0u);
+  NodeView n2 = testing::NvidiaNode("n2", {Gpu("g2", 0)});
+  n2.annotations["hami.io/node-dcu-register"] = "DCU-1,4,16384,100,DCU-K100,0,true:";
+  state_.UpsertNode(n2);
+  state_.UpsertNode(n2);  // re-read: counted once
+  EXPECT_EQ(state_.NodesWith(nvidia), 2u);
+  EXPECT_EQ(state_.NodesWith(dcu), 1u);
+  state_.RemoveVendorDevices("n2", nvidia);
+  EXPECT_EQ(state_.NodesWith(nvidia), 1u);
+  state_.RemoveNode("n2");
+  state_.RemoveNode("n2");  // gone already
+  EXPECT_EQ(state_.NodesWith(dcu), 0u);
+  EXPECT_EQ(state_.NodesWith(nvidia), 1u);
+  EXPECT_EQ(state_.NodesWith(backends_.size()), 0u);  // no such backend
+}
+
 TEST(AllocationFromAnnotations, ReadsEveryVendorsAllocatedKey) {
   Backends backends = testing::BuiltinBackends();
   PodView p = testing::Pod("p", {testing::Ctr("a", {}), testing::Ctr("b", {})});

@@ -185,11 +185,14 @@ TEST_F(PolicyMatrix, BinpackDivertsFromABusyNodeOnlyWhenTheWaitingPodsReachTheOt
 // Issue 21: a burst on empty nodes, every pod reserved and in flight before any is set up. Strict binpack
 // fills one node after another; the busy rule may only fill the same nodes several at a time.
 TEST(Scheduler, ABurstUnderBinpackLeavesAsManyNodesEmptyAsStrictBinpack) {
-  const auto run = [](int threshold, const std::string& node_policy, int pods) {
+  // `windows` > 1: as kube-scheduler does in clusters of 100 nodes or more, each pod's candidates are the
+  // next window of the nodes, in turn.
+  const auto run = [](int threshold, const std::string& node_policy, int pods, int node_count = 8,
+                      int windows = 1) {
     Backends backends = testing::BuiltinBackends();
     ClusterState state(backends);
     std::vector<std::string> nodes;
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < node_count; ++n) {
       const std::string name = "node-" + std::to_string(n);
       // Two cards of 16000 MiB: three pods of 30 cores each per card, six per node.
       state.UpsertNode(testing::NvidiaNode(
@@ -205,8 +208,11 @@ TEST(Scheduler, ABurstUnderBinpackLeavesAsManyNodesEmptyAsStrictBinpack) {
       state.SetWaiting(burst.back().uid, {testing::BackendIndex(backends, "nvidia")});
     }
     std::vector<std::string> chosen;
-    for (const PodView& p : burst) {
-      auto out = s.Filter(p, nodes, kNow);
+    const auto window_size = static_cast<std::ptrdiff_t>(nodes.size()) / windows;
+    for (std::size_t i = 0; i < burst.size(); ++i) {
+      const PodView& p = burst[i];
+      const auto begin = nodes.begin() + static_cast<std::ptrdiff_t>(i % windows) * window_size;
+      auto out = s.Filter(p, std::vector<std::string>(begin, begin + window_size), kNow);
       EXPECT_EQ(out.kind, FilterOutcome::Kind::kScheduled) << p.name;
       s.Reserve(p, out);  // in flight: no device plugin has set anything up
       chosen.push_back(out.node);
@@ -228,6 +234,14 @@ TEST(Scheduler, ABurstUnderBinpackLeavesAsManyNodesEmptyAsStrictBinpack) {
   }
   // Spread is unchanged: it uses every node.
   EXPECT_EQ(used(run(2, "spread", 12)), 8u);
+  // Two windows of 8 nodes out of 16, pods in turn: each window gets half of the burst and strict binpack
+  // fills its nodes one after another (4 per window for 40 pods); the burst fills the same number.
+  for (int pods : {24, 40, 60}) {
+    const auto strict = run(0, "binpack", pods, 16, 2);
+    const auto burst = run(2, "binpack", pods, 16, 2);
+    EXPECT_EQ(used(strict), static_cast<std::size_t>(2 * ((pods / 2 + 5) / 6))) << pods;
+    EXPECT_EQ(used(burst), used(strict)) << pods << " pods in two windows: nodes used";
+  }
 }
 
 TEST_F(PolicyMatrix, RefilterFreesTheEarlierReservation) {
