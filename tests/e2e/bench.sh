@@ -110,9 +110,14 @@ run_case() { # NAME PODS NODES POLICY CORES
     --device-config-file "$ROOT/deploy/device-config.yaml" > "$WORK/logs/sim-device-plugins.log" 2>&1 < /dev/null &
   PLUGINS_PID=$!
   metrics() { curl -fsS --max-time 5 "http://127.0.0.1:$metrics_port/metrics"; }
-  registered() { metrics | grep -qx "hami_scheduler_nodes $nodes" && curl -fsS --max-time 3 "$ext/readyz"; }
+  registered() { metrics | has -x "hami_scheduler_nodes $nodes" && curl -fsS --max-time 3 "$ext/readyz"; }
   if ! wait_for 120 registered; then
-    bad "$name: serve not ready with $nodes nodes registered within 120 s"; tail -n 5 "$WORK/logs/hami-serve.log"; return
+    bad "$name: serve not ready with $nodes nodes registered within 120 s; work dir kept: $WORK"
+    # What serve saw: its node count, readiness and the list/watch requests it made.
+    { metrics | grep -E '^hami_scheduler_(nodes|ready) |verb="(list|watch)"'; curl -sS --max-time 3 "$ext/readyz"; } \
+      > "$WORK/logs/not-ready.txt" 2>&1
+    sed 's/^/  /' "$WORK/logs/not-ready.txt"; tail -n 5 "$WORK/logs/hami-serve.log"
+    stop_case; WORK=""; return
   fi
   # As in a cluster that has been up: the first health pass has written every node's handshake (background
   # requests, at most one per node), and the token bucket has filled again.

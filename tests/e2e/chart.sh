@@ -117,7 +117,7 @@ if wait_for 60 leading; then
 else
   bad "not the leader within 60s: $(curl -sS --max-time 3 --cacert "$PKI/ca.crt" "$EXT/readyz" 2>&1)"; dump_logs; finish
 fi
-registered() { metrics | grep -qx 'hami_scheduler_nodes 1'; }
+registered() { metrics | has -x 'hami_scheduler_nodes 1'; }
 wait_for 60 registered || { bad "node gpu-a not registered within 60s"; dump_logs; finish; }
 
 CA_BUNDLE="$(base64 -w0 < "$PKI/ca.crt")"
@@ -190,7 +190,7 @@ K create -n team-q -f - >/dev/null 2>&1 <<EOF
 {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu-memory"},
  "spec": {"hard": {"limits.nvidia.com/gpumem": "4000"}}}
 EOF
-quota_seen() { metrics | grep -q '^hami_resource_quota_limit{[^}]*namespace="team-q"'; }
+quota_seen() { metrics | has '^hami_resource_quota_limit{[^}]*namespace="team-q"'; }
 if wait_for 30 quota_seen; then
   refused over-quota "exceeding resource quota" '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "5000"}' "" team-q
 else
@@ -204,8 +204,8 @@ else
   bad "theirs was changed: schedulerName='$(jp theirs '{.spec.schedulerName}')' limits=$(jp theirs '{.spec.containers[0].resources.limits}')"
 fi
 counts="$(metrics | grep '^hami_scheduler_admission_requests_total')"
-if printf '%s\n' "$counts" | grep -qx 'hami_scheduler_admission_requests_total{result="denied"} 3' &&
-   printf '%s\n' "$counts" | grep -qx 'hami_scheduler_admission_requests_total{result="patched"} 3'; then
+if printf '%s\n' "$counts" | has -x 'hami_scheduler_admission_requests_total{result="denied"} 3' &&
+   printf '%s\n' "$counts" | has -x 'hami_scheduler_admission_requests_total{result="patched"} 3'; then
   ok "/metrics counts the webhook's answers: $(printf '%s' "$counts" | tr '\n' ' ')"
 else
   bad "admission counters: $counts"
@@ -231,9 +231,9 @@ fi
 # docs/DECISIONS.md, "Fail closed": a running pod whose allocation annotation stops reading (a hand edit)
 # closes its node to NVIDIA pods, with an event on the node; mended, the node opens.
 K annotate pod mem-only --overwrite "hami.io/vgpu-devices-allocated=GPU-x,NVIDIA,lots,0:;" >/dev/null
-blocked() { metrics | grep -qx 'hami_scheduler_unreadable_allocations 1'; }
+blocked() { metrics | has -x 'hami_scheduler_unreadable_allocations 1'; }
 node_event() {
-  K get events -A --field-selector "involvedObject.name=$node,reason=UnreadableAllocation" -o name 2>/dev/null | grep -q .
+  K get events -A --field-selector "involvedObject.name=$node,reason=UnreadableAllocation" -o name 2>/dev/null | has .
 }
 if wait_for 20 blocked && wait_for 20 node_event; then
   ok "an unreadable allocation on mem-only closes node $node (hami_scheduler_unreadable_allocations 1, an UnreadableAllocation event)"
@@ -241,7 +241,7 @@ else
   bad "no block for mem-only's unreadable allocation: $(metrics | grep unreadable_allocations)"
 fi
 K annotate pod mem-only --overwrite "hami.io/vgpu-devices-allocated=$card" >/dev/null
-open_again() { metrics | grep -qx 'hami_scheduler_unreadable_allocations 0'; }
+open_again() { metrics | has -x 'hami_scheduler_unreadable_allocations 0'; }
 if wait_for 20 open_again; then ok "mended, node $node opens again"; else bad "node $node still blocked after the annotation was mended"; fi
 if grep -q "admission: denied pod default/privileged: container app is privileged" "$WORK/logs/scheduler.log"; then
   ok "every denial is logged with its reason"

@@ -180,7 +180,7 @@ if [[ "$answer" == *'"uid":"e2e-1","allowed":true'*'"patchType":"JSONPatch"'* ]]
 else
   bad "webhook listener: $answer"
 fi
-three_nodes_registered() { metrics | grep -qx 'hami_scheduler_nodes 3'; }
+three_nodes_registered() { metrics | has -x 'hami_scheduler_nodes 3'; }
 nodes_ready() {
   [ "$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}/{.status.allocatable.pods} {end}')" = \
     "dcu-1=True/110 gpu-a=True/110 gpu-b=True/110 " ]
@@ -245,7 +245,7 @@ check_pod dcu-2000 dcu-1 hami.io/dcu-devices-allocated hami.io/dcu-devices-to-al
 pod gpu-too-big '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000000"}' >/dev/null
 failed_scheduling() {
   K get events -n default --field-selector involvedObject.name=gpu-too-big,reason=FailedScheduling \
-    -o 'jsonpath={range .items[*]}{.source.component}{.reportingComponent}: {.message}{"\n"}{end}' | grep -q CardInsufficientMemory
+    -o 'jsonpath={range .items[*]}{.source.component}{.reportingComponent}: {.message}{"\n"}{end}' | has CardInsufficientMemory
 }
 if wait_for 60 failed_scheduling; then
   event="$(K get events -n default --field-selector involvedObject.name=gpu-too-big,reason=FailedScheduling \

@@ -259,8 +259,8 @@ for p in a b; do
   ACQ_PID[$p]=$!
 done
 acq_holder() { K get lease -n kube-system hami-extender -o jsonpath='{.spec.holderIdentity}' 2>/dev/null; }
-acq_leads() { curl -fsS --max-time 3 "http://127.0.0.1:${ACQ_METRICS[$1]}/metrics" | grep -qx 'hami_scheduler_leader 1'; }
-acq_follows() { curl -fsS --max-time 3 "http://127.0.0.1:${ACQ_METRICS[$1]}/metrics" | grep -qx 'hami_scheduler_leader 0'; }
+acq_leads() { curl -fsS --max-time 3 "http://127.0.0.1:${ACQ_METRICS[$1]}/metrics" | has -x 'hami_scheduler_leader 1'; }
+acq_follows() { curl -fsS --max-time 3 "http://127.0.0.1:${ACQ_METRICS[$1]}/metrics" | has -x 'hami_scheduler_leader 0'; }
 acq_one_leads() { case "$(acq_holder)" in acquire-a_*|acquire-b_*) ;; *) return 1 ;; esac; }
 if wait_for 30 acq_one_leads; then
   first="$(acq_holder)"; first="${first#acquire-}"; first="${first%%_*}"

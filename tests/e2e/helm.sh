@@ -159,7 +159,7 @@ printf 'clientConnection:\n  kubeconfig: %s\n' "$HAMI_E2E_KUBECONFIG" >> "$WORK/
 "$BIN/kube-scheduler" --config="$WORK/kube-scheduler-config.yaml" --bind-address=127.0.0.1 --secure-port=0 \
   > "$WORK/logs/kube-scheduler.log" 2>&1 &
 SCHED=$!
-took_lease() { K -n kube-system get lease hami-scheduler -o jsonpath='{.spec.holderIdentity}' | grep -q .; }
+took_lease() { K -n kube-system get lease hami-scheduler -o jsonpath='{.spec.holderIdentity}' | has .; }
 if wait_for 60 took_lease; then ok "the real kube-scheduler runs the chart's configuration (it holds Lease kube-system/hami-scheduler)"
 else tail -n 20 "$WORK/logs/kube-scheduler.log"; bad "kube-scheduler with the chart's configuration"; fi
 stop_pid "$SCHED"; SCHED=""

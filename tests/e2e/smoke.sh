@@ -68,7 +68,7 @@ dump_logs() {
 
 # ------------------------------------------------------------------ checks
 v="$(K get --raw /version 2>&1)"
-if printf '%s' "$v" | grep -q "\"gitVersion\": *\"$K8S_VERSION\""; then
+if printf '%s' "$v" | has "\"gitVersion\": *\"$K8S_VERSION\""; then
   ok "kubectl get --raw /version reports $K8S_VERSION"
 else
   bad "kubectl get --raw /version: $v"
@@ -106,7 +106,7 @@ if [ "$(K get node "$NODE" -o 'jsonpath={.status.allocatable.pods}' 2>/dev/null)
   K patch node "$NODE" --subresource=status --type=merge \
     -p '{"status":{"capacity":{"cpu":"8","memory":"16Gi","pods":"110"},"allocatable":{"cpu":"8","memory":"16Gi","pods":"110"}}}' >/dev/null 2>&1 || true
 fi
-if K get nodes -o name 2>/dev/null | grep -qx "node/$NODE"; then
+if K get nodes -o name 2>/dev/null | has -x "node/$NODE"; then
   ok "Node $NODE created and listed"
 else
   bad "Node $NODE not listed: $out"
@@ -126,7 +126,7 @@ spec:
       requests: {cpu: 100m, memory: 64Mi}
 EOF
 )" || true
-if K get pods -n default -o name 2>/dev/null | grep -qx pod/hami-e2e-pod-1; then
+if K get pods -n default -o name 2>/dev/null | has -x pod/hami-e2e-pod-1; then
   ok "Pod hami-e2e-pod-1 created and listed"
 else
   bad "Pod not listed: $out"

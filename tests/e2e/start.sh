@@ -228,7 +228,7 @@ launch etcd \
   --unsafe-no-fsync \
   --quota-backend-bytes=$((1024 * 1024 * 1024)) \
   --log-level=warn
-etcd_healthy() { curl -fsS --max-time 3 "http://127.0.0.1:$ETCD_CLIENT_PORT/health" | grep -q '"health":"true"'; }
+etcd_healthy() { curl -fsS --max-time 3 "http://127.0.0.1:$ETCD_CLIENT_PORT/health" | grep '"health":"true"' > /dev/null; }
 wait_ready etcd "healthy" etcd_healthy
 
 # ---------------------------------------------------------------- kube-apiserver

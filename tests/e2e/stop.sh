@@ -12,7 +12,7 @@ log() { printf '[e2e stop] %s\n' "$*" >&2; }
 [ -d "$WORK" ] || { log "no such work dir $WORK"; exit 0; }
 
 ours() { # pid component: is pid still the process start.sh launched?
-  [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' < "/proc/$1/cmdline" | grep -q "/$2 "
+  [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' < "/proc/$1/cmdline" | grep "/$2 " > /dev/null
 }
 for c in kube-scheduler kube-apiserver etcd; do
   f="$WORK/pids/$c.pid"

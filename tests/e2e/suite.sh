@@ -78,6 +78,11 @@ free_port() {
   return 1
 }
 
+# has PATTERN...: `grep -q` that reads its input to the end. The suites run with pipefail, and `grep -q` stops
+# reading at the first match: a producer still writing (curl with a large /metrics) then dies of SIGPIPE and
+# the whole pipeline fails although the line was there.
+has() { grep "$@" > /dev/null; }
+
 # wait_for SECONDS COMMAND...: true once COMMAND succeeds, false at the deadline.
 wait_for() {
   local deadline=$(( $(date +%s) + $1 )); shift

@@ -76,7 +76,7 @@ print(json.dumps({'PodName': p['name'], 'PodNamespace': 'default', 'PodUID': p.g
 }
 bind "$tmp/pod.created" "$tmp/filter.out" >"$tmp/bind.out"
 check "/bind binds it, and the Binding wrote its allocation on the pod" \
-  'grep -q "\"Error\":\"\"" "$tmp/bind.out" && curl -s "$apiserver/api/v1/namespaces/default/pods/p1" | grep -q "hami.io/vgpu-devices-to-allocate"' \
+  'grep -q "\"Error\":\"\"" "$tmp/bind.out" && curl -s "$apiserver/api/v1/namespaces/default/pods/p1" | grep "hami.io/vgpu-devices-to-allocate" >/dev/null' \
   "$(cat "$tmp/bind.out")"
 sed 's/"p1"/"gone"/' "$tmp/pod.json" >"$tmp/gone.json"
 filter "$tmp/gone.json" gpu-a100-1 >"$tmp/gone.out"
