@@ -90,7 +90,9 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
                     better);
   if (!spread && fitting.front().busy) {
     // Walk the policy's order as far as this pod and the waiting pods like it reach; the first node on that
-    // way that is not busy takes the pod. The nodes past the burst's reach stay as binpack leaves them.
+    // way that is not busy takes the pod if it is in use already, or if the burst left over fills it (an
+    // empty node is not opened for part of a node's worth). The nodes past the burst's reach stay as binpack
+    // leaves them.
     const int burst =
         static_cast<int>(std::min<std::size_t>(BurstShare(pod, *requests, candidates.size()), 1u << 20));
     out.busy_best = candidates[fitting.front().index];
@@ -100,7 +102,9 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
       // The first `top` are in the policy's order already (binpack ranks by it alone).
       if (i == top) std::sort(fitting.begin() + static_cast<std::ptrdiff_t>(top), fitting.end(), by_policy);
       if (!fitting[i].busy) {
-        pick = i;
+        const NodeEntry& node = *resolved_[fitting[i].index];
+        const bool in_use = node.totals.used > 0;
+        if (in_use || covered + fitter_.Capacity(*ctx, *requests, node, burst - covered + 1) <= burst) pick = i;
         break;
       }
       covered += fitter_.Capacity(*ctx, *requests, *resolved_[fitting[i].index], burst - covered);

@@ -232,6 +232,13 @@ TEST(Scheduler, ABurstUnderBinpackLeavesAsManyNodesEmptyAsStrictBinpack) {
     EXPECT_EQ(strict[2], "node-0");
     EXPECT_EQ(burst[2], "node-1") << pods;
   }
+  // An empty node is opened only for a node's worth: of 8 pods, node-0 takes 6 and the 2 left over would
+  // leave node-1 mostly empty, so they queue behind node-0's lock until it is full (as strict binpack).
+  const auto eight = run(2, "binpack", 8);
+  EXPECT_EQ(used(eight), 2u);
+  EXPECT_EQ(eight[2], "node-0");
+  EXPECT_EQ(eight[5], "node-0");
+  EXPECT_EQ(eight[6], "node-1");
   // Spread is unchanged: it uses every node.
   EXPECT_EQ(used(run(2, "spread", 12)), 8u);
   // Two windows of 8 nodes out of 16, pods in turn: each window gets half of the burst and strict binpack
