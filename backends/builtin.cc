@@ -6,11 +6,57 @@
 #include "backends/nvidia/nvidia.h"
 
 namespace hami::backends {
+namespace {
+
+VendorFlag NoEffect(std::string name, std::string vendor, bool boolean = false) {
+  return VendorFlag{std::move(name), VendorFlag::Effect::kNoEffect, boolean,
+                    "no effect: " + std::move(vendor) + " is not implemented"};
+}
+
+VendorFlag Switch(std::string name, std::string help) {
+  return VendorFlag{std::move(name), VendorFlag::Effect::kEnables, true, std::move(help)};
+}
+
+// HAMi's other vendors: their device-config sections and chart flags are accepted with a warning.
+std::vector<UnimplementedVendor> Unimplemented() {
+  return {
+      {"Ascend",
+       {"vnpus", "ascend"},
+       {Switch("enable-ascend", "Ascend NPUs are not implemented; true gives a warning")}},
+      {"Iluvatar",
+       {"iluvatars", "iluvatar"},
+       {Switch("enable-iluvatar", "Iluvatar GPUs are not implemented; true gives a warning")}},
+      {"MetaX",
+       {"metax"},
+       {NoEffect("metax-name", "MetaX"), NoEffect("metax-vcount", "MetaX"), NoEffect("metax-vcore", "MetaX"),
+        NoEffect("metax-vmemory", "MetaX"), NoEffect("sgpu-topology-aware", "MetaX", true)}},
+      {"Kunlun",
+       {"kunlun"},
+       {NoEffect("kunlun-name", "Kunlun"), NoEffect("kunlun-vcount", "Kunlun"),
+        NoEffect("kunlun-vmemory", "Kunlun")}},
+      {"Enflame",
+       {"enflame"},
+       {NoEffect("enflame-gcu-resource-name", "Enflame"), NoEffect("enflame-drs-gcu-resource-name", "Enflame"),
+        NoEffect("enflame-gcu-memory-resource-name", "Enflame"),
+        NoEffect("enflame-gcu-core-resource-name", "Enflame"), NoEffect("enflame-vgcu-resource-name", "Enflame"),
+        NoEffect("enflame-vgcu-legacy-resource-name", "Enflame"),
+        NoEffect("enflame-vgcu-percentage-resource-name", "Enflame")}},
+      {"AWS Neuron", {"awsneuron"}, {}},
+      {"AMD", {"amd"}, {}},
+      {"Vastai", {"vastai"}, {}},
+      {"Biren", {"biren"}, {}},
+  };
+}
+
+}  // namespace
 
 Result<void> RegisterBuiltinBackends(BackendRegistry& registry) {
   // The explicit list: a vendor is its folder, one line here and one in CMakeLists.txt.
   for (VendorModule module : {nvidia::Module(), cambricon::Module(), hygon::Module(), mthreads::Module()}) {
     if (auto ok = registry.Register(std::move(module)); !ok) return ok;
+  }
+  for (UnimplementedVendor vendor : Unimplemented()) {
+    if (auto ok = registry.RegisterUnimplemented(std::move(vendor)); !ok) return ok;
   }
   return {};
 }

@@ -102,6 +102,17 @@ Result<std::vector<DeviceInfo>> CapacityDevices(const NodeView& node, const Back
   return out;
 }
 
+std::vector<VendorFlag> ResourceNameFlags(std::string_view prefix, std::string_view section) {
+  std::vector<VendorFlag> flags;
+  for (const auto& [suffix, key] : {std::pair<std::string_view, std::string_view>{"name", "resourceCountName"},
+                                    {"memory", "resourceMemoryName"},
+                                    {"cores", "resourceCoreName"}}) {
+    flags.push_back(VendorFlag{fmt::format("{}-{}", prefix, suffix), VendorFlag::Effect::kNoEffect, false,
+                               fmt::format("no effect: set {}.{}", section, key)});
+  }
+  return flags;
+}
+
 VendorSchema BasicSchema(std::vector<SettingField> fields, std::vector<std::string> ignored) {
   VendorSchema schema;
   schema.fields = {{"resourceCountName", SettingKind::kString},

@@ -41,6 +41,10 @@ Result<std::vector<DeviceInfo>> CapacityDevices(const NodeView& node, const Back
 // keys). `ignored`: keys others (HAMi's device plugin) read from the same section.
 VendorSchema BasicSchema(std::vector<SettingField> fields = {}, std::vector<std::string> ignored = {});
 
+// HAMi's flags `--<prefix>-name`, `--<prefix>-memory` and `--<prefix>-cores`: they never reach HAMi's
+// scheduler either (the device config names the resources), so they are accepted with no effect.
+std::vector<VendorFlag> ResourceNameFlags(std::string_view prefix, std::string_view section);
+
 // Overrides keys and resource names in `spec` from `settings`; memory factor too when `factor_configurable`.
 Result<void> ApplySettings(const VendorSettings& settings, bool factor_configurable, BackendSpec& spec);
 

@@ -15,7 +15,9 @@ Backends MakeBackends() {
   BackendRegistry registry;
   backends::RegisterBuiltinBackends(registry).value();
   std::vector<BackendPtr> list;
-  for (const auto& name : registry.Names()) list.push_back(registry.Create(name, VendorSettings{}).value());
+  for (const auto& name : registry.Names()) {
+    for (auto& b : registry.Create(name, VendorSettings{}).value()) list.push_back(std::move(b));
+  }
   return Backends(std::move(list));
 }
 

@@ -135,7 +135,9 @@ int main(int argc, char** argv) {
   hami::BackendRegistry registry;
   hami::backends::RegisterBuiltinBackends(registry).value();
   std::vector<hami::BackendPtr> list;
-  for (const auto& name : registry.Names()) list.push_back(registry.Create(name, {}).value());
+  for (const auto& name : registry.Names()) {
+    for (auto& b : registry.Create(name, {}).value()) list.push_back(std::move(b));
+  }
   hami::Backends backends(std::move(list));
   hami::ClusterState state(backends);
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <ostream>
 #include <stdexcept>
 
@@ -58,20 +59,30 @@ const BackendRegistry& Vendors() {
 Result<Backends> BuildBackends(const config::Config& cfg, std::vector<std::string>* advice) {
   const BackendRegistry& registry = Vendors();
   std::vector<BackendPtr> list;
+  std::map<std::string, std::string> built_by;  // vendor key -> section
   std::vector<std::string> problems;
   for (const auto& name : registry.Names()) {
     VendorSettings settings;
+    settings.enabled = registry.EnabledByDefault(name);
     if (auto it = cfg.vendors.find(name); it != cfg.vendors.end()) settings = it->second;
     if (!settings.enabled) continue;
     if (advice != nullptr) {
       for (auto& a : registry.Advise(name, settings)) advice->push_back(std::move(a));
     }
-    auto backend = registry.Create(name, settings);
-    if (!backend) {
-      problems.push_back(backend.error().message);
+    auto built = registry.Create(name, settings);
+    if (!built) {
+      problems.push_back(built.error().message);
       continue;
     }
-    list.push_back(std::move(*backend));
+    for (auto& backend : *built) {
+      // A vendor key names one backend in pod annotations, locks and requests: two would be one.
+      if (auto earlier = built_by.try_emplace(backend->Vendor(), name); !earlier.second) {
+        problems.push_back(fmt::format("vendor key '{}' is built by section {} and again by section {}",
+                                       backend->Vendor(), earlier.first->second, name));
+        continue;
+      }
+      list.push_back(std::move(backend));
+    }
   }
   if (!problems.empty()) return config::ProblemsError(problems);
   return Backends(std::move(list));

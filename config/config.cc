@@ -34,11 +34,6 @@ constexpr std::array<std::string_view, 2> kNodePolicies = {kPolicyBinpack, kPoli
 constexpr std::array<std::string_view, 7> kLogLevels = {"trace", "debug",    "info", "warn",
                                                         "error", "critical", "off"};
 
-// HAMi's vendor sections no registered backend implements (accepted with a warning).
-constexpr std::array<std::string_view, 11> kForeignSections = {"metax",     "iluvatars", "enflame", "kunlun",
-                                                               "awsneuron", "amd",       "vastai",  "biren",
-                                                               "vnpus",     "iluvatar",  "ascend"};
-
 constexpr std::int64_t kInt32Min = std::numeric_limits<std::int32_t>::min();
 constexpr std::int64_t kInt32Max = std::numeric_limits<std::int32_t>::max();
 
@@ -463,57 +458,67 @@ constexpr Field<Config> kSchedulerFields[] = {
 
 // ---- Vendor sections (read by the schema each backend declares) ----
 
-std::string JoinKeys(const std::vector<SettingField>& fields, std::string_view sep, std::string_view suffix) {
+// "models: [...], profiles: [...]": the shape of a record, for messages.
+std::string RecordShape(const std::vector<SettingField>& fields) {
   std::string out;
-  for (const auto& f : fields) out += fmt::format("{}{}{}", out.empty() ? "" : sep, f.key, suffix);
+  for (const auto& f : fields) {
+    const bool list = f.kind == SettingKind::kStringList || f.kind == SettingKind::kRecordList;
+    out += fmt::format("{}{}: {}", out.empty() ? "" : ", ", f.key,
+                       list ? "[...]" : f.kind == SettingKind::kGroup ? "{...}" : "...");
+  }
   return out;
 }
 
+// "models and profiles", "a, b and c".
+std::string KeyNames(const std::vector<SettingField>& fields) {
+  std::string out;
+  for (std::size_t i = 0; i < fields.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == fields.size() ? " and " : ", ") + fields[i].key;
+  return out;
+}
+
+void ReadSettings(Reader& r, const Item& section, const std::vector<SettingField>& fields,
+                  std::span<const std::string_view> ignored, const std::string& prefix, Settings& v,
+                  bool* enabled);
+
 void ReadRecordList(Reader& r, const Item& it, const SettingField& field, const std::string& path,
-                    VendorSettings& v) {
+                    Settings& v) {
   if (it.value.IsNull()) {
     v.values.erase(path);
     return;
   }
   if (!it.value.IsSequence()) {
     r.Problem(it.key, it.path,
-              fmt::format("expected a list of {{{}}}, got {}", JoinKeys(field.fields, ", ", ": [...]"),
-                          Describe(it.value)));
+              fmt::format("expected a list of {{{}}}, got {}", RecordShape(field.fields), Describe(it.value)));
     return;
   }
-  std::vector<std::string_view> names;
-  for (const auto& f : field.fields) names.push_back(f.key);
   std::vector<SettingRecord> list;
   std::size_t i = 0;
   for (const auto& entry : it.value) {
     const Item item{entry, entry, fmt::format("{}[{}]", it.path, i++)};
     if (!entry.IsMap()) {
       r.Problem(entry, item.path,
-                fmt::format("expected a map with {}, got {}", JoinKeys(field.fields, " and ", ""),
-                            Describe(entry)));
+                fmt::format("expected a map with {}, got {}", KeyNames(field.fields), Describe(entry)));
       continue;
     }
     SettingRecord record;
-    ForEachKey(r, item, names, {}, UnknownKeys::kWarning, [&](std::size_t k, const Item& sub) {
-      if (auto l = r.StringList(sub)) record[field.fields[k].key] = std::move(*l);
-    });
-    for (const auto& required : field.fields)
-      if (!entry[required.key]) r.Problem(entry, item.path, fmt::format("'{}' is missing", required.key));
+    ReadSettings(r, item, field.fields, {}, "", record, nullptr);
     list.push_back(std::move(record));
   }
   v.Set(path, std::move(list));
 }
 
-// `prefix` is the value path of the enclosing group inside the section ("" at the top, "annotations.").
+// `prefix` is the value path of the enclosing group inside the section or record ("" at the top,
+// "annotations."); `enabled` is set for a vendor section's top level, which also has that key.
 void ReadSettings(Reader& r, const Item& section, const std::vector<SettingField>& fields,
-                  std::span<const std::string_view> ignored, const std::string& prefix, VendorSettings& v) {
-  const bool top = prefix.empty();
+                  std::span<const std::string_view> ignored, const std::string& prefix, Settings& v,
+                  bool* enabled) {
   std::vector<std::string_view> names;
-  if (top) names.push_back("enabled");
+  if (enabled != nullptr) names.push_back("enabled");
   for (const auto& f : fields) names.push_back(f.key);
   ForEachKey(r, section, names, ignored, UnknownKeys::kWarning, [&](std::size_t i, const Item& it) {
-    if (top && i == 0) return r.Bool(it, v.enabled);
-    const SettingField& field = fields[i - (top ? 1 : 0)];
+    if (enabled != nullptr && i == 0) return r.Bool(it, *enabled);
+    const SettingField& field = fields[i - (enabled != nullptr ? 1 : 0)];
     const std::string path = prefix + field.key;
     switch (field.kind) {
       case SettingKind::kString:
@@ -525,17 +530,25 @@ void ReadSettings(Reader& r, const Item& section, const std::vector<SettingField
       case SettingKind::kInt32:
         if (auto value = r.Int(it, kInt32Min, kInt32Max, "a 32-bit integer")) v.Set(path, *value);
         return;
+      case SettingKind::kStringList:
+        if (auto value = r.StringList(it)) v.Set(path, std::move(*value));
+        return;
       case SettingKind::kGroup:
-        return ReadSettings(r, it, field.fields, {}, path + ".", v);
+        return ReadSettings(r, it, field.fields, {}, path + ".", v, nullptr);
       case SettingKind::kRecordList:
         return ReadRecordList(r, it, field, path, v);
     }
   });
+  if (!section.value.IsMap()) return;
+  for (const auto& f : fields) {
+    if (f.required && !section.value[f.key])
+      r.Problem(section.value, section.path, fmt::format("'{}' is missing", f.key));
+  }
 }
 
 void ReadVendor(Reader& r, const Item& it, const VendorSchema& schema, VendorSettings& v) {
   const std::vector<std::string_view> ignored(schema.ignored.begin(), schema.ignored.end());
-  ReadSettings(r, it, schema.fields, ignored, "", v);
+  ReadSettings(r, it, schema.fields, ignored, "", v, &v.enabled);
 }
 
 // ---- YAML writing ----
@@ -560,7 +573,7 @@ void EmitString(YAML::Emitter& out, std::string_view key, const std::string& val
   }
 }
 
-bool AnySet(const std::vector<SettingField>& fields, const std::string& prefix, const VendorSettings& v) {
+bool AnySet(const std::vector<SettingField>& fields, const std::string& prefix, const Settings& v) {
   return std::any_of(fields.begin(), fields.end(), [&](const SettingField& f) {
     return f.kind == SettingKind::kGroup ? AnySet(f.fields, prefix + f.key + ".", v) : v.Has(prefix + f.key);
   });
@@ -568,9 +581,10 @@ bool AnySet(const std::vector<SettingField>& fields, const std::string& prefix, 
 
 // The set values, in schema order; a group only when something in it is set.
 void EmitSettings(YAML::Emitter& out, const std::vector<SettingField>& fields, const std::string& prefix,
-                  const VendorSettings& v) {
+                  const Settings& v) {
   for (const auto& f : fields) {
     const std::string path = prefix + f.key;
+    if (f.kind != SettingKind::kGroup && !v.Has(path)) continue;
     switch (f.kind) {
       case SettingKind::kString:
         if (auto value = v.String(path)) EmitString(out, f.key, *value);
@@ -580,6 +594,9 @@ void EmitSettings(YAML::Emitter& out, const std::vector<SettingField>& fields, c
         break;
       case SettingKind::kInt32:
         if (auto value = v.Int(path)) out << YAML::Key << f.key << YAML::Value << *value;
+        break;
+      case SettingKind::kStringList:
+        out << YAML::Key << f.key << YAML::Value << YAML::Flow << v.StringList(path);
         break;
       case SettingKind::kGroup:
         if (!AnySet(f.fields, path + ".", v)) break;
@@ -593,11 +610,7 @@ void EmitSettings(YAML::Emitter& out, const std::vector<SettingField>& fields, c
         out << YAML::Key << f.key << YAML::Value << YAML::BeginSeq;
         for (const auto& record : records) {
           out << YAML::BeginMap;
-          for (const auto& sub : f.fields) {
-            auto it = record.find(sub.key);
-            out << YAML::Key << sub.key << YAML::Value << YAML::Flow
-                << (it == record.end() ? std::vector<std::string>{} : it->second);
-          }
+          EmitSettings(out, f.fields, "", record);
           out << YAML::EndMap;
         }
         out << YAML::EndSeq;
@@ -883,8 +896,10 @@ void ApplyYaml(const std::string& text, const std::string& source_name, const Ba
     if (key == "scheduler") {
       ReadMap<Config>(r, item, kSchedulerFields, cfg);
     } else if (const VendorSchema* schema = vendors.Schema(key)) {
-      ReadVendor(r, item, *schema, cfg.vendors[key]);
-    } else if (Contains(kForeignSections, key)) {
+      auto [section, fresh] = cfg.vendors.try_emplace(key);
+      if (fresh) section->second.enabled = vendors.EnabledByDefault(key);
+      ReadVendor(r, item, *schema, section->second);
+    } else if (vendors.Unimplemented(key) != nullptr) {
       cfg.warnings.push_back(
           fmt::format("{}: section '{}' is a HAMi vendor this scheduler does not implement; ignored",
                       r.Where(kv.first), key));

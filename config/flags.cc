@@ -35,6 +35,7 @@ struct FlagDef {
   std::string_view help;       // one line
   ApplyFn apply;               // nullptr: handled by LoadConfig itself (files, help, print-config)
   ShowDefaultFn show_default;  // nullptr: no default worth showing
+  const VendorFlagOwner* vendor = nullptr;  // a vendor's flag (its module or the registration list declares it)
 };
 
 // ---- Value parsers; each reports "<flag>: <what is wrong>" ----
@@ -137,14 +138,6 @@ void NewerHamiFlag(const std::string& flag, const std::string& value, LoadedConf
   out.config.warnings.push_back(fmt::format(
       "{}={} has no effect: this scheduler does not implement HAMi's device-plugin authentication", flag,
       value));
-}
-
-void UnsupportedVendorSwitch(const std::string& flag, const std::string& value, LoadedConfig& out,
-                             Problems& problems) {
-  auto v = Bool(flag, value, problems);
-  if (v && *v)
-    out.config.warnings.push_back(
-        fmt::format("{}: this scheduler does not implement that vendor; the flag is ignored", flag));
 }
 
 template <std::string Config::*Member>
@@ -264,7 +257,7 @@ std::string ShowKubeTimeout(const Config& d) { return fmt::format("{}", d.kube_t
 
 // The single table behind parsing, applying and the help text. Order within a group is the help order, and
 // flags are applied in table order (so --log-level, after -v, wins over it).
-const FlagDef kFlags[] = {
+const FlagDef kOwnFlags[] = {
     // Extender server.
     {"http_bind", Group::kServer, false, "ADDR",
      "listen address of the extender (filter, bind, webhook, healthz, readyz, metrics)",
@@ -406,58 +399,6 @@ const FlagDef kFlags[] = {
     // HAMi compatibility.
     {"debug", Group::kHami, true, "", "accepted and ignored (HAMi's scheduler does not use it either)",
      &CheckBoolOnly, nullptr},
-    {"enable-ascend", Group::kHami, true, "", "Ascend NPUs are not implemented; true gives a warning",
-     &UnsupportedVendorSwitch, nullptr},
-    {"enable-iluvatar", Group::kHami, true, "", "Iluvatar GPUs are not implemented; true gives a warning",
-     &UnsupportedVendorSwitch, nullptr},
-    {"cambricon-mlu-name", Group::kHami, false, "NAME", "no effect: set cambricon.resourceCountName",
-     &NoOpVendorFlag, nullptr},
-    {"cambricon-mlu-memory", Group::kHami, false, "NAME", "no effect: set cambricon.resourceMemoryName",
-     &NoOpVendorFlag, nullptr},
-    {"cambricon-mlu-cores", Group::kHami, false, "NAME", "no effect: set cambricon.resourceCoreName",
-     &NoOpVendorFlag, nullptr},
-    {"dcu-name", Group::kHami, false, "NAME", "no effect: set hygon.resourceCountName", &NoOpVendorFlag,
-     nullptr},
-    {"dcu-memory", Group::kHami, false, "NAME", "no effect: set hygon.resourceMemoryName", &NoOpVendorFlag,
-     nullptr},
-    {"dcu-cores", Group::kHami, false, "NAME", "no effect: set hygon.resourceCoreName", &NoOpVendorFlag,
-     nullptr},
-    {"mthreads-name", Group::kHami, false, "NAME", "no effect: set mthreads.resourceCountName",
-     &NoOpVendorFlag, nullptr},
-    {"mthreads-memory", Group::kHami, false, "NAME", "no effect: set mthreads.resourceMemoryName",
-     &NoOpVendorFlag, nullptr},
-    {"mthreads-cores", Group::kHami, false, "NAME", "no effect: set mthreads.resourceCoreName",
-     &NoOpVendorFlag, nullptr},
-    {"metax-name", Group::kHami, false, "NAME", "no effect: MetaX is not implemented", &NoOpVendorFlag,
-     nullptr},
-    {"metax-vcount", Group::kHami, false, "NAME", "no effect: MetaX is not implemented", &NoOpVendorFlag,
-     nullptr},
-    {"metax-vcore", Group::kHami, false, "NAME", "no effect: MetaX is not implemented", &NoOpVendorFlag,
-     nullptr},
-    {"metax-vmemory", Group::kHami, false, "NAME", "no effect: MetaX is not implemented", &NoOpVendorFlag,
-     nullptr},
-    {"sgpu-topology-aware", Group::kHami, true, "", "no effect: MetaX is not implemented", &NoOpVendorFlag,
-     nullptr},
-    {"kunlun-name", Group::kHami, false, "NAME", "no effect: Kunlun is not implemented", &NoOpVendorFlag,
-     nullptr},
-    {"kunlun-vcount", Group::kHami, false, "NAME", "no effect: Kunlun is not implemented", &NoOpVendorFlag,
-     nullptr},
-    {"kunlun-vmemory", Group::kHami, false, "NAME", "no effect: Kunlun is not implemented", &NoOpVendorFlag,
-     nullptr},
-    {"enflame-gcu-resource-name", Group::kHami, false, "NAME", "no effect: Enflame is not implemented",
-     &NoOpVendorFlag, nullptr},
-    {"enflame-drs-gcu-resource-name", Group::kHami, false, "NAME", "no effect: Enflame is not implemented",
-     &NoOpVendorFlag, nullptr},
-    {"enflame-gcu-memory-resource-name", Group::kHami, false, "NAME", "no effect: Enflame is not implemented",
-     &NoOpVendorFlag, nullptr},
-    {"enflame-gcu-core-resource-name", Group::kHami, false, "NAME", "no effect: Enflame is not implemented",
-     &NoOpVendorFlag, nullptr},
-    {"enflame-vgcu-resource-name", Group::kHami, false, "NAME", "no effect: Enflame is not implemented",
-     &NoOpVendorFlag, nullptr},
-    {"enflame-vgcu-legacy-resource-name", Group::kHami, false, "NAME",
-     "no effect: Enflame is not implemented", &NoOpVendorFlag, nullptr},
-    {"enflame-vgcu-percentage-resource-name", Group::kHami, false, "NAME",
-     "no effect: Enflame is not implemented", &NoOpVendorFlag, nullptr},
     {"device-plugin-namespace", Group::kHami, false, "NAMESPACE",
      "no effect (newer HAMi charts pass it for device-plugin authentication)", &NewerHamiFlag, nullptr},
     {"device-plugin-service-account", Group::kHami, false, "NAME",
@@ -466,11 +407,46 @@ const FlagDef kFlags[] = {
     {"help", Group::kHelp, true, "", "show this help", nullptr, nullptr},
 };
 
-const FlagDef* Find(std::string_view name) {
-  if (name == "h") name = "help";
-  for (const auto& f : kFlags)
-    if (f.name == name) return &f;
-  return nullptr;
+// Our flags, then every vendor's (declared by its module or the registration list, in the HAMi group).
+struct FlagTable {
+  explicit FlagTable(const BackendRegistry& vendors) : owners(vendors.Flags()) {
+    defs.assign(std::begin(kOwnFlags), std::end(kOwnFlags));
+    // Before the help flag, which closes the list.
+    const auto help = defs.end() - 1;
+    std::vector<FlagDef> vendor_defs;
+    for (const VendorFlagOwner& o : owners) {
+      vendor_defs.push_back(FlagDef{o.flag->name, Group::kHami, o.flag->boolean, o.flag->boolean ? "" : "NAME",
+                                    o.flag->help, nullptr, nullptr, &o});
+    }
+    defs.insert(help, vendor_defs.begin(), vendor_defs.end());
+  }
+  FlagTable(const FlagTable&) = delete;
+  FlagTable& operator=(const FlagTable&) = delete;
+
+  const FlagDef* Find(std::string_view name) const {
+    if (name == "h") name = "help";
+    for (const auto& f : defs)
+      if (f.name == name) return &f;
+    return nullptr;
+  }
+
+  std::vector<VendorFlagOwner> owners;  // FlagDef::vendor points in here
+  std::vector<FlagDef> defs;
+};
+
+// A vendor's flag: a switch that enables its section, or one accepted with no effect.
+void ApplyVendorFlag(const VendorFlagOwner& owner, const std::string& flag, const std::string& value,
+                     LoadedConfig& out, Problems& problems) {
+  if (owner.flag->effect == VendorFlag::Effect::kNoEffect) return NoOpVendorFlag(flag, value, out, problems);
+  auto on = Bool(flag, value, problems);
+  if (!on) return;
+  if (owner.section.empty()) {
+    if (*on)
+      out.config.warnings.push_back(
+          fmt::format("{}: this scheduler does not implement that vendor; the flag is ignored", flag));
+    return;
+  }
+  out.config.vendors[owner.section].enabled = *on;
 }
 
 // How the flag is written: "--name", or "-v" for the single-letter klog flag.
@@ -479,11 +455,11 @@ std::string Spelled(const FlagDef& f) {
 }
 
 // "--http-bind" -> "; did you mean --http_bind?", "--kube-brust" -> "; did you mean --kube-burst?"
-std::string Suggest(std::string_view name) {
+std::string Suggest(const FlagTable& table, std::string_view name) {
   const std::string folded = FoldName(name);
-  for (const auto& f : kFlags)
+  for (const auto& f : table.defs)
     if (FoldName(f.name) == folded) return fmt::format("; did you mean {}?", Spelled(f));
-  for (const auto& f : kFlags) {
+  for (const auto& f : table.defs) {
     if (LooksLikeName(name, f.name)) return fmt::format("; did you mean {}?", Spelled(f));
   }
   return "";
@@ -494,7 +470,8 @@ bool LooksBool(std::string_view s) { return static_cast<bool>(ParseGoBool(s, "")
 // Go-style arguments to what cxxopts understands, and the problems cxxopts would stop at (unknown flags, a
 // missing value) collected instead:
 //   -http_bind=x -> --http_bind=x     -v=4, --v=4, --v 4, -v4 -> -v 4     -help -> --help
-std::vector<std::string> Normalize(const std::vector<std::string>& args, Problems& problems) {
+std::vector<std::string> Normalize(const FlagTable& table, const std::vector<std::string>& args,
+                                   Problems& problems) {
   std::vector<std::string> out;
   out.push_back(args.empty() ? std::string("hami-scheduler") : args[0]);
   bool rest = false;
@@ -539,9 +516,10 @@ std::vector<std::string> Normalize(const std::vector<std::string>& args, Problem
       out.push_back("--help");
       continue;
     }
-    const FlagDef* def = Find(name);
+    const FlagDef* def = table.Find(name);
     if (def == nullptr || def->name.size() == 1) {
-      problems.push_back(fmt::format("unknown flag '{}{}'{}", dashdash ? "--" : "-", name, Suggest(name)));
+      problems.push_back(
+          fmt::format("unknown flag '{}{}'{}", dashdash ? "--" : "-", name, Suggest(table, name)));
       // `--unknown value`: the value belongs to it, not to the positional arguments.
       if (!has_value && has_next && (args[i + 1].empty() || args[i + 1][0] != '-')) ++i;
       continue;
@@ -569,13 +547,14 @@ std::vector<std::string> Normalize(const std::vector<std::string>& args, Problem
 }
 
 // The flags given, in table order, each with its last value.
-std::vector<std::pair<const FlagDef*, std::string>> ParseFlags(const std::vector<std::string>& args,
+std::vector<std::pair<const FlagDef*, std::string>> ParseFlags(const FlagTable& table,
+                                                               const std::vector<std::string>& args,
                                                                Problems& problems) {
-  const std::vector<std::string> normalized = Normalize(args, problems);
+  const std::vector<std::string> normalized = Normalize(table, args, problems);
   cxxopts::Options options(normalized[0]);
   options.allow_unrecognised_options();
   auto add = options.add_options();
-  for (const auto& f : kFlags) {
+  for (const auto& f : table.defs) {
     const std::string spec = f.name == "help" ? std::string("h,help") : std::string(f.name);
     if (f.boolean) {
       add(spec, std::string(f.help), cxxopts::value<std::string>()->implicit_value("true"));
@@ -589,7 +568,7 @@ std::vector<std::pair<const FlagDef*, std::string>> ParseFlags(const std::vector
   std::vector<std::pair<const FlagDef*, std::string>> given;
   try {
     const auto result = options.parse(static_cast<int>(argv.size()), argv.data());
-    for (const auto& f : kFlags) {
+    for (const auto& f : table.defs) {
       const std::string key(f.name);
       if (result.count(key) > 0) given.emplace_back(&f, result[key].as<std::string>());
     }
@@ -634,7 +613,8 @@ std::string_view GroupTitle(Group g) {
 Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args, const BackendRegistry& vendors) {
   LoadedConfig loaded;
   Problems problems;
-  const auto given = ParseFlags(args, problems);
+  const FlagTable table(vendors);
+  const auto given = ParseFlags(table, args, problems);
   const auto value_of = [&](std::string_view name) -> const std::string* {
     for (const auto& [def, value] : given)
       if (def->name == name) return &value;
@@ -649,7 +629,7 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args, const Back
 
   if (bool_flag("help")) {
     loaded.help = true;
-    loaded.help_text = FlagsHelp(args.empty() ? std::string("hami-scheduler") : args[0]);
+    loaded.help_text = FlagsHelp(args.empty() ? std::string("hami-scheduler") : args[0], vendors);
     return loaded;
   }
   loaded.print_config = bool_flag("print-config");
@@ -664,8 +644,13 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args, const Back
     }
     ApplyYamlFile(*path, vendors, loaded.config, problems);
   }
-  for (const auto& [def, value] : given)
-    if (def->apply != nullptr) def->apply(Spelled(*def), value, loaded, problems);
+  for (const auto& [def, value] : given) {
+    if (def->vendor != nullptr) {
+      ApplyVendorFlag(*def->vendor, Spelled(*def), value, loaded, problems);
+    } else if (def->apply != nullptr) {
+      def->apply(Spelled(*def), value, loaded, problems);
+    }
+  }
 
   // Values given in a file or a flag were checked as they were read (a bad one is not applied), so this adds
   // only what no single setting shows: the rules across settings.
@@ -679,8 +664,9 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args, const Back
   return loaded;
 }
 
-std::string FlagsHelp(const std::string& program) {
+std::string FlagsHelp(const std::string& program, const BackendRegistry& vendors) {
   const Config defaults;
+  const FlagTable table(vendors);
   const auto left = [](const FlagDef& f) {
     std::string s = f.name == "help" ? std::string("-h, --help") : Spelled(f);
     if (!f.boolean) {
@@ -704,14 +690,14 @@ std::string FlagsHelp(const std::string& program) {
   for (Group g : {Group::kServer, Group::kScheduling, Group::kKube, Group::kLeader, Group::kFiles,
                   Group::kLogging, Group::kHami, Group::kHelp}) {
     out += fmt::format("\n{}:\n", GroupTitle(g));
-    for (const auto& f : kFlags) {
+    for (const auto& f : table.defs) {
       if (f.group != g) continue;
       // Words of the description; the default stays in one piece.
       std::vector<std::string> words;
       for (std::string_view w : Split(f.help, ' ')) words.emplace_back(w);
       if (f.show_default != nullptr) {
         words.push_back(fmt::format("(default: {})", f.show_default(defaults)));
-      } else if (f.boolean && f.apply != &IgnoredFlag && f.name != "help") {
+      } else if (f.boolean && (f.vendor != nullptr || f.apply != &IgnoredFlag) && f.name != "help") {
         words.emplace_back("(default: false)");
       }
       const std::string l = left(f);

@@ -22,7 +22,8 @@ struct LoadedConfig {
 // `vendors` holds the schema of each vendor section the files may have.
 Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args, const BackendRegistry& vendors);
 
-// The help text for the configuration flags, for `--help` of serve and other subcommands.
-std::string FlagsHelp(const std::string& program);
+// The help text for the configuration flags (the vendors' among them), for `--help` of serve and other
+// subcommands.
+std::string FlagsHelp(const std::string& program, const BackendRegistry& vendors);
 
 }  // namespace hami::config

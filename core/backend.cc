@@ -45,9 +45,21 @@ const Backend* Backends::Find(std::string_view vendor) const {
   return i < 0 ? nullptr : list_[static_cast<std::size_t>(i)].get();
 }
 
+Result<void> BackendRegistry::ClaimFlags(const std::vector<VendorFlag>& flags) {
+  for (const VendorFlag& f : flags) {
+    if (std::find(flag_names_.begin(), flag_names_.end(), f.name) != flag_names_.end())
+      return Error{"vendor flag --" + f.name + " registered twice"};
+  }
+  for (const VendorFlag& f : flags) flag_names_.push_back(f.name);
+  return {};
+}
+
 Result<void> BackendRegistry::Register(VendorModule module) {
   if (module.section.empty() || !module.create)
     return Error{"a vendor module needs a section name and a factory"};
+  if (modules_.contains(module.section) || Unimplemented(module.section) != nullptr)
+    return Error{"backend '" + module.section + "' registered twice"};
+  if (auto ok = ClaimFlags(module.flags); !ok) return ok;
   std::string section = module.section;
   auto [it, inserted] = modules_.emplace(std::move(section), std::move(module));
   if (!inserted) return Error{"backend '" + it->first + "' registered twice"};
@@ -55,7 +67,8 @@ Result<void> BackendRegistry::Register(VendorModule module) {
   return {};
 }
 
-Result<BackendPtr> BackendRegistry::Create(std::string_view section, const VendorSettings& settings) const {
+Result<std::vector<BackendPtr>> BackendRegistry::Create(std::string_view section,
+                                                        const VendorSettings& settings) const {
   auto it = modules_.find(section);
   if (it == modules_.end()) return Error{"unknown backend '" + std::string(section) + "'"};
   return it->second.create(settings);
@@ -71,6 +84,39 @@ std::vector<std::string> BackendRegistry::Advise(std::string_view section,
 const VendorSchema* BackendRegistry::Schema(std::string_view section) const {
   auto it = modules_.find(section);
   return it == modules_.end() ? nullptr : &it->second.schema;
+}
+
+Result<void> BackendRegistry::RegisterUnimplemented(UnimplementedVendor vendor) {
+  for (const auto& section : vendor.sections) {
+    if (modules_.contains(section) || Unimplemented(section) != nullptr)
+      return Error{"section '" + section + "' registered twice"};
+  }
+  if (auto ok = ClaimFlags(vendor.flags); !ok) return ok;
+  unimplemented_.push_back(std::move(vendor));
+  return {};
+}
+
+bool BackendRegistry::EnabledByDefault(std::string_view section) const {
+  auto it = modules_.find(section);
+  return it != modules_.end() && it->second.enabled_by_default;
+}
+
+const UnimplementedVendor* BackendRegistry::Unimplemented(std::string_view section) const {
+  for (const auto& v : unimplemented_) {
+    if (std::find(v.sections.begin(), v.sections.end(), section) != v.sections.end()) return &v;
+  }
+  return nullptr;
+}
+
+std::vector<VendorFlagOwner> BackendRegistry::Flags() const {
+  std::vector<VendorFlagOwner> out;
+  for (const auto& section : order_) {
+    for (const VendorFlag& f : modules_.at(section).flags) out.push_back({&f, section, ""});
+  }
+  for (const auto& v : unimplemented_) {
+    for (const VendorFlag& f : v.flags) out.push_back({&f, "", v.name});
+  }
+  return out;
 }
 
 std::vector<std::string> BackendRegistry::Names() const {

@@ -119,17 +119,61 @@ class Backend {
 };
 
 using BackendPtr = std::unique_ptr<Backend>;
-using BackendFactory = std::function<Result<BackendPtr>(const VendorSettings&)>;
+// Builds the backends of one config section: most vendors build one; a section that lists chips builds one
+// per chip (each its own vendor key, resources, annotations and handshake); none is a valid answer.
+using BackendFactory = std::function<Result<std::vector<BackendPtr>>(const VendorSettings&)>;
+
+// A factory of exactly one backend, for the vendors whose section describes one.
+template <class Create>
+BackendFactory SingleBackend(Create create) {
+  return [create](const VendorSettings& settings) -> Result<std::vector<BackendPtr>> {
+    auto backend = create(settings);
+    if (!backend) return backend.error();
+    std::vector<BackendPtr> list;
+    list.push_back(std::move(*backend));
+    return list;
+  };
+}
+
+// A flag of HAMi's command line that belongs to one vendor; config/ parses it with the others.
+struct VendorFlag {
+  enum class Effect {
+    kEnables,   // a switch: true builds the section's backends (HAMi's --enable-ascend)
+    kNoEffect,  // accepted so HAMi's chart command line works; a warning says the device config decides
+  };
+  std::string name;  // without dashes: "enable-ascend"
+  Effect effect = Effect::kNoEffect;
+  bool boolean = false;  // a switch: `--name` alone means true; else it takes a value (shown as NAME)
+  std::string help;      // one line for --help
+};
 
 // Everything the rest of the binary needs to know of one vendor: its device-config section, that section's
-// schema and the factory. Each backends/<vendor>/ folder exports one (`Module()`).
+// schema, its flags and the factory. Each backends/<vendor>/ folder exports one (`Module()`).
 struct VendorModule {
   std::string section;  // HAMi device-config section: "nvidia"
   VendorSchema schema;
   BackendFactory create;
   // Start-up warnings about settings that are valid but likely wrong for the device plugins in use (e.g.
-  // Hygon's to-allocate key under HAMi's own device config, PROTOCOL.md D2). Optional.
+  // Hygon's to-allocate key under HAMi's own device config, docs/DECISIONS.md). Optional.
   std::function<std::vector<std::string>(const VendorSettings&)> advise = nullptr;
+  std::vector<VendorFlag> flags = {};
+  // False: the section builds backends only when a flag or its `enabled: true` turns it on.
+  bool enabled_by_default = true;
+};
+
+// A HAMi vendor this build does not implement: its device-config sections and flags are accepted with a
+// warning, so that HAMi's chart runs us unchanged.
+struct UnimplementedVendor {
+  std::string name;                   // "MetaX"
+  std::vector<std::string> sections;  // "metax"
+  std::vector<VendorFlag> flags;
+};
+
+// One vendor flag and whom it belongs to.
+struct VendorFlagOwner {
+  const VendorFlag* flag;
+  std::string section;  // the module's section; "" for an unimplemented vendor
+  std::string vendor;   // the unimplemented vendor's name ("" for a module)
 };
 
 // The backends in use, sorted by vendor key (the order node locks are taken in). Owned by main.
@@ -155,18 +199,30 @@ class Backends {
 // Section -> vendor module. Filled explicitly (backends/builtin.cc); a duplicate section is a startup error.
 class BackendRegistry {
  public:
+  // A section, or a flag name, registered twice is an error.
   Result<void> Register(VendorModule module);
-  Result<BackendPtr> Create(std::string_view section, const VendorSettings& settings) const;
+  Result<void> RegisterUnimplemented(UnimplementedVendor vendor);
+  Result<std::vector<BackendPtr>> Create(std::string_view section, const VendorSettings& settings) const;
   // The module's start-up warnings for these settings (none when it has no `advise`).
   std::vector<std::string> Advise(std::string_view section, const VendorSettings& settings) const;
   // The schema of a registered section, or null.
   const VendorSchema* Schema(std::string_view section) const;
   std::vector<std::string> Names() const;                              // sorted
   const std::vector<std::string>& Sections() const { return order_; }  // in registration order
+  // Whether a section absent from the configuration builds its backends.
+  bool EnabledByDefault(std::string_view section) const;
+  // The unimplemented vendor a device-config section belongs to, or null.
+  const UnimplementedVendor* Unimplemented(std::string_view section) const;
+  // Every vendor flag, modules' first (in registration order), then the unimplemented vendors'.
+  std::vector<VendorFlagOwner> Flags() const;
 
  private:
+  Result<void> ClaimFlags(const std::vector<VendorFlag>& flags);
+
   std::map<std::string, VendorModule, std::less<>> modules_;
   std::vector<std::string> order_;
+  std::vector<UnimplementedVendor> unimplemented_;
+  std::vector<std::string> flag_names_;
 };
 
 }  // namespace hami

@@ -75,6 +75,9 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
   return BackendPtr(std::make_unique<CambriconBackend>(std::move(spec)));
 }
 
-VendorModule Module() { return VendorModule{"cambricon", BasicSchema(), &Create}; }
+VendorModule Module() {
+  return VendorModule{"cambricon", BasicSchema(), SingleBackend(&Create), nullptr,
+                      ResourceNameFlags("cambricon-mlu", "cambricon")};
+}
 
 }  // namespace hami::backends::cambricon

@@ -77,7 +77,8 @@ std::vector<std::string> Advise(const VendorSettings& settings) {
 }
 
 VendorModule Module() {
-  return VendorModule{"hygon", BasicSchema({{"memoryFactor", SettingKind::kInt32}}), &Create, &Advise};
+  return VendorModule{"hygon", BasicSchema({{"memoryFactor", SettingKind::kInt32}}), SingleBackend(&Create),
+                      &Advise, ResourceNameFlags("dcu", "hygon")};
 }
 
 }  // namespace hami::backends::hygon

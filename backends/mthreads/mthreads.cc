@@ -113,6 +113,9 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
   return BackendPtr(std::make_unique<MthreadsBackend>(std::move(spec)));
 }
 
-VendorModule Module() { return VendorModule{"mthreads", BasicSchema(), &Create}; }
+VendorModule Module() {
+  return VendorModule{"mthreads", BasicSchema(), SingleBackend(&Create), nullptr,
+                      ResourceNameFlags("mthreads", "mthreads")};
+}
 
 }  // namespace hami::backends::mthreads

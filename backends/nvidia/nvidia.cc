@@ -37,10 +37,7 @@ struct MigAllowEntry {
 std::vector<MigAllowEntry> MigAllowlist(const VendorSettings& s) {
   std::vector<MigAllowEntry> out;
   for (const SettingRecord& r : s.Records("migProfileAllowlist")) {
-    MigAllowEntry e;
-    if (auto m = r.find("models"); m != r.end()) e.models = m->second;
-    if (auto p = r.find("profiles"); p != r.end()) e.profiles = p->second;
-    out.push_back(std::move(e));
+    out.push_back(MigAllowEntry{r.StringList("models"), r.StringList("profiles")});
   }
   return out;
 }
@@ -261,12 +258,14 @@ VendorModule Module() {
   for (const char* key : {"gpuCorePolicy", "runtimeClassName"}) fields.push_back({key, SettingKind::kString});
   fields.push_back({"migProfileAllowlist",
                     SettingKind::kRecordList,
-                    {{"models", SettingKind::kString}, {"profiles", SettingKind::kString}}});
+                    {{"models", SettingKind::kStringList, {}, true},
+                     {"profiles", SettingKind::kStringList, {}, true}}});
   // Keys HAMi's device plugin reads from the same section; the scheduler has no use for them.
   std::vector<std::string> plugin_keys{
       "deviceSplitCount", "deviceMemoryScaling", "deviceCoreScaling", "preConfiguredDeviceMemory",
       "libCudaLogLevel",  "enableNumaTopology",  "disableCoreLimit",  "knownMigGeometries"};
-  return VendorModule{"nvidia", BasicSchema(std::move(fields), std::move(plugin_keys)), &Create};
+  return VendorModule{"nvidia", BasicSchema(std::move(fields), std::move(plugin_keys)),
+                      SingleBackend(&Create)};
 }
 
 }  // namespace hami::backends::nvidia

@@ -20,7 +20,9 @@ const std::vector<hami::BackendPtr>& TheBackends() {
     auto* list = new std::vector<hami::BackendPtr>;
     hami::BackendRegistry registry;
     hami::backends::RegisterBuiltinBackends(registry).value();
-    for (const auto& name : registry.Names()) list->push_back(registry.Create(name, {}).value());
+    for (const auto& name : registry.Names()) {
+      for (auto& b : registry.Create(name, {}).value()) list->push_back(std::move(b));
+    }
     return list;
   }();
   return *backends;

@@ -124,7 +124,7 @@ class DevicePluginTest : public ::testing::Test {
   }
 
   const Backend& MakeBackend(std::string_view name) {
-    backends_.push_back(registry_.Create(name, VendorSettings{}).value());
+    backends_.push_back(std::move(registry_.Create(name, VendorSettings{}).value().front()));
     return *backends_.back();
   }
 

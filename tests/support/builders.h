@@ -71,7 +71,11 @@ inline ContainerView GpuCtr(std::string name, int count, std::int64_t mem, int c
 inline std::vector<SettingRecord> MigAllowlist(
     std::initializer_list<std::pair<std::vector<std::string>, std::vector<std::string>>> entries) {
   std::vector<SettingRecord> out;
-  for (const auto& [models, profiles] : entries) out.push_back({{"models", models}, {"profiles", profiles}});
+  for (const auto& [models, profiles] : entries) {
+    SettingRecord r;
+    r.Set("models", models).Set("profiles", profiles);
+    out.push_back(std::move(r));
+  }
   return out;
 }
 
@@ -92,7 +96,8 @@ inline Backends BuiltinBackends(const std::map<std::string, VendorSettings>& set
   std::vector<BackendPtr> list;
   for (const auto& name : registry.Names()) {
     auto it = settings.find(name);
-    list.push_back(registry.Create(name, it == settings.end() ? VendorSettings{} : it->second).value());
+    for (auto& b : registry.Create(name, it == settings.end() ? VendorSettings{} : it->second).value())
+      list.push_back(std::move(b));
   }
   return Backends(std::move(list));
 }

@@ -2,6 +2,7 @@
 // and config overrides. Vectors are reference/hami-backends.md §8.3-§8.7, adapted where this project
 // deliberately differs from upstream (PROTOCOL.md D2, D3, D7; absent devices are an empty list, not an error;
 // NVIDIA admission replaces an env var instead of appending a duplicate).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "backends/builtin.h"
+#include "backends/common.h"
 #include "backends/cambricon/cambricon.h"
 #include "backends/hygon/hygon.h"
 #include "backends/mthreads/mthreads.h"
@@ -30,7 +32,10 @@ const TimePoint kNow = std::chrono::system_clock::from_time_t(1716199325);
 Result<BackendPtr> TryMake(std::string_view section, const VendorSettings& settings = {}) {
   BackendRegistry registry;
   backends::RegisterBuiltinBackends(registry).value();
-  return registry.Create(section, settings);
+  auto built = registry.Create(section, settings);
+  if (!built) return built.error();
+  if (built->size() != 1) return Error{fmt::format("{} backends from section {}", built->size(), section)};
+  return std::move(built->front());
 }
 
 BackendPtr Make(std::string_view section, const VendorSettings& settings = {}) {
@@ -215,6 +220,46 @@ TEST(Registry, BuiltinNamesAndVendorOrder) {
   EXPECT_EQ(b.IndexOf("NVIDIA"), 3);
   EXPECT_EQ(b.IndexOf("nvidia"), -1);
   EXPECT_EQ(b.Find("MLU"), &b.at(1));
+}
+
+// A section that lists chips builds one backend per entry, each with a vendor key of its own; an empty list
+// builds none.
+TEST(Registry, ASectionMayBuildSeveralBackendsOrNone) {
+  VendorSchema schema;
+  schema.fields = {{"chips", SettingKind::kRecordList, {{"name", SettingKind::kString, {}, true}}}};
+  BackendRegistry registry;
+  ASSERT_TRUE(registry.Register(VendorModule{
+      "chips", schema, [](const VendorSettings& s) -> Result<std::vector<BackendPtr>> {
+        // A chip that discovers nothing and asks for nothing: only its identity matters here.
+        class Chip final : public backends::BasicBackend {
+         public:
+          using BasicBackend::BasicBackend;
+          Result<std::vector<DeviceInfo>> Discover(const NodeView&) const override {
+            return std::vector<DeviceInfo>();
+          }
+          Result<std::optional<DeviceRequest>> RequestFor(const ContainerView&) const override {
+            return std::optional<DeviceRequest>();
+          }
+        };
+        std::vector<BackendPtr> list;
+        for (const SettingRecord& chip : s.Records("chips")) {
+          BackendSpec spec;
+          spec.vendor = chip.String("name").value_or("");
+          list.push_back(std::make_unique<Chip>(std::move(spec)));
+        }
+        return list;
+      }}));
+  SettingRecord a, b;
+  a.Set("name", "ChipA");
+  b.Set("name", "ChipB");
+  auto two = registry.Create("chips", VendorSettings{}.Set("chips", std::vector<SettingRecord>{a, b}));
+  ASSERT_TRUE(two) << two.error().message;
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ(two->at(0)->Vendor(), "ChipA");
+  EXPECT_EQ(two->at(1)->Vendor(), "ChipB");
+  auto none = registry.Create("chips", VendorSettings{});
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->empty());
 }
 
 // --- Discover

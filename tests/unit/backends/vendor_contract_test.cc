@@ -33,7 +33,8 @@ class VendorContract : public ::testing::TestWithParam<Case> {
     module_ = GetParam().module();
     auto created = module_.create(VendorSettings{});
     ASSERT_TRUE(created) << created.error().message;
-    backend_ = std::move(*created);
+    ASSERT_FALSE(created->empty()) << "with default settings the module builds a backend";
+    backend_ = std::move(created->front());
   }
   const BackendSpec& spec() const { return backend_->Spec(); }
   ContainerView Asking(std::string count) const {

@@ -244,12 +244,12 @@ TEST(ConfigYaml, HamiChartDeviceConfig) {
   EXPECT_EQ(nv.String("gpuCorePolicy"), "default");
   EXPECT_EQ(nv.String("runtimeClassName"), "");
   ASSERT_THAT(nv.Records("migProfileAllowlist"), SizeIs(2));
-  EXPECT_THAT(nv.Records("migProfileAllowlist")[0].at("models"), ElementsAre("A30"));
-  EXPECT_THAT(nv.Records("migProfileAllowlist")[0].at("profiles"),
+  EXPECT_THAT(nv.Records("migProfileAllowlist")[0].StringList("models"), ElementsAre("A30"));
+  EXPECT_THAT(nv.Records("migProfileAllowlist")[0].StringList("profiles"),
               ElementsAre("1g.6gb", "2g.12gb", "4g.24gb"));
-  EXPECT_THAT(nv.Records("migProfileAllowlist")[1].at("models"),
+  EXPECT_THAT(nv.Records("migProfileAllowlist")[1].StringList("models"),
               ElementsAre("A100-SXM4-40GB", "A100-40GB-PCIe"));
-  EXPECT_THAT(nv.Records("migProfileAllowlist")[1].at("profiles"), SizeIs(4));
+  EXPECT_THAT(nv.Records("migProfileAllowlist")[1].StringList("profiles"), SizeIs(4));
   EXPECT_FALSE(nv.String("annotations.register").has_value());
 
   const VendorSettings& mlu = cfg.vendors.at("cambricon");
@@ -460,6 +460,85 @@ TEST(ConfigYaml, MigAllowlistEntriesAreChecked) {
   EXPECT_THAT(cfg.warnings,
               ElementsAre(HasSubstr(
                   "unknown key 'nvidia.migProfileAllowlist[1].model' ignored (did you mean 'models'?)")));
+}
+
+// A record's fields may be of any kind: numbers, switches, lists and records of their own (a list of chips,
+// each with a list of memory templates).
+TEST(ConfigYaml, RecordListsHoldTypedFieldsAndNestedRecords) {
+  BackendRegistry registry;
+  VendorSchema schema;
+  schema.fields = {{"softSplit", SettingKind::kBool},
+                   {"chips",
+                    SettingKind::kRecordList,
+                    {{"name", SettingKind::kString, {}, true},
+                     {"memory", SettingKind::kInt32},
+                     {"paired", SettingKind::kBool},
+                     {"aliases", SettingKind::kStringList},
+                     {"templates",
+                      SettingKind::kRecordList,
+                      {{"name", SettingKind::kString, {}, true}, {"memory", SettingKind::kInt32, {}, true}}}}}};
+  ASSERT_TRUE(registry.Register(VendorModule{"chips", schema, [](const VendorSettings&) {
+    return Result<std::vector<BackendPtr>>(Error{"not built in this test"});
+  }}));
+  const std::string text = R"(chips:
+  softSplit: true
+  chips:
+  - name: A
+    memory: 65536
+    paired: true
+    aliases: [a1, a2]
+    templates:
+    - {name: small, memory: 16384}
+    - {name: big, memory: 32768}
+  - name: B
+)";
+  Config cfg;
+  std::vector<std::string> problems;
+  config::ApplyYaml(text, "c.yaml", registry, cfg, problems);
+  EXPECT_THAT(problems, IsEmpty());
+  EXPECT_THAT(cfg.warnings, IsEmpty());
+  const VendorSettings& section = cfg.vendors.at("chips");
+  EXPECT_EQ(section.Bool("softSplit"), true);
+  const auto chips = section.Records("chips");
+  ASSERT_THAT(chips, SizeIs(2));
+  EXPECT_EQ(chips[0].String("name"), "A");
+  EXPECT_EQ(chips[0].Int("memory"), 65536);
+  EXPECT_EQ(chips[0].Bool("paired"), true);
+  EXPECT_THAT(chips[0].StringList("aliases"), ElementsAre("a1", "a2"));
+  const auto templates = chips[0].Records("templates");
+  ASSERT_THAT(templates, SizeIs(2));
+  EXPECT_EQ(templates[1].String("name"), "big");
+  EXPECT_EQ(templates[1].Int("memory"), 32768);
+  EXPECT_EQ(chips[1].String("name"), "B");
+  EXPECT_FALSE(chips[1].Has("memory"));
+  EXPECT_TRUE(chips[1].Records("templates").empty());
+
+  // --print-config writes it back in the same shape.
+  Config again;
+  std::vector<std::string> again_problems;
+  config::ApplyYaml(config::ToYaml(cfg, registry), "printed", registry, again, again_problems);
+  EXPECT_THAT(again_problems, IsEmpty());
+  EXPECT_EQ(again.vendors.at("chips").values, section.values);
+
+  // Each field is checked against its kind, at every depth, with the entry's path.
+  const std::string bad = R"(chips:
+  chips:
+  - name: A
+    memory: lots
+    paired: maybe
+    templates:
+    - {name: t}
+    - small
+)";
+  Config broken;
+  std::vector<std::string> bad_problems;
+  config::ApplyYaml(bad, "b.yaml", registry, broken, bad_problems);
+  EXPECT_THAT(bad_problems,
+              ElementsAre(HasSubstr("chips.chips[0].memory: 'lots' is not an integer (want a 32-bit integer)"),
+                          HasSubstr("chips.chips[0].paired: 'maybe' is not a boolean (want true or false)"),
+                          At("b.yaml", bad, "- {name: t}") + "chips.chips[0].templates[0]: 'memory' is missing",
+                          At("b.yaml", bad, "- small") +
+                              "chips.chips[0].templates[1]: expected a map with name and memory, got 'small'"));
 }
 
 TEST(ConfigYaml, DuplicateKeysAreProblems) {

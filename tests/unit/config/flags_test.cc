@@ -366,6 +366,47 @@ TEST(Flags, HamiNoOpFlagsAreAcceptedWithWarnings) {
   EXPECT_THAT(w, Not(Contains(HasSubstr("log_dir"))));
 }
 
+// A vendor declares its flags in its module: config parses them with the others, a switch turns its section
+// on (a section off by default stays off, whatever its YAML says), and --help lists them.
+TEST(Flags, AVendorsOwnFlagsComeFromItsModule) {
+  BackendRegistry registry;
+  VendorModule chips{"chips", VendorSchema{{{"resourceCountName", SettingKind::kString}}, {}},
+                     [](const VendorSettings&) { return Result<std::vector<BackendPtr>>(std::vector<BackendPtr>()); }};
+  chips.enabled_by_default = false;
+  chips.flags = {{"enable-chips", VendorFlag::Effect::kEnables, true, "build the chips' backends"},
+                 {"chips-name", VendorFlag::Effect::kNoEffect, false, "no effect: set chips.resourceCountName"}};
+  ASSERT_TRUE(registry.Register(std::move(chips)));
+  VendorModule again{"more-chips", {}, [](const VendorSettings&) {
+                       return Result<std::vector<BackendPtr>>(std::vector<BackendPtr>());
+                     }};
+  again.flags = {{"enable-chips", VendorFlag::Effect::kEnables, true, "twice"}};
+  EXPECT_FALSE(registry.Register(std::move(again))) << "a flag name registered twice must fail";
+  const std::string file = WriteTemp("chips.yaml", "chips:\n  resourceCountName: example.com/chip\n");
+  const auto load = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "hami-scheduler");
+    return LoadConfig(args, registry);
+  };
+
+  auto off = load({"--config=" + file});
+  ASSERT_TRUE(off) << off.error().message;
+  EXPECT_FALSE(off->config.vendors.at("chips").enabled);
+  EXPECT_EQ(off->config.vendors.at("chips").String("resourceCountName"), "example.com/chip");
+  auto on = load({"--config=" + file, "--enable-chips", "--chips-name=x"});
+  ASSERT_TRUE(on) << on.error().message;
+  EXPECT_TRUE(on->config.vendors.at("chips").enabled);
+  EXPECT_THAT(on->config.warnings, ElementsAre(HasSubstr("--chips-name=x has no effect")));
+  EXPECT_TRUE(load({"-enable-chips=true"})->config.vendors.at("chips").enabled);
+  EXPECT_FALSE(load({"--enable-chips=false"})->config.vendors.at("chips").enabled);
+  EXPECT_THAT(ProblemLines(load({"--enable-chips=maybe"})), ElementsAre(HasSubstr("--enable-chips")));
+  EXPECT_THAT(ProblemLines(load({"--enable-chip"})), ElementsAre(HasSubstr("did you mean --enable-chips?")));
+
+  const std::string help = FlagsHelp("hami-scheduler serve", registry);
+  EXPECT_THAT(help, HasSubstr("--enable-chips"));
+  EXPECT_THAT(help, HasSubstr("build the chips' backends (default: false)"));
+  EXPECT_THAT(help, HasSubstr("--chips-name=NAME"));
+  EXPECT_LT(help.find("--chips-name"), help.find("-h, --help"));
+}
+
 TEST(Flags, HelpShortCircuits) {
   for (const std::string flag : {"--help", "-h", "-help"}) {
     auto r = Load({flag, "--kube-burst=bad"});
@@ -376,7 +417,7 @@ TEST(Flags, HelpShortCircuits) {
 }
 
 TEST(FlagsHelp, GroupsDefaultsAndIntro) {
-  const std::string help = FlagsHelp("hami-scheduler serve");
+  const std::string help = FlagsHelp("hami-scheduler serve", testing::BuiltinVendors());
   EXPECT_THAT(help, StartsWith("Usage: hami-scheduler serve [flags]\n"));
   EXPECT_THAT(help, HasSubstr("HAMi's scheduler flag names are accepted"));
   EXPECT_THAT(help, HasSubstr("a flag overrides the files"));
@@ -411,7 +452,7 @@ TEST(FlagsHelp, GroupsDefaultsAndIntro) {
 // HAMi's --profiling turns on Go's pprof endpoints; there is nothing like them here. The chart passes it, so
 // it stays accepted (flag and YAML key), says so in the help, and warns once when set.
 TEST(Flags, ProfilingIsAcceptedWithOneWarningAndAnHonestHelpLine) {
-  const std::string help = FlagsHelp("hami-scheduler serve");
+  const std::string help = FlagsHelp("hami-scheduler serve", testing::BuiltinVendors());
   const std::size_t at = help.find("--profiling");
   ASSERT_NE(at, std::string::npos);
   const std::string line = help.substr(at, help.find('\n', at) - at);

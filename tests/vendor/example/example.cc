@@ -74,7 +74,7 @@ VendorModule Module() {
   return VendorModule{
       "example",
       backends::BasicSchema({{"memoryFactor", SettingKind::kInt32}, {"maxCards", SettingKind::kInt32}}),
-      &Create};
+      SingleBackend(&Create)};
 }
 
 }  // namespace hami::testing::example
