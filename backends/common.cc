@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <limits>
 
+#include "core/codec/node_devices.h"
 #include "core/codec/pod_devices.h"
 
 namespace hami::backends {
@@ -111,6 +113,35 @@ std::vector<VendorFlag> ResourceNameFlags(std::string_view prefix, std::string_v
                                fmt::format("no effect: set {}.{}", section, key)});
   }
   return flags;
+}
+
+std::map<std::string, std::string> CountResource(const BackendSpec& spec, const std::vector<DeviceInfo>& cards) {
+  std::int64_t slots = 0;
+  for (const DeviceInfo& d : cards) slots += d.health ? d.count : 0;
+  return {{spec.resources.count, std::to_string(slots)}};
+}
+
+NodePublication CapacityPublication(const BackendSpec& spec, const std::vector<DeviceInfo>& cards,
+                                    std::int64_t cores_per_card) {
+  NodePublication out;
+  out.resources = CountResource(spec, cards);
+  std::int64_t healthy = 0, memory_mib = 0;
+  for (const DeviceInfo& d : cards) {
+    if (!d.health) continue;
+    ++healthy;
+    memory_mib += d.devmem.value();
+  }
+  const std::int64_t factor = std::max<std::int64_t>(1, spec.resources.memory_factor);
+  if (!spec.resources.cores.empty()) out.resources[spec.resources.cores] = std::to_string(healthy * cores_per_card);
+  if (!spec.resources.memory.empty()) out.resources[spec.resources.memory] = std::to_string(memory_mib / factor);
+  return out;
+}
+
+NodePublication BasicBackend::Publish(const std::vector<DeviceInfo>& cards) const {
+  NodePublication out;
+  if (!spec_.keys.register_annotation.empty()) out.annotation = codec::EncodeDeviceManifest(cards);
+  out.resources = CountResource(spec_, cards);
+  return out;
 }
 
 VendorSchema BasicSchema(std::vector<SettingField> fields, std::vector<std::string> ignored) {

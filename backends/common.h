@@ -3,9 +3,11 @@
 // errors that name the resource and what was expected, applying config overrides, and a base class with the
 // behaviour most vendors share.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/quantity.h"
@@ -35,6 +37,12 @@ Result<std::optional<ContainerAsk>> ReadAsk(const ContainerView& c, const Resour
 // "<node>-<id_infix>-<i>". No core capacity means no device plugin: no devices, no error.
 Result<std::vector<DeviceInfo>> CapacityDevices(const NodeView& node, const BackendSpec& spec,
                                                 std::int64_t cores_per_card, std::string_view id_infix);
+// What such a plugin publishes: no annotation; the count resource (slots of the healthy cards), the core
+// resource (`cores_per_card` per healthy card) and the memory resource (their MiB over the memory factor).
+NodePublication CapacityPublication(const BackendSpec& spec, const std::vector<DeviceInfo>& cards,
+                                    std::int64_t cores_per_card);
+// The count resource of a plugin that lists its cards in an annotation: the healthy cards' slots.
+std::map<std::string, std::string> CountResource(const BackendSpec& spec, const std::vector<DeviceInfo>& cards);
 
 // A vendor section's schema: the three resource names every section has, then the vendor's own `fields`,
 // then the `annotations` group of protocol key overrides (this project's extension; HAMi hard-codes the
@@ -62,6 +70,8 @@ class BasicBackend : public Backend {
   void Annotate(const PodVendorDevices& devices, const Annotations& written, TimePoint now,
                 Annotations& out) const override;
   Result<bool> Admit(ContainerView& container, PodView& pod) const override;
+  // The JSON device manifest in the register annotation, and the count resource.
+  NodePublication Publish(const std::vector<DeviceInfo>& cards) const override;
 
  protected:
   BackendSpec spec_;

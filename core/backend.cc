@@ -4,18 +4,6 @@
 
 namespace hami {
 
-std::string_view ToString(Discovery d) {
-  switch (d) {
-    case Discovery::kJsonAnnotation:
-      return "json-annotation";
-    case Discovery::kLegacyAnnotation:
-      return "legacy-annotation";
-    case Discovery::kNodeCapacity:
-      return "node-capacity";
-  }
-  return "unknown";
-}
-
 std::string_view ToString(HealthRule h) {
   switch (h) {
     case HealthRule::kAlwaysHealthy:

@@ -1,8 +1,9 @@
 #pragma once
 // The vendor seam. A Backend decodes a node's devices, turns a container's resources into a request, writes
 // the pod annotations of an allocation and mutates pods at admission. It is pure: no I/O, no clock (time is
-// passed in). Everything else it contributes is data (BackendSpec) that the shared core reads: protocol keys,
-// resource names, discovery mode, health rule and fit rules. Registration is explicit (BackendRegistry,
+// passed in), and says what its vendor's device plugin publishes (the inverse of its discovery, for the
+// simulated plugins). Everything else it contributes is data (BackendSpec) that the shared core reads:
+// protocol keys, resource names, health rule and fit rules. Registration is explicit (BackendRegistry,
 // filled by backends/builtin.cc from main).
 #include <chrono>
 #include <functional>
@@ -21,10 +22,8 @@
 
 namespace hami {
 
-enum class Discovery { kJsonAnnotation, kLegacyAnnotation, kNodeCapacity };
 enum class HealthRule { kAlwaysHealthy, kHandshake, kHandshakeAndDeviceChecks };
 
-std::string_view ToString(Discovery d);
 std::string_view ToString(HealthRule h);
 
 // Every protocol key one backend uses. Defaults come from PROTOCOL.md §1; each can be overridden in config.
@@ -64,25 +63,24 @@ struct NodeLockRule {
   std::optional<std::chrono::seconds> fixed_expiry;  // nullopt: the configured --node-lock-timeout
 };
 
-// What a simulated device plugin of this vendor does (sim/device_plugin), as the real one would.
-struct SimulatedPluginFacts {
-  // Capacity discovery: cores one card adds to the core resource (0: the device's own `cores`).
-  std::int64_t cores_per_card = 0;
-  // Answers the handshake annotation (the real NVIDIA plugin never does: its allocatable count tells).
-  bool writes_handshake = true;
+// What a vendor's device plugin writes on its node for a set of cards: the inverse of Backend::Discover.
+// The simulated device plugins (sim/) write exactly this; the vendor contract checks that Discover reads it
+// back.
+struct NodePublication {
+  std::optional<std::string> annotation;         // the register annotation's value; nullopt: none written
+  std::map<std::string, std::string> resources;  // status.capacity (= allocatable)
+  bool answers_handshake = true;  // the NVIDIA plugin does not: its allocatable count carries its health
 };
 
 struct BackendSpec {
   std::string vendor;          // vendor key written in pod annotations and used as request type: "NVIDIA"
   std::string config_section;  // HAMi device-config section: "nvidia"
   std::string display_name;    // "NVIDIA GPU"
-  Discovery discovery = Discovery::kJsonAnnotation;
   HealthRule health = HealthRule::kAlwaysHealthy;
   BackendKeys keys;
   ResourceNames resources;
   FitRules fit;
   NodeLockRule lock;
-  SimulatedPluginFacts plugin;
 };
 
 class Backend {
@@ -96,6 +94,9 @@ class Backend {
   // an error when what it publishes is malformed (the message names the annotation or resource and what was
   // expected). A registry keeps a vendor's previous devices when discovery errors.
   virtual Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const = 0;
+  // What this vendor's device plugin publishes for `cards` (unhealthy ones included, as the plugin lists
+  // them); Discover of a node carrying it finds those cards.
+  virtual NodePublication Publish(const std::vector<DeviceInfo>& cards) const = 0;
 
   // What the container asks of this vendor: nullopt when it asks nothing, an error when a value cannot be
   // read (PROTOCOL.md D7: e.g. `nvidia.com/gpumem: 16Gi` is not a MiB count).

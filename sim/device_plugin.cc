@@ -229,42 +229,8 @@ void DevicePlugin::SeedPublishedFromNode(const NodeView& node) {
   copy_managed(node.allocatable, published_status_.allocatable);
 }
 
-PublishedDevices PublishFor(const Backend& backend, const std::vector<SimDevice>& devices) {
-  const BackendSpec& spec = backend.Spec();
-  PublishedDevices out;
-  if (!spec.keys.register_annotation.empty()) {
-    switch (spec.discovery) {
-      case Discovery::kJsonAnnotation:
-        out.annotation = codec::EncodeDeviceManifest(ManifestOf(devices));
-        break;
-      case Discovery::kLegacyAnnotation: {
-        std::string text = codec::EncodeLegacyDevices(ManifestOf(devices));
-        out.annotation =
-            text.empty() ? std::string(":") : text;  // ":" is the legacy spelling of "no devices"
-        break;
-      }
-      case Discovery::kNodeCapacity:
-        break;
-    }
-  }
-  std::int64_t slots = 0, cards = 0, cores = 0, memory_mib = 0;
-  for (const SimDevice& d : devices) {
-    if (!d.healthy) continue;
-    slots += d.split;
-    ++cards;
-    cores += d.cores;
-    memory_mib += d.memory_mib;
-  }
-  out.resources[spec.resources.count] = std::to_string(slots);
-  if (spec.discovery == Discovery::kNodeCapacity) {
-    const std::int64_t per_card = spec.plugin.cores_per_card;
-    if (per_card > 0) cores = cards * per_card;
-    const std::int64_t factor = std::max<std::int64_t>(1, spec.resources.memory_factor);
-    if (!spec.resources.cores.empty()) out.resources[spec.resources.cores] = std::to_string(cores);
-    if (!spec.resources.memory.empty())
-      out.resources[spec.resources.memory] = std::to_string(memory_mib / factor);
-  }
-  return out;
+NodePublication PublishFor(const Backend& backend, const std::vector<SimDevice>& devices) {
+  return backend.Publish(ManifestOf(devices));
 }
 
 std::optional<std::string> DevicePlugin::DesiredAnnotation() const {
@@ -321,7 +287,7 @@ asio::awaitable<bool> DevicePlugin::PublishStatus(const NodeStatus& status) {
 bool DevicePlugin::AnswersHandshakes() const {
   const BackendSpec& spec = backend_->Spec();
   return !spec.keys.handshake.empty() && spec.health != HealthRule::kAlwaysHealthy &&
-         spec.plugin.writes_handshake;
+         PublishFor(*backend_, options_.devices).answers_handshake;
 }
 
 std::optional<std::string> DevicePlugin::PendingRequest() const {

@@ -2,15 +2,16 @@
 // A simulated vendor device plugin: the node side of PROTOCOL.md, spoken only through k8s::ApiClient and
 // informers, so it runs against sim::ApiServer and a real kube-apiserver alike.
 //
-// What it does, per the backend's BackendSpec (config overrides included):
-// - Registration. JSON annotation (NVIDIA) or legacy annotation (Hygon): merge-patches the register
-//   annotation only when the encoded device list differs from what it last published (at startup: from what
-//   the node carries). Node capacity (Cambricon, Moore Threads): publishes the core and memory resources the
-//   backend's Discover() turns back into cards. Every mode also keeps status.capacity and status.allocatable
-//   of the count resource at the sum of the split counts of healthy devices, as kubelet would from the
-//   plugin's ListAndWatch. Status is patched on /status, again only when it changed.
-// - Handshake (backends with a handshake key whose plugin writes it, BackendSpec::plugin): answers a
-//   `Requesting_...` value seen on the watched node with `Reported <RFC3339>`.
+// What it does, per the backend's BackendSpec (config overrides included) and what the backend says its
+// vendor's plugin publishes (Backend::Publish, the inverse of its Discover):
+// - Registration. Merge-patches the register annotation (a JSON manifest, Hygon's legacy list; none for the
+//   vendors that read node capacity) only when it differs from what it last published (at startup: from
+//   what the node carries), and keeps status.capacity and status.allocatable at the published resources (the
+//   count resource at the sum of the split counts of healthy devices, as kubelet would from the plugin's
+//   ListAndWatch; core and memory resources for capacity vendors). Status is patched on /status, again only
+//   when it changed.
+// - Handshake (backends with a handshake key whose plugin answers it, NodePublication::answers_handshake):
+//   answers a `Requesting_...` value seen on the watched node with `Reported <RFC3339>`.
 // - Allocation: for each pod bound to the node with bind-phase `allocating` and something left under the
 //   backend's to-allocate key, after `allocate_delay`, ONE merge patch sets to-allocate to ";" and
 //   bind-phase to `success`, then the node lock is released if this pod owns it (or it is a bare timestamp
@@ -20,9 +21,9 @@
 //   something left). A pod is answered at most once (watch events repeat).
 //
 // Capacity mode carries less than the annotations: the backend synthesizes ids ("<node>-<infix>-<i>"),
-// count 100 and type = vendor key. A card's cores are the vendor's fixed per-card value (its
-// BackendSpec::plugin.cores_per_card; 0: the device's `cores`), memory is published in units of the backend's
-// memory factor (rounded down) and shared evenly between cards, and only healthy devices are published.
+// count 100 and type = vendor key. A card's cores are the vendor's fixed per-card value, memory is published
+// in units of the backend's memory factor (rounded down) and shared evenly between cards, and only healthy
+// devices are published.
 //
 // Everything runs on the caller's io_context thread; the object must outlive Run().
 #include <boost/asio/awaitable.hpp>
@@ -85,18 +86,13 @@ struct DevicePluginOptions {
 // The device entries the plugin publishes in annotation modes (index = position, mode hami-core).
 std::vector<DeviceInfo> ManifestOf(const std::vector<SimDevice>& devices);
 
-// What a plugin of `backend`'s vendor publishes for `devices`, from the vendor's discovery mode and
-// simulated-plugin facts (BackendSpec::plugin): the register annotation (annotation modes) and the node's
-// capacity (= allocatable) resources.
-struct PublishedDevices {
-  std::optional<std::string> annotation;
-  std::map<std::string, std::string> resources;
-};
-PublishedDevices PublishFor(const Backend& backend, const std::vector<SimDevice>& devices);
+// What a plugin of `backend`'s vendor publishes for `devices` (the vendor's Backend::Publish): the register
+// annotation, the node's capacity (= allocatable) resources, and whether it answers handshakes.
+NodePublication PublishFor(const Backend& backend, const std::vector<SimDevice>& devices);
 
 class DevicePlugin {
  public:
-  // `backend` gives the vendor, keys, resource names and discovery mode (config overrides apply). Both
+  // `backend` gives the vendor, keys, resource names and what to publish (config overrides apply). Both
   // `client` and `backend` must outlive the plugin.
   DevicePlugin(k8s::ApiClient& client, const Backend& backend, DevicePluginOptions options);
   DevicePlugin(const DevicePlugin&) = delete;

@@ -17,6 +17,9 @@ class CambriconBackend final : public BasicBackend {
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
     return CapacityDevices(node, spec_, kCoresPerCard, "cambricon-mlu");
   }
+  NodePublication Publish(const std::vector<DeviceInfo>& cards) const override {
+    return CapacityPublication(spec_, cards, kCoresPerCard);
+  }
 
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
     auto ask = ReadAsk(c, spec_.resources, "256 MiB units", "percent of an MLU");
@@ -52,8 +55,6 @@ BackendSpec DefaultSpec() {
   s.vendor = "MLU";
   s.config_section = "cambricon";
   s.display_name = "Cambricon MLU";
-  s.discovery = Discovery::kNodeCapacity;
-  s.plugin.cores_per_card = kCoresPerCard;
   s.health = HealthRule::kAlwaysHealthy;
   s.keys.allocated = "hami.io/cambricon-mlu-devices-allocated";
   s.keys.to_allocate = "hami.io/cambricon-mlu-devices-to-allocate";

@@ -23,6 +23,14 @@ class HygonBackend final : public BasicBackend {
     if (!devices) return Error{fmt::format("annotation {}: {}", key, devices.error().message)};
     return devices;
   }
+  // The legacy colon list; ":" is its spelling of "no devices".
+  NodePublication Publish(const std::vector<DeviceInfo>& cards) const override {
+    NodePublication out;
+    const std::string text = codec::EncodeLegacyDevices(cards);
+    out.annotation = text.empty() ? std::string(":") : text;
+    out.resources = CountResource(spec_, cards);
+    return out;
+  }
 
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
     auto ask = ReadAsk(c, spec_.resources, "MiB", "percent of a DCU");
@@ -45,7 +53,6 @@ BackendSpec DefaultSpec() {
   s.vendor = "DCU";
   s.config_section = "hygon";
   s.display_name = "Hygon DCU";
-  s.discovery = Discovery::kLegacyAnnotation;
   s.health = HealthRule::kHandshake;
   s.keys.register_annotation = "hami.io/node-dcu-register";
   s.keys.handshake = "hami.io/node-handshake-dcu";

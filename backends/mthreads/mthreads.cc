@@ -25,6 +25,9 @@ class MthreadsBackend final : public BasicBackend {
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
     return CapacityDevices(node, spec_, kCoresPerCard, "mthreads");
   }
+  NodePublication Publish(const std::vector<DeviceInfo>& cards) const override {
+    return CapacityPublication(spec_, cards, kCoresPerCard);
+  }
 
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
     auto ask = ReadAsk(c, spec_.resources, "512 MiB units", "cores");
@@ -94,8 +97,6 @@ BackendSpec DefaultSpec() {
   s.vendor = "Mthreads";
   s.config_section = "mthreads";
   s.display_name = "Moore Threads GPU";
-  s.discovery = Discovery::kNodeCapacity;
-  s.plugin.cores_per_card = kCoresPerCard;
   s.health = HealthRule::kAlwaysHealthy;
   s.keys.allocated = "hami.io/mthreads-vgpu-devices-allocated";
   s.keys.to_allocate = "hami.io/mthreads-vgpu-devices-to-allocate";

@@ -70,6 +70,13 @@ class NvidiaBackend final : public BasicBackend {
     return devices;
   }
 
+  // Its health is carried by the allocatable count: the NVIDIA plugin never answers the handshake.
+  NodePublication Publish(const std::vector<DeviceInfo>& cards) const override {
+    NodePublication out = BasicBackend::Publish(cards);
+    out.answers_handshake = false;
+    return out;
+  }
+
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
     const auto& r = spec_.resources;
     auto ask = ReadAsk(c, r, "MiB", "percent of a GPU");
@@ -189,7 +196,6 @@ BackendSpec DefaultSpec() {
   s.vendor = "NVIDIA";
   s.config_section = "nvidia";
   s.display_name = "NVIDIA GPU";
-  s.discovery = Discovery::kJsonAnnotation;
   s.health = HealthRule::kHandshakeAndDeviceChecks;
   s.keys.register_annotation = "hami.io/node-nvidia-register";
   s.keys.score_annotation = "hami.io/node-nvidia-score";
@@ -209,7 +215,6 @@ BackendSpec DefaultSpec() {
   s.fit.quota_in_fit = true;
   s.fit.topology = true;
   s.fit.mig = true;
-  s.plugin.writes_handshake = false;  // its health is carried by the allocatable count
   return s;
 }
 

@@ -69,11 +69,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                  spec.vendor + " accepted a negative count, memory or core value for " + d.id);
     }
     const bool registered = node.annotations.count(spec.keys.register_annotation) != 0;
-    if (spec.discovery != hami::Discovery::kNodeCapacity && registered) {
+    const auto published = backend.Publish(*devices);
+    if (published.annotation && registered) {
       hami::NodeView again = node;
-      again.annotations[spec.keys.register_annotation] = spec.discovery == hami::Discovery::kJsonAnnotation
-                                                             ? hami::codec::EncodeDeviceManifest(*devices)
-                                                             : hami::codec::EncodeLegacyDevices(*devices);
+      again.annotations[spec.keys.register_annotation] = *published.annotation;
       auto rediscovered = backend.Discover(again);
       FUZZ_CHECK(rediscovered.has_value(), spec.vendor + ": re-encoded devices are refused: " +
                                                again.annotations[spec.keys.register_annotation]);

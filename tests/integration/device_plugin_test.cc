@@ -76,7 +76,7 @@ std::vector<SimDevice> DevicesFor(std::string_view backend) {
 void ExpectDiscovered(const Backend& backend, const std::vector<SimDevice>& devices,
                       const std::vector<DeviceInfo>& found) {
   ASSERT_EQ(found.size(), devices.size());
-  const bool capacity = backend.Spec().discovery == Discovery::kNodeCapacity;
+  const bool capacity = backend.Spec().keys.register_annotation.empty();  // cards from node capacity
   const std::string infix = backend.Vendor() == "MLU" ? "cambricon-mlu" : "mthreads";
   for (std::size_t i = 0; i < devices.size(); ++i) {
     SCOPED_TRACE(fmt::format("device {}", i));

@@ -95,11 +95,48 @@ ContainerDevice Dev(std::int32_t index, std::string uuid, std::string vendor, st
 // --- DefaultSpec: PROTOCOL.md §1
 // ------------------------------------------------------------------------------
 
+// Each vendor's plugin publishes its cards its own way (the inverse of its discovery): NVIDIA a JSON manifest
+// and no handshake answer, Hygon the legacy colon list, Cambricon and Moore Threads only node capacity.
+TEST(Publish, EachPluginPublishesInItsVendorsFormat) {
+  DeviceInfo healthy;
+  healthy.id = "card-0";
+  healthy.count = 10;
+  healthy.devmem = MiB(16384);
+  healthy.devcore = Cores(100);
+  healthy.health = true;
+  DeviceInfo sick = healthy;
+  sick.id = "card-1";
+  sick.health = false;
+  const std::vector<DeviceInfo> cards{healthy, sick};
+
+  const NodePublication nvidia = Make("nvidia")->Publish(cards);
+  ASSERT_TRUE(nvidia.annotation);
+  EXPECT_EQ(nvidia.annotation->front(), '[');
+  EXPECT_FALSE(nvidia.answers_handshake);
+  EXPECT_EQ(nvidia.resources, (std::map<std::string, std::string>{{"nvidia.com/gpu", "10"}}));
+
+  const NodePublication hygon = Make("hygon")->Publish(cards);
+  ASSERT_TRUE(hygon.annotation);
+  EXPECT_EQ(hygon.annotation->back(), ':');
+  EXPECT_TRUE(hygon.answers_handshake);
+  EXPECT_EQ(Make("hygon")->Publish({}).annotation, ":");
+
+  const NodePublication mlu = Make("cambricon")->Publish(cards);
+  EXPECT_FALSE(mlu.annotation);
+  const BackendSpec cs = backends::cambricon::DefaultSpec();
+  EXPECT_EQ(mlu.resources.at(cs.resources.count), "10");
+  EXPECT_EQ(mlu.resources.at(cs.resources.cores), "100");  // one healthy card
+  EXPECT_EQ(mlu.resources.at(cs.resources.memory), "64");  // 16384 MiB in 256 MiB units
+  const BackendSpec ms = backends::mthreads::DefaultSpec();
+  const NodePublication mt = Make("mthreads")->Publish(cards);
+  EXPECT_FALSE(mt.annotation);
+  EXPECT_EQ(mt.resources.at(ms.resources.cores), "16");
+}
+
 TEST(DefaultSpec, Nvidia) {
   const BackendSpec s = backends::nvidia::DefaultSpec();
   EXPECT_EQ(s.vendor, "NVIDIA");
   EXPECT_EQ(s.config_section, "nvidia");
-  EXPECT_EQ(s.discovery, Discovery::kJsonAnnotation);
   EXPECT_EQ(s.health, HealthRule::kHandshakeAndDeviceChecks);
   EXPECT_EQ(s.keys.register_annotation, "hami.io/node-nvidia-register");
   EXPECT_EQ(s.keys.score_annotation, "hami.io/node-nvidia-score");
@@ -132,7 +169,6 @@ TEST(DefaultSpec, Cambricon) {
   const BackendSpec s = backends::cambricon::DefaultSpec();
   EXPECT_EQ(s.vendor, "MLU");
   EXPECT_EQ(s.config_section, "cambricon");
-  EXPECT_EQ(s.discovery, Discovery::kNodeCapacity);
   EXPECT_EQ(s.health, HealthRule::kAlwaysHealthy);
   EXPECT_EQ(s.keys.register_annotation, "");
   EXPECT_EQ(s.keys.handshake, "");
@@ -158,7 +194,6 @@ TEST(DefaultSpec, Mthreads) {
   const BackendSpec s = backends::mthreads::DefaultSpec();
   EXPECT_EQ(s.vendor, "Mthreads");
   EXPECT_EQ(s.config_section, "mthreads");
-  EXPECT_EQ(s.discovery, Discovery::kNodeCapacity);
   EXPECT_EQ(s.health, HealthRule::kAlwaysHealthy);
   EXPECT_EQ(s.keys.allocated, "hami.io/mthreads-vgpu-devices-allocated");
   EXPECT_EQ(s.keys.to_allocate, "hami.io/mthreads-vgpu-devices-to-allocate");
@@ -177,7 +212,6 @@ TEST(DefaultSpec, Hygon) {
   const BackendSpec s = backends::hygon::DefaultSpec();
   EXPECT_EQ(s.vendor, "DCU");
   EXPECT_EQ(s.config_section, "hygon");
-  EXPECT_EQ(s.discovery, Discovery::kLegacyAnnotation);
   EXPECT_EQ(s.health, HealthRule::kHandshake);
   EXPECT_EQ(s.keys.register_annotation, "hami.io/node-dcu-register");
   EXPECT_EQ(s.keys.handshake, "hami.io/node-handshake-dcu");

@@ -56,12 +56,15 @@ TEST_P(VendorContract, ModuleNamesItsSectionAndItsProtocolKeys) {
   EXPECT_FALSE(spec().keys.allocated.empty());
   EXPECT_FALSE(spec().resources.count.empty());
   EXPECT_GE(spec().resources.memory_factor, 1);
-  if (spec().discovery == Discovery::kNodeCapacity) {
-    EXPECT_TRUE(spec().keys.register_annotation.empty());
-    EXPECT_GT(spec().plugin.cores_per_card, 0) << "capacity discovery synthesizes cards from cores";
-  } else {
-    EXPECT_FALSE(spec().keys.register_annotation.empty());
-  }
+  // A plugin writes the register annotation exactly when the vendor reads one; it always sets the count.
+  DeviceInfo card;
+  card.id = "card-0";
+  card.count = 10;
+  card.devmem = MiB(16384);
+  card.devcore = Cores(100);
+  const NodePublication published = backend_->Publish({card});
+  EXPECT_EQ(published.annotation.has_value(), !spec().keys.register_annotation.empty());
+  EXPECT_EQ(published.resources.count(spec().resources.count), 1u);
 }
 
 TEST_P(VendorContract, SchemaKeysAreUniqueAndEnabledIsLeftToConfig) {
@@ -98,7 +101,7 @@ TEST_P(VendorContract, DiscoversWhatItsSimulatedPluginPublishes) {
     cards[i].uuid = "card-" + std::to_string(i);
     cards[i].type = spec().vendor + "-model";
   }
-  const sim::PublishedDevices published = sim::PublishFor(*backend_, cards);
+  const NodePublication published = sim::PublishFor(*backend_, cards);
   NodeView node;
   node.name = "n1";
   if (published.annotation) node.annotations[spec().keys.register_annotation] = *published.annotation;

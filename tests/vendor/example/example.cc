@@ -47,7 +47,6 @@ BackendSpec DefaultSpec() {
   s.vendor = "EXAMPLE";
   s.config_section = "example";
   s.display_name = "Example accelerator";
-  s.discovery = Discovery::kJsonAnnotation;
   s.health = HealthRule::kHandshake;
   s.keys.register_annotation = "example.com/node-register";
   s.keys.handshake = "example.com/node-handshake";
