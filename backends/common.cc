@@ -144,6 +144,24 @@ NodePublication BasicBackend::Publish(const std::vector<DeviceInfo>& cards) cons
   return out;
 }
 
+std::vector<DeviceInfo> DemoCards(std::string_view prefix, int n, std::int32_t split, std::int64_t memory_mib,
+                                  std::int32_t cores, std::string_view type) {
+  std::vector<DeviceInfo> cards;
+  for (int i = 0; i < n; ++i) {
+    DeviceInfo d;
+    d.id = fmt::format("{}-{}", prefix, i);
+    d.index = i;
+    d.count = split;
+    d.devmem = MiB(memory_mib);
+    d.devcore = Cores(cores);
+    d.type = std::string(type);
+    d.numa = i / 2;
+    d.health = true;
+    cards.push_back(std::move(d));
+  }
+  return cards;
+}
+
 VendorSchema BasicSchema(std::vector<SettingField> fields, std::vector<std::string> ignored) {
   VendorSchema schema;
   schema.fields = {{"resourceCountName", SettingKind::kString},

@@ -53,6 +53,10 @@ VendorSchema BasicSchema(std::vector<SettingField> fields = {}, std::vector<std:
 // scheduler either (the device config names the resources), so they are accepted with no effect.
 std::vector<VendorFlag> ResourceNameFlags(std::string_view prefix, std::string_view section);
 
+// `n` demo cards "<prefix>-<i>" as a device plugin lists them (two per NUMA node).
+std::vector<DeviceInfo> DemoCards(std::string_view prefix, int n, std::int32_t split, std::int64_t memory_mib,
+                                  std::int32_t cores, std::string_view type);
+
 // Overrides keys and resource names in `spec` from `settings`; memory factor too when `factor_configurable`.
 Result<void> ApplySettings(const VendorSettings& settings, bool factor_configurable, BackendSpec& spec);
 

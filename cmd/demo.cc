@@ -3,6 +3,7 @@
 // HTTP (exactly what `serve` runs), the kube-scheduler stand-in, and a stream of sample pods; a live table of
 // decisions, then a summary (or JSON with --json). --keep leaves it running for kubectl.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -44,57 +45,43 @@ struct DemoNode {
   std::vector<sim::SimDevice> devices;
 };
 
+// Every vendor's demo nodes, in registration order; the cards as its device plugin lists them.
 std::vector<DemoNode> DemoNodes() {
-  const auto cards = [](const std::string& prefix, int n, std::int32_t split, std::int64_t mem,
-                        std::int32_t cores, const std::string& type) {
-    std::vector<sim::SimDevice> v;
-    for (int i = 0; i < n; ++i)
-      v.push_back(sim::SimDevice{fmt::format("{}-{}", prefix, i), split, mem, cores, type, i / 2, true});
-    return v;
-  };
-  return {
-      {"gpu-t4-1", "nvidia", cards("GPU-t4a", 2, 10, 15360, 100, "NVIDIA-Tesla T4")},
-      {"gpu-a100-1", "nvidia", cards("GPU-a100a", 4, 4, 40960, 100, "NVIDIA-A100-SXM4-40GB")},
-      {"mlu-370-1", "cambricon", cards("MLU", 2, 100, 24576, 100, "MLU370")},
-      {"mthreads-s4000-1", "mthreads", cards("MT", 2, 100, 49152, 16, "MTT S4000")},
-      {"dcu-k100-1", "hygon", cards("DCU-k100a", 2, 4, 65536, 100, "DCU-K100")},
-  };
+  std::vector<DemoNode> nodes;
+  for (const auto& section : Vendors().Sections()) {
+    for (const auto& node : Vendors().Demo(section)->nodes) {
+      DemoNode n{node.name, section, {}};
+      for (const DeviceInfo& c : node.cards)
+        n.devices.push_back(sim::SimDevice{c.id, c.count, c.devmem.value(),
+                                           static_cast<std::int32_t>(c.devcore.value()), c.type, c.numa, c.health});
+      nodes.push_back(std::move(n));
+    }
+  }
+  return nodes;
 }
-
-// The sample pods, in the order they are created.
-constexpr std::string_view kDemoPods = R"(
-- {name: shared-gpu-1, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "3000", nvidia.com/gpucores: "30"}}
-- {name: shared-gpu-2, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "3000", nvidia.com/gpucores: "30"}}
-- {name: shared-gpu-3, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "3000", nvidia.com/gpucores: "30"}}
-- {name: half-card, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem-percentage: "50", nvidia.com/gpucores: "20"}}
-- {name: two-whole-cards, limits: {nvidia.com/gpu: "2", nvidia.com/gpucores: "100"}}
-- {name: two-containers, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "2000", nvidia.com/gpucores: "10"},
-   second: {nvidia.com/gpu: "1", nvidia.com/gpumem: "2000", nvidia.com/gpucores: "10"}}
-- {name: init-then-serve, init: {nvidia.com/gpu: "1", nvidia.com/gpumem: "6000", nvidia.com/gpucores: "20"},
-   limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "4000", nvidia.com/gpucores: "20"}}
-- {name: mlu-slice, limits: {cambricon.com/vmlu: "1", cambricon.com/mlu.smlu.vmemory: "4", cambricon.com/mlu.smlu.vcore: "10"}}
-- {name: mthreads-slice, limits: {mthreads.com/vgpu: "1", mthreads.com/sgpu-memory: "32", mthreads.com/sgpu-core: "8"}}
-- {name: dcu-slice, limits: {hygon.com/dcunum: "1", hygon.com/dcumem: "2000", hygon.com/dcucores: "60"}}
-- {name: too-big, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "100000"}}
-)";
 
 json::value Container(const std::string& name, const json::value& limits) {
   return {{"name", name}, {"image", "registry.example/app:1"}, {"resources", {{"limits", limits}}}};
 }
 
+// Every vendor's sample pods, in registration order, each vendor's in its own order.
 std::vector<json::value> DemoPods(const std::string& scheduler_name) {
-  auto docs = k8s::ParseDocuments(kDemoPods, "demo pods");
   std::vector<json::value> pods;
-  for (const auto& item : docs.value().at(0).as_array()) {
-    const auto& o = item.as_object();
-    json::array containers{Container("app", o.at("limits"))};
-    if (auto* second = o.if_contains("second")) containers.push_back(Container("sidecar", *second));
-    json::object spec{{"schedulerName", scheduler_name}, {"containers", std::move(containers)}};
-    if (auto* init = o.if_contains("init")) spec["initContainers"] = json::array{Container("warmup", *init)};
-    pods.push_back({{"apiVersion", "v1"},
-                    {"kind", "Pod"},
-                    {"metadata", {{"name", o.at("name")}, {"namespace", "default"}}},
-                    {"spec", std::move(spec)}});
+  for (const auto& section : Vendors().Sections()) {
+    const std::string& text = Vendors().Demo(section)->pods;
+    if (text.empty()) continue;
+    auto docs = k8s::ParseDocuments(text, "demo pods of " + section);
+    for (const auto& item : docs.value().at(0).as_array()) {
+      const auto& o = item.as_object();
+      json::array containers{Container("app", o.at("limits"))};
+      if (auto* second = o.if_contains("second")) containers.push_back(Container("sidecar", *second));
+      json::object spec{{"schedulerName", scheduler_name}, {"containers", std::move(containers)}};
+      if (auto* init = o.if_contains("init")) spec["initContainers"] = json::array{Container("warmup", *init)};
+      pods.push_back({{"apiVersion", "v1"},
+                      {"kind", "Pod"},
+                      {"metadata", {{"name", o.at("name")}, {"namespace", "default"}}},
+                      {"spec", std::move(spec)}});
+    }
   }
   return pods;
 }
@@ -351,11 +338,12 @@ asio::awaitable<void> DemoRun::Script() {
     t.expires_after(20ms);
     co_await t.async_wait(asio::use_awaitable);
   }
+  std::vector<std::string> vendors;
+  for (const auto& b : backends_) vendors.push_back(b->Spec().display_name);
   log_ << fmt::format(
-      "hami-scheduler demo: embedded API server {}, {} nodes with {} devices (NVIDIA, Cambricon, Moore "
-      "Threads, "
-      "Hygon),\nscheduler extender {} (/filter, /bind, /metrics), kube-scheduler stand-in.\n\n",
-      api_->url(), DemoNodes().size(), device_count, service_->url());
+      "hami-scheduler demo: embedded API server {}, {} nodes with {} devices ({}),\nscheduler extender {} "
+      "(/filter, /bind, /metrics), kube-scheduler stand-in.\n\n",
+      api_->url(), DemoNodes().size(), device_count, fmt::join(vendors, ", "), service_->url());
   log_ << fmt::format("{:>8}  {:<18} {:<14} {:<17} {}\n", "TIME", "POD", "EVENT", "NODE", "DETAIL");
 
   for (const auto& pod : DemoPods(cfg_.scheduler_name)) {

@@ -84,6 +84,11 @@ Result<void> BackendRegistry::RegisterUnimplemented(UnimplementedVendor vendor) 
   return {};
 }
 
+const VendorDemo* BackendRegistry::Demo(std::string_view section) const {
+  auto it = modules_.find(section);
+  return it == modules_.end() ? nullptr : &it->second.demo;
+}
+
 bool BackendRegistry::EnabledByDefault(std::string_view section) const {
   auto it = modules_.find(section);
   return it != modules_.end() && it->second.enabled_by_default;

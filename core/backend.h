@@ -148,8 +148,19 @@ struct VendorFlag {
   std::string help;      // one line for --help
 };
 
+// What `hami-scheduler demo` runs of a vendor: nodes with the cards its device plugin would list, and sample
+// pods, a YAML list of {name, limits, second: a sidecar's limits, init: an init container's limits}.
+struct DemoNode {
+  std::string name;
+  std::vector<DeviceInfo> cards;
+};
+struct VendorDemo {
+  std::vector<DemoNode> nodes;
+  std::string pods;
+};
+
 // Everything the rest of the binary needs to know of one vendor: its device-config section, that section's
-// schema, its flags and the factory. Each backends/<vendor>/ folder exports one (`Module()`).
+// schema, its flags, its demo and the factory. Each backends/<vendor>/ folder exports one (`Module()`).
 struct VendorModule {
   std::string section;  // HAMi device-config section: "nvidia"
   VendorSchema schema;
@@ -160,6 +171,7 @@ struct VendorModule {
   std::vector<VendorFlag> flags = {};
   // False: the section builds backends only when a flag or its `enabled: true` turns it on.
   bool enabled_by_default = true;
+  VendorDemo demo = {};
 };
 
 // A HAMi vendor this build does not implement: its device-config sections and flags are accepted with a
@@ -210,6 +222,8 @@ class BackendRegistry {
   const VendorSchema* Schema(std::string_view section) const;
   std::vector<std::string> Names() const;                              // sorted
   const std::vector<std::string>& Sections() const { return order_; }  // in registration order
+  // The demo of a registered section, or null.
+  const VendorDemo* Demo(std::string_view section) const;
   // Whether a section absent from the configuration builds its backends.
   bool EnabledByDefault(std::string_view section) const;
   // The unimplemented vendor a device-config section belongs to, or null.

@@ -77,8 +77,13 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
 }
 
 VendorModule Module() {
-  return VendorModule{"cambricon", BasicSchema(), SingleBackend(&Create), nullptr,
+  VendorModule module{"cambricon", BasicSchema(), SingleBackend(&Create), nullptr,
                       ResourceNameFlags("cambricon-mlu", "cambricon")};
+  module.demo.nodes = {{"mlu-370-1", DemoCards("MLU", 2, 100, 24576, 100, "MLU370")}};
+  module.demo.pods = R"(
+- {name: mlu-slice, limits: {cambricon.com/vmlu: "1", cambricon.com/mlu.smlu.vmemory: "4", cambricon.com/mlu.smlu.vcore: "10"}}
+)";
+  return module;
 }
 
 }  // namespace hami::backends::cambricon

@@ -84,8 +84,13 @@ std::vector<std::string> Advise(const VendorSettings& settings) {
 }
 
 VendorModule Module() {
-  return VendorModule{"hygon", BasicSchema({{"memoryFactor", SettingKind::kInt32}}), SingleBackend(&Create),
+  VendorModule module{"hygon", BasicSchema({{"memoryFactor", SettingKind::kInt32}}), SingleBackend(&Create),
                       &Advise, ResourceNameFlags("dcu", "hygon")};
+  module.demo.nodes = {{"dcu-k100-1", DemoCards("DCU-k100a", 2, 4, 65536, 100, "DCU-K100")}};
+  module.demo.pods = R"(
+- {name: dcu-slice, limits: {hygon.com/dcunum: "1", hygon.com/dcumem: "2000", hygon.com/dcucores: "60"}}
+)";
+  return module;
 }
 
 }  // namespace hami::backends::hygon

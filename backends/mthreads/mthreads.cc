@@ -115,8 +115,13 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
 }
 
 VendorModule Module() {
-  return VendorModule{"mthreads", BasicSchema(), SingleBackend(&Create), nullptr,
+  VendorModule module{"mthreads", BasicSchema(), SingleBackend(&Create), nullptr,
                       ResourceNameFlags("mthreads", "mthreads")};
+  module.demo.nodes = {{"mthreads-s4000-1", DemoCards("MT", 2, 100, 49152, 16, "MTT S4000")}};
+  module.demo.pods = R"(
+- {name: mthreads-slice, limits: {mthreads.com/vgpu: "1", mthreads.com/sgpu-memory: "32", mthreads.com/sgpu-core: "8"}}
+)";
+  return module;
 }
 
 }  // namespace hami::backends::mthreads

@@ -269,8 +269,22 @@ VendorModule Module() {
   std::vector<std::string> plugin_keys{
       "deviceSplitCount", "deviceMemoryScaling", "deviceCoreScaling", "preConfiguredDeviceMemory",
       "libCudaLogLevel",  "enableNumaTopology",  "disableCoreLimit",  "knownMigGeometries"};
-  return VendorModule{"nvidia", BasicSchema(std::move(fields), std::move(plugin_keys)),
-                      SingleBackend(&Create)};
+  VendorModule module{"nvidia", BasicSchema(std::move(fields), std::move(plugin_keys)), SingleBackend(&Create)};
+  module.demo.nodes = {{"gpu-t4-1", DemoCards("GPU-t4a", 2, 10, 15360, 100, "NVIDIA-Tesla T4")},
+                       {"gpu-a100-1", DemoCards("GPU-a100a", 4, 4, 40960, 100, "NVIDIA-A100-SXM4-40GB")}};
+  module.demo.pods = R"(
+- {name: shared-gpu-1, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "3000", nvidia.com/gpucores: "30"}}
+- {name: shared-gpu-2, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "3000", nvidia.com/gpucores: "30"}}
+- {name: shared-gpu-3, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "3000", nvidia.com/gpucores: "30"}}
+- {name: half-card, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem-percentage: "50", nvidia.com/gpucores: "20"}}
+- {name: two-whole-cards, limits: {nvidia.com/gpu: "2", nvidia.com/gpucores: "100"}}
+- {name: two-containers, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "2000", nvidia.com/gpucores: "10"},
+   second: {nvidia.com/gpu: "1", nvidia.com/gpumem: "2000", nvidia.com/gpucores: "10"}}
+- {name: init-then-serve, init: {nvidia.com/gpu: "1", nvidia.com/gpumem: "6000", nvidia.com/gpucores: "20"},
+   limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "4000", nvidia.com/gpucores: "20"}}
+- {name: too-big, limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "100000"}}
+)";
+  return module;
 }
 
 }  // namespace hami::backends::nvidia

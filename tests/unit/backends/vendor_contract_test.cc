@@ -11,6 +11,7 @@
 #include "backends/nvidia/nvidia.h"
 #include "core/cluster_state.h"
 #include "core/keys.h"
+#include "k8s/objects.h"
 #include "sim/device_plugin.h"
 #include "tests/vendor/example/example.h"
 
@@ -85,6 +86,33 @@ TEST_P(VendorContract, RegistersOnceUnderItsSection) {
   EXPECT_NE(registry.Schema(GetParam().name), nullptr);
   EXPECT_TRUE(registry.Create(GetParam().name, VendorSettings{}));
   EXPECT_FALSE(registry.Register(GetParam().module())) << "a section registered twice must fail";
+}
+
+// The demo runs every vendor's nodes and pods: its pods are a list of {name, limits, ...}, and each node's
+// cards read back through the vendor's own publication.
+TEST_P(VendorContract, ItsDemoIsWellFormed) {
+  if (!module_.demo.pods.empty()) {
+    auto docs = k8s::ParseDocuments(module_.demo.pods, "demo pods");
+    ASSERT_TRUE(docs) << docs.error().message;
+    ASSERT_EQ(docs->size(), 1u);
+    ASSERT_TRUE(docs->front().is_array());
+    for (const auto& pod : docs->front().as_array()) {
+      ASSERT_TRUE(pod.is_object());
+      EXPECT_TRUE(pod.as_object().contains("name"));
+      EXPECT_TRUE(pod.as_object().contains("limits"));
+    }
+  }
+  for (const DemoNode& demo : module_.demo.nodes) {
+    const NodePublication published = backend_->Publish(demo.cards);
+    NodeView node;
+    node.name = demo.name;
+    if (published.annotation) node.annotations[spec().keys.register_annotation] = *published.annotation;
+    node.capacity.insert(published.resources.begin(), published.resources.end());
+    node.allocatable = node.capacity;
+    auto devices = backend_->Discover(node);
+    ASSERT_TRUE(devices) << devices.error().message;
+    EXPECT_EQ(devices->size(), demo.cards.size()) << demo.name;
+  }
 }
 
 TEST_P(VendorContract, ANodeWithoutItsPluginHasNoDevices) {
