@@ -399,15 +399,16 @@ SIGINT or SIGTERM; every action is printed on stdout.
   --kubeconfig FILE          the API server (required)
   --node SPEC                a node and its cards (repeatable, at least one):
                                NAME=VENDOR:COUNTxMEMORY_MIB[:SPLIT[:TYPE]]
-                               VENDOR: nvidia, cambricon, mthreads or hygon; SPLIT: tasks per card
-                               (default 10); TYPE: card model (default <vendor key>-SIM)
+                               VENDOR: a vendor's device-config section ({})
+                               SPLIT: tasks per card (default 10); TYPE: card model (default
+                               <vendor key>-SIM)
                                e.g. --node gpu-1=nvidia:2x16384:10:NVIDIA-T4 --node dcu-1=hygon:2x65536
   --allocate-delay DURATION  time a plugin takes to set a pod's devices up (default 20ms)
   --register-interval DURATION  how often the devices are re-published if changed (default 30s)
   --device-config-file FILE  HAMi's device-config.yaml, for resource names and annotation keys (the same
                              file `serve` reads)
 )",
-      kSimNodeSyntax);
+      kSimNodeSyntax, fmt::join(Vendors().Names(), ", "));
 }
 
 Result<const Backend*> BackendForVendor(const Backends& backends, std::string_view vendor) {

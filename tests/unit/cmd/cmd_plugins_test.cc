@@ -7,6 +7,7 @@
 
 #include "cmd/app.h"
 #include "cmd/plugins.h"
+#include "core/strings.h"
 
 namespace hami::cmd {
 namespace {
@@ -210,6 +211,10 @@ TEST(SimPluginsCommand, HelpShowsTheNodeSyntax) {
   const Ran help = Exec({"sim-device-plugins", "--help"});
   EXPECT_EQ(help.code, kExitOk);
   EXPECT_NE(help.out.find("NAME=VENDOR:COUNTxMEMORY_MIB[:SPLIT[:TYPE]]"), std::string::npos) << help.out;
+  // The vendors are the registered sections, not a list written by hand.
+  EXPECT_NE(help.out.find("VENDOR: a vendor's device-config section (" + Join(Vendors().Names(), ", ") + ")"),
+            std::string::npos)
+      << help.out;
   const Ran usage = Exec({"--help"});
   EXPECT_NE(usage.out.find("sim-device-plugins"), std::string::npos);
 }
