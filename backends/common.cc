@@ -106,16 +106,17 @@ Result<std::vector<DeviceInfo>> CapacityDevices(const NodeView& node, const Back
 
 std::vector<VendorFlag> ResourceNameFlags(std::string_view prefix, std::string_view section) {
   std::vector<VendorFlag> flags;
-  for (const auto& [suffix, key] : {std::pair<std::string_view, std::string_view>{"name", "resourceCountName"},
-                                    {"memory", "resourceMemoryName"},
-                                    {"cores", "resourceCoreName"}}) {
+  using Pair = std::pair<std::string_view, std::string_view>;  // flag suffix, setting key
+  for (const auto& [suffix, key] : {Pair{"name", "resourceCountName"}, Pair{"memory", "resourceMemoryName"},
+                                    Pair{"cores", "resourceCoreName"}}) {
     flags.push_back(VendorFlag{fmt::format("{}-{}", prefix, suffix), VendorFlag::Effect::kNoEffect, false,
                                fmt::format("no effect: set {}.{}", section, key)});
   }
   return flags;
 }
 
-std::map<std::string, std::string> CountResource(const BackendSpec& spec, const std::vector<DeviceInfo>& cards) {
+std::map<std::string, std::string> CountResource(const BackendSpec& spec,
+                                                 const std::vector<DeviceInfo>& cards) {
   std::int64_t slots = 0;
   for (const DeviceInfo& d : cards) slots += d.health ? d.count : 0;
   return {{spec.resources.count, std::to_string(slots)}};
@@ -132,8 +133,11 @@ NodePublication CapacityPublication(const BackendSpec& spec, const std::vector<D
     memory_mib += d.devmem.value();
   }
   const std::int64_t factor = std::max<std::int64_t>(1, spec.resources.memory_factor);
-  if (!spec.resources.cores.empty()) out.resources[spec.resources.cores] = std::to_string(healthy * cores_per_card);
-  if (!spec.resources.memory.empty()) out.resources[spec.resources.memory] = std::to_string(memory_mib / factor);
+  const auto set = [&](const std::string& name, std::int64_t value) {
+    if (!name.empty()) out.resources[name] = std::to_string(value);
+  };
+  set(spec.resources.cores, healthy * cores_per_card);
+  set(spec.resources.memory, memory_mib / factor);
   return out;
 }
 

@@ -42,7 +42,8 @@ Result<std::vector<DeviceInfo>> CapacityDevices(const NodeView& node, const Back
 NodePublication CapacityPublication(const BackendSpec& spec, const std::vector<DeviceInfo>& cards,
                                     std::int64_t cores_per_card);
 // The count resource of a plugin that lists its cards in an annotation: the healthy cards' slots.
-std::map<std::string, std::string> CountResource(const BackendSpec& spec, const std::vector<DeviceInfo>& cards);
+std::map<std::string, std::string> CountResource(const BackendSpec& spec,
+                                                 const std::vector<DeviceInfo>& cards);
 
 // A vendor section's schema: the three resource names every section has, then the vendor's own `fields`,
 // then the `annotations` group of protocol key overrides (this project's extension; HAMi hard-codes the

@@ -51,9 +51,10 @@ std::vector<DemoNode> DemoNodes() {
   for (const auto& section : Vendors().Sections()) {
     for (const auto& node : Vendors().Demo(section)->nodes) {
       DemoNode n{node.name, section, {}};
-      for (const DeviceInfo& c : node.cards)
-        n.devices.push_back(sim::SimDevice{c.id, c.count, c.devmem.value(),
-                                           static_cast<std::int32_t>(c.devcore.value()), c.type, c.numa, c.health});
+      for (const DeviceInfo& c : node.cards) {
+        const auto cores = static_cast<std::int32_t>(c.devcore.value());
+        n.devices.push_back(sim::SimDevice{c.id, c.count, c.devmem.value(), cores, c.type, c.numa, c.health});
+      }
       nodes.push_back(std::move(n));
     }
   }

@@ -489,7 +489,8 @@ void ReadRecordList(Reader& r, const Item& it, const SettingField& field, const 
   }
   if (!it.value.IsSequence()) {
     r.Problem(it.key, it.path,
-              fmt::format("expected a list of {{{}}}, got {}", RecordShape(field.fields), Describe(it.value)));
+              fmt::format("expected a list of {{{}}}, got {}", RecordShape(field.fields),
+                          Describe(it.value)));
     return;
   }
   std::vector<SettingRecord> list;

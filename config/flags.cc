@@ -8,6 +8,7 @@
 #include <cxxopts.hpp>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 #include <string_view>
 #include <system_error>
 
@@ -35,7 +36,7 @@ struct FlagDef {
   std::string_view help;       // one line
   ApplyFn apply;               // nullptr: handled by LoadConfig itself (files, help, print-config)
   ShowDefaultFn show_default;  // nullptr: no default worth showing
-  const VendorFlagOwner* vendor = nullptr;  // a vendor's flag (its module or the registration list declares it)
+  const VendorFlagOwner* vendor = nullptr;  // a vendor's flag (from its module or the registration list)
 };
 
 // ---- Value parsers; each reports "<flag>: <what is wrong>" ----
@@ -415,8 +416,11 @@ struct FlagTable {
     const auto help = defs.end() - 1;
     std::vector<FlagDef> vendor_defs;
     for (const VendorFlagOwner& o : owners) {
-      vendor_defs.push_back(FlagDef{o.flag->name, Group::kHami, o.flag->boolean, o.flag->boolean ? "" : "NAME",
-                                    o.flag->help, nullptr, nullptr, &o});
+      // A vendor flag our own table already has would never be reached: a programming error every test meets.
+      if (Find(o.flag->name) != nullptr) throw std::logic_error("vendor flag --" + o.flag->name + " is ours");
+      const std::string_view arg = o.flag->boolean ? "" : "NAME";
+      vendor_defs.push_back(FlagDef{o.flag->name, Group::kHami, o.flag->boolean, arg, o.flag->help, nullptr,
+                                    nullptr, &o});
     }
     defs.insert(help, vendor_defs.begin(), vendor_defs.end());
   }
@@ -443,7 +447,8 @@ void ApplyVendorFlag(const VendorFlagOwner& owner, const std::string& flag, cons
   if (owner.section.empty()) {
     if (*on)
       out.config.warnings.push_back(
-          fmt::format("{}: this scheduler does not implement that vendor; the flag is ignored", flag));
+          fmt::format("{}: this scheduler does not implement that vendor ({}); the flag is ignored", flag,
+                      owner.vendor));
     return;
   }
   out.config.vendors[owner.section].enabled = *on;

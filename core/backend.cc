@@ -49,8 +49,7 @@ Result<void> BackendRegistry::Register(VendorModule module) {
     return Error{"backend '" + module.section + "' registered twice"};
   if (auto ok = ClaimFlags(module.flags); !ok) return ok;
   std::string section = module.section;
-  auto [it, inserted] = modules_.emplace(std::move(section), std::move(module));
-  if (!inserted) return Error{"backend '" + it->first + "' registered twice"};
+  auto it = modules_.emplace(std::move(section), std::move(module)).first;
   order_.push_back(it->first);
   return {};
 }

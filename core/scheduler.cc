@@ -104,7 +104,10 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
       if (!fitting[i].busy) {
         const NodeEntry& node = *resolved_[fitting[i].index];
         const bool in_use = node.totals.used > 0;
-        if (in_use || covered + fitter_.Capacity(*ctx, *requests, node, burst - covered + 1) <= burst) pick = i;
+        const auto fills = [&] {
+          return covered + fitter_.Capacity(*ctx, *requests, node, burst - covered + 1) <= burst;
+        };
+        if (in_use || fills()) pick = i;
         break;
       }
       covered += fitter_.Capacity(*ctx, *requests, *resolved_[fitting[i].index], burst - covered);

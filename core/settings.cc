@@ -13,9 +13,13 @@ std::optional<T> Get(const Settings& s, std::string_view path) {
 
 }  // namespace
 
-std::optional<std::string> Settings::String(std::string_view path) const { return Get<std::string>(*this, path); }
+std::optional<std::string> Settings::String(std::string_view path) const {
+  return Get<std::string>(*this, path);
+}
 std::optional<bool> Settings::Bool(std::string_view path) const { return Get<bool>(*this, path); }
-std::optional<std::int64_t> Settings::Int(std::string_view path) const { return Get<std::int64_t>(*this, path); }
+std::optional<std::int64_t> Settings::Int(std::string_view path) const {
+  return Get<std::int64_t>(*this, path);
+}
 std::vector<std::string> Settings::StringList(std::string_view path) const {
   return Get<std::vector<std::string>>(*this, path).value_or(std::vector<std::string>{});
 }

@@ -205,7 +205,7 @@ asio::awaitable<k8s::ExtenderFilterResult> FilterService::Decide(const k8s::Exte
   // that sets spec.nodeName: one request per pod less than HAMi's filter patch, and the device plugin never
   // sees a half-written pod. A restart between filter and bind loses the reservation; the bind then fails
   // and kube-scheduler filters the pod again.
-  if (!outcome.busy_best.empty()) {
+  if (!outcome.busy_best.empty() && spdlog::should_log(spdlog::level::debug)) {
     spdlog::debug("filter {}: binpack's best node {} is busy; {} pods of the burst for these {} candidates: {}",
                   pod.Key(), outcome.busy_best, outcome.burst, candidates.size(),
                   outcome.node == outcome.busy_best ? "they fit the busy nodes, it queues there"

@@ -269,7 +269,8 @@ VendorModule Module() {
   std::vector<std::string> plugin_keys{
       "deviceSplitCount", "deviceMemoryScaling", "deviceCoreScaling", "preConfiguredDeviceMemory",
       "libCudaLogLevel",  "enableNumaTopology",  "disableCoreLimit",  "knownMigGeometries"};
-  VendorModule module{"nvidia", BasicSchema(std::move(fields), std::move(plugin_keys)), SingleBackend(&Create)};
+  VendorModule module{"nvidia", BasicSchema(std::move(fields), std::move(plugin_keys)),
+                      SingleBackend(&Create)};
   module.demo.nodes = {{"gpu-t4-1", DemoCards("GPU-t4a", 2, 10, 15360, 100, "NVIDIA-Tesla T4")},
                        {"gpu-a100-1", DemoCards("GPU-a100a", 4, 4, 40960, 100, "NVIDIA-A100-SXM4-40GB")}};
   module.demo.pods = R"(

@@ -381,6 +381,13 @@ TEST(Flags, AVendorsOwnFlagsComeFromItsModule) {
                      }};
   again.flags = {{"enable-chips", VendorFlag::Effect::kEnables, true, "twice"}};
   EXPECT_FALSE(registry.Register(std::move(again))) << "a flag name registered twice must fail";
+  BackendRegistry shadowing;
+  VendorModule ours{"ours", {}, [](const VendorSettings&) {
+                      return Result<std::vector<BackendPtr>>(std::vector<BackendPtr>());
+                    }};
+  ours.flags = {{"kube-qps", VendorFlag::Effect::kNoEffect, false, "shadows one of ours"}};
+  ASSERT_TRUE(shadowing.Register(std::move(ours)));
+  EXPECT_THROW(LoadConfig({"hami-scheduler"}, shadowing), std::logic_error);
   const std::string file = WriteTemp("chips.yaml", "chips:\n  resourceCountName: example.com/chip\n");
   const auto load = [&](std::vector<std::string> args) {
     args.insert(args.begin(), "hami-scheduler");
