@@ -42,11 +42,57 @@ Result<void> ValidateName(std::string_view what, std::string_view value, NameKin
       what, Quoted(value), object, label ? "label" : "subdomain", label ? 63 : 253, label ? "" : " and '.'")};
 }
 
+namespace {
+
+// Length of the well-formed UTF-8 sequence at s[i] (as JSON parsers accept it: no overlong forms, no
+// surrogates, nothing past U+10FFFF), or 0 when the bytes there are not one.
+std::size_t Utf8SequenceAt(std::string_view s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = b(0);
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // allowed range of the second byte
+  if (c >= 0xc2 && c <= 0xdf) {
+    n = 2;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 3;
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size() || b(1) < lo || b(1) > hi) return 0;
+  for (std::size_t k = 2; k < n; ++k) {
+    if ((b(k) & 0xc0) != 0x80) return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
 std::string Quoted(std::string_view s, std::size_t max) {
   std::string out = "\"";
-  const std::size_t shown = std::min(s.size(), max);
+  std::size_t shown = std::min(s.size(), max);
   for (std::size_t i = 0; i < shown; ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      // Whole characters only, so that the text stays valid UTF-8 wherever it goes (a JSON answer): a
+      // character the cut would split is left out, a byte that is not part of one is escaped.
+      if (const std::size_t n = Utf8SequenceAt(s, i); n > 0) {
+        if (i + n > shown) {
+          shown = i;
+          break;
+        }
+        out.append(s.substr(i, n));
+        i += n - 1;
+      } else {
+        out += fmt::format("\\x{:02x}", c);
+      }
+      continue;
+    }
     switch (c) {
       case '\r':
         out += "\\r";

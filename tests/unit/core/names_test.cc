@@ -30,6 +30,12 @@ TEST(Names, ErrorsNameTheFieldAndShowTheValueEscaped) {
       "(at most 253 characters of a-z, 0-9, '-' and '.', starting and ending with a letter or digit)");
   EXPECT_EQ(Quoted(std::string("a\0b\x7f\"\\", 6)), R"("a\x00b\x7f\"\\")");
   EXPECT_EQ(Quoted(std::string(300, 'a'), 4), "\"aaaa\" (and 296 more bytes)");
+  // Whole UTF-8 characters only: the cut never splits one (the text goes into JSON answers), and bytes that
+  // are not part of a well-formed one (a lone continuation, an overlong form, a surrogate) are escaped.
+  EXPECT_EQ(Quoted("a\xd7\x90" "b", 2), "\"a\" (and 3 more bytes)");
+  EXPECT_EQ(Quoted("a\xd7\x90" "b", 3), "\"a\xd7\x90\" (and 1 more bytes)");
+  EXPECT_EQ(Quoted("\xe2\x82\xac\xf0\x9f\x98\x80"), "\"\xe2\x82\xac\xf0\x9f\x98\x80\"");
+  EXPECT_EQ(Quoted("\x90\xc0\xaf\xed\xa0\x80\xd7"), R"("\x90\xc0\xaf\xed\xa0\x80\xd7")");
 }
 
 }  // namespace
