@@ -1,5 +1,6 @@
 #include "backends/builtin.h"
 
+#include "backends/ascend/ascend.h"
 #include "backends/cambricon/cambricon.h"
 #include "backends/hygon/hygon.h"
 #include "backends/mthreads/mthreads.h"
@@ -20,9 +21,6 @@ VendorFlag Switch(std::string name, std::string help) {
 // HAMi's other vendors: their device-config sections and chart flags are accepted with a warning.
 std::vector<UnimplementedVendor> Unimplemented() {
   return {
-      {"Ascend",
-       {"vnpus", "ascend"},
-       {Switch("enable-ascend", "Ascend NPUs are not implemented; true gives a warning")}},
       {"Iluvatar",
        {"iluvatars", "iluvatar"},
        {Switch("enable-iluvatar", "Iluvatar GPUs are not implemented; true gives a warning")}},
@@ -54,7 +52,8 @@ std::vector<UnimplementedVendor> Unimplemented() {
 
 Result<void> RegisterBuiltinBackends(BackendRegistry& registry) {
   // The explicit list: a vendor is its folder, one line here and one in CMakeLists.txt.
-  for (VendorModule module : {nvidia::Module(), cambricon::Module(), hygon::Module(), mthreads::Module()}) {
+  for (VendorModule module :
+       {nvidia::Module(), cambricon::Module(), hygon::Module(), mthreads::Module(), ascend::Module()}) {
     if (auto ok = registry.Register(std::move(module)); !ok) return ok;
   }
   for (UnimplementedVendor vendor : Unimplemented()) {

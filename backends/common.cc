@@ -233,7 +233,7 @@ Result<std::int64_t> CapacityCount(const NodeView& node, const std::string& name
   return *v;
 }
 
-void BasicBackend::Annotate(const PodVendorDevices& devices, const Annotations&, TimePoint,
+void BasicBackend::Annotate(const PodView&, const PodVendorDevices& devices, const Annotations&, TimePoint,
                             Annotations& out) const {
   const std::string value = codec::EncodePodDevices(devices);
   out[spec_.keys.allocated] = value;

@@ -72,8 +72,8 @@ class BasicBackend : public Backend {
  public:
   explicit BasicBackend(BackendSpec spec) : spec_(std::move(spec)) {}
   const BackendSpec& Spec() const override { return spec_; }
-  void Annotate(const PodVendorDevices& devices, const Annotations& written, TimePoint now,
-                Annotations& out) const override;
+  void Annotate(const PodView& pod, const PodVendorDevices& devices, const Annotations& written,
+                TimePoint now, Annotations& out) const override;
   Result<bool> Admit(ContainerView& container, PodView& pod) const override;
   // The JSON device manifest in the register annotation, and the count resource.
   NodePublication Publish(const std::vector<DeviceInfo>& cards) const override;

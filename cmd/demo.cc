@@ -41,7 +41,8 @@ namespace {
 
 struct DemoNode {
   std::string name;
-  std::string vendor;  // backend registry name
+  std::string section;  // the vendor module's device-config section
+  std::string vendor;   // the backend's vendor key; "" = the section's only backend
   std::vector<sim::SimDevice> devices;
 };
 
@@ -50,7 +51,7 @@ std::vector<DemoNode> DemoNodes() {
   std::vector<DemoNode> nodes;
   for (const auto& section : Vendors().Sections()) {
     for (const auto& node : Vendors().Demo(section)->nodes) {
-      DemoNode n{node.name, section, {}};
+      DemoNode n{node.name, section, node.vendor, {}};
       for (const DeviceInfo& c : node.cards) {
         const auto cores = static_cast<std::int32_t>(c.devcore.value());
         n.devices.push_back(sim::SimDevice{c.id, c.count, c.devmem.value(), cores, c.type, c.numa, c.health});
@@ -181,6 +182,8 @@ int DemoRun::Run() {
   cfg_.http_bind = "127.0.0.1:0";
   cfg_.metrics_bind_address = "";
   cfg_.kube_qps = 0;  // no client-side rate limit against the embedded server
+  // Every vendor runs in the demo, also those a deployment switches on with a flag.
+  for (const auto& section : Vendors().Sections()) cfg_.vendors[section].enabled = true;
   auto backends = BuildBackends(cfg_);
   if (!backends) {
     log_ << "demo: " << backends.error().message << "\n";
@@ -287,7 +290,8 @@ asio::awaitable<void> DemoRun::Script() {
     device_count += n.devices.size();
     const Backend* backend = nullptr;
     for (const auto& b : backends_) {
-      if (b->Spec().config_section == n.vendor) backend = b.get();
+      if (b->Spec().config_section == n.section && (n.vendor.empty() || b->Vendor() == n.vendor))
+        backend = b.get();
     }
     auto plugin = std::make_unique<sim::DevicePlugin>(*plugin_client_, *backend, po);
     plugin->on_log = [this, node = n.name](const std::string& line) {

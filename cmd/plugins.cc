@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -412,12 +413,24 @@ SIGINT or SIGTERM; every action is printed on stdout.
 }
 
 Result<const Backend*> BackendForVendor(const Backends& backends, std::string_view vendor) {
-  std::vector<std::string> known;
-  for (const auto& backend : backends) {
-    if (backend->Spec().config_section == vendor) return backend.get();
-    known.push_back(backend->Spec().config_section);
+  // A vendor key names one backend; a section names one when it builds only one (a list of chips does not).
+  if (const Backend* b = backends.Find(vendor)) return b;
+  std::map<std::string, std::vector<const Backend*>> by_section;
+  for (const auto& backend : backends) by_section[backend->Spec().config_section].push_back(backend.get());
+  std::vector<std::string> known;  // sections of one backend, vendor keys of the others
+  for (const auto& [section, list] : by_section) {
+    if (list.size() == 1) known.push_back(section);
+    for (const Backend* b : list) {
+      if (list.size() > 1) known.push_back(b->Vendor());
+    }
   }
   std::sort(known.begin(), known.end());
+  auto it = by_section.find(std::string(vendor));
+  if (it != by_section.end() && it->second.size() == 1) return it->second.front();
+  if (it != by_section.end()) {
+    return Error{fmt::format("section '{}' builds several backends; name one by its vendor key: {}", vendor,
+                             fmt::join(known, ", "))};
+  }
   return Error{fmt::format("unknown vendor '{}'; expected one of the enabled backends: {}", vendor,
                            fmt::join(known, ", "))};
 }

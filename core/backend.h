@@ -6,6 +6,7 @@
 // protocol keys, resource names, health rule and fit rules. Registration is explicit (BackendRegistry,
 // filled by backends/builtin.cc from main).
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -47,6 +48,22 @@ struct ResourceNames {
   std::int64_t memory_factor = 1;  // MiB per unit of the memory resource
 };
 
+// How a request for several devices is placed once the candidates are known.
+enum class MultiDevice : std::uint8_t {
+  kInOrder,        // the first `count` candidates in the policy's order
+  kNetworkGroups,  // all from the largest interconnect groups (DeviceInfo::network), when every card has one
+  kModulePairs,    // whole modules of two cards (index / 2): a module's halves are never split
+};
+
+// A soft-split (hami-core) mode a pod asks for with an annotation and a node offers with another: such a pod
+// is refused (ModeNotFit) on a node that does not offer it, and counts a card's cores as 100 percent.
+struct SoftSplitRule {
+  std::string pod_annotation;   // huawei.com/vnpu-mode
+  std::string pod_value;        // hami-core
+  std::string node_annotation;  // hami-vnpu-core: "true" offers it; any other value does not
+  bool offered_by_default = false;  // when the node carries no such annotation
+};
+
 // Rules the shared fit skeleton applies on top of its common checks.
 struct FitRules {
   bool cordon = false;                         // honours node annotation hami.io/device-cordon
@@ -56,6 +73,11 @@ struct FitRules {
   bool topology = false;                       // "topology-aware" uses pair scores
   bool mig = false;                            // MIG-mode devices are split into instances
   bool same_device_across_containers = false;  // later containers must sit on the earlier ones' device
+  MultiDevice multi_device = MultiDevice::kInOrder;
+  std::optional<SoftSplitRule> soft_split;
+  // The node score gains 10 x (the largest share of each container's cards in one interconnect group), so
+  // nodes that keep a container's cards together rank first.
+  bool network_score = false;
 };
 
 struct NodeLockRule {
@@ -102,11 +124,11 @@ class Backend {
   // read (PROTOCOL.md D7: e.g. `nvidia.com/gpumem: 16Gi` is not a MiB count).
   virtual Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& container) const = 0;
 
-  // Adds the pod annotations for this vendor's part of an allocation (`devices` is index-aligned with the
-  // pod's containers, init first, and holds at least one device). `written` holds what was decided so far
-  // (hami.io/vgpu-node...).
-  virtual void Annotate(const PodVendorDevices& devices, const Annotations& written, TimePoint now,
-                        Annotations& out) const = 0;
+  // Adds the pod annotations for this vendor's part of an allocation of `pod` (`devices` is index-aligned
+  // with the pod's containers, init first, and holds at least one device). `written` holds what was decided
+  // so far (hami.io/vgpu-node...).
+  virtual void Annotate(const PodView& pod, const PodVendorDevices& devices, const Annotations& written,
+                        TimePoint now, Annotations& out) const = 0;
 
   // Admission: may rewrite the container (and pod); true when the container uses this vendor's resources.
   virtual Result<bool> Admit(ContainerView& container, PodView& pod) const = 0;
@@ -153,6 +175,7 @@ struct VendorFlag {
 struct DemoNode {
   std::string name;
   std::vector<DeviceInfo> cards;
+  std::string vendor = {};  // the backend whose plugin lists them; "" = the section's only backend
 };
 struct VendorDemo {
   std::vector<DemoNode> nodes;

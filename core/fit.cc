@@ -4,12 +4,22 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include "core/codec/pod_devices.h"
 #include "core/keys.h"
 #include "core/strings.h"
 
 namespace hami {
+namespace {
+
+bool OffersSoftSplit(const NodeEntry& node, const SoftSplitRule& rule) {
+  const auto& a = node.node.annotations;
+  auto it = a.find(rule.node_annotation);
+  return it == a.end() ? rule.offered_by_default : it->second == "true";
+}
+
+}  // namespace
 
 std::string_view ReasonName(Reason r) {
   switch (r) {
@@ -37,6 +47,8 @@ std::string_view ReasonName(Reason r) {
       return "CardUuidMismatch";
     case Reason::kExclusiveDeviceAllocateConflict:
       return "ExclusiveDeviceAllocateConflict";
+    case Reason::kModeNotFit:
+      return "ModeNotFit";
     case Reason::kNumaNotFit:
       return "NumaNotFit";
     case Reason::kResourceQuotaNotFit:
@@ -50,7 +62,9 @@ std::string_view ReasonName(Reason r) {
 std::string ReasonCounts::Format(int total) const {
   std::vector<std::string> parts;
   for (std::size_t i = 0; i < n.size(); ++i) {
-    if (n[i] > 0) parts.push_back(fmt::format("{}/{} {}", n[i], total, ReasonName(static_cast<Reason>(i))));
+    if (n[i] > 0 || set[i]) {
+      parts.push_back(fmt::format("{}/{} {}", n[i], total, ReasonName(static_cast<Reason>(i))));
+    }
   }
   std::sort(parts.begin(), parts.end());
   return Join(parts, ", ");
@@ -116,6 +130,10 @@ Result<PodContext> MakePodContext(const PodView& pod, const Backends& backends, 
         auto bind = ParseGoBool(n->second, spec.fit.numa_bind_annotation);
         v.numa_bind = bind && *bind;
       }
+    }
+    if (spec.fit.soft_split) {
+      auto m = a.find(spec.fit.soft_split->pod_annotation);
+      v.soft_split = m != a.end() && m->second == spec.fit.soft_split->pod_value;
     }
     v.order = DeviceOrder(ctx.gpu_policy, v.numa_bind);
     ctx.vendors.push_back(std::move(v));
@@ -187,6 +205,10 @@ bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const N
       }
     }
   }
+  allocation_score_ = 0;
+  for (std::size_t b = 0; b < nb; ++b) {
+    if (backends_->at(b).Spec().fit.network_score) allocation_score_ += NetworkScore(node, b);
+  }
   if (out != nullptr) {
     out->clear();
     for (std::size_t b = 0; b < nb; ++b) {
@@ -226,6 +248,12 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
     if (reason) *reason = std::string(kNodeInsufficientDevice);
     return false;
   }
+  if (vctx.soft_split && !OffersSoftSplit(node, *spec.fit.soft_split)) {
+    ReasonCounts mode;
+    mode.Add(Reason::kModeNotFit);
+    if (reason) *reason = mode.Format(total);
+    return false;
+  }
 
   items_.clear();
   for (int d = begin; d < end; ++d) {
@@ -238,6 +266,17 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
 
   ReasonCounts reasons;
   const std::int32_t origin = request.count;
+  // Whether every candidate is collected first and the devices chosen among them afterwards.
+  const bool by_topology = ctx.topology && spec.fit.topology;
+  const bool by_modules = spec.fit.multi_device == MultiDevice::kModulePairs && origin > 1;
+  bool by_network = false;
+  if (spec.fit.multi_device == MultiDevice::kNetworkGroups && origin > 1) {
+    by_network = true;
+    for (int d = begin; d < end && by_network; ++d) {
+      by_network = node.devices[static_cast<std::size_t>(d)].network.has_value();
+    }
+  }
+  const bool collect_all = by_topology || by_modules || by_network;
   std::int32_t remaining = origin;
   std::int64_t prev_numa = std::numeric_limits<std::int64_t>::min();
   Cores cores_req = request.cores;
@@ -296,15 +335,17 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
       reasons.Add(Reason::kCardInsufficientMemory);
       continue;
     }
-    if (Cores(dev.devcore) - u.cores < cores_req) {
+    // A soft-split pod counts a card's cores in percent, whatever number of cores the plugin publishes.
+    const std::int64_t core_total = vctx.soft_split ? 100 : dev.devcore;
+    if (Cores(core_total) - u.cores < cores_req) {
       reasons.Add(Reason::kCardInsufficientCore);
       continue;
     }
-    if (dev.devcore == 100 && cores_req == 100_cores && u.used > 0) {
+    if (core_total == 100 && cores_req == 100_cores && u.used > 0) {
       reasons.Add(Reason::kExclusiveDeviceAllocateConflict);
       continue;
     }
-    if (dev.devcore != 0 && u.cores.value() == dev.devcore && cores_req.value() == 0) {
+    if (core_total != 0 && u.cores.value() == core_total && cores_req.value() == 0) {
       reasons.Add(Reason::kCardComputeUnitsExhausted);
       continue;
     }
@@ -338,22 +379,35 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
       }
     }
     if (remaining > 0) {
-      if (!ctx.topology || !spec.fit.topology) --remaining;
+      if (!collect_all) --remaining;
       picks.push_back(std::move(pick));
     }
-    if (remaining == 0 && !(ctx.topology && spec.fit.topology)) {
+    if (remaining == 0 && !collect_all) {
       done = true;
       break;
     }
     if (mig_device) ++i;  // a MIG GPU may host another instance of the same request
   }
   if (done) return true;
-  if (ctx.topology && spec.fit.topology) {
+  const auto found = static_cast<std::int32_t>(picks.size());
+  if (by_modules) {
+    ChooseModulePairs(node, origin, picks);
     if (static_cast<std::int32_t>(picks.size()) == origin) return true;
-    if (static_cast<std::int32_t>(picks.size()) > origin) {
-      ChooseTopology(node, origin, picks);
-      return true;
+    // Counted against the request: the cards were there, the modules were not whole.
+    reasons.Set(Reason::kAllocatedCardsInsufficientRequest, static_cast<int>(picks.size()));
+    if (reason) *reason = reasons.Format(origin);
+    picks.clear();
+    return false;
+  }
+  if (collect_all && found >= origin) {
+    if (found > origin) {
+      if (by_topology) {
+        ChooseTopology(node, origin, picks);
+      } else {
+        ChooseNetworkGroups(node, origin, picks);
+      }
     }
+    return true;
   }
   if (!picks.empty()) reasons.Set(Reason::kAllocatedCardsInsufficientRequest, static_cast<int>(picks.size()));
   if (reason) *reason = reasons.Format(total);
@@ -469,6 +523,62 @@ void NodeFitter::ChooseTopology(const NodeEntry& node, std::int32_t want, Contai
   ContainerPicks chosen;
   for (std::size_t i : best) chosen.push_back(picks[i]);
   picks = std::move(chosen);
+}
+
+void NodeFitter::ChooseNetworkGroups(const NodeEntry& node, std::int32_t want, ContainerPicks& picks) const {
+  // Groups by size, largest first; equal sizes by network id, so the choice does not depend on map order.
+  std::map<std::int32_t, int> size;
+  for (const Pick& p : picks) ++size[*node.devices[static_cast<std::size_t>(p.device)].network];
+  std::vector<std::pair<int, std::int32_t>> order;  // (size, network)
+  for (const auto& [network, n] : size) order.emplace_back(n, network);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  ContainerPicks chosen;
+  for (const auto& [n, network] : order) {
+    for (const Pick& p : picks) {
+      if (static_cast<std::int32_t>(chosen.size()) == want) break;
+      if (*node.devices[static_cast<std::size_t>(p.device)].network == network) chosen.push_back(p);
+    }
+  }
+  picks = std::move(chosen);
+}
+
+void NodeFitter::ChooseModulePairs(const NodeEntry& node, std::int32_t want, ContainerPicks& picks) const {
+  // Modules in the order their first candidate appears (the policy's preference), complete ones only.
+  std::vector<std::pair<std::int32_t, std::vector<std::size_t>>> modules;  // (module, positions in picks)
+  for (std::size_t i = 0; i < picks.size(); ++i) {
+    const std::int32_t module = node.devices[static_cast<std::size_t>(picks[i].device)].index / 2;
+    auto it = std::find_if(modules.begin(), modules.end(), [&](const auto& m) { return m.first == module; });
+    if (it == modules.end()) {
+      modules.push_back({module, {i}});
+    } else {
+      it->second.push_back(i);
+    }
+  }
+  ContainerPicks chosen;
+  for (const auto& [module, positions] : modules) {
+    if (static_cast<std::int32_t>(chosen.size()) >= want) break;
+    if (positions.size() != 2) continue;
+    for (std::size_t i : positions) chosen.push_back(picks[i]);
+  }
+  picks = std::move(chosen);
+}
+
+double NodeFitter::NetworkScore(const NodeEntry& node, std::size_t backend) const {
+  double score = 0;
+  std::map<std::int32_t, int> per_network;
+  for (const ContainerPicks& picks : allocated_[backend]) {
+    if (picks.empty()) continue;
+    per_network.clear();
+    int largest = 0;
+    for (const Pick& p : picks) {
+      const auto& network = node.devices[static_cast<std::size_t>(p.device)].network;
+      if (!network) return 0;  // a card without a group: no container is scored
+      largest = std::max(largest, ++per_network[*network]);
+    }
+    score += static_cast<double>(largest) / static_cast<double>(picks.size());
+  }
+  return 10 * score;
 }
 
 }  // namespace hami

@@ -29,6 +29,7 @@ enum class Reason : std::uint8_t {
   kCardTypeMismatch,
   kCardUuidMismatch,
   kExclusiveDeviceAllocateConflict,
+  kModeNotFit,
   kNumaNotFit,
   kResourceQuotaNotFit,
   kCount
@@ -39,11 +40,15 @@ inline constexpr std::string_view kNodeInsufficientDevice = "NodeInsufficientDev
 inline constexpr std::string_view kNodeUnregistered = "node unregistered";
 
 // Per-reason device counts of one failed request, formatted like upstream: "1/2 CardInsufficientMemory, ..."
-// (entries sorted as strings).
+// (entries sorted as strings). A count that was Set is written even when 0 ("0/2 ...": none could be taken).
 struct ReasonCounts {
   std::array<int, static_cast<std::size_t>(Reason::kCount)> n{};
+  std::array<bool, static_cast<std::size_t>(Reason::kCount)> set{};
   void Add(Reason r, int k = 1) { n[static_cast<std::size_t>(r)] += k; }
-  void Set(Reason r, int k) { n[static_cast<std::size_t>(r)] = k; }
+  void Set(Reason r, int k) {
+    n[static_cast<std::size_t>(r)] = k;
+    set[static_cast<std::size_t>(r)] = true;
+  }
   std::string Format(int total) const;
 };
 
@@ -70,6 +75,7 @@ struct PodContext {
     Selector types;
     std::optional<std::string> mode_filter;
     bool numa_bind = false;
+    bool soft_split = false;  // the pod asks for the vendor's soft-split mode (FitRules::soft_split)
     DeviceOrder order{"spread", false};
   };
   std::vector<Vendor> vendors;  // per backend
@@ -86,6 +92,8 @@ class NodeFitter {
   // devices (index-aligned with the pod's containers). On failure `reason` says why.
   bool Fit(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, PodDevices* out,
            std::string* reason);
+  // After a Fit that succeeded: what the chosen devices add to the node score (FitRules::network_score).
+  double AllocationScore() const { return allocation_score_; }
   // How many copies of the pod fit `node` one after another (each fit against the usage the ones before it
   // leave), counting up to `limit`.
   int Capacity(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, int limit);
@@ -115,6 +123,10 @@ class NodeFitter {
   std::optional<MigSlot> ChooseMigSlot(const NodeEntry& node, int device, MiB memreq,
                                        const std::vector<MigInUse>& in_use, const ContainerPicks& tmp) const;
   void ChooseTopology(const NodeEntry& node, std::int32_t want, ContainerPicks& picks) const;
+  void ChooseNetworkGroups(const NodeEntry& node, std::int32_t want, ContainerPicks& picks) const;
+  // Whole modules of two cards until at least `want` are taken (fewer when not enough are complete).
+  void ChooseModulePairs(const NodeEntry& node, std::int32_t want, ContainerPicks& picks) const;
+  double NetworkScore(const NodeEntry& node, std::size_t backend) const;
 
   const Backends* backends_;
   const QuotaBook* quotas_;
@@ -125,6 +137,7 @@ class NodeFitter {
   std::vector<std::vector<MigInUse>> capacity_mig_;
   std::vector<DeviceOrder::Item> items_;
   std::vector<std::vector<ContainerPicks>> allocated_;  // [backend][container]
+  double allocation_score_ = 0;
 };
 
 }  // namespace hami

@@ -64,8 +64,11 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
       out.failed_nodes[candidates[i]] = reason;
       continue;
     }
+    // The chosen cards' own score (interconnect groups kept together) counts for either policy: spread,
+    // which takes the lowest score, has it subtracted (docs/DECISIONS.md "Ascend").
+    const double allocation = fitter_.AllocationScore();
     fitting.push_back(
-        {i, node->totals.Score(),
+        {i, node->totals.Score() + (spread ? -allocation : allocation),
          options_.busy_node_threshold > 0 && node->allocations_in_flight >= options_.busy_node_threshold});
   }
   out.fitting_count = fitting.size();
@@ -131,7 +134,7 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
     auto d = out.devices.find(b->Vendor());
     if (d == out.devices.end()) continue;
     const Annotations written = out.annotations;
-    b->Annotate(d->second, written, now, out.annotations);
+    b->Annotate(pod, d->second, written, now, out.annotations);
   }
   return out;
 }

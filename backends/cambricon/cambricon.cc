@@ -34,9 +34,9 @@ class CambriconBackend final : public BasicBackend {
     return std::optional<DeviceRequest>(req);
   }
 
-  void Annotate(const PodVendorDevices& devices, const Annotations& written, TimePoint now,
-                Annotations& out) const override {
-    BasicBackend::Annotate(devices, written, now, out);
+  void Annotate(const PodView& pod, const PodVendorDevices& devices, const Annotations& written,
+                TimePoint now, Annotations& out) const override {
+    BasicBackend::Annotate(pod, devices, written, now, out);
     out["CAMBRICON_DSMLU_ASSIGNED"] = "false";
     for (const auto& ctr : devices) {
       if (ctr.empty()) continue;

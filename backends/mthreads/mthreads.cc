@@ -44,11 +44,12 @@ class MthreadsBackend final : public BasicBackend {
     return std::optional<DeviceRequest>(req);
   }
 
-  void Annotate(const PodVendorDevices& devices, const Annotations& written, TimePoint now,
-                Annotations& out) const override {
+  void Annotate(const PodView& pod, const PodVendorDevices& devices, const Annotations& written,
+                TimePoint now, Annotations& out) const override {
     std::string node;
     if (auto n = written.find(keys::kAssignedNode); n != written.end()) node = n->second;
-    BasicBackend::Annotate(devices, written, now, out);  // PROTOCOL.md D3: the to-allocate key is written too
+    // PROTOCOL.md D3: the to-allocate key is written too.
+    BasicBackend::Annotate(pod, devices, written, now, out);
     for (const auto& ctr : devices) {
       if (ctr.empty()) continue;
       std::vector<std::int32_t> indexes;

@@ -103,9 +103,9 @@ class NvidiaBackend final : public BasicBackend {
     return std::optional<DeviceRequest>(req);
   }
 
-  void Annotate(const PodVendorDevices& devices, const Annotations& written, TimePoint now,
-                Annotations& out) const override {
-    BasicBackend::Annotate(devices, written, now, out);
+  void Annotate(const PodView& pod, const PodVendorDevices& devices, const Annotations& written,
+                TimePoint now, Annotations& out) const override {
+    BasicBackend::Annotate(pod, devices, written, now, out);
     auto mig = codec::MigAllocationsOf(devices);
     if (!mig.empty()) out[std::string(keys::kMigAllocations)] = codec::EncodeMigAllocations(mig);
   }

@@ -141,6 +141,26 @@ Result<MigProfile> DecodeMigProfile(const json::value& v, const std::string& whe
   return p;
 }
 
+// custominfo is a free map in Go; the one key read is NetworkID, a JSON number (Go reads it as a float,
+// so 1.0 counts as 1). null or a missing key: no network.
+Result<std::optional<std::int32_t>> DecodeNetwork(const json::value& v, std::string_view where) {
+  if (v.is_null()) return std::optional<std::int32_t>();
+  if (!v.is_object()) return Error{fmt::format("{}: expected an object, got {}", where, json::serialize(v))};
+  const json::value* id = v.get_object().if_contains("NetworkID");
+  if (id == nullptr || id->is_null()) return std::optional<std::int32_t>();
+  const std::string at = fmt::format("{}.NetworkID", where);
+  if (id->is_double()) {
+    const double x = id->get_double();
+    if (x != static_cast<double>(static_cast<std::int64_t>(x)) || x < 0 || x > kInt32Max) {
+      return Error{fmt::format("{}: {} is not an integer in [0, {}]", at, json::serialize(*id), kInt32Max)};
+    }
+    return std::optional<std::int32_t>(static_cast<std::int32_t>(x));
+  }
+  auto n = JsonInt(*id, at, 0, kInt32Max);
+  if (!n) return n.error();
+  return std::optional<std::int32_t>(static_cast<std::int32_t>(*n));
+}
+
 Result<DeviceInfo> DecodeManifestDevice(const json::value& v, std::size_t position) {
   const std::string where = fmt::format("device {}", position);
   DeviceInfo d;
@@ -195,8 +215,12 @@ Result<DeviceInfo> DecodeManifestDevice(const json::value& v, std::size_t positi
         if (!p) return p.error();
         d.mig_profiles.push_back(std::move(*p));
       }
+    } else if (key == "custominfo") {
+      auto network = DecodeNetwork(val, at);
+      if (!network) return network.error();
+      d.network = *network;
     }
-    // Unknown keys (devicevendor, custominfo, instanceCount, ...) are ignored, as Go does.
+    // Unknown keys (devicevendor, instanceCount, ...) are ignored, as Go does.
   }
   return d;
 }
@@ -252,6 +276,7 @@ std::string EncodeDeviceManifest(const std::vector<DeviceInfo>& devices) {
       o["migProfiles"] = std::move(profiles);
     }
     if (d.health) o["health"] = true;
+    if (d.network) o["custominfo"] = json::object{{"NetworkID", *d.network}};
     arr.push_back(std::move(o));
   }
   return json::serialize(arr);

@@ -1,8 +1,11 @@
 #pragma once
 // Builders for test fixtures: devices, nodes as device plugins publish them, pods as users write them, and
 // the built-in backends with chosen settings.
+#include <gtest/gtest.h>
+
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -67,6 +70,21 @@ inline ContainerView GpuCtr(std::string name, int count, std::int64_t mem, int c
   return Ctr(std::move(name), std::move(limits));
 }
 
+inline DeviceRequest Req(std::string vendor, std::int32_t count, std::int64_t mem, std::int32_t pct,
+                         std::int64_t cores) {
+  return DeviceRequest{std::move(vendor), count, MiB(mem), pct, Cores(cores)};
+}
+
+// RequestFor that must succeed; a failure is reported and yields nullopt.
+inline std::optional<DeviceRequest> Request(const Backend& b, const ContainerView& c) {
+  auto r = b.RequestFor(c);
+  if (!r) {
+    ADD_FAILURE() << "RequestFor failed: " << r.error().message;
+    return std::nullopt;
+  }
+  return *r;
+}
+
 // nvidia.migProfileAllowlist as config reads it: one {models, profiles} record per entry.
 inline std::vector<SettingRecord> MigAllowlist(
     std::initializer_list<std::pair<std::vector<std::string>, std::vector<std::string>>> entries) {
@@ -89,13 +107,15 @@ inline const BackendRegistry& BuiltinVendors() {
   return registry;
 }
 
-// The four built-in backends; `settings` by config section ("nvidia", ...).
+// The built-in backends a default configuration builds, and those of the sections `settings` names (by
+// config section: "nvidia", "vnpus", ...).
 inline Backends BuiltinBackends(const std::map<std::string, VendorSettings>& settings = {}) {
   BackendRegistry registry;
   backends::RegisterBuiltinBackends(registry).value();
   std::vector<BackendPtr> list;
   for (const auto& name : registry.Names()) {
     auto it = settings.find(name);
+    if (it == settings.end() && !registry.EnabledByDefault(name)) continue;  // as the binary builds them
     for (auto& b : registry.Create(name, it == settings.end() ? VendorSettings{} : it->second).value())
       list.push_back(std::move(b));
   }

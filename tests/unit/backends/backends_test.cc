@@ -26,6 +26,8 @@ namespace hami {
 namespace {
 
 using testing::Ctr;
+using testing::Req;
+using testing::Request;
 
 const TimePoint kNow = std::chrono::system_clock::from_time_t(1716199325);
 
@@ -55,20 +57,6 @@ ContainerView Requests(std::string name, std::map<std::string, std::string> requ
   return c;
 }
 
-DeviceRequest Req(std::string vendor, std::int32_t count, std::int64_t mem, std::int32_t pct,
-                  std::int64_t cores) {
-  return DeviceRequest{std::move(vendor), count, MiB(mem), pct, Cores(cores)};
-}
-
-// RequestFor that must succeed; a failure is reported and yields nullopt.
-std::optional<DeviceRequest> Request(const Backend& b, const ContainerView& c) {
-  auto r = b.RequestFor(c);
-  if (!r) {
-    ADD_FAILURE() << "RequestFor failed: " << r.error().message;
-    return std::nullopt;
-  }
-  return *r;
-}
 
 // RequestFor that must fail; returns the message ("<no error>" when it succeeded, so a find() check fails).
 std::string RequestError(const Backend& b, const ContainerView& c) {
@@ -241,7 +229,8 @@ TEST(DefaultSpec, FactoriesWithoutSettingsUseTheDefaults) {
 TEST(Registry, BuiltinNamesAndVendorOrder) {
   BackendRegistry registry;
   ASSERT_TRUE(backends::RegisterBuiltinBackends(registry));
-  EXPECT_EQ(registry.Names(), (std::vector<std::string>{"cambricon", "hygon", "mthreads", "nvidia"}));
+  EXPECT_EQ(registry.Names(),
+            (std::vector<std::string>{"cambricon", "hygon", "mthreads", "nvidia", "vnpus"}));
   EXPECT_FALSE(backends::RegisterBuiltinBackends(registry)) << "registering a name twice must fail";
   EXPECT_FALSE(registry.Create("metax", VendorSettings{}));
   // Backends are kept sorted by vendor key: the order node locks are taken in.
@@ -726,7 +715,7 @@ TEST(AllRequests, D7CountsForEveryVendor) {
 
 TEST(NvidiaAnnotate, V25BothKeys) {
   Annotations out;
-  Make("nvidia")->Annotate({{Dev(0, "nvidia-device-0", "NVIDIA", 2000, 1)}}, {}, kNow, out);
+  Make("nvidia")->Annotate(PodView{}, {{Dev(0, "nvidia-device-0", "NVIDIA", 2000, 1)}}, {}, kNow, out);
   EXPECT_EQ(out, (Annotations{{"hami.io/vgpu-devices-allocated", "nvidia-device-0,NVIDIA,2000,1:;"},
                               {"hami.io/vgpu-devices-to-allocate", "nvidia-device-0,NVIDIA,2000,1:;"}}));
 }
@@ -735,7 +724,7 @@ TEST(NvidiaAnnotate, MigAllocationsWrittenForMigSlots) {
   ContainerDevice d = Dev(0, "GPU-M", "NVIDIA", 10240, 14);
   d.mig = MigSlot{"1g.10gb", MigPlacement{6, 1}};
   Annotations out;
-  Make("nvidia")->Annotate({{}, {d}}, {}, kNow, out);
+  Make("nvidia")->Annotate(PodView{}, {{}, {d}}, {}, kNow, out);
   EXPECT_EQ(out.at("hami.io/vgpu-devices-allocated"), ";GPU-M,NVIDIA,10240,14:;");
   ASSERT_TRUE(out.contains("hami.io/vgpu-mig-allocations"));
   auto mig = codec::DecodeMigAllocations(out.at("hami.io/vgpu-mig-allocations"));
@@ -747,35 +736,37 @@ TEST(NvidiaAnnotate, MigAllocationsWrittenForMigSlots) {
   EXPECT_EQ((*mig)[0].profile, "1g.10gb");
   EXPECT_EQ((*mig)[0].placement, (MigPlacement{6, 1}));
   Annotations plain;
-  Make("nvidia")->Annotate({{Dev(0, "GPU-0", "NVIDIA", 1, 1)}}, {}, kNow, plain);
+  Make("nvidia")->Annotate(PodView{}, {{Dev(0, "GPU-0", "NVIDIA", 1, 1)}}, {}, kNow, plain);
   EXPECT_FALSE(plain.contains("hami.io/vgpu-mig-allocations"));
 }
 
 TEST(CambriconAnnotate, V47) {
   auto b = Make("cambricon");
   Annotations out;
-  b->Annotate({{Dev(0, "device-0", "MLU", 256000, 1)}}, {}, kNow, out);
+  b->Annotate(PodView{}, {{Dev(0, "device-0", "MLU", 256000, 1)}}, {}, kNow, out);
   EXPECT_EQ(out, (Annotations{{"CAMBRICON_DSMLU_ASSIGNED", "false"},
                               {"CAMBRICON_DSMLU_PROFILE", "0_1_1000"},
                               {"hami.io/cambricon-mlu-devices-allocated", "device-0,MLU,256000,1:;"},
                               {"hami.io/cambricon-mlu-devices-to-allocate", "device-0,MLU,256000,1:;"}}));
   Annotations second;
-  b->Annotate({{}, {Dev(0, "device-0", "MLU", 256000, 1)}}, {}, kNow, second);
+  b->Annotate(PodView{}, {{}, {Dev(0, "device-0", "MLU", 256000, 1)}}, {}, kNow, second);
   EXPECT_EQ(second.at("CAMBRICON_DSMLU_PROFILE"), "0_1_1000");
   EXPECT_EQ(second.at("hami.io/cambricon-mlu-devices-allocated"), ";device-0,MLU,256000,1:;");
   EXPECT_EQ(second.at("hami.io/cambricon-mlu-devices-to-allocate"), ";device-0,MLU,256000,1:;");
   // The profile names the first device of the first container that has one.
   Annotations many;
-  b->Annotate(
-      {{}, {Dev(2, "d2", "MLU", 512, 30), Dev(3, "d3", "MLU", 768, 40)}, {Dev(1, "d1", "MLU", 256, 5)}}, {},
-      kNow, many);
+  b->Annotate(PodView{},
+              {{},
+               {Dev(2, "d2", "MLU", 512, 30), Dev(3, "d3", "MLU", 768, 40)},
+               {Dev(1, "d1", "MLU", 256, 5)}},
+              {}, kNow, many);
   EXPECT_EQ(many.at("CAMBRICON_DSMLU_PROFILE"), "2_30_2");
 }
 
 TEST(MthreadsAnnotate, V54AndD3) {
   auto b = Make("mthreads");
   Annotations out;
-  b->Annotate({{Dev(0, "test1", "Mthreads", 1000, 1)}}, {}, kNow, out);
+  b->Annotate(PodView{}, {{Dev(0, "test1", "Mthreads", 1000, 1)}}, {}, kNow, out);
   EXPECT_EQ(out.at("mthreads.com/gpu-index"), "0");
   EXPECT_EQ(out.at("mthreads.com/predicate-node"), "");
   EXPECT_EQ(out.at("mthreads.com/predicate-time"), "1716199325000000000");
@@ -788,19 +779,22 @@ TEST(MthreadsAnnotate, PredicateNodeAndLastContainerIndexes) {
   auto b = Make("mthreads");
   const Annotations written{{"hami.io/vgpu-node", "node-7"}};
   Annotations out;
-  b->Annotate(
-      {{Dev(0, "a", "Mthreads", 1, 1), Dev(1, "b", "Mthreads", 1, 1)}, {}, {Dev(3, "c", "Mthreads", 1, 1)}},
-      written, kNow, out);
+  b->Annotate(PodView{},
+              {{Dev(0, "a", "Mthreads", 1, 1), Dev(1, "b", "Mthreads", 1, 1)},
+               {},
+               {Dev(3, "c", "Mthreads", 1, 1)}},
+              written, kNow, out);
   EXPECT_EQ(out.at("mthreads.com/predicate-node"), "node-7");
   EXPECT_EQ(out.at("mthreads.com/gpu-index"), "3");  // the last container with devices wins
   Annotations one;
-  b->Annotate({{Dev(0, "a", "Mthreads", 1, 1), Dev(1, "b", "Mthreads", 1, 1)}}, written, kNow, one);
+  b->Annotate(PodView{}, {{Dev(0, "a", "Mthreads", 1, 1), Dev(1, "b", "Mthreads", 1, 1)}}, written, kNow,
+              one);
   EXPECT_EQ(one.at("mthreads.com/gpu-index"), "0,1");
 }
 
 TEST(HygonAnnotate, V63AndD2) {
   Annotations out;
-  Make("hygon")->Annotate({{Dev(1, "test1", "DCU", 2048, 1)}}, {}, kNow, out);
+  Make("hygon")->Annotate(PodView{}, {{Dev(1, "test1", "DCU", 2048, 1)}}, {}, kNow, out);
   EXPECT_EQ(out, (Annotations{{"hami.io/dcu-devices-allocated", "test1,DCU,2048,1:;"},
                               {"hami.io/hcu-devices-to-allocate", "test1,DCU,2048,1:;"}}));
 }
@@ -810,13 +804,13 @@ TEST(Annotate, ConfiguredKeysAreWritten) {
   s.Set("annotations.allocated", "example.com/allocated");
   s.Set("annotations.toAllocate", "hami.io/dcu-devices-to-allocate");
   Annotations out;
-  Make("hygon", s)->Annotate({{Dev(0, "x", "DCU", 1, 1)}}, {}, kNow, out);
+  Make("hygon", s)->Annotate(PodView{}, {{Dev(0, "x", "DCU", 1, 1)}}, {}, kNow, out);
   EXPECT_EQ(out, (Annotations{{"example.com/allocated", "x,DCU,1,1:;"},
                               {"hami.io/dcu-devices-to-allocate", "x,DCU,1,1:;"}}));
   VendorSettings none;
   none.Set("annotations.toAllocate", "");
   Annotations only_allocated;
-  Make("nvidia", none)->Annotate({{Dev(0, "g", "NVIDIA", 1, 1)}}, {}, kNow, only_allocated);
+  Make("nvidia", none)->Annotate(PodView{}, {{Dev(0, "g", "NVIDIA", 1, 1)}}, {}, kNow, only_allocated);
   EXPECT_EQ(only_allocated, (Annotations{{"hami.io/vgpu-devices-allocated", "g,NVIDIA,1,1:;"}}));
 }
 

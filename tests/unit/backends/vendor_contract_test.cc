@@ -1,10 +1,13 @@
 // The vendor contract: what every backend must do for the rest of the binary to work with it, checked the
-// same way for the four built-in vendors and for tests/vendor/example (a fifth vendor that is one folder,
-// registered like the others). A new vendor is added to kModules and must pass unchanged.
+// same way for each built-in vendor (every Ascend chip of HAMi's chart) and for tests/vendor/example (a
+// vendor that is one folder, registered like the others). A new vendor is added to kModules and must pass
+// unchanged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
+#include "backends/ascend/ascend.h"
 #include "backends/cambricon/cambricon.h"
 #include "backends/hygon/hygon.h"
 #include "backends/mthreads/mthreads.h"
@@ -19,14 +22,23 @@ namespace hami {
 namespace {
 
 struct Case {
-  const char* name;
+  const char* label;    // the test's name
+  const char* section;  // the module's
   VendorModule (*module)();
+  const char* vendor = "";  // the backend under test among the section's ("" = its first)
 };
-const Case kModules[] = {{"nvidia", &backends::nvidia::Module},
-                         {"cambricon", &backends::cambricon::Module},
-                         {"hygon", &backends::hygon::Module},
-                         {"mthreads", &backends::mthreads::Module},
-                         {"example", &testing::example::Module}};
+const Case kModules[] = {{"nvidia", "nvidia", &backends::nvidia::Module},
+                         {"cambricon", "cambricon", &backends::cambricon::Module},
+                         {"hygon", "hygon", &backends::hygon::Module},
+                         {"mthreads", "mthreads", &backends::mthreads::Module},
+                         {"Ascend910A", "vnpus", &backends::ascend::Module, "Ascend910A"},
+                         {"Ascend910B2", "vnpus", &backends::ascend::Module, "Ascend910B2"},
+                         {"Ascend910B3", "vnpus", &backends::ascend::Module, "Ascend910B3"},
+                         {"Ascend910B4_1", "vnpus", &backends::ascend::Module, "Ascend910B4-1"},
+                         {"Ascend910B4", "vnpus", &backends::ascend::Module, "Ascend910B4"},
+                         {"Ascend310P", "vnpus", &backends::ascend::Module, "Ascend310P"},
+                         {"Ascend910C", "vnpus", &backends::ascend::Module, "Ascend910C"},
+                         {"example", "example", &testing::example::Module}};
 
 class VendorContract : public ::testing::TestWithParam<Case> {
  protected:
@@ -35,7 +47,14 @@ class VendorContract : public ::testing::TestWithParam<Case> {
     auto created = module_.create(VendorSettings{});
     ASSERT_TRUE(created) << created.error().message;
     ASSERT_FALSE(created->empty()) << "with default settings the module builds a backend";
-    backend_ = std::move(created->front());
+    const std::string vendor = GetParam().vendor;
+    for (auto& b : *created) {
+      if (vendor.empty() || b->Vendor() == vendor) {
+        backend_ = std::move(b);
+        break;
+      }
+    }
+    ASSERT_NE(backend_, nullptr) << "no backend " << vendor;
   }
   const BackendSpec& spec() const { return backend_->Spec(); }
   ContainerView Asking(std::string count) const {
@@ -50,7 +69,7 @@ class VendorContract : public ::testing::TestWithParam<Case> {
 };
 
 TEST_P(VendorContract, ModuleNamesItsSectionAndItsProtocolKeys) {
-  EXPECT_EQ(module_.section, GetParam().name);
+  EXPECT_EQ(module_.section, GetParam().section);
   EXPECT_EQ(spec().config_section, module_.section);
   EXPECT_FALSE(spec().vendor.empty());
   EXPECT_FALSE(spec().display_name.empty());
@@ -83,8 +102,8 @@ TEST_P(VendorContract, SchemaKeysAreUniqueAndEnabledIsLeftToConfig) {
 TEST_P(VendorContract, RegistersOnceUnderItsSection) {
   BackendRegistry registry;
   ASSERT_TRUE(registry.Register(GetParam().module()));
-  EXPECT_NE(registry.Schema(GetParam().name), nullptr);
-  EXPECT_TRUE(registry.Create(GetParam().name, VendorSettings{}));
+  EXPECT_NE(registry.Schema(GetParam().section), nullptr);
+  EXPECT_TRUE(registry.Create(GetParam().section, VendorSettings{}));
   EXPECT_FALSE(registry.Register(GetParam().module())) << "a section registered twice must fail";
 }
 
@@ -103,6 +122,7 @@ TEST_P(VendorContract, ItsDemoIsWellFormed) {
     }
   }
   for (const DemoNode& demo : module_.demo.nodes) {
+    if (!demo.vendor.empty() && demo.vendor != spec().vendor) continue;  // another chip's node
     const NodePublication published = backend_->Publish(demo.cards);
     NodeView node;
     node.name = demo.name;
@@ -112,6 +132,20 @@ TEST_P(VendorContract, ItsDemoIsWellFormed) {
     auto devices = backend_->Discover(node);
     ASSERT_TRUE(devices) << devices.error().message;
     EXPECT_EQ(devices->size(), demo.cards.size()) << demo.name;
+  }
+}
+
+TEST_P(VendorContract, ItsDemoNodesNameItsOwnBackends) {
+  auto created = module_.create(VendorSettings{});
+  ASSERT_TRUE(created);
+  for (const DemoNode& demo : module_.demo.nodes) {
+    if (demo.vendor.empty()) {
+      EXPECT_EQ(created->size(), 1u) << demo.name << ": a section of several backends names the node's";
+      continue;
+    }
+    EXPECT_TRUE(std::any_of(created->begin(), created->end(),
+                            [&](const BackendPtr& b) { return b->Vendor() == demo.vendor; }))
+        << demo.name << " names " << demo.vendor;
   }
 }
 
@@ -170,7 +204,7 @@ TEST_P(VendorContract, ItsAnnotationsReadBackAsTheSameAllocation) {
   PodVendorDevices devices{{ContainerDevice{0, "card-0", spec().vendor, MiB(1024), Cores(10), std::nullopt}}};
   Annotations written{{std::string(keys::kAssignedNode), "n1"}};
   Annotations out;
-  backend_->Annotate(devices, written, std::chrono::system_clock::now(), out);
+  backend_->Annotate(PodView{}, devices, written, std::chrono::system_clock::now(), out);
   ASSERT_TRUE(out.contains(spec().keys.allocated));
 
   std::vector<BackendPtr> list;
@@ -208,7 +242,7 @@ TEST_P(VendorContract, AdmitsContainersAskingForItOnly) {
 
 INSTANTIATE_TEST_SUITE_P(Vendors, VendorContract, ::testing::ValuesIn(kModules),
                          [](const ::testing::TestParamInfo<Case>& param) {
-                           return std::string(param.param.name);
+                           return std::string(param.param.label);
                          });
 
 }  // namespace

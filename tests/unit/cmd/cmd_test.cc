@@ -1,12 +1,14 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include "cmd/app.h"
+#include "config/flags.h"
 
 namespace hami::cmd {
 namespace {
@@ -284,6 +286,40 @@ TEST(Commands, TheChartsRenderedCommandLinesStartUs) {
     EXPECT_EQ(RunProgram(words.front(), args, out, err), 0) << variant << ": " << err.str();
     EXPECT_NE(out.str().find("httpBind: 0.0.0.0:443\n"), std::string::npos) << variant;
   }
+}
+
+// With Ascend enabled (--enable-ascend and the vnpus: section the chart renders) every chip of the chart
+// becomes a backend, and neither the flag nor the section is warned about.
+TEST(Commands, TheChartsAscendConfigurationBuildsOneBackendPerChip) {
+  const std::string fixture = std::string(HAMI_SOURCE_DIR) + "/tests/e2e/chart-v2.10.0/";
+  std::ifstream in(fixture + "scheduler-args-every-vendor.txt");
+  ASSERT_TRUE(in);
+  std::vector<std::string> args{"scheduler"};
+  for (std::string w; std::getline(in, w);) {
+    if (w == "--device-config-file=/device-config.yaml") {
+      w = "--device-config-file=" + fixture + "device-config.yaml";
+    }
+    if (!w.empty() && w != "scheduler") args.push_back(w);
+  }
+  ASSERT_NE(std::find(args.begin(), args.end(), "--enable-ascend=true"), args.end());
+  std::vector<std::string> with_print(args.begin() + 1, args.end());
+  with_print.push_back("--print-config");
+  std::ostringstream out, err;
+  ASSERT_EQ(RunProgram("scheduler", with_print, out, err), 0) << err.str();
+  for (const char* word : {"vnpus", "ascend", "Ascend"}) {
+    EXPECT_EQ(err.str().find(word), std::string::npos) << word << " in:\n" << err.str();
+  }
+  auto loaded = config::LoadConfig(args, Vendors());
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  auto backends = BuildBackends(loaded->config);
+  ASSERT_TRUE(backends) << backends.error().message;
+  std::vector<std::string> chips;
+  for (const auto& b : *backends) {
+    if (b->Spec().config_section == "vnpus") chips.push_back(b->Vendor());
+  }
+  std::sort(chips.begin(), chips.end());
+  EXPECT_EQ(chips, (std::vector<std::string>{"Ascend310P", "Ascend910A", "Ascend910B2", "Ascend910B3",
+                                             "Ascend910B4", "Ascend910B4-1", "Ascend910C"}));
 }
 
 // PROTOCOL.md D2 under HAMi's own device config: said at start-up, with the line that fixes it.

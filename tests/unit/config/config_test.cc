@@ -131,10 +131,23 @@ mthreads:
   resourceMemoryName: "mthreads.com/sgpu-memory"
   resourceCoreName: "mthreads.com/sgpu-core"
 vnpus:
-- chipName: 910B
-  commonWord: Ascend910A
-  resourceName: huawei.com/Ascend910A
-  resourceMemoryName: huawei.com/Ascend910A-memory
+  hamiVnpuCore: false
+  configs:
+  - chipName: 910A
+    commonWord: Ascend910A
+    resourceName: huawei.com/Ascend910A
+    resourceMemoryName: huawei.com/Ascend910A-memory
+    resourceCoreName: huawei.com/Ascend910A-core
+    memoryAllocatable: 32768
+    memoryCapacity: 32768
+    memoryFactor: 1
+    aiCore: 30
+    runtimeClassName: ""
+    overwriteEnv: false
+    templates:
+      - name: vir02
+        memory: 2184
+        aiCore: 2
 )";
 
 TEST(ConfigDefaults, EmptyDocumentKeepsDefaults) {
@@ -228,7 +241,7 @@ TEST(ConfigYaml, HamiChartDeviceConfig) {
   ApplyYaml(kHamiDeviceConfig, "/device-config.yaml", cfg, problems);
   ASSERT_THAT(problems, IsEmpty());
 
-  ASSERT_EQ(cfg.vendors.size(), 4u);
+  ASSERT_EQ(cfg.vendors.size(), 5u);
   const VendorSettings& nv = cfg.vendors.at("nvidia");
   EXPECT_TRUE(nv.enabled);
   EXPECT_EQ(nv.String("resourceCountName"), "nvidia.com/gpu");
@@ -269,24 +282,35 @@ TEST(ConfigYaml, HamiChartDeviceConfig) {
   EXPECT_EQ(mt.String("resourceMemoryName"), "mthreads.com/sgpu-memory");
   EXPECT_EQ(mt.String("resourceCoreName"), "mthreads.com/sgpu-core");
 
+  const VendorSettings& npu = cfg.vendors.at("vnpus");
+  EXPECT_EQ(npu.Bool("hamiVnpuCore"), false);
+  ASSERT_THAT(npu.Records("configs"), SizeIs(1));
+  const auto configs = npu.Records("configs");
+  const SettingRecord& chip = configs[0];
+  EXPECT_EQ(chip.String("commonWord"), "Ascend910A");
+  EXPECT_EQ(chip.Int("memoryAllocatable"), 32768);
+  EXPECT_EQ(chip.Bool("overwriteEnv"), false);
+  ASSERT_THAT(chip.Records("templates"), SizeIs(1));
+  const auto templates = chip.Records("templates");
+  EXPECT_EQ(templates[0].String("name"), "vir02");
+  EXPECT_EQ(templates[0].Int("memory"), 2184);
+
   EXPECT_THAT(cfg.warnings,
               ElementsAre(At("/device-config.yaml", kHamiDeviceConfig, "metax:") +
-                              "section 'metax' is a HAMi vendor this scheduler does not implement; ignored",
-                          At("/device-config.yaml", kHamiDeviceConfig, "vnpus:") +
-                              "section 'vnpus' is a HAMi vendor this scheduler does not implement; ignored"));
+                              "section 'metax' is a HAMi vendor this scheduler does not implement; ignored"));
 }
 
 TEST(ConfigYaml, EveryForeignHamiSectionIsAWarning) {
   const std::string text =
       "metax: {}\niluvatars: []\nenflame: {}\nkunlun: {}\nawsneuron: {}\namd: {}\nvastai: {}\nbiren: {}\n"
-      "vnpus: []\niluvatar: {}\nascend: {}\n";
+      "iluvatar: {}\n";
   Config cfg;
   std::vector<std::string> problems;
   ApplyYaml(text, "f.yaml", cfg, problems);
   EXPECT_THAT(problems, IsEmpty());
-  ASSERT_THAT(cfg.warnings, SizeIs(11));
-  EXPECT_EQ(cfg.warnings[10],
-            "f.yaml:11: section 'ascend' is a HAMi vendor this scheduler does not implement; ignored");
+  ASSERT_THAT(cfg.warnings, SizeIs(9));
+  EXPECT_EQ(cfg.warnings[8],
+            "f.yaml:9: section 'iluvatar' is a HAMi vendor this scheduler does not implement; ignored");
   EXPECT_TRUE(cfg.vendors.empty());
 }
 

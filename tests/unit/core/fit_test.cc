@@ -88,7 +88,16 @@ struct FitResult {
 class Rig {
  public:
   explicit Rig(std::string vendor, const std::map<std::string, VendorSettings>& settings = {})
-      : vendor_(std::move(vendor)), backends_(testing::BuiltinBackends(settings)), state_(backends_) {}
+      : vendor_(std::move(vendor)), backends_(testing::BuiltinBackends(WithAscend(vendor_, settings))),
+        state_(backends_) {}
+
+  // Ascend chips (vendor keys "Ascend...") come from the vnpus section, which is off by default.
+  static std::map<std::string, VendorSettings> WithAscend(const std::string& vendor,
+                                                          std::map<std::string, VendorSettings> settings) {
+    if (vendor.starts_with("Ascend")) settings.try_emplace("vnpus");
+    return settings;
+  }
+  bool Ascend() const { return vendor_.starts_with("Ascend"); }
 
   const std::string& vendor() const { return vendor_; }
   bool Capacity() const { return vendor_ == "MLU" || vendor_ == "Mthreads"; }
@@ -108,15 +117,19 @@ class Rig {
     n.name = "n";
     n.annotations = annotations;
     const auto count = static_cast<std::int64_t>(specs.size());
-    if (vendor_ == "NVIDIA" || vendor_ == "DCU") {
+    if (vendor_ == "NVIDIA" || vendor_ == "DCU" || Ascend()) {
       std::vector<DeviceInfo> devices;
       for (std::size_t i = 0; i < specs.size(); ++i) {
         DeviceInfo d = Gpu(Uuid(static_cast<int>(i)), static_cast<std::int32_t>(i), M(specs[i].mem),
-                           specs[i].count, vendor_ == "DCU" ? "DCU-K100" : "NVIDIA-A100");
+                           specs[i].count,
+                           vendor_ == "DCU" ? "DCU-K100" : (Ascend() ? vendor_ : "NVIDIA-A100"));
         d.health = specs[i].health;
         devices.push_back(d);
       }
-      if (vendor_ == "NVIDIA") {
+      if (Ascend()) {
+        n.annotations["hami.io/node-register-" + vendor_] = codec::EncodeDeviceManifest(devices);
+        n.allocatable["huawei.com/" + vendor_] = std::to_string(specs.size() * 100);
+      } else if (vendor_ == "NVIDIA") {
         NodeView built = testing::NvidiaNode("n", devices);
         for (const auto& [k, v] : built.annotations) n.annotations[k] = v;
       } else {
@@ -199,10 +212,22 @@ class FitMatrix : public ::testing::TestWithParam<const char*> {
   Rig rig_;
 };
 
-std::string VendorName(const ::testing::TestParamInfo<const char*>& info) { return info.param; }
+// The vendor key as a test name ("Ascend910B4-1" -> "Ascend910B4_1").
+std::string VendorName(const ::testing::TestParamInfo<const char*>& info) {
+  std::string name = info.param;
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return name;
+}
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, FitMatrix, ::testing::Values("NVIDIA", "MLU", "Mthreads", "DCU"),
                          VendorName);
+// Every chip of HAMi's chart; the 910C takes whole modules for requests of more than one card.
+#define HAMI_ASCEND_CHIPS                                                                            \
+  ::testing::Values("Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4", \
+                    "Ascend310P", "Ascend910C")
+INSTANTIATE_TEST_SUITE_P(AscendChips, FitMatrix, HAMI_ASCEND_CHIPS, VendorName);
 
 TEST_P(FitMatrix, F1LastDeviceTriedFirst) {
   rig_.Node({{.mem = 128}, {.mem = 128}});
@@ -237,7 +262,8 @@ TEST_P(FitMatrix, F5UseUuid) {
   rig_.Node({{.mem = 1280}, {.mem = 1280}});
   const std::string key = Spec().keys.use_uuid;
   auto r = rig_.Fit(2, 512, 0, 50, {{key, rig_.Uuid(0)}});
-  EXPECT_EQ(r.reason, "1/2 AllocatedCardsInsufficientRequest, 1/2 CardUuidMismatch");
+  EXPECT_EQ(r.reason, std::string(rig_.vendor() == "Ascend910C" ? "0" : "1") +
+                          "/2 AllocatedCardsInsufficientRequest, 1/2 CardUuidMismatch");
   auto one = rig_.Fit(1, 512, 0, 50, {{key, rig_.Uuid(0)}});
   ASSERT_TRUE(one.ok) << one.reason;
   EXPECT_EQ(one.uuids, (std::vector<std::string>{rig_.Uuid(0)}));
@@ -247,7 +273,9 @@ TEST_P(FitMatrix, F6NouseUuid) {
   rig_.Node({{.mem = 1280}, {.mem = 1280}});
   const std::string key = Spec().keys.nouse_uuid;
   auto r = rig_.Fit(2, 512, 0, 50, {{key, rig_.Uuid(0)}});
-  EXPECT_EQ(r.reason, "1/2 AllocatedCardsInsufficientRequest, 1/2 CardUuidMismatch");
+  // A 910C's half module is no allocation (it counts the module's cards it could take: none).
+  EXPECT_EQ(r.reason, std::string(rig_.vendor() == "Ascend910C" ? "0" : "1") +
+                          "/2 AllocatedCardsInsufficientRequest, 1/2 CardUuidMismatch");
   auto one = rig_.Fit(1, 512, 0, 50, {{key, rig_.Uuid(1)}});
   ASSERT_TRUE(one.ok) << one.reason;
   EXPECT_EQ(one.uuids, (std::vector<std::string>{rig_.Uuid(0)}));
@@ -306,7 +334,8 @@ TEST_P(FitMatrix, F11PartialSelection) {
   two.Node({{.mem = 1024, .used = 20, .used_cores = 10}, {.mem = 1024, .used = 1, .used_mem = 1000}});
   auto r = two.Fit(2, 512, 0, 20);
   EXPECT_FALSE(r.ok);
-  EXPECT_EQ(r.reason, "1/2 AllocatedCardsInsufficientRequest, 1/2 CardInsufficientMemory");
+  EXPECT_EQ(r.reason, std::string(rig_.vendor() == "Ascend910C" ? "0" : "1") +
+                          "/2 AllocatedCardsInsufficientRequest, 1/2 CardInsufficientMemory");
 }
 
 TEST_P(FitMatrix, F12AllocatedCardsInsufficientRequest) {
@@ -374,6 +403,11 @@ ContainerView VendorCtr(const std::string& vendor, const std::string& name, int 
     return Ctr(name, {{"cambricon.com/vmlu", std::to_string(count)},
                       {"cambricon.com/mlu.smlu.vmemory", std::to_string(mem_mib / 256)},
                       {"cambricon.com/mlu.smlu.vcore", std::to_string(cores)}});
+  }
+  if (vendor.starts_with("Ascend")) {
+    return Ctr(name, {{"huawei.com/" + vendor, std::to_string(count)},
+                      {"huawei.com/" + vendor + "-memory", std::to_string(mem_mib)},
+                      {"huawei.com/" + vendor + "-core", std::to_string(cores)}});
   }
   // Moore Threads: pod totals.
   return Ctr(name, {{"mthreads.com/vgpu", std::to_string(count)},
@@ -1138,6 +1172,188 @@ TEST(Reasons, OnlyTheFailingRequestIsReported) {
   auto out = env.Run(Pod("p", {testing::GpuCtr("cuda", 1, 100, 10),
                                Ctr("dcu", {{"hygon.com/dcunum", "1"}, {"hygon.com/dcumem", "2000"}})}));
   EXPECT_EQ(Failure(out), "2/2 CardInsufficientMemory");
+}
+
+// --- Ascend: health, network groups, 910C modules, the soft-split gate and the network score -------------
+
+class AscendMatrix : public FitMatrix {};
+INSTANTIATE_TEST_SUITE_P(AscendChips, AscendMatrix, HAMI_ASCEND_CHIPS, VendorName);
+
+TEST_P(AscendMatrix, F14NotHealthy) {
+  rig_.Node({{.health = false}});
+  EXPECT_EQ(rig_.Fit(1, 0, 10, 20).reason, "1/1 CardNotHealth");
+  EXPECT_EQ(rig_.Fit(1, 64, 0, 50).reason, "1/1 CardNotHealth");
+}
+
+// Cards dev-<i> of chip `cw` on node `name`, in the networks given (nullopt: the plugin published none).
+NodeView AscendNode(const std::string& name, const std::string& cw,
+                    const std::vector<std::optional<std::int32_t>>& networks,
+                    std::vector<std::int32_t> indexes = {},
+                    Annotations annotations = {}, std::int64_t devcore = 100) {
+  NodeView n;
+  n.name = name;
+  n.annotations = std::move(annotations);
+  std::vector<DeviceInfo> cards;
+  for (std::size_t i = 0; i < networks.size(); ++i) {
+    const auto index = indexes.empty() ? static_cast<std::int32_t>(i) : indexes[i];
+    DeviceInfo d = Gpu("dev-" + std::to_string(index), index, 65536, 4, cw);
+    d.devcore = Cores(devcore);
+    d.network = networks[i];
+    cards.push_back(d);
+  }
+  n.annotations["hami.io/node-register-" + cw] = codec::EncodeDeviceManifest(cards);
+  n.allocatable["huawei.com/" + cw] = std::to_string(cards.size() * 4);
+  return n;
+}
+
+PodView NpuPod(const std::string& cw, int count, std::int64_t memory = 0, std::int64_t cores = 0,
+               std::map<std::string, std::string> annotations = {}) {
+  std::map<std::string, std::string> limits{{"huawei.com/" + cw, std::to_string(count)}};
+  if (memory > 0) limits["huawei.com/" + cw + "-memory"] = std::to_string(memory);
+  if (cores > 0) limits["huawei.com/" + cw + "-core"] = std::to_string(cores);
+  return Pod("p", {Ctr("npu", std::move(limits))}, {}, std::move(annotations));
+}
+
+const std::map<std::string, VendorSettings> kAscend = {{"vnpus", VendorSettings{}}};
+
+TEST(AscendFit, A8SeveralCardsComeFromTheLargestNetwork) {
+  for (const char* cw : {"Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4-1", "Ascend910B4"}) {
+    Env env(kAscend);
+    env.state.UpsertNode(AscendNode("n", cw, {0, 1, 1}));
+    auto out = env.Run(NpuPod(cw, 2));
+    ASSERT_EQ(out.kind, FilterOutcome::Kind::kScheduled) << cw << ": " << Failure(out);
+    EXPECT_EQ(Uuids(out, 0, cw), (std::vector<std::string>{"dev-2", "dev-1"})) << cw;
+  }
+}
+
+TEST(AscendFit, NetworkGroupsByFreeCardsThenByNetworkId) {
+  Env env(kAscend);
+  env.state.UpsertNode(AscendNode("n", "Ascend910B3", {0, 0, 0, 0, 1, 1, 1, 1}));
+  // Three cards of the second ring are taken whole: its one free card does not join a request of three.
+  for (int i = 5; i < 8; ++i) {
+    Hold(env.state, "h" + std::to_string(i), "n", "Ascend910B3", "dev-" + std::to_string(i), 4, 0, 0);
+  }
+  auto three = env.Run(NpuPod("Ascend910B3", 3));
+  ASSERT_EQ(three.kind, FilterOutcome::Kind::kScheduled) << Failure(three);
+  EXPECT_EQ(Sorted(Uuids(three, 0, "Ascend910B3")), (std::vector<std::string>{"dev-1", "dev-2", "dev-3"}));
+
+  // Equal groups: the lower network id, whatever the order of a map.
+  Env tie(kAscend);
+  tie.state.UpsertNode(AscendNode("n", "Ascend910B3", {1, 1, 0, 0}));
+  auto two = tie.Run(NpuPod("Ascend910B3", 2));
+  ASSERT_EQ(two.kind, FilterOutcome::Kind::kScheduled) << Failure(two);
+  EXPECT_EQ(Sorted(Uuids(two, 0, "Ascend910B3")), (std::vector<std::string>{"dev-2", "dev-3"}));
+
+  // One card without a network: no grouping, the policy's order.
+  Env partial(kAscend);
+  partial.state.UpsertNode(AscendNode("n", "Ascend910B3", {0, std::nullopt, 1}));
+  auto plain = partial.Run(NpuPod("Ascend910B3", 2));
+  ASSERT_EQ(plain.kind, FilterOutcome::Kind::kScheduled) << Failure(plain);
+  EXPECT_EQ(Uuids(plain, 0, "Ascend910B3"), (std::vector<std::string>{"dev-2", "dev-1"}));
+
+  Env short_of(kAscend);
+  short_of.state.UpsertNode(AscendNode("n", "Ascend910B3", {0, 0, 1}));
+  Hold(short_of.state, "h", "n", "Ascend910B3", "dev-0", 4, 0, 0);
+  EXPECT_EQ(Failure(short_of.Run(NpuPod("Ascend910B3", 3))),
+            "1/3 CardTimeSlicingExhausted, 2/3 AllocatedCardsInsufficientRequest");
+}
+
+TEST(AscendFit, A10The910CTakesWholeModules) {
+  for (const bool with_network : {true, false}) {
+    auto node = [&](std::vector<std::int32_t> indexes) {
+      std::vector<std::optional<std::int32_t>> networks(indexes.size());
+      if (with_network) networks.assign(indexes.size(), 0);
+      return AscendNode("n", "Ascend910C", networks, std::move(indexes));
+    };
+    Env env(kAscend);
+    env.state.UpsertNode(node({0, 1, 2}));
+    auto pair = env.Run(NpuPod("Ascend910C", 2));
+    ASSERT_EQ(pair.kind, FilterOutcome::Kind::kScheduled) << Failure(pair);
+    EXPECT_EQ(Uuids(pair, 0, "Ascend910C"), (std::vector<std::string>{"dev-1", "dev-0"}));
+
+    Env scattered(kAscend);
+    scattered.state.UpsertNode(node({0, 1, 2, 4, 6}));
+    EXPECT_EQ(Failure(scattered.Run(NpuPod("Ascend910C", 4))), "2/4 AllocatedCardsInsufficientRequest")
+        << "one whole module is not two";
+
+    Env halves(kAscend);
+    halves.state.UpsertNode(node({0, 2}));
+    EXPECT_EQ(Failure(halves.Run(NpuPod("Ascend910C", 2))), "0/2 AllocatedCardsInsufficientRequest");
+
+    Env whole(kAscend);
+    whole.state.UpsertNode(node({0, 1}));
+    auto ok = whole.Run(NpuPod("Ascend910C", 2));
+    ASSERT_EQ(ok.kind, FilterOutcome::Kind::kScheduled) << Failure(ok);
+    EXPECT_EQ(Uuids(ok, 0, "Ascend910C").size(), 2u);
+
+    Env four(kAscend);
+    four.state.UpsertNode(node({0, 1, 2, 3, 4, 5, 6, 7}));
+    Hold(four.state, "h", "n", "Ascend910C", "dev-3", 4, 0, 0);  // module 1 is half taken
+    auto two_modules = four.Run(NpuPod("Ascend910C", 4));
+    ASSERT_EQ(two_modules.kind, FilterOutcome::Kind::kScheduled) << Failure(two_modules);
+    EXPECT_EQ(Sorted(Uuids(two_modules, 0, "Ascend910C")),
+              (std::vector<std::string>{"dev-4", "dev-5", "dev-6", "dev-7"}));
+  }
+}
+
+TEST(AscendFit, A9SoftSplitPodsNeedANodeThatOffersIt) {
+  const std::map<std::string, std::string> soft{{"huawei.com/vnpu-mode", "hami-core"}};
+  const Annotations offers{{"hami-vnpu-core", "true"}};
+  auto run = [&](const Annotations& node, const PodView& pod,
+                 const std::map<std::string, VendorSettings>& settings = kAscend) {
+    Env env(settings);
+    env.state.UpsertNode(AscendNode("n", "Ascend910B3", {0}, {}, node));
+    return env.Run(pod);
+  };
+  EXPECT_EQ(Failure(run({}, NpuPod("Ascend910B3", 1, 15360, 20, soft))), "1/1 ModeNotFit");
+  EXPECT_EQ(Failure(run({}, NpuPod("Ascend910B3", 1, 65536, 0, soft))), "1/1 ModeNotFit");
+  EXPECT_EQ(Failure(run({}, NpuPod("Ascend910B3", 1, 0, 0, soft))), "1/1 ModeNotFit") << "#2029";
+  EXPECT_EQ(Failure(run({{"hami-vnpu-core", "false"}}, NpuPod("Ascend910B3", 1, 15360, 20, soft))),
+            "1/1 ModeNotFit");
+  EXPECT_EQ(Failure(run(offers, NpuPod("Ascend910B3", 1, 15360, 20, soft))), "<fits>");
+  EXPECT_EQ(Failure(run(offers, NpuPod("Ascend910B3", 1, 0, 0, soft))), "<fits>");
+  EXPECT_EQ(Failure(run(offers, NpuPod("Ascend910B3", 1, 16384))), "<fits>") << "hard split on such a node";
+  EXPECT_EQ(Failure(run(offers, NpuPod("Ascend910B3", 1))), "<fits>");
+
+  // vnpus.hamiVnpuCore offers it where the node says nothing; the node's own annotation wins.
+  const std::map<std::string, VendorSettings> global = {
+      {"vnpus", VendorSettings{}.Set("hamiVnpuCore", true)}};
+  EXPECT_EQ(Failure(run({}, NpuPod("Ascend910B3", 1, 15360, 20, soft), global)), "<fits>");
+  EXPECT_EQ(Failure(run({{"hami-vnpu-core", "false"}}, NpuPod("Ascend910B3", 1, 15360, 20, soft), global)),
+            "1/1 ModeNotFit");
+}
+
+TEST(AscendFit, SoftSplitCoresArePercentOfTheCard) {
+  // The plugin publishes a card's AI cores (20 on a 910B3); a soft-split pod asks in percent of the card.
+  const std::map<std::string, std::string> soft{{"huawei.com/vnpu-mode", "hami-core"}};
+  Env env(kAscend);
+  env.state.UpsertNode(AscendNode("n", "Ascend910B3", {0}, {}, {{"hami-vnpu-core", "true"}}, 20));
+  auto out = env.Run(NpuPod("Ascend910B3", 1, 8192, 60, soft));
+  ASSERT_EQ(out.kind, FilterOutcome::Kind::kScheduled) << Failure(out);
+  env.Reserve(NpuPod("Ascend910B3", 1, 8192, 60, soft), out);
+  EXPECT_EQ(env.Usage("dev-0"), (DeviceUsage{1, MiB(8192), Cores(60)}));
+  EXPECT_EQ(Failure(env.Run(NpuPod("Ascend910B3", 1, 8192, 50, soft))), "1/1 CardInsufficientCore");
+  EXPECT_EQ(Failure(env.Run(NpuPod("Ascend910B3", 1, 8192, 40, soft))), "<fits>");
+}
+
+TEST(AscendFit, NodesThatKeepAContainersCardsTogetherRankFirstUnderEitherPolicy) {
+  // Two nodes used alike; on "split" the two free cards sit in different rings, on "together" in one.
+  for (const char* policy : {"binpack", "spread"}) {
+    Env env(kAscend);
+    env.state.UpsertNode(AscendNode("split", "Ascend910B3", {0, 0, 0, 0, 1, 1, 1, 1}));
+    env.state.UpsertNode(AscendNode("together", "Ascend910B3", {0, 0, 0, 0, 1, 1, 1, 1}));
+    for (int i : {1, 2, 3, 5, 6, 7}) {
+      Hold(env.state, "s" + std::to_string(i), "split", "Ascend910B3", "dev-" + std::to_string(i), 4, 0, 0);
+    }
+    for (int i : {2, 3, 4, 5, 6, 7}) {
+      Hold(env.state, "t" + std::to_string(i), "together", "Ascend910B3", "dev-" + std::to_string(i), 4, 0,
+           0);
+    }
+    Scheduler s(env.state, SchedulerOptions{"spread", policy});
+    auto out = s.Filter(NpuPod("Ascend910B3", 2), {"split", "together"}, kNow);
+    ASSERT_EQ(out.kind, FilterOutcome::Kind::kScheduled) << policy;
+    EXPECT_EQ(out.node, "together") << policy;
+  }
 }
 
 }  // namespace
