@@ -385,6 +385,23 @@ Result<SimPluginsFlags> ParseSimPluginsFlags(const std::vector<std::string>& arg
   return flags;
 }
 
+// "cambricon, hygon, ..., vnpus: Ascend910A ...": the sections, and the vendor keys of those that build
+// several backends by default (a node names one of them).
+std::string SimVendorList() {
+  std::vector<std::string> out;
+  for (const auto& section : Vendors().Names()) {
+    auto built = Vendors().Create(section, VendorSettings{});
+    if (!built || built->size() < 2) {
+      out.push_back(section);
+      continue;
+    }
+    std::vector<std::string> keys;
+    for (const auto& b : *built) keys.push_back(b->Vendor());
+    out.push_back(fmt::format("{}: {}", section, fmt::join(keys, " ")));
+  }
+  return fmt::format("{}", fmt::join(out, ", "));
+}
+
 std::string SimPluginsHelp() {
   return fmt::format(
       R"(Usage: hami-scheduler sim-device-plugins --kubeconfig FILE --node {} [--node ...]
@@ -400,7 +417,8 @@ SIGINT or SIGTERM; every action is printed on stdout.
   --kubeconfig FILE          the API server (required)
   --node SPEC                a node and its cards (repeatable, at least one):
                                NAME=VENDOR:COUNTxMEMORY_MIB[:SPLIT[:TYPE]]
-                               VENDOR: a vendor's device-config section ({})
+                               VENDOR: a vendor's device-config section, or the vendor key of
+                               one of a section's backends ({})
                                SPLIT: tasks per card (default 10); TYPE: card model (default
                                <vendor key>-SIM)
                                e.g. --node gpu-1=nvidia:2x16384:10:NVIDIA-T4 --node dcu-1=hygon:2x65536
@@ -409,7 +427,7 @@ SIGINT or SIGTERM; every action is printed on stdout.
   --device-config-file FILE  HAMi's device-config.yaml, for resource names and annotation keys (the same
                              file `serve` reads)
 )",
-      kSimNodeSyntax, fmt::join(Vendors().Names(), ", "));
+      kSimNodeSyntax, SimVendorList());
 }
 
 Result<const Backend*> BackendForVendor(const Backends& backends, std::string_view vendor) {
@@ -474,6 +492,8 @@ int SimDevicePlugins(const std::vector<std::string>& args, std::ostream& out, st
     err << "hami-scheduler sim-device-plugins: " << loaded.error().message << "\n";
     return kExitUsage;
   }
+  // Every vendor's plugin can be simulated, also those `serve` needs a flag for (--enable-ascend).
+  for (const auto& section : Vendors().Sections()) cfg.vendors[section].enabled = true;
   auto backends = BuildBackends(cfg);
   if (!backends) {
     err << "hami-scheduler sim-device-plugins: " << backends.error().message << "\n";

@@ -252,7 +252,17 @@ Result<Chip> ReadChip(const SettingRecord& r, std::size_t i) {
 Result<std::vector<BackendPtr>> Create(const VendorSettings& settings) {
   std::vector<Chip> chips;
   if (!settings.Has("configs")) {
+    // The chart's chips, with the chart's per-chip values given once for all of them (our extension).
+    const std::string runtime_class = settings.String("runtimeClassName").value_or("");
+    if (!runtime_class.empty() && !IsDns1123Subdomain(runtime_class)) {
+      return Error{fmt::format("{}.runtimeClassName: {} is not a DNS subdomain (a RuntimeClass name)", kSection,
+                               Quoted(runtime_class))};
+    }
     chips = ChartChips();
+    for (Chip& chip : chips) {
+      chip.runtime_class = runtime_class;
+      chip.overwrite_env = settings.Bool("overwriteEnv").value_or(false);
+    }
   } else {
     const auto records = settings.Records("configs");
     for (std::size_t i = 0; i < records.size(); ++i) {
@@ -298,7 +308,11 @@ VendorSchema Schema() {
                                           {"superPod", SettingKind::kBool},
                                           {"templates", SettingKind::kRecordList, templates}};
   VendorSchema schema;
-  schema.fields = {{"hamiVnpuCore", SettingKind::kBool}, {"configs", SettingKind::kRecordList, chip}};
+  // runtimeClassName and overwriteEnv beside configs (ours) apply to the chart's chips when configs is absent.
+  schema.fields = {{"hamiVnpuCore", SettingKind::kBool},
+                   {"runtimeClassName", SettingKind::kString},
+                   {"overwriteEnv", SettingKind::kBool},
+                   {"configs", SettingKind::kRecordList, chip}};
   return schema;
 }
 

@@ -3,7 +3,8 @@
 #   start etcd + kube-apiserver + kube-scheduler with a copy of deploy/kube-scheduler-config.yaml whose
 #   urlPrefix points at our port -> apply deploy/hami-scheduler.yaml (RBAC, ConfigMaps...) -> run
 #   `hami-scheduler serve` as a real process under the deploy ServiceAccount's token (so the RBAC is what it
-#   runs with) and `hami-scheduler sim-device-plugins` for two NVIDIA nodes and a Hygon node -> create pods
+#   runs with, and --enable-ascend) and `hami-scheduler sim-device-plugins` for two NVIDIA nodes, a Hygon
+#   node, a node of eight Ascend 910B3 NPUs in two rings and one of four 910C NPUs -> create pods
 #   with kubectl and check placement, annotations, events and metrics -> SIGTERM both, expect exit 0.
 #
 #   tests/e2e/extender.sh [PATH/TO/hami-scheduler]   # default: ${BUILD_DIR:-build}/hami-scheduler
@@ -154,11 +155,12 @@ fi
 "$HAMI" serve --kubeconfig "$SA_KUBECONFIG" --http_bind "127.0.0.1:$EXT_PORT" \
   --metrics-bind-address "127.0.0.1:$METRICS_PORT" --health-check-interval 2s \
   --webhook-bind "127.0.0.1:$WEBHOOK_PORT" --webhook-cert-file "$WORK/webhook-tls.crt" --webhook-key-file "$WORK/webhook-tls.key" \
-  --device-config-file "$ROOT/deploy/device-config.yaml" > "$WORK/logs/hami-serve.log" 2>&1 < /dev/null &
+  --device-config-file "$ROOT/deploy/device-config.yaml" --enable-ascend=true > "$WORK/logs/hami-serve.log" 2>&1 < /dev/null &
 SERVE_PID=$!
 "$HAMI" sim-device-plugins --kubeconfig "$HAMI_E2E_KUBECONFIG" \
   --node gpu-a=nvidia:2x16384:10:NVIDIA-Tesla-T4 --node gpu-b=nvidia:2x32768:10:NVIDIA-V100 \
-  --node dcu-1=hygon:2x65536:4:DCU-K100 --allocate-delay 20ms --register-interval 5s \
+  --node dcu-1=hygon:2x65536:4:DCU-K100 --node npu-1=Ascend910B3:8x65536:4:Ascend910B3 \
+  --node npu-c=Ascend910C:4x65536:4:Ascend910C --allocate-delay 20ms --register-interval 5s \
   --device-config-file "$ROOT/deploy/device-config.yaml" > "$WORK/logs/sim-device-plugins.log" 2>&1 < /dev/null &
 PLUGINS_PID=$!
 
@@ -180,13 +182,13 @@ if [[ "$answer" == *'"uid":"e2e-1","allowed":true'*'"patchType":"JSONPatch"'* ]]
 else
   bad "webhook listener: $answer"
 fi
-three_nodes_registered() { metrics | has -x 'hami_scheduler_nodes 3'; }
+five_nodes_registered() { metrics | has -x 'hami_scheduler_nodes 5'; }
 nodes_ready() {
   [ "$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}/{.status.allocatable.pods} {end}')" = \
-    "dcu-1=True/110 gpu-a=True/110 gpu-b=True/110 " ]
+    "dcu-1=True/110 gpu-a=True/110 gpu-b=True/110 npu-1=True/110 npu-c=True/110 " ]
 }
-if wait_for 60 nodes_ready && wait_for 60 three_nodes_registered; then
-  ok "sim-device-plugins created 3 Ready nodes and the scheduler registered their devices after $(( $(date +%s) - t0 ))s"
+if wait_for 60 nodes_ready && wait_for 60 five_nodes_registered; then
+  ok "sim-device-plugins created 5 Ready nodes and the scheduler registered their devices after $(( $(date +%s) - t0 ))s"
 else
   bad "nodes not created or not registered within 60s: $(K get nodes 2>&1 | tr '\n' ' ') $(metrics 2>&1 | grep '^hami_scheduler_nodes')"
   dump_logs; finish
@@ -242,6 +244,60 @@ pod dcu-2000 '{"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/d
 # PROTOCOL.md D2, is hami.io/hcu-devices-to-allocate).
 check_pod dcu-2000 dcu-1 hami.io/dcu-devices-allocated hami.io/dcu-devices-to-allocate 2000
 
+# Ascend 910B3 (HAMi's chart chips, --enable-ascend): a 16 GiB vNPU carved by its template, and two whole
+# NPUs from one ring (network group) of the node.
+pod npu-vnpu '{"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "16384"}' >/dev/null
+check_pod npu-vnpu npu-1 hami.io/Ascend910B3-devices-allocated hami.io/Ascend910B3-devices-to-allocate 16384
+runtime_json="$(annotation npu-vnpu huawei.com/Ascend910B3)"
+if [[ "$runtime_json" == '[{"UUID":"'*'","temp":"vir05_1c_16g","memory":16384}]' ]] && [[ "$(annotation npu-vnpu predicate-time)" =~ ^[0-9]+$ ]]; then
+  ok "npu-vnpu: huawei.com/Ascend910B3=$runtime_json and predicate-time for the Ascend plugin"
+else
+  bad "npu-vnpu: huawei.com/Ascend910B3='$runtime_json' predicate-time='$(annotation npu-vnpu predicate-time)'"
+fi
+pod npu-pair '{"huawei.com/Ascend910B3": "2"}' >/dev/null
+check_pod npu-pair npu-1 hami.io/Ascend910B3-devices-allocated hami.io/Ascend910B3-devices-to-allocate 65536
+# Both cards in one ring: the NetworkID the plugin published for each chosen UUID.
+rings="$(python3 - "$(K get node npu-1 -o 'jsonpath={.metadata.annotations.hami\.io/node-register-Ascend910B3}')" \
+  "$(annotation npu-pair huawei.com/Ascend910B3)" <<'PY'
+import json, sys
+network = {d["id"]: d.get("custominfo", {}).get("NetworkID") for d in json.loads(sys.argv[1])}
+print(" ".join(str(network.get(c["UUID"])) for c in json.loads(sys.argv[2])))
+PY
+)"
+read -r ring_a ring_b ring_more <<< "$rings"
+if [ -n "$ring_a" ] && [ "$ring_a" != None ] && [ "$ring_a" = "$ring_b" ] && [ -z "$ring_more" ]; then
+  ok "npu-pair: both NPUs in one ring (NetworkID $rings)"
+else
+  bad "npu-pair: NetworkIDs of its NPUs '$rings' (want two equal)"
+fi
+# A 910C pair takes one whole module (chips 2i and 2i+1).
+pod npu-module '{"huawei.com/Ascend910C": "2"}' >/dev/null
+check_pod npu-module npu-c hami.io/Ascend910C-devices-allocated hami.io/Ascend910C-devices-to-allocate 65536
+module="$(annotation npu-module hami.io/Ascend910C-devices-allocated | tr ':' '\n' | sed -n 's/^Ascend910C-npu-c-\([0-9]\),.*/\1/p' | sort | tr '\n' ' ')"
+if [ "$module" = "0 1 " ] || [ "$module" = "2 3 " ]; then
+  ok "npu-module: the NPUs of one module ($module)"
+else
+  bad "npu-module: NPUs '$module' are not one module"
+fi
+# hami-core soft split on a node that offers it (the Ascend plugin's node annotation): memory and core
+# percent as asked, no template in the runtime JSON.
+K annotate node npu-1 hami-vnpu-core=true >/dev/null
+K create -f - >/dev/null <<EOF
+{"apiVersion": "v1", "kind": "Pod",
+ "metadata": {"name": "npu-soft", "namespace": "default", "annotations": {"huawei.com/vnpu-mode": "hami-core"}},
+ "spec": {"schedulerName": "hami-scheduler",
+          "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                          "resources": {"limits": {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "8192",
+                                                   "huawei.com/Ascend910B3-core": "30"}}}]}}
+EOF
+check_pod npu-soft npu-1 hami.io/Ascend910B3-devices-allocated hami.io/Ascend910B3-devices-to-allocate 8192
+soft_json="$(annotation npu-soft huawei.com/Ascend910B3)"
+if [[ "$soft_json" == '[{"UUID":"'*'","memory":8192,"core":30}]' ]]; then
+  ok "npu-soft: huawei.com/Ascend910B3=$soft_json"
+else
+  bad "npu-soft: huawei.com/Ascend910B3='$soft_json'"
+fi
+
 pod gpu-too-big '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000000"}' >/dev/null
 failed_scheduling() {
   K get events -n default --field-selector involvedObject.name=gpu-too-big,reason=FailedScheduling \
@@ -277,7 +333,7 @@ else
 fi
 
 locks="$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.metadata.annotations.hami\.io/mutex\.lock} {end}')"
-if [ "$locks" = "dcu-1= gpu-a= gpu-b= " ]; then
+if [ "$locks" = "dcu-1= gpu-a= gpu-b= npu-1= npu-c= " ]; then
   ok "no hami.io/mutex.lock left on the nodes"
 else
   bad "node locks left behind: $locks"
@@ -291,10 +347,10 @@ else
 fi
 
 allocations="$(grep -c ' allocated default/' "$WORK/logs/sim-device-plugins.log")"
-if [ "$allocations" = 3 ]; then
-  ok "sim-device-plugins logged 3 allocations"
+if [ "$allocations" = 7 ]; then
+  ok "sim-device-plugins logged 7 allocations"
 else
-  bad "sim-device-plugins logged $allocations allocations (want 3)"
+  bad "sim-device-plugins logged $allocations allocations (want 7)"
 fi
 
 # ------------------------------------------------------------------ graceful stop

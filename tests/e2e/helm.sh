@@ -67,6 +67,26 @@ render no-webhook --set scheduler.admissionWebhook.enabled=false && checks no-we
 render cert-manager --set scheduler.certManager.enabled=true && checks cert-manager "$WORK/cert-manager.yaml"
 render monitoring --set prometheus.enabled=true --set grafanaDashboard.enabled=true \
   --api-versions monitoring.coreos.com/v1/ServiceMonitor && checks monitoring "$WORK/monitoring.yaml" "$CHART/files/hami-scheduler.json"
+render ascend --set devices.ascend.enabled=true --set devices.ascend.hamiVnpuCore=true \
+  --set devices.ascend.runtimeClassName=ascend && checks ascend "$WORK/ascend.yaml"
+render ascend-chips --set devices.ascend.enabled=true --set 'devices.ascend.vnpus[0].commonWord=MyNpu' \
+  --set 'devices.ascend.vnpus[0].resourceName=example.com/npu' \
+  --set 'devices.ascend.vnpus[0].resourceMemoryName=example.com/npu-memory' \
+  --set 'devices.ascend.vnpus[0].memoryAllocatable=4096' && checks ascend-chips "$WORK/ascend-chips.yaml"
+# Both device configs load in our binary with --enable-ascend and build their chips.
+for name in ascend ascend-chips; do
+  python3 -c '
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-device"):
+        print(d["data"]["device-config.yaml"])' "$WORK/$name.yaml" > "$WORK/$name-device-config.yaml"
+  if "$HAMI" config --enable-ascend=true --device-config-file "$WORK/$name-device-config.yaml" \
+       > "$WORK/$name-config.yaml" 2> "$WORK/logs/$name-config.log" && ! grep -qi 'ascend\|vnpus' "$WORK/logs/$name-config.log"; then
+    ok "our binary loads the $name rendering's device config with --enable-ascend, without a warning about it"
+  else
+    cat "$WORK/logs/$name-config.log"; bad "our binary and the $name rendering's device config"
+  fi
+done
 render changed --set devices.nvidia.gpuCorePolicy=force && checks checksum "$WORK/default.yaml" "$WORK/changed.yaml"
 
 # ------------------------------------------------------------------ the operator's command line, loaded by us

@@ -95,6 +95,30 @@ def default_case(docs):
           "the Service's port 443 reaches the webhook on 8443")
 
 
+ASCEND_CHIPS = ["Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4", "Ascend910B4-1", "Ascend310P",
+                "Ascend910C"]
+
+
+def ascend_case(docs):
+    """devices.ascend.enabled: the flag, the vnpus section, every chip's resources managed."""
+    check("--enable-ascend=true" in flags(docs), "Ascend enabled: the extender runs with --enable-ascend=true")
+    vnpus = device_config(docs).get("vnpus")
+    check(vnpus == {"hamiVnpuCore": True, "runtimeClassName": "ascend", "overwriteEnv": False},
+          f"the device config's vnpus section carries the values (the chips built in): {vnpus}")
+    names = {r["name"] for r in scheduler_config(docs)["extenders"][0]["managedResources"]}
+    want = {f"huawei.com/{c}{s}" for c in ASCEND_CHIPS for s in ("", "-memory", "-core")}
+    check(want <= names, f"managedResources lists the 21 Ascend resources (missing: {sorted(want - names)})")
+    default_names = {"nvidia.com/gpu", "hygon.com/dcunum"}
+    check(default_names <= names, "and still every other vendor's")
+
+
+def ascend_chips_case(docs):
+    """devices.ascend.vnpus: the operator's chips become vnpus.configs."""
+    configs = device_config(docs).get("vnpus", {}).get("configs", [])
+    check([c.get("commonWord") for c in configs] == ["MyNpu"] and configs[0].get("memoryAllocatable") == 4096,
+          f"devices.ascend.vnpus becomes vnpus.configs: {configs}")
+
+
 def low_port_case(docs):
     sc = containers(docs)["vgpu-scheduler-extender"]["securityContext"]
     check("--webhook-bind=0.0.0.0:443" in flags(docs) and sc["runAsUser"] == 0 and
@@ -205,6 +229,8 @@ def checksum_case(before, after):
 CASES = {
     "default": default_case,
     "low-port": low_port_case,
+    "ascend": ascend_case,
+    "ascend-chips": ascend_chips_case,
     "operator": operator_case,
     "acquire": acquire_case,
     "no-webhook": no_webhook_case,

@@ -168,6 +168,24 @@ TEST(AscendSection, ConfiguredChipsReplaceTheChartsAndAreValidated) {
   negative.Set("memoryFactor", std::int64_t{-1});
   EXPECT_THAT(CreateError(Configs({negative})), HasSubstr("vnpus.configs[0].memoryFactor: -1 is negative"));
   EXPECT_TRUE(TryCreate(Configs({}))->empty()) << "an empty list configures no chip";
+  EXPECT_THAT(CreateError(VendorSettings{}.Set("runtimeClassName", std::string("Not A Name"))),
+              HasSubstr("vnpus.runtimeClassName"));
+}
+
+TEST(AscendSection, TheChartsChipsTakeTheSectionsRuntimeClassAndEnv) {
+  VendorSettings s;
+  s.Set("runtimeClassName", std::string("ascend")).Set("overwriteEnv", true);
+  auto backends = TryCreate(s).value();
+  ASSERT_EQ(backends.size(), kChartChips.size());
+  for (const auto& b : backends) {
+    PodView pod;
+    ContainerView plain = Ctr("plain", {});
+    EXPECT_FALSE(*b->Admit(plain, pod));
+    EXPECT_EQ(plain.env.size(), 1u) << b->Vendor();
+    ContainerView asking = Npu(b->Vendor(), "2");
+    ASSERT_TRUE(*b->Admit(asking, pod)) << b->Vendor();
+    EXPECT_EQ(pod.runtime_class_name, "ascend") << b->Vendor();
+  }
 }
 
 // --- discovery --------------------------------------------------------------------------------------------

@@ -145,6 +145,23 @@ TEST(SimPlugins, VendorsAreTheEnabledBackendsByConfigSection) {
             "unknown vendor 'amd'; expected one of the enabled backends: cambricon, hygon, mthreads, nvidia");
 }
 
+TEST(SimPlugins, ASectionOfSeveralBackendsIsNamedByVendorKey) {
+  config::Config cfg;
+  cfg.vendors["vnpus"].enabled = true;
+  auto backends = BuildBackends(cfg);
+  ASSERT_TRUE(backends) << backends.error().message;
+  auto chip = BackendForVendor(*backends, "Ascend910B3");
+  ASSERT_TRUE(chip) << chip.error().message;
+  EXPECT_EQ((*chip)->Vendor(), "Ascend910B3");
+  auto section = BackendForVendor(*backends, "vnpus");
+  ASSERT_FALSE(section);
+  EXPECT_NE(section.error().message.find("section 'vnpus' builds several backends; name one by its vendor key: "
+                                         "Ascend310P, Ascend910A"),
+            std::string::npos)
+      << section.error().message;
+  EXPECT_EQ(BackendForVendor(*backends, "nvidia").value()->Vendor(), "NVIDIA");
+}
+
 TEST(SimPlugins, DevicesGetIdsTypesAndTheSpecsSizes) {
   auto backends = BuildBackends(config::Config{});
   ASSERT_TRUE(backends) << backends.error().message;
@@ -211,9 +228,8 @@ TEST(SimPluginsCommand, HelpShowsTheNodeSyntax) {
   const Ran help = Exec({"sim-device-plugins", "--help"});
   EXPECT_EQ(help.code, kExitOk);
   EXPECT_NE(help.out.find("NAME=VENDOR:COUNTxMEMORY_MIB[:SPLIT[:TYPE]]"), std::string::npos) << help.out;
-  // The vendors are the registered sections, not a list written by hand.
-  EXPECT_NE(help.out.find("VENDOR: a vendor's device-config section (" + Join(Vendors().Names(), ", ") + ")"),
-            std::string::npos)
+  // The vendors are the registered sections (and the chips of a section of several), not a list by hand.
+  EXPECT_NE(help.out.find("(cambricon, hygon, mthreads, nvidia, vnpus: Ascend910A Ascend910B2"), std::string::npos)
       << help.out;
   const Ran usage = Exec({"--help"});
   EXPECT_NE(usage.out.find("sim-device-plugins"), std::string::npos);
