@@ -385,7 +385,7 @@ Result<SimPluginsFlags> ParseSimPluginsFlags(const std::vector<std::string>& arg
   return flags;
 }
 
-// "cambricon, hygon, ..., vnpus: Ascend910A ...": the sections, and the vendor keys of those that build
+// "cambricon, hygon, ..., chips: ChipA ChipB": the sections, and the vendor keys of those that build
 // several backends by default (a node names one of them).
 std::string SimVendorList() {
   std::vector<std::string> out;
@@ -492,7 +492,7 @@ int SimDevicePlugins(const std::vector<std::string>& args, std::ostream& out, st
     err << "hami-scheduler sim-device-plugins: " << loaded.error().message << "\n";
     return kExitUsage;
   }
-  // Every vendor's plugin can be simulated, also those `serve` needs a flag for (--enable-ascend).
+  // Every vendor's plugin can be simulated, also those `serve` needs a flag for (VendorFlag::kEnables).
   for (const auto& section : Vendors().Sections()) cfg.vendors[section].enabled = true;
   auto backends = BuildBackends(cfg);
   if (!backends) {

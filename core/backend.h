@@ -58,9 +58,9 @@ enum class MultiDevice : std::uint8_t {
 // A soft-split (hami-core) mode a pod asks for with an annotation and a node offers with another: such a pod
 // is refused (ModeNotFit) on a node that does not offer it, and counts a card's cores as 100 percent.
 struct SoftSplitRule {
-  std::string pod_annotation;   // huawei.com/vnpu-mode
-  std::string pod_value;        // hami-core
-  std::string node_annotation;  // hami-vnpu-core: "true" offers it; any other value does not
+  std::string pod_annotation;   // the pod asks with this annotation...
+  std::string pod_value;        // ...set to this value ("hami-core")
+  std::string node_annotation;  // a node's annotation: "true" offers it; any other value does not
   bool offered_by_default = false;  // when the node carries no such annotation
 };
 
@@ -161,10 +161,10 @@ BackendFactory SingleBackend(Create create) {
 // A flag of HAMi's command line that belongs to one vendor; config/ parses it with the others.
 struct VendorFlag {
   enum class Effect {
-    kEnables,   // a switch: true builds the section's backends (HAMi's --enable-ascend)
+    kEnables,   // a switch: true builds the section's backends (HAMi's --enable-<vendor>)
     kNoEffect,  // accepted so HAMi's chart command line works; a warning says the device config decides
   };
-  std::string name;  // without dashes: "enable-ascend"
+  std::string name;  // without the leading dashes: "enable-<vendor>"
   Effect effect = Effect::kNoEffect;
   bool boolean = false;  // a switch: `--name` alone means true; else it takes a value (shown as NAME)
   std::string help;      // one line for --help

@@ -130,7 +130,7 @@ struct DeviceInfo {
   std::vector<MigProfile> mig_profiles;
   std::string vendor;                                            // backend vendor key that discovered it
   std::map<std::string, std::int64_t, std::less<>> pair_scores;  // topology score to other device UUIDs
-  // The interconnect group the card belongs to (the manifest's custominfo.NetworkID: Ascend's HCCS ring);
+  // The interconnect group the card belongs to (the manifest's custominfo.NetworkID, e.g. an NPU ring);
   // nullopt when the plugin publishes none.
   std::optional<std::int32_t> network;
   friend bool operator==(const DeviceInfo&, const DeviceInfo&) = default;

@@ -65,7 +65,7 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
       continue;
     }
     // The chosen cards' own score (interconnect groups kept together) counts for either policy: spread,
-    // which takes the lowest score, has it subtracted (docs/DECISIONS.md "Ascend").
+    // which takes the lowest score, has it subtracted (docs/DECISIONS.md "Interconnect groups").
     const double allocation = fitter_.AllocationScore();
     fitting.push_back(
         {i, node->totals.Score() + (spread ? -allocation : allocation),

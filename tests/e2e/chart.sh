@@ -48,7 +48,8 @@ mkdir -p "$WORK/logs" "$WORK/tls" "$WORK/bin"
 
 # ------------------------------------------------------------------ the chart's objects, on this machine
 # Only what README.md in the fixture lists changes: the port, the mounted files' paths, the CA bundle.
-sed "s#https://127.0.0.1:443#https://127.0.0.1:$PORT#" "$CHART/kube-scheduler-config.yaml" > "$WORK/kube-scheduler-config.yaml"
+# The rendering with devices.ascend.enabled (its managedResources add the Ascend chips' resources).
+sed "s#https://127.0.0.1:443#https://127.0.0.1:$PORT#" "$CHART/kube-scheduler-config-ascend.yaml" > "$WORK/kube-scheduler-config.yaml"
 grep -q "urlPrefix: \"https://127.0.0.1:$PORT\"" "$WORK/kube-scheduler-config.yaml" ||
   { bad "the fixture's kube-scheduler configuration has no urlPrefix https://127.0.0.1:443"; finish; }
 if ! HAMI_E2E_RESERVED_PORTS="$PORT $METRICS_PORT" bash "$E2E_DIR/start.sh" "$WORK" \
@@ -88,13 +89,17 @@ while IFS= read -r word; do
   ARGS+=("$word")
 done < "$CHART/scheduler-args.txt"
 [ "${ARGS[0]}" = scheduler ] || { bad "the fixture's command does not start with 'scheduler'"; finish; }
+# The chart with devices.ascend.enabled adds this flag (scheduler-args-every-vendor.txt); its device config
+# carries the vnpus: section either way.
+ARGS+=(--enable-ascend=true)
 printf '%q ' "${ARGS[@]}" > "$WORK/logs/scheduler.cmdline"
 (cd "$WORK/bin" && POD_NAME=hami-scheduler-0 POD_NAMESPACE=kube-system HAMI_NODELOCK_EXPIRE=5m \
   exec ./scheduler "${ARGS[@]:1}" --kubeconfig "$HAMI_E2E_KUBECONFIG" --health-check-interval 2s \
   > "$WORK/logs/scheduler.log" 2>&1 < /dev/null) &
 SERVE_PID=$!
 "$HAMI" sim-device-plugins --kubeconfig "$HAMI_E2E_KUBECONFIG" \
-  --node gpu-a=nvidia:2x16384:10:NVIDIA-Tesla-T4 --allocate-delay 20ms --register-interval 5s \
+  --node gpu-a=nvidia:2x16384:10:NVIDIA-Tesla-T4 --node npu-c=Ascend910C:4x65536:4:Ascend910C \
+  --allocate-delay 20ms --register-interval 5s \
   --device-config-file "$WORK/device-config.yaml" > "$WORK/logs/sim-device-plugins.log" 2>&1 < /dev/null &
 PLUGINS_PID=$!
 
@@ -117,8 +122,8 @@ if wait_for 60 leading; then
 else
   bad "not the leader within 60s: $(curl -sS --max-time 3 --cacert "$PKI/ca.crt" "$EXT/readyz" 2>&1)"; dump_logs; finish
 fi
-registered() { metrics | has -x 'hami_scheduler_nodes 1'; }
-wait_for 60 registered || { bad "node gpu-a not registered within 60s"; dump_logs; finish; }
+registered() { metrics | has -x 'hami_scheduler_nodes 2'; }
+wait_for 60 registered || { bad "nodes gpu-a and npu-c not registered within 60s"; dump_logs; finish; }
 
 CA_BUNDLE="$(base64 -w0 < "$PKI/ca.crt")"
 sed -e "s#https://127.0.0.1:443/webhook#https://127.0.0.1:$PORT/webhook#" -e "s#@CA_BUNDLE@#$CA_BUNDLE#" \
@@ -183,6 +188,22 @@ refused() {
     bad "$name: want a refusal naming '$want', kubectl printed: $out"
   fi
 }
+# Ascend 910C (superPod): one whole NPU becomes its module's pair, with the card's memory written in.
+new_pod npu-one '{"huawei.com/Ascend910C": "1"}' >/dev/null
+if [ "$(jp npu-one '{.spec.schedulerName}')" = hami-scheduler ] &&
+   [ "$(jp npu-one '{.spec.containers[0].resources.limits.huawei\.com/Ascend910C}')" = 2 ] &&
+   [ "$(jp npu-one '{.spec.containers[0].resources.requests.huawei\.com/Ascend910C-memory}')" = 65536 ]; then
+  ok "the webhook makes a 910C pod asking for one NPU ask for its module (2) with 65536 MiB each"
+else
+  bad "npu-one after the webhook: schedulerName='$(jp npu-one '{.spec.schedulerName}')' limits=$(jp npu-one '{.spec.containers[0].resources.limits}') requests=$(jp npu-one '{.spec.containers[0].resources.requests}')"
+fi
+if wait_for 60 bound_and_allocated npu-one; then
+  ok "the real kube-scheduler bound npu-one through our extender: $(jp npu-one '{.metadata.annotations.hami\.io/Ascend910C-devices-allocated}')"
+else
+  bad "npu-one not bound and allocated within 60s (nodeName '$(jp npu-one '{.spec.nodeName}')')"; dump_logs
+fi
+refused npu-cores "huawei.com/Ascend910C-core is only supported in hami-core" '{"huawei.com/Ascend910C": "2", "huawei.com/Ascend910C-core": "10"}'
+refused npu-odd "Ascend910C device request must be 1 or 2*n, got 3" '{"huawei.com/Ascend910C": "3"}'
 refused privileged "container app is privileged" '{"nvidia.com/gpu": "1"}' "" default '{"privileged": true}'
 refused mem-16gi "nvidia.com/gpumem" '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "16Gi"}'
 K create namespace team-q >/dev/null 2>&1
@@ -204,8 +225,8 @@ else
   bad "theirs was changed: schedulerName='$(jp theirs '{.spec.schedulerName}')' limits=$(jp theirs '{.spec.containers[0].resources.limits}')"
 fi
 counts="$(metrics | grep '^hami_scheduler_admission_requests_total')"
-if printf '%s\n' "$counts" | has -x 'hami_scheduler_admission_requests_total{result="denied"} 3' &&
-   printf '%s\n' "$counts" | has -x 'hami_scheduler_admission_requests_total{result="patched"} 3'; then
+if printf '%s\n' "$counts" | has -x 'hami_scheduler_admission_requests_total{result="denied"} 5' &&
+   printf '%s\n' "$counts" | has -x 'hami_scheduler_admission_requests_total{result="patched"} 4'; then
   ok "/metrics counts the webhook's answers: $(printf '%s' "$counts" | tr '\n' ' ')"
 else
   bad "admission counters: $counts"

@@ -346,6 +346,14 @@ else
   bad "/metrics has no hami_gpu_memory_allocated_bytes of 3000 MiB on gpu-a: $(metrics 2>&1 | grep '^hami_gpu_memory_allocated_bytes' | head -n 4)"
 fi
 
+# HAMi's gauges carry the NPUs as they carry GPUs: npu-vnpu's 16384 MiB on its card.
+npu_metric() { metrics | grep -E '^hami_gpu_memory_allocated_bytes\{[^}]*node="npu-1"[^}]*\} 17179869184$'; }
+if line="$(npu_metric)" && [ -n "$line" ]; then
+  ok "/metrics: $line"
+else
+  bad "/metrics has no hami_gpu_memory_allocated_bytes of 16384 MiB on npu-1: $(metrics 2>&1 | grep '^hami_gpu_memory_allocated_bytes' | grep npu | head -n 4)"
+fi
+
 allocations="$(grep -c ' allocated default/' "$WORK/logs/sim-device-plugins.log")"
 if [ "$allocations" = 7 ]; then
   ok "sim-device-plugins logged 7 allocations"

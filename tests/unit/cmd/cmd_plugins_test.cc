@@ -155,8 +155,9 @@ TEST(SimPlugins, ASectionOfSeveralBackendsIsNamedByVendorKey) {
   EXPECT_EQ((*chip)->Vendor(), "Ascend910B3");
   auto section = BackendForVendor(*backends, "vnpus");
   ASSERT_FALSE(section);
-  EXPECT_NE(section.error().message.find("section 'vnpus' builds several backends; name one by its vendor key: "
-                                         "Ascend310P, Ascend910A"),
+  EXPECT_NE(section.error().message.find(
+                "section 'vnpus' builds several backends; name one by its vendor key: "
+                "Ascend310P, Ascend910A"),
             std::string::npos)
       << section.error().message;
   EXPECT_EQ(BackendForVendor(*backends, "nvidia").value()->Vendor(), "NVIDIA");
@@ -229,7 +230,8 @@ TEST(SimPluginsCommand, HelpShowsTheNodeSyntax) {
   EXPECT_EQ(help.code, kExitOk);
   EXPECT_NE(help.out.find("NAME=VENDOR:COUNTxMEMORY_MIB[:SPLIT[:TYPE]]"), std::string::npos) << help.out;
   // The vendors are the registered sections (and the chips of a section of several), not a list by hand.
-  EXPECT_NE(help.out.find("(cambricon, hygon, mthreads, nvidia, vnpus: Ascend910A Ascend910B2"), std::string::npos)
+  EXPECT_NE(help.out.find("(cambricon, hygon, mthreads, nvidia, vnpus: Ascend910A Ascend910B2"),
+            std::string::npos)
       << help.out;
   const Ran usage = Exec({"--help"});
   EXPECT_NE(usage.out.find("sim-device-plugins"), std::string::npos);

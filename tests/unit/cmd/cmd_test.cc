@@ -3,12 +3,16 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <regex>
 #include <set>
 #include <sstream>
 
 #include "cmd/app.h"
 #include "config/flags.h"
+#include "core/strings.h"
 
 namespace hami::cmd {
 namespace {
@@ -320,6 +324,38 @@ TEST(Commands, TheChartsAscendConfigurationBuildsOneBackendPerChip) {
   std::sort(chips.begin(), chips.end());
   EXPECT_EQ(chips, (std::vector<std::string>{"Ascend310P", "Ascend910A", "Ascend910B2", "Ascend910B3",
                                              "Ascend910B4", "Ascend910B4-1", "Ascend910C"}));
+}
+
+// A vendor is one folder: outside backends/<vendor>/ it is named only by the registration line, the build,
+// the tests, the docs, and the chart and deploy/ manifests (HAMi's values and kube-scheduler's resources).
+TEST(VendorSeam, AVendorIsNamedOnlyInItsFolder) {
+  const std::filesystem::path root = HAMI_SOURCE_DIR;
+  struct Vendor {
+    std::string folder;
+    std::regex name;
+  };
+  const std::vector<Vendor> vendors = {
+      {"backends/ascend", std::regex("ascend(?!ing)|vnpu|huawei", std::regex::icase)}};
+  const std::set<std::string> allowed_files = {"README.md", "CMakeLists.txt", "backends/builtin.cc"};
+  const std::set<std::string> allowed_dirs = {".git", "build", "build-asan", "third_party", "tests", "docs",
+                                              "charts", "deploy"};
+  std::vector<std::string> offenders;
+  for (auto it = std::filesystem::recursive_directory_iterator(root);
+       it != std::filesystem::recursive_directory_iterator(); ++it) {
+    const std::string rel = std::filesystem::relative(it->path(), root).generic_string();
+    if (it->is_directory()) {
+      if (allowed_dirs.contains(rel) || rel.starts_with("build")) it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file() || allowed_files.contains(rel)) continue;
+    std::ifstream in(it->path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (const Vendor& v : vendors) {
+      if (rel.starts_with(v.folder + "/")) continue;
+      if (std::regex_search(text, v.name)) offenders.push_back(rel);
+    }
+  }
+  EXPECT_TRUE(offenders.empty()) << "a vendor named outside its folder: " << Join(offenders, ", ");
 }
 
 // PROTOCOL.md D2 under HAMi's own device config: said at start-up, with the line that fixes it.
