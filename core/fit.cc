@@ -167,12 +167,19 @@ bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const N
     if (reason) *reason = std::string(kNodeUnregistered);
     return false;
   }
-  const std::size_t nb = backends_->size();
   const std::size_t nc = reqs.containers.size();
-  allocated_.resize(nb);
-  for (auto& per_backend : allocated_) {
-    per_backend.resize(nc);
-    for (auto& picks : per_backend) picks.clear();
+  // Only the backends the pod asks for are touched per node: a cluster's other vendors cost nothing here.
+  asked_.clear();
+  for (const auto& container : reqs.containers) {
+    for (const auto& [b, request] : container) {
+      const auto backend = static_cast<std::size_t>(b);
+      if (std::find(asked_.begin(), asked_.end(), backend) == asked_.end()) asked_.push_back(backend);
+    }
+  }
+  allocated_.resize(backends_->size());
+  for (std::size_t b : asked_) {
+    allocated_[b].resize(nc);
+    for (auto& picks : allocated_[b]) picks.clear();
   }
   app_usage_.assign(base.begin(), base.end());
   if (node.has_mig) app_mig_ = base_mig;
@@ -206,12 +213,12 @@ bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const N
     }
   }
   allocation_score_ = 0;
-  for (std::size_t b = 0; b < nb; ++b) {
+  for (std::size_t b : asked_) {
     if (backends_->at(b).Spec().fit.network_score) allocation_score_ += NetworkScore(node, b);
   }
   if (out != nullptr) {
     out->clear();
-    for (std::size_t b = 0; b < nb; ++b) {
+    for (std::size_t b : asked_) {
       bool any = false;
       for (const auto& picks : allocated_[b]) any = any || !picks.empty();
       if (!any) continue;

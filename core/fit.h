@@ -136,7 +136,8 @@ class NodeFitter {
   std::vector<DeviceUsage> capacity_usage_;  // Capacity(): the usage the next copy is fit against
   std::vector<std::vector<MigInUse>> capacity_mig_;
   std::vector<DeviceOrder::Item> items_;
-  std::vector<std::vector<ContainerPicks>> allocated_;  // [backend][container]
+  std::vector<std::vector<ContainerPicks>> allocated_;  // [backend][container], sized for asked_ only
+  std::vector<std::size_t> asked_;                      // the backends the pod asks for
   double allocation_score_ = 0;
 };
 
