@@ -173,7 +173,7 @@ void PrintTable(const std::vector<PodResult>& results, const ClusterState& state
                        r.outcome.node.empty() ? "-" : r.outcome.node, detail);
   }
   out << "\n"
-      << fmt::format("{:<16} {:<9} {:<44} {:>9} {:>17} {:>11}\n", "NODE", "VENDOR", "DEVICE", "TASKS",
+      << fmt::format("{:<16} {:<13} {:<44} {:>9} {:>17} {:>11}\n", "NODE", "VENDOR", "DEVICE", "TASKS",
                      "MEMORY MiB", "CORES");
   for (const auto& name : state.NodeNames()) {
     const NodeEntry* n = state.FindNode(name);
@@ -181,7 +181,7 @@ void PrintTable(const std::vector<PodResult>& results, const ClusterState& state
       const DeviceInfo& d = n->devices[i];
       const DeviceUsage& u = n->usage[i];
       out << fmt::format(
-          "{:<16} {:<9} {:<44} {:>9} {:>17} {:>11}{}\n", name, d.vendor, d.id,
+          "{:<16} {:<13} {:<44} {:>9} {:>17} {:>11}{}\n", name, d.vendor, d.id,
           fmt::format("{}/{}", u.used, d.count), fmt::format("{}/{}", u.mem.value(), d.devmem.value()),
           fmt::format("{}/{}", u.cores.value(), d.devcore.value()), d.health ? "" : "  (unhealthy)");
     }

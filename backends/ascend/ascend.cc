@@ -145,7 +145,7 @@ class AscendBackend final : public BasicBackend {
       return Error{fmt::format("{}: {} cards with {} {}: vNPU not supported for multiple devices (ask for "
                                "whole cards, or one vNPU)",
                                chip_.count_resource, asked_count, chip_.memory_resource,
-                               container.limits.at(chip_.memory_resource))};
+                               Quoted(container.limits.at(chip_.memory_resource)))};
     }
     if (chip_.super_pod) {
       // A whole NPU of a super-pod module comes with its pair; a vNPU stays on one NPU (docs/DECISIONS.md).

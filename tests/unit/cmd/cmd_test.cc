@@ -380,6 +380,59 @@ TEST(Commands, HamisDeviceConfigWithHygonWarnsAboutTheToAllocateKey) {
   EXPECT_EQ(ours.err.find("hygon:"), std::string::npos) << ours.err;
 }
 
+// simulate with --enable-ascend: a pair of NPUs from one ring, a hami-core pod refused where the node does
+// not offer the soft split; without the flag the pods ask for nothing we manage.
+TEST(Simulate, AscendNodesWithTheirFlag) {
+  const std::string cluster = WriteTemp("ascend-cluster.yaml", R"(apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: npu-1
+    annotations:
+      hami.io/node-handshake-Ascend910B3: "Reported 2026-12-03 08:00:00"
+      hami.io/node-register-Ascend910B3: '[
+        {"id":"npu-0","index":0,"count":4,"devmem":65536,"devcore":20,"type":"Ascend910B3","health":true,
+         "custominfo":{"NetworkID":0}},
+        {"id":"npu-1","index":1,"count":4,"devmem":65536,"devcore":20,"type":"Ascend910B3","health":true,
+         "custominfo":{"NetworkID":0}},
+        {"id":"npu-4","index":4,"count":4,"devmem":65536,"devcore":20,"type":"Ascend910B3","health":true,
+         "custominfo":{"NetworkID":1}}]'
+  status:
+    capacity: {huawei.com/Ascend910B3: "12"}
+    allocatable: {huawei.com/Ascend910B3: "12"}
+)");
+  const std::string pods = WriteTemp("ascend-pods.yaml", R"(apiVersion: v1
+kind: Pod
+metadata: {name: pair, namespace: default}
+spec:
+  schedulerName: hami-scheduler
+  containers: [{name: a, resources: {limits: {huawei.com/Ascend910B3: "2"}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: soft, namespace: default, annotations: {huawei.com/vnpu-mode: hami-core}}
+spec:
+  schedulerName: hami-scheduler
+  containers:
+  - {name: a, resources: {limits: {huawei.com/Ascend910B3: "1", huawei.com/Ascend910B3-memory: "4096"}}}
+)");
+  auto r = Exec({"simulate", "--cluster", cluster, "--pods", pods, "--enable-ascend", "--now",
+                 "2026-12-03T08:00:10Z"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto doc = json::parse(r.out);
+  const auto pair = ResultFor(doc, "default/pair");
+  EXPECT_EQ(pair.at("outcome").as_string(), "scheduled");
+  EXPECT_EQ(pair.at("annotations").at("hami.io/Ascend910B3-devices-allocated").as_string(),
+            "npu-1,Ascend910B3,65536,0:npu-0,Ascend910B3,65536,0:;")
+      << "both from ring 0, not the policy's last card (npu-4, ring 1)";
+  EXPECT_EQ(ResultFor(doc, "default/soft").at("failedNodes").at("npu-1").as_string(), "1/3 ModeNotFit");
+  auto off = Exec({"simulate", "--cluster", cluster, "--pods", pods, "--now", "2026-12-03T08:00:10Z"});
+  ASSERT_EQ(off.code, 0) << off.err;
+  EXPECT_EQ(ResultFor(json::parse(off.out), "default/pair").at("outcome").as_string(), "no-device-request");
+}
+
 TEST(Simulate, NodeLabelSelectorLimitsCandidates) {
   // Only gpu-a100-1 carries gpu=on in the sample cluster.
   auto r = Exec({"simulate", "--cluster", kExamples + "cluster.yaml", "--pods", kExamples + "pods.yaml",
