@@ -20,7 +20,8 @@ constexpr std::string_view kInspectUsage = R"(Usage: hami-scheduler inspect node
 
 Reads one Node or Pod (JSON or YAML; `-` reads standard input, e.g. `kubectl get node n1 -o json | ...`)
 and prints, as JSON, what the HAMi annotations on it mean:
-  node: {"node", "devices": [{"vendor","id","index","count","devmem","devcore","type","numa","mode","health"}],
+  node: {"node", "devices": [{"vendor","id","index","count","devmem","devcore","type","numa","mode","health",
+                              "network" (the interconnect group, when the plugin publishes one)}],
          "errors": [{"vendor","error"}], "health": [{"vendor","healthy","why"}] (the health pass's verdict now)}
   pod:  {"pod": "NS/NAME", "node", "bindPhase", "allocated": {VENDOR: [[{"uuid","type","usedmem","usedcores"}]
          per container]}, "toAllocate": {...}, "requests": [...], "errors": [...]}
@@ -28,16 +29,18 @@ Config flags (--config, --device-config-file, ...) change annotation keys and re
 )";
 
 json::object DeviceJson(const DeviceInfo& d) {
-  return json::object{{"vendor", d.vendor},
-                      {"id", d.id},
-                      {"index", d.index},
-                      {"count", d.count},
-                      {"devmem", d.devmem.value()},
-                      {"devcore", d.devcore.value()},
-                      {"type", d.type},
-                      {"numa", d.numa},
-                      {"mode", d.mode},
-                      {"health", d.health}};
+  json::object o{{"vendor", d.vendor},
+                 {"id", d.id},
+                 {"index", d.index},
+                 {"count", d.count},
+                 {"devmem", d.devmem.value()},
+                 {"devcore", d.devcore.value()},
+                 {"type", d.type},
+                 {"numa", d.numa},
+                 {"mode", d.mode},
+                 {"health", d.health}};
+  if (d.network) o["network"] = *d.network;
+  return o;
 }
 
 json::array ContainersJson(const PodVendorDevices& containers) {

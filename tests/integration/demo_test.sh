@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job: `hami-scheduler demo --json` must place every sample pod (all four vendors, shared and whole
-# cards, two containers, an init container) and refuse only the one that cannot fit, with a reason.
+# The main job: `hami-scheduler demo --json` must place every sample pod (every vendor, Ascend's chips too;
+# shared and whole cards, two containers, an init container) and refuse only the one that cannot fit, with a reason.
 # Usage: tests/integration/demo_test.sh [path/to/hami-scheduler]; prints `demo: N passed, M failed`.
 set -u
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -14,18 +14,22 @@ check() { if eval "$2"; then passed=$((passed + 1)); echo "ok   $1"; else failed
 timeout 120 "$bin" demo --json --kubeconfig-out "$tmp/kubeconfig" >"$tmp/out.json" 2>"$tmp/live.txt"
 rc=$?
 check "demo --json exits 0" '[ $rc = 0 ]' "rc=$rc $(tail -5 "$tmp/live.txt")"
-check "the summary: 11 pods, 10 scheduled, 1 unschedulable, 0 failed" \
+check "the summary: 13 pods, 12 scheduled, 1 unschedulable, 0 failed" \
   'python3 - "$tmp/out.json" <<"PY"
 import json, sys
 s = json.load(open(sys.argv[1]))
-assert (s["pods"], s["scheduled"], s["unschedulable"], s["failed"]) == (11, 10, 1, 0), s
+assert (s["pods"], s["scheduled"], s["unschedulable"], s["failed"]) == (13, 12, 1, 0), s
 by = {o["pod"].split("/")[1]: o for o in s["outcomes"]}
-vendors = {"mlu-slice": "MLU", "mthreads-slice": "Mthreads", "dcu-slice": "DCU", "shared-gpu-1": "NVIDIA"}
+vendors = {"mlu-slice": "MLU", "mthreads-slice": "Mthreads", "dcu-slice": "DCU", "shared-gpu-1": "NVIDIA",
+           "npu-vnpu": "Ascend910B3", "npu-pair": "Ascend910B3"}
 for pod, vendor in vendors.items():
     assert by[pod]["state"] == "scheduled" and vendor in by[pod]["devices"], by[pod]
 # two containers and an init container: one device list per container, init first
 assert by["two-containers"]["devices"]["NVIDIA"].count(";") == 2, by["two-containers"]
 assert by["init-then-serve"]["devices"]["NVIDIA"].count(";") == 2, by["init-then-serve"]
+# two NPUs of one ring (chips 0-3 or 4-7 of the demo node)
+rings = {int(d.split(",")[0].rsplit("-", 1)[1]) // 4 for d in by["npu-pair"]["devices"]["Ascend910B3"].split(":") if "," in d}
+assert len(rings) == 1, by["npu-pair"]
 assert by["too-big"]["state"] == "unschedulable" and "CardInsufficientMemory" in by["too-big"]["reason"], by["too-big"]
 PY' "$(cat "$tmp/out.json")"
 check "the live table went to stderr and shows allocations" 'grep -q "allocated" "$tmp/live.txt"'

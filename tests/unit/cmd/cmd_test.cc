@@ -383,7 +383,7 @@ TEST(Commands, HamisDeviceConfigWithHygonWarnsAboutTheToAllocateKey) {
 // simulate with --enable-ascend: a pair of NPUs from one ring, a hami-core pod refused where the node does
 // not offer the soft split; without the flag the pods ask for nothing we manage.
 TEST(Simulate, AscendNodesWithTheirFlag) {
-  const std::string cluster = WriteTemp("ascend-cluster.yaml", R"(apiVersion: v1
+  const std::string cluster_text = R"(apiVersion: v1
 kind: List
 items:
 - apiVersion: v1
@@ -402,7 +402,8 @@ items:
   status:
     capacity: {huawei.com/Ascend910B3: "12"}
     allocatable: {huawei.com/Ascend910B3: "12"}
-)");
+)";
+  const std::string cluster = WriteTemp("ascend-cluster.yaml", cluster_text);
   const std::string pods = WriteTemp("ascend-pods.yaml", R"(apiVersion: v1
 kind: Pod
 metadata: {name: pair, namespace: default}
@@ -431,6 +432,21 @@ spec:
   auto off = Exec({"simulate", "--cluster", cluster, "--pods", pods, "--now", "2026-12-03T08:00:10Z"});
   ASSERT_EQ(off.code, 0) << off.err;
   EXPECT_EQ(ResultFor(json::parse(off.out), "default/pair").at("outcome").as_string(), "no-device-request");
+
+  // inspect node shows each NPU's ring.
+  const std::string node = WriteTemp("ascend-node.yaml", R"(kind: Node
+metadata:
+  name: npu-1
+  annotations:
+    hami.io/node-register-Ascend910B3: '[{"id":"a","index":0,"count":4,"devmem":65536,"health":true},
+      {"id":"b","index":4,"count":4,"devmem":65536,"health":true,"custominfo":{"NetworkID":1}}]'
+)");
+  auto inspected = Exec({"inspect", "node", node, "--enable-ascend"});
+  ASSERT_EQ(inspected.code, 0) << inspected.err;
+  const auto devices = json::parse(inspected.out).at("devices").as_array();
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_FALSE(devices[0].as_object().contains("network"));
+  EXPECT_EQ(devices[1].at("network").as_int64(), 1);
 }
 
 TEST(Simulate, NodeLabelSelectorLimitsCandidates) {
