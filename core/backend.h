@@ -119,6 +119,10 @@ class Backend {
   // What this vendor's device plugin publishes for `cards` (unhealthy ones included, as the plugin lists
   // them); Discover of a node carrying it finds those cards.
   virtual NodePublication Publish(const std::vector<DeviceInfo>& cards) const = 0;
+  // What this vendor's device plugin knows of its cards beyond what a simulated node is given (e.g. the
+  // interconnect group of each card by its position): filled in by the simulated plugin before Publish, so
+  // that Publish stays the exact inverse of Discover.
+  virtual void AddPluginFacts(std::vector<DeviceInfo>& /*cards*/) const {}
 
   // What the container asks of this vendor: nullopt when it asks nothing, an error when a value cannot be
   // read (PROTOCOL.md D7: e.g. `nvidia.com/gpumem: 16Gi` is not a MiB count).

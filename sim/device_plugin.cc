@@ -230,7 +230,9 @@ void DevicePlugin::SeedPublishedFromNode(const NodeView& node) {
 }
 
 NodePublication PublishFor(const Backend& backend, const std::vector<SimDevice>& devices) {
-  return backend.Publish(ManifestOf(devices));
+  std::vector<DeviceInfo> cards = ManifestOf(devices);
+  backend.AddPluginFacts(cards);
+  return backend.Publish(cards);
 }
 
 std::optional<std::string> DevicePlugin::DesiredAnnotation() const {

@@ -47,14 +47,11 @@ class AscendBackend final : public BasicBackend {
 
   // The Ascend plugin numbers a 910 card's network by its position: chips 0-3 share one HCCS ring, 4-7
   // the next; a 910C node is one network.
-  NodePublication Publish(const std::vector<DeviceInfo>& cards) const override {
-    std::vector<DeviceInfo> listed = cards;
-    if (chip_.common_word.starts_with(kFamily910)) {
-      for (DeviceInfo& d : listed) {
-        if (!d.network) d.network = chip_.common_word == k910C ? 0 : d.index / 4;
-      }
+  void AddPluginFacts(std::vector<DeviceInfo>& cards) const override {
+    if (!chip_.common_word.starts_with(kFamily910)) return;
+    for (DeviceInfo& d : cards) {
+      if (!d.network) d.network = chip_.common_word == k910C ? 0 : std::max(0, d.index) / 4;
     }
-    return BasicBackend::Publish(listed);
   }
 
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {

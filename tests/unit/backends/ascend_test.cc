@@ -243,7 +243,10 @@ TEST(AscendDiscover, A2AbsentEmptyAndMalformed) {
 TEST(AscendPublish, NetworkIdsAsThePluginNumbersThem) {
   std::vector<DeviceInfo> cards = backends::DemoCards("npu", 8, 4, 65536, 20, "Ascend910B3");
   auto networks = [&](std::string_view cw) {
-    auto published = Chip(cw)->Publish(cards);
+    auto chip = Chip(cw);
+    std::vector<DeviceInfo> listed = cards;
+    chip->AddPluginFacts(listed);
+    auto published = chip->Publish(listed);
     EXPECT_TRUE(published.annotation.has_value());
     auto back = codec::DecodeDeviceManifest(*published.annotation).value();
     std::vector<std::optional<std::int32_t>> out;
@@ -255,6 +258,9 @@ TEST(AscendPublish, NetworkIdsAsThePluginNumbersThem) {
   EXPECT_EQ(networks("Ascend910C"), (std::vector<N>(8, 0)));
   EXPECT_EQ(networks("Ascend310P"), (std::vector<N>(8, std::nullopt)));
   EXPECT_EQ(Chip("Ascend910B3")->Publish(cards).resources.at("huawei.com/Ascend910B3"), "32");
+  // Publish itself adds nothing: what Discover read publishes back the same (the fuzzer's round trip).
+  auto plain = codec::DecodeDeviceManifest(*Chip("Ascend910B3")->Publish(cards).annotation).value();
+  EXPECT_FALSE(plain[0].network.has_value());
 }
 
 // --- requests ---------------------------------------------------------------------------------------------
