@@ -10,6 +10,7 @@
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
@@ -85,18 +86,25 @@ struct Expected {
 std::vector<Expected> Predict(std::string_view input) {
   std::vector<Expected> out;
   while (!input.empty()) {
-    http::request_parser<http::string_body> p;
+    // dynamic_body: string_body reserves a declared Content-Length up front, which fails for a huge one.
+    http::request_parser<http::dynamic_body> p;
     p.header_limit(kHeaderLimit);
     p.body_limit(boost::none);
-    p.eager(true);
+    p.eager(false);  // stops after the head, whose fields alone say keep-alive (see below)
     boost::beast::error_code ec;
-    std::size_t used = p.put(asio::buffer(input.data(), input.size()), ec);
-    std::size_t used_total = used;
-    input.remove_prefix(used);
-    while (!ec && !p.is_done() && used > 0 && !input.empty()) {
-      used = p.put(asio::buffer(input.data(), input.size()), ec);
+    std::size_t used_total = 0;
+    // Beast's parser adds trailer fields to the message; the server ignores them, and a Connection field
+    // in a trailer must not change how the connection goes on (RFC 9110 section 6.5.1).
+    bool keep_alive = false;
+    for (;;) {
+      const std::size_t used = p.put(asio::buffer(input.data(), input.size()), ec);
       used_total += used;
       input.remove_prefix(used);
+      if (!p.eager() && p.is_header_done()) {
+        keep_alive = p.get().keep_alive();
+        p.eager(true);
+      }
+      if (ec || p.is_done() || used == 0 || input.empty()) break;
     }
     if (!ec && !p.is_done()) p.put_eof(ec);  // the client's FIN
     // The server stops reading one byte past the body limit and answers, whatever follows (or does not).
@@ -116,13 +124,14 @@ std::vector<Expected> Predict(std::string_view input) {
       return out;
     }
     const auto& req = p.get();
+    const std::string req_body = boost::beast::buffers_to_string(req.body().data());
     Expected e;
     e.trailer_may_431 = req.chunked() && used_total > kHeaderLimit;
     e.version = req.version();
     e.head = req.method() == http::verb::head;
     const std::string target(req.target());
     const std::string path = target.substr(0, target.find('?'));
-    const bool too_large = req.body().size() > kBodyLimit;
+    const bool too_large = req_body.size() > kBodyLimit;
     const bool post_route = path == "/filter" || path == "/bind";
     const bool get_route = path == "/healthz" || path == "/boom";
     if (!post_route && !get_route) {
@@ -134,11 +143,11 @@ std::vector<Expected> Predict(std::string_view input) {
       e.status = 500;
     } else {
       e.status = 200;
-      const std::string body = too_large ? req.body().substr(0, kBodyLimit) : req.body();
+      const std::string body = too_large ? req_body.substr(0, kBodyLimit) : req_body;
       e.echo = fmt::format("{} {} {}\n{}", http::to_string(req.method()), target, too_large, body);
     }
     out.push_back(e);
-    if (too_large || !req.keep_alive()) return out;
+    if (too_large || !keep_alive) return out;
   }
   return out;
 }

@@ -80,6 +80,11 @@ SEEDS = {
         "4\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\nX-Trailer: v\r\n\r\n",
         "POST /filter HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}",
         "POST /filter HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n{\"a\"",
+        # A declared length far beyond the body limit, then EOF: no answer (the body never comes).
+        "POST /filter HTTP/1.1\r\nHost: t\r\nContent-Length: 5124095576030431000\r\n\r\n{\"a\"",
+        # Connection: close in a trailer frames nothing: the next request is still answered.
+        "POST /filter HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "2\r\n{}\r\n0\r\nConnection: close\r\n\r\nGET /healthz HTTP/1.1\r\nHost: t\r\n\r\n",
         http("POST", "/filter", "x" * 1100),
         "POST /filter HTTP/1.1\r\nHost: t\r\n" + "X-Big: " + "y" * 2100 + "\r\n\r\n",
         "GARBAGE\r\n\r\n",
