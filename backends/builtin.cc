@@ -3,6 +3,7 @@
 #include "backends/ascend/ascend.h"
 #include "backends/cambricon/cambricon.h"
 #include "backends/hygon/hygon.h"
+#include "backends/kunlun/kunlun.h"
 #include "backends/mthreads/mthreads.h"
 #include "backends/nvidia/nvidia.h"
 
@@ -28,10 +29,6 @@ std::vector<UnimplementedVendor> Unimplemented() {
        {"metax"},
        {NoEffect("metax-name", "MetaX"), NoEffect("metax-vcount", "MetaX"), NoEffect("metax-vcore", "MetaX"),
         NoEffect("metax-vmemory", "MetaX"), NoEffect("sgpu-topology-aware", "MetaX", true)}},
-      {"Kunlun",
-       {"kunlun"},
-       {NoEffect("kunlun-name", "Kunlun"), NoEffect("kunlun-vcount", "Kunlun"),
-        NoEffect("kunlun-vmemory", "Kunlun")}},
       {"Enflame",
        {"enflame"},
        {NoEffect("enflame-gcu-resource-name", "Enflame"),
@@ -53,7 +50,8 @@ std::vector<UnimplementedVendor> Unimplemented() {
 Result<void> RegisterBuiltinBackends(BackendRegistry& registry) {
   // The explicit list: a vendor is its folder, one line here and one in CMakeLists.txt.
   for (VendorModule module :
-       {nvidia::Module(), cambricon::Module(), hygon::Module(), mthreads::Module(), ascend::Module()}) {
+       {nvidia::Module(), cambricon::Module(), hygon::Module(), mthreads::Module(), ascend::Module(),
+        kunlun::Module()}) {
     if (auto ok = registry.Register(std::move(module)); !ok) return ok;
   }
   for (UnimplementedVendor vendor : Unimplemented()) {

@@ -77,12 +77,10 @@ Result<std::vector<DeviceInfo>> CapacityDevices(const NodeView& node, const Back
   if (*cores == 0) return out;
   auto mem = CapacityCount(node, r.memory);
   if (!mem) return mem.error();
-  // A capacity of "2Gi" cores would otherwise make millions of cards (and exhaust memory here).
-  constexpr std::int64_t kMaxCards = 1024;
   const std::int64_t cards = *cores / cores_per_card + (*cores % cores_per_card != 0);
-  if (cards > kMaxCards) {
+  if (cards > kMaxCardsPerNode) {
     return Error{fmt::format("capacity {}={} makes {} cards of {} cores, more than the {} a node can have",
-                             r.cores, *cores, cards, cores_per_card, kMaxCards)};
+                             r.cores, *cores, cards, cores_per_card, kMaxCardsPerNode)};
   }
   __extension__ using Int128 = __int128;
   const Int128 per_card = Int128{*mem} * r.memory_factor * cores_per_card / *cores;  // no int64 overflow
@@ -231,6 +229,24 @@ Result<std::int64_t> CapacityCount(const NodeView& node, const std::string& name
     return Error{fmt::format("node capacity {}: \"{}\" is not a non-negative integer", name, it->second)};
   }
   return *v;
+}
+
+Result<std::vector<DeviceInfo>> ManifestDevices(const NodeView& node, const std::string& key) {
+  auto it = node.annotations.find(key);
+  if (it == node.annotations.end()) return std::vector<DeviceInfo>();
+  auto devices = codec::DecodeDeviceManifest(it->second);
+  if (!devices) return Error{fmt::format("annotation {}: {}", key, devices.error().message)};
+  return devices;
+}
+
+Result<std::int64_t> CapacityCards(const NodeView& node, const std::string& name) {
+  auto n = CapacityCount(node, name);
+  if (!n) return n;
+  if (*n > kMaxCardsPerNode) {
+    return Error{fmt::format("node capacity {}: {} cards, more than the {} a node can have", name, *n,
+                             kMaxCardsPerNode)};
+  }
+  return n;
 }
 
 void BasicBackend::Annotate(const PodView&, const PodVendorDevices& devices, const Annotations&, TimePoint,

@@ -61,10 +61,19 @@ std::vector<DeviceInfo> DemoCards(std::string_view prefix, int n, std::int32_t s
 // Overrides keys and resource names in `spec` from `settings`; memory factor too when `factor_configurable`.
 Result<void> ApplySettings(const VendorSettings& settings, bool factor_configurable, BackendSpec& spec);
 
+// The JSON device manifest in the node's annotation `key`: no devices when the node has none (no plugin of
+// this vendor), an error naming the annotation when it is malformed.
+Result<std::vector<DeviceInfo>> ManifestDevices(const NodeView& node, const std::string& key);
+
 // A count in a node's status.capacity: 0 when absent; an error when not a non-negative integer.
 Result<std::int64_t> CapacityCount(const NodeView& node, const std::string& name);
 
 inline constexpr std::int64_t kInt32Max = 2147483647;
+// More cards than any node has: a capacity of "2Gi" would otherwise make millions (and exhaust memory).
+inline constexpr std::int64_t kMaxCardsPerNode = 1024;
+
+// A count of whole cards in a node's status.capacity (CapacityCount), at most kMaxCardsPerNode.
+Result<std::int64_t> CapacityCards(const NodeView& node, const std::string& name);
 
 // Behaviour shared by most vendors: both pod keys carry the same encoded list, admission only reports whether
 // the count resource is in the limits.

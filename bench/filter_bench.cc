@@ -1,5 +1,5 @@
-// Decision-path benchmarks: one /filter decision against N nodes of 8 GPUs with 10 running pods per node,
-// and the cost of one ledger update. Run a Release build:
+// Decision-path benchmarks: one /filter decision against N nodes of 8 GPUs with 10 running pods per node
+// (and with every vendor's cards beside them), and the cost of one ledger update. Run a Release build:
 //   BUILD_DIR=build-release BUILD_TYPE=Release scripts/build.sh && build-release/bench/bench_filter
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
@@ -67,10 +67,43 @@ PodView RequestPod() {
   return p;
 }
 
+// Node n's cards of one other vendor besides its GPUs (every vendor in turn), as that vendor's device plugin
+// publishes eight of them.
+void AddOtherVendor(const Backends& backends, int n, NodeView& node) {
+  const int nvidia = backends.IndexOf("NVIDIA");
+  const auto others = static_cast<int>(backends.size()) - 1;
+  int b = n % others;
+  if (b >= nvidia) ++b;
+  const Backend& backend = backends.at(static_cast<std::size_t>(b));
+  std::vector<DeviceInfo> cards;
+  for (int g = 0; g < 8; ++g) {
+    DeviceInfo d;
+    d.id = fmt::format("{}-{:05}-{}", backend.Vendor(), n, g);
+    d.index = g;
+    d.count = 4;
+    d.devmem = MiB(65536);
+    d.devcore = Cores(100);
+    d.type = backend.Vendor();
+    d.numa = g / 4;
+    d.health = true;
+    cards.push_back(std::move(d));
+  }
+  backend.AddPluginFacts(cards);
+  const NodePublication published = backend.Publish(cards);
+  if (published.annotation) node.annotations[backend.Spec().keys.register_annotation] = *published.annotation;
+  for (const auto& [name, value] : published.resources) {
+    node.capacity[name] = value;
+    node.allocatable[name] = value;
+  }
+}
+
 struct Cluster {
-  explicit Cluster(int nodes, int pods_per_node) : backends(MakeBackends()), state(backends) {
+  // mixed: each node also has the cards of one other vendor, every vendor on some nodes.
+  Cluster(int nodes, int pods_per_node, bool mixed = false) : backends(MakeBackends()), state(backends) {
     for (int n = 0; n < nodes; ++n) {
-      state.UpsertNode(GpuNode(n));
+      NodeView node = GpuNode(n);
+      if (mixed) AddOtherVendor(backends, n, node);
+      state.UpsertNode(node);
       names.push_back(fmt::format("node-{:05}", n));
       for (int k = 0; k < pods_per_node; ++k) state.AddPod(Running(n, k));
     }
@@ -88,8 +121,8 @@ void PerNode(benchmark::State& st) {
                          benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
-void BM_FilterDecision(benchmark::State& st) {
-  Cluster cluster(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
+void Decide(benchmark::State& st, bool mixed) {
+  Cluster cluster(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)), mixed);
   Scheduler scheduler(cluster.state, SchedulerOptions{});
   const PodView pod = RequestPod();
   const TimePoint now = std::chrono::system_clock::now();
@@ -98,8 +131,15 @@ void BM_FilterDecision(benchmark::State& st) {
     if (out.kind != FilterOutcome::Kind::kScheduled) st.SkipWithError("pod did not fit");
     benchmark::DoNotOptimize(out);
   }
+  st.counters["backends"] = static_cast<double>(cluster.backends.size());
   PerNode(st);
 }
+void BM_FilterDecision(benchmark::State& st) { Decide(st, false); }
+// The same decision on a cluster where every vendor is present: each node carries the GPUs and the cards of
+// one other vendor. The figure per candidate node is compared with BM_FilterDecision's.
+void BM_FilterDecisionMixed(benchmark::State& st) { Decide(st, true); }
+BENCHMARK(BM_FilterDecisionMixed)->Args({1000, 10})->Unit(benchmark::kMicrosecond);
+
 // The floors the decision is compared with in the same run. BM_FloorPass: one plain pass over the bytes it
 // reads for every candidate, where the registry keeps them (the name lookup, the node's packed per-device
 // capacity and usage, its totals), summing them. BM_FloorFlat: the same per-device and per-node bytes copied

@@ -18,6 +18,8 @@
 
 #include "core/clock.h"
 #include "core/model.h"
+#include "core/policy.h"
+#include "core/reason.h"
 #include "core/result.h"
 #include "core/settings.h"
 
@@ -36,6 +38,8 @@ struct BackendKeys {
   std::string to_allocate;           // pod annotation: devices the device plugin still has to set up
   std::string node_lock;             // node lock annotation ("" = the vendor takes no lock)
   std::string use_uuid, nouse_uuid;  // pod annotations restricting device UUIDs
+  // A second pair that restricts them as well (a card must pass both): a vendor's legacy keys.
+  std::string use_uuid_alt, nouse_uuid_alt;
   std::string use_type, nouse_type;  // pod annotations restricting card types ("" = not supported)
 };
 
@@ -53,6 +57,7 @@ enum class MultiDevice : std::uint8_t {
   kInOrder,        // the first `count` candidates in the policy's order
   kNetworkGroups,  // all from the largest interconnect groups (DeviceInfo::network), when every card has one
   kModulePairs,    // whole modules of two cards (index / 2): a module's halves are never split
+  kVendor,         // the backend's ChooseCards picks among every usable card, for any count
 };
 
 // A soft-split (hami-core) mode a pod asks for with an annotation and a node offers with another: such a pod
@@ -78,6 +83,10 @@ struct FitRules {
   // The node score gains 10 x (the largest share of each container's cards in one interconnect group), so
   // nodes that keep a container's cards together rank first.
   bool network_score = false;
+  // A card's split count bounds how many tasks share it; false: the vendor's own rule (RefuseCard) does.
+  bool split_count_limits = true;
+  bool vendor_card_check = false;  // Backend::RefuseCard runs after the shared checks of each card
+  bool vendor_score = false;       // Backend::AllocationScore adds to the node score
 };
 
 struct NodeLockRule {
@@ -103,6 +112,14 @@ struct BackendSpec {
   ResourceNames resources;
   FitRules fit;
   NodeLockRule lock;
+};
+
+// One vendor's part of a fitted node, for Backend::AllocationScore.
+struct AllocationView {
+  std::span<const DeviceInfo> node_cards;  // every card of the node, all vendors
+  std::span<const DeviceInfo> cards;       // this vendor's
+  std::span<const DeviceUsage> before;     // their usage before the pod (index-aligned with cards)
+  std::span<const int> chosen;             // positions in cards taken by the pod, each once, ascending
 };
 
 class Backend {
@@ -136,6 +153,22 @@ class Backend {
 
   // Admission: may rewrite the container (and pod); true when the container uses this vendor's resources.
   virtual Result<bool> Admit(ContainerView& container, PodView& pod) const = 0;
+
+  // The vendor's own refusal of a card that passed the shared checks (FitRules::vendor_card_check), or
+  // nullopt when `request` may use it.
+  virtual std::optional<Reason> RefuseCard(const DeviceInfo& /*card*/, const DeviceUsage& /*used*/,
+                                           const DeviceRequest& /*request*/) const {
+    return std::nullopt;
+  }
+  // The cards to take among the usable `candidates` (MultiDevice::kVendor, in the policy's order): their
+  // positions in `candidates`, `want` of them; empty when no arrangement of them serves the request.
+  virtual std::vector<std::size_t> ChooseCards(std::span<const DeviceInfo* const> /*candidates*/,
+                                               std::int32_t /*want*/) const {
+    return {};
+  }
+  // How well the cards chosen for a pod pack on the node (FitRules::vendor_score), added to the node score
+  // as the node's usage is: binpack prefers the highest, spread the lowest.
+  virtual double AllocationScore(const AllocationView& /*view*/) const { return 0; }
 
   // Whether a MIG profile may be used on a card of `model` (config allow-list; empty list = all).
   virtual bool MigProfileAllowed(std::string_view model, std::string_view profile) const {

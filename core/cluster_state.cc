@@ -364,6 +364,14 @@ Result<std::optional<PodAllocation>> AllocationFromAnnotations(const PodView& po
     }
     if (any) a.devices[b->Vendor()] = std::move(*devices);
   }
+  // A vendor whose plugin is handed no to-allocate list never answers `allocating`: such a pod waits on
+  // nothing (docs/DECISIONS.md "Vendors without a to-allocate list").
+  if (a.in_flight && !a.devices.empty()) {
+    a.in_flight = std::any_of(a.devices.begin(), a.devices.end(), [&](const auto& vendor_devices) {
+      const Backend* b = backends.Find(vendor_devices.first);
+      return b != nullptr && !b->Spec().keys.to_allocate.empty();
+    });
+  }
   if (auto m = pod.annotations.find(keys::kMigAllocations);
       m != pod.annotations.end() && !m->second.empty()) {
     auto mig = codec::DecodeMigAllocations(m->second);

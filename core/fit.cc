@@ -39,6 +39,8 @@ std::string_view ReasonName(Reason r) {
       return "CardNotFoundCustomFilterRule";
     case Reason::kCardNotHealth:
       return "CardNotHealth";
+    case Reason::kCardSizeMismatch:
+      return "CardSizeMismatch";
     case Reason::kCardTimeSlicingExhausted:
       return "CardTimeSlicingExhausted";
     case Reason::kCardTypeMismatch:
@@ -121,6 +123,8 @@ Result<PodContext> MakePodContext(const PodView& pod, const Backends& backends, 
     const auto& spec = b->Spec();
     PodContext::Vendor v;
     v.uuids = ReadSelector(a, spec.keys.use_uuid, spec.keys.nouse_uuid);
+    if (!spec.keys.use_uuid_alt.empty() || !spec.keys.nouse_uuid_alt.empty())
+      v.alt_uuids = ReadSelector(a, spec.keys.use_uuid_alt, spec.keys.nouse_uuid_alt);
     v.types = ReadSelector(a, spec.keys.use_type, spec.keys.nouse_type);
     if (!spec.fit.mode_annotation.empty()) {
       if (auto m = a.find(spec.fit.mode_annotation); m != a.end()) v.mode_filter = m->second;
@@ -213,8 +217,11 @@ bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const N
     }
   }
   allocation_score_ = 0;
+  packing_score_ = 0;
   for (std::size_t b : asked_) {
-    if (backends_->at(b).Spec().fit.network_score) allocation_score_ += NetworkScore(node, b);
+    const FitRules& rules = backends_->at(b).Spec().fit;
+    if (rules.network_score) allocation_score_ += NetworkScore(node, b);
+    if (rules.vendor_score) packing_score_ += VendorScore(node, b, base);
   }
   if (out != nullptr) {
     out->clear();
@@ -276,6 +283,7 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
   // Whether every candidate is collected first and the devices chosen among them afterwards.
   const bool by_topology = ctx.topology && spec.fit.topology;
   const bool by_modules = spec.fit.multi_device == MultiDevice::kModulePairs && origin > 1;
+  const bool by_vendor = spec.fit.multi_device == MultiDevice::kVendor;
   bool by_network = false;
   if (spec.fit.multi_device == MultiDevice::kNetworkGroups && origin > 1) {
     by_network = true;
@@ -283,7 +291,7 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
       by_network = node.devices[static_cast<std::size_t>(d)].network.has_value();
     }
   }
-  const bool collect_all = by_topology || by_modules || by_network;
+  const bool collect_all = by_topology || by_modules || by_network || by_vendor;
   std::int32_t remaining = origin;
   std::int64_t prev_numa = std::numeric_limits<std::int64_t>::min();
   Cores cores_req = request.cores;
@@ -315,17 +323,25 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
       prev_numa = dev.numa;
       picks.clear();
     }
-    if (vctx.uuids.active() && !SelectorAllowsUuid(vctx.uuids, node.devices[di].id)) {
+    if ((vctx.uuids.active() && !SelectorAllowsUuid(vctx.uuids, node.devices[di].id)) ||
+        (vctx.alt_uuids.active() && !SelectorAllowsUuid(vctx.alt_uuids, node.devices[di].id))) {
       reasons.Add(Reason::kCardUuidMismatch);
       continue;
     }
-    if (dev.count <= u.used) {
+    if (spec.fit.split_count_limits && dev.count <= u.used) {
       reasons.Add(Reason::kCardTimeSlicingExhausted);
       continue;
     }
     if (ctx.mutex && u.used > 0) {
       reasons.Add(Reason::kExclusiveDeviceAllocateConflict);
       continue;
+    }
+    if (spec.fit.vendor_card_check) {
+      const auto& b = backends_->at(static_cast<std::size_t>(backend));
+      if (auto refused = b.RefuseCard(node.devices[di], u, request)) {
+        reasons.Add(*refused);
+        continue;
+      }
     }
     if (cores_req > 100_cores) cores_req = 100_cores;
     MiB memreq = request.memory.value() > 0 ? request.memory : MiB(0);
@@ -403,6 +419,14 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
     // Counted against the request: the cards were there, the modules were not whole.
     reasons.Set(Reason::kAllocatedCardsInsufficientRequest, static_cast<int>(picks.size()));
     if (reason) *reason = reasons.Format(origin);
+    picks.clear();
+    return false;
+  }
+  if (by_vendor && found >= origin) {
+    if (ChooseByVendor(node, backend, origin, picks)) return true;
+    // Enough usable cards, none in an arrangement the vendor's interconnect allows.
+    reasons.Set(Reason::kNumaNotFit, 1);
+    if (reason) *reason = reasons.Format(total);
     picks.clear();
     return false;
   }
@@ -569,6 +593,40 @@ void NodeFitter::ChooseModulePairs(const NodeEntry& node, std::int32_t want, Con
     for (std::size_t i : positions) chosen.push_back(picks[i]);
   }
   picks = std::move(chosen);
+}
+
+bool NodeFitter::ChooseByVendor(const NodeEntry& node, int backend, std::int32_t want,
+                                ContainerPicks& picks) {
+  candidates_.clear();
+  for (const Pick& p : picks) candidates_.push_back(&node.devices[static_cast<std::size_t>(p.device)]);
+  const std::vector<std::size_t> chosen =
+      backends_->at(static_cast<std::size_t>(backend)).ChooseCards(candidates_, want);
+  if (static_cast<std::int32_t>(chosen.size()) != want) return false;
+  ContainerPicks taken;
+  taken.reserve(chosen.size());
+  for (std::size_t i : chosen) {
+    if (i >= picks.size()) return false;  // a backend's mistake refuses the node, never reads past
+    taken.push_back(picks[i]);
+  }
+  picks = std::move(taken);
+  return true;
+}
+
+double NodeFitter::VendorScore(const NodeEntry& node, std::size_t backend,
+                               const std::vector<DeviceUsage>& base) {
+  const auto [begin, end] = node.vendor_range[backend];
+  chosen_.clear();
+  for (const ContainerPicks& picks : allocated_[backend]) {
+    for (const Pick& p : picks) chosen_.push_back(p.device - begin);
+  }
+  std::sort(chosen_.begin(), chosen_.end());
+  chosen_.erase(std::unique(chosen_.begin(), chosen_.end()), chosen_.end());
+  const std::span<const DeviceInfo> all(node.devices);
+  const auto first = static_cast<std::size_t>(begin);
+  const auto n = static_cast<std::size_t>(end - begin);
+  const AllocationView view{all, all.subspan(first, n), std::span<const DeviceUsage>(base).subspan(first, n),
+                            chosen_};
+  return backends_->at(backend).AllocationScore(view);
 }
 
 double NodeFitter::NetworkScore(const NodeEntry& node, std::size_t backend) const {

@@ -13,28 +13,9 @@
 #include "core/backend.h"
 #include "core/cluster_state.h"
 #include "core/policy.h"
+#include "core/reason.h"
 
 namespace hami {
-
-enum class Reason : std::uint8_t {
-  kAllocatedCardsInsufficientRequest,
-  kCardComputeUnitsExhausted,
-  kCardCordoned,
-  kCardInsufficientCore,
-  kCardInsufficientMemory,
-  kCardMigTopologyInfeasible,
-  kCardNotFoundCustomFilterRule,
-  kCardNotHealth,
-  kCardTimeSlicingExhausted,
-  kCardTypeMismatch,
-  kCardUuidMismatch,
-  kExclusiveDeviceAllocateConflict,
-  kModeNotFit,
-  kNumaNotFit,
-  kResourceQuotaNotFit,
-  kCount
-};
-std::string_view ReasonName(Reason r);
 
 inline constexpr std::string_view kNodeInsufficientDevice = "NodeInsufficientDevice";
 inline constexpr std::string_view kNodeUnregistered = "node unregistered";
@@ -72,6 +53,7 @@ struct PodContext {
   bool quota_active = false;
   struct Vendor {
     Selector uuids;
+    Selector alt_uuids;  // BackendKeys::use_uuid_alt / nouse_uuid_alt
     Selector types;
     std::optional<std::string> mode_filter;
     bool numa_bind = false;
@@ -93,7 +75,11 @@ class NodeFitter {
   bool Fit(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, PodDevices* out,
            std::string* reason);
   // After a Fit that succeeded: what the chosen devices add to the node score (FitRules::network_score).
+  // Higher is better under either policy: spread subtracts it.
   double AllocationScore() const { return allocation_score_; }
+  // After a Fit that succeeded: how well the chosen devices pack (FitRules::vendor_score), added to the
+  // node score as it is (binpack takes the highest, spread the lowest).
+  double PackingScore() const { return packing_score_; }
   // How many copies of the pod fit `node` one after another (each fit against the usage the ones before it
   // leave), counting up to `limit`.
   int Capacity(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, int limit);
@@ -127,6 +113,9 @@ class NodeFitter {
   // Whole modules of two cards until at least `want` are taken (fewer when not enough are complete).
   void ChooseModulePairs(const NodeEntry& node, std::int32_t want, ContainerPicks& picks) const;
   double NetworkScore(const NodeEntry& node, std::size_t backend) const;
+  // The backend's ChooseCards over the candidates in `picks`; false when it chose none.
+  bool ChooseByVendor(const NodeEntry& node, int backend, std::int32_t want, ContainerPicks& picks);
+  double VendorScore(const NodeEntry& node, std::size_t backend, const std::vector<DeviceUsage>& base);
 
   const Backends* backends_;
   const QuotaBook* quotas_;
@@ -138,7 +127,10 @@ class NodeFitter {
   std::vector<DeviceOrder::Item> items_;
   std::vector<std::vector<ContainerPicks>> allocated_;  // [backend][container], sized for asked_ only
   std::vector<std::size_t> asked_;                      // the backends the pod asks for
+  std::vector<const DeviceInfo*> candidates_;           // ChooseByVendor's
+  std::vector<int> chosen_;                             // VendorScore's
   double allocation_score_ = 0;
+  double packing_score_ = 0;
 };
 
 }  // namespace hami

@@ -43,17 +43,23 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
   std::vector<Fitting> fitting;
   fitting.reserve(candidates.size());
   std::string reason;
-  // Two stages: the entry's first line (the vectors' headers) far ahead, then the data they point at.
+  // Three stages: the entry's first line (the vectors' headers) far ahead, then the vendor ranges, then the
+  // devices of the first backend the pod asks for (on a node of several vendors they need not come first).
   constexpr std::size_t kPrefetchDistance = 4;
+  constexpr std::size_t kRangePrefetchDistance = 6;
   constexpr std::size_t kEntryPrefetchDistance = 2 * kPrefetchDistance;
+  const std::size_t first_asked = requests->BackendsAsked().front();
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     if (i + kEntryPrefetchDistance < resolved_.size() && resolved_[i + kEntryPrefetchDistance] != nullptr)
       __builtin_prefetch(resolved_[i + kEntryPrefetchDistance]);
+    if (i + kRangePrefetchDistance < resolved_.size() && resolved_[i + kRangePrefetchDistance] != nullptr)
+      __builtin_prefetch(resolved_[i + kRangePrefetchDistance]->vendor_range.data() + first_asked);
     if (i + kPrefetchDistance < resolved_.size() && resolved_[i + kPrefetchDistance] != nullptr) {
       const NodeEntry* ahead = resolved_[i + kPrefetchDistance];
-      __builtin_prefetch(ahead->caps.data());
-      __builtin_prefetch(ahead->usage.data());
-      __builtin_prefetch(ahead->vendor_range.data());
+      const auto begin = static_cast<std::size_t>(
+          first_asked < ahead->vendor_range.size() ? ahead->vendor_range[first_asked].first : 0);
+      __builtin_prefetch(ahead->caps.data() + begin);
+      __builtin_prefetch(ahead->usage.data() + begin);
     }
     const NodeEntry* node = resolved_[i];
     if (node == nullptr) {
@@ -66,9 +72,10 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
     }
     // The chosen cards' own score (interconnect groups kept together) counts for either policy: spread,
     // which takes the lowest score, has it subtracted (docs/DECISIONS.md "Interconnect groups").
+    // A vendor's packing score counts as the node's usage does (docs/DECISIONS.md "Packing scores").
     const double allocation = fitter_.AllocationScore();
     fitting.push_back(
-        {i, node->totals.Score() + (spread ? -allocation : allocation),
+        {i, node->totals.Score() + (spread ? -allocation : allocation) + fitter_.PackingScore(),
          options_.busy_node_threshold > 0 && node->allocations_in_flight >= options_.busy_node_threshold});
   }
   out.fitting_count = fitting.size();

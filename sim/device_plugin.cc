@@ -347,7 +347,12 @@ bool DevicePlugin::WantsAllocation(const PodView& pod) const {
   const std::string* assigned = AnnotationOf(pod.annotations, std::string(keys::kAssignedNode));
   if (assigned == nullptr || *assigned != options_.node) return false;
   if (AnnotationOf(pod.annotations, std::string(keys::kBindTime)) == nullptr) return false;
-  const std::string* to_allocate = AnnotationOf(pod.annotations, backend_->Spec().keys.to_allocate);
+  const BackendKeys& keys = backend_->Spec().keys;
+  // A vendor whose plugin is handed no to-allocate list sets up what the allocated list names, once.
+  if (keys.to_allocate.empty()) {
+    return *phase == keys::kBindPhaseAllocating && AnnotationOf(pod.annotations, keys.allocated) != nullptr;
+  }
+  const std::string* to_allocate = AnnotationOf(pod.annotations, keys.to_allocate);
   return to_allocate != nullptr && !codec::NothingLeftToAllocate(*to_allocate);
 }
 
@@ -400,19 +405,20 @@ asio::awaitable<bool> DevicePlugin::Allocate(const std::string& pod_key) {
     co_return true;
   }
   const std::string& to_allocate_key = backend_->Spec().keys.to_allocate;
-  const std::string devices = pod.annotations.at(to_allocate_key);
+  const std::string& list_key = to_allocate_key.empty() ? backend_->Spec().keys.allocated : to_allocate_key;
+  const std::string devices = pod.annotations.at(list_key);
   bool success = options_.mode == PluginMode::kNormal;
   std::string described = devices;
   if (auto decoded = codec::DecodePodDevices(devices); decoded) {
     described = DescribeDevices(*decoded);
   } else {
     spdlog::warn("device plugin {}: pod {} {}='{}' is unreadable ({}); failing its allocation", options_.node,
-                 pod.Key(), to_allocate_key, devices, decoded.error().message);
+                 pod.Key(), list_key, devices, decoded.error().message);
     success = false;
   }
   json::object annotations;
   annotations[std::string(keys::kBindPhase)] = success ? keys::kBindPhaseSuccess : keys::kBindPhaseFailed;
-  if (success) annotations[to_allocate_key] = kAllocatedEverything;
+  if (success && !to_allocate_key.empty()) annotations[to_allocate_key] = kAllocatedEverything;
   const json::value patch = AnnotationsPatch(std::move(annotations));
   const std::string path = k8s::PathFor("v1", "pods", pod.ns, pod.name);
   auto patched = co_await client_->MergePatch(path, patch);

@@ -7,7 +7,6 @@
 #include <chrono>
 
 #include "backends/common.h"
-#include "core/codec/node_devices.h"
 #include "core/names.h"
 
 namespace hami::backends::ascend {
@@ -37,12 +36,7 @@ class AscendBackend final : public BasicBackend {
   AscendBackend(BackendSpec spec, Chip chip) : BasicBackend(std::move(spec)), chip_(std::move(chip)) {}
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
-    const auto& key = spec_.keys.register_annotation;
-    auto it = node.annotations.find(key);
-    if (it == node.annotations.end()) return std::vector<DeviceInfo>();  // no plugin of this chip here
-    auto devices = codec::DecodeDeviceManifest(it->second);
-    if (!devices) return Error{fmt::format("annotation {}: {}", key, devices.error().message)};
-    return devices;
+    return ManifestDevices(node, spec_.keys.register_annotation);
   }
 
   // The Ascend plugin numbers a 910 card's network by its position: chips 0-3 share one HCCS ring, 4-7

@@ -55,11 +55,8 @@ class NvidiaBackend final : public BasicBackend {
         mig_allowlist_(MigAllowlist(s)) {}
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
-    const auto& key = spec_.keys.register_annotation;
-    auto it = node.annotations.find(key);
-    if (it == node.annotations.end()) return std::vector<DeviceInfo>();  // no NVIDIA device plugin here
-    auto devices = codec::DecodeDeviceManifest(it->second);
-    if (!devices) return Error{fmt::format("annotation {}: {}", key, devices.error().message)};
+    auto devices = ManifestDevices(node, spec_.keys.register_annotation);
+    if (!devices || devices->empty()) return devices;
     if (!spec_.keys.score_annotation.empty()) {
       if (auto s = node.annotations.find(spec_.keys.score_annotation); s != node.annotations.end()) {
         auto ok = codec::ApplyPairScores(s->second, *devices);

@@ -4,7 +4,8 @@
 #   urlPrefix points at our port -> apply deploy/hami-scheduler.yaml (RBAC, ConfigMaps...) -> run
 #   `hami-scheduler serve` as a real process under the deploy ServiceAccount's token (so the RBAC is what it
 #   runs with, and --enable-ascend) and `hami-scheduler sim-device-plugins` for two NVIDIA nodes, a Hygon
-#   node, a node of eight Ascend 910B3 NPUs in two rings and one of four 910C NPUs -> create pods
+#   node, a node of eight Ascend 910B3 NPUs in two rings, one of four 910C NPUs, one of eight whole
+#   Kunlunxin XPUs (from capacity) and one of eight vXPU cards -> create pods
 #   with kubectl and check placement, annotations, events and metrics -> SIGTERM both, expect exit 0.
 #
 #   tests/e2e/extender.sh [PATH/TO/hami-scheduler]   # default: ${BUILD_DIR:-build}/hami-scheduler
@@ -160,7 +161,8 @@ SERVE_PID=$!
 "$HAMI" sim-device-plugins --kubeconfig "$HAMI_E2E_KUBECONFIG" \
   --node gpu-a=nvidia:2x16384:10:NVIDIA-Tesla-T4 --node gpu-b=nvidia:2x32768:10:NVIDIA-V100 \
   --node dcu-1=hygon:2x65536:4:DCU-K100 --node npu-1=Ascend910B3:8x65536:4:Ascend910B3 \
-  --node npu-c=Ascend910C:4x65536:4:Ascend910C --allocate-delay 20ms --register-interval 5s \
+  --node npu-c=Ascend910C:4x65536:4:Ascend910C --node xpu-w=kunlun:8x98304:100:kunlun \
+  --node xpu-v=XPU:8x98304:4:XPU --allocate-delay 20ms --register-interval 5s \
   --device-config-file "$ROOT/deploy/device-config.yaml" > "$WORK/logs/sim-device-plugins.log" 2>&1 < /dev/null &
 PLUGINS_PID=$!
 
@@ -182,13 +184,13 @@ if [[ "$answer" == *'"uid":"e2e-1","allowed":true'*'"patchType":"JSONPatch"'* ]]
 else
   bad "webhook listener: $answer"
 fi
-five_nodes_registered() { metrics | has -x 'hami_scheduler_nodes 5'; }
+all_nodes_registered() { metrics | has -x 'hami_scheduler_nodes 7'; }
 nodes_ready() {
   [ "$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}/{.status.allocatable.pods} {end}')" = \
-    "dcu-1=True/110 gpu-a=True/110 gpu-b=True/110 npu-1=True/110 npu-c=True/110 " ]
+    "dcu-1=True/110 gpu-a=True/110 gpu-b=True/110 npu-1=True/110 npu-c=True/110 xpu-v=True/110 xpu-w=True/110 " ]
 }
-if wait_for 60 nodes_ready && wait_for 60 five_nodes_registered; then
-  ok "sim-device-plugins created 5 Ready nodes and the scheduler registered their devices after $(( $(date +%s) - t0 ))s"
+if wait_for 60 nodes_ready && wait_for 60 all_nodes_registered; then
+  ok "sim-device-plugins created 7 Ready nodes and the scheduler registered their devices after $(( $(date +%s) - t0 ))s"
 else
   bad "nodes not created or not registered within 60s: $(K get nodes 2>&1 | tr '\n' ' ') $(metrics 2>&1 | grep '^hami_scheduler_nodes')"
   dump_logs; finish
@@ -298,6 +300,34 @@ else
   bad "npu-soft: huawei.com/Ascend910B3='$soft_json'"
 fi
 
+# Kunlunxin: two whole XPUs from one wing of the interconnect (cards 0-3 or 4-7), the card indexes handed to
+# the plugin; a vXPU of 20000 MiB is a quarter card, and a half card does not join the quarter's card.
+pod xpu-pair '{"kunlunxin.com/xpu": "2"}' >/dev/null
+if wait_for 60 bound_and_allocated xpu-pair; then
+  xpu_alloc="$(annotation xpu-pair hami.io/kunlun-allocated)"
+  xpu_idx="$(annotation xpu-pair BAIDU_COM_DEVICE_IDX)"
+  wings="$(python3 -c 'import sys; print(len({int(i) // 4 for i in sys.argv[1].split(",")}))' "$xpu_idx" 2>/dev/null)"
+  if [ "$(jp xpu-pair '{.spec.nodeName}')" = xpu-w ] && [[ "$xpu_alloc" == xpu-w-kunlun-*,kunlun,98304,100:xpu-w-kunlun-*,kunlun,98304,100:\; ]] &&
+     [ "$wings" = 1 ] && [ -z "$(annotation xpu-pair hami.io/xpu-devices-to-allocate)" ]; then
+    ok "xpu-pair on xpu-w: hami.io/kunlun-allocated=$xpu_alloc, BAIDU_COM_DEVICE_IDX=$xpu_idx (one wing)"
+  else
+    bad "xpu-pair: node=$(jp xpu-pair '{.spec.nodeName}') allocated='$xpu_alloc' BAIDU_COM_DEVICE_IDX='$xpu_idx'"
+  fi
+else
+  bad "xpu-pair: not bound and allocated within 60s (nodeName='$(jp xpu-pair '{.spec.nodeName}')', bind-phase='$(annotation xpu-pair hami.io/bind-phase)')"
+fi
+pod vxpu-quarter '{"kunlunxin.com/vxpu": "1", "kunlunxin.com/vxpu-memory": "20000"}' >/dev/null
+check_pod vxpu-quarter xpu-v hami.io/xpu-devices-allocated hami.io/xpu-devices-to-allocate 24576
+pod vxpu-half '{"kunlunxin.com/vxpu": "1", "kunlunxin.com/vxpu-memory": "40000"}' >/dev/null
+check_pod vxpu-half xpu-v hami.io/xpu-devices-allocated hami.io/xpu-devices-to-allocate 49152
+quarter_card="$(annotation vxpu-quarter hami.io/xpu-devices-allocated | cut -d, -f1)"
+half_card="$(annotation vxpu-half hami.io/xpu-devices-allocated | cut -d, -f1)"
+if [ -n "$quarter_card" ] && [ -n "$half_card" ] && [ "$quarter_card" != "$half_card" ]; then
+  ok "vxpu-half on $half_card, not on the quarter's card $quarter_card (one vXPU size per card)"
+else
+  bad "vxpu-half on '$half_card', the quarter on '$quarter_card'"
+fi
+
 pod gpu-too-big '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000000"}' >/dev/null
 failed_scheduling() {
   K get events -n default --field-selector involvedObject.name=gpu-too-big,reason=FailedScheduling \
@@ -333,7 +363,7 @@ else
 fi
 
 locks="$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.metadata.annotations.hami\.io/mutex\.lock} {end}')"
-if [ "$locks" = "dcu-1= gpu-a= gpu-b= npu-1= npu-c= " ]; then
+if [ "$locks" = "dcu-1= gpu-a= gpu-b= npu-1= npu-c= xpu-v= xpu-w= " ]; then
   ok "no hami.io/mutex.lock left on the nodes"
 else
   bad "node locks left behind: $locks"
@@ -355,10 +385,10 @@ else
 fi
 
 allocations="$(grep -c ' allocated default/' "$WORK/logs/sim-device-plugins.log")"
-if [ "$allocations" = 7 ]; then
-  ok "sim-device-plugins logged 7 allocations"
+if [ "$allocations" = 10 ]; then
+  ok "sim-device-plugins logged 10 allocations"
 else
-  bad "sim-device-plugins logged $allocations allocations (want 7)"
+  bad "sim-device-plugins logged $allocations allocations (want 10)"
 fi
 
 # ------------------------------------------------------------------ graceful stop

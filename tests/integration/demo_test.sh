@@ -14,14 +14,14 @@ check() { if eval "$2"; then passed=$((passed + 1)); echo "ok   $1"; else failed
 timeout 120 "$bin" demo --json --kubeconfig-out "$tmp/kubeconfig" >"$tmp/out.json" 2>"$tmp/live.txt"
 rc=$?
 check "demo --json exits 0" '[ $rc = 0 ]' "rc=$rc $(tail -5 "$tmp/live.txt")"
-check "the summary: 13 pods, 12 scheduled, 1 unschedulable, 0 failed" \
+check "the summary: 15 pods, 14 scheduled, 1 unschedulable, 0 failed" \
   'python3 - "$tmp/out.json" <<"PY"
 import json, sys
 s = json.load(open(sys.argv[1]))
-assert (s["pods"], s["scheduled"], s["unschedulable"], s["failed"]) == (13, 12, 1, 0), s
+assert (s["pods"], s["scheduled"], s["unschedulable"], s["failed"]) == (15, 14, 1, 0), s
 by = {o["pod"].split("/")[1]: o for o in s["outcomes"]}
 vendors = {"mlu-slice": "MLU", "mthreads-slice": "Mthreads", "dcu-slice": "DCU", "shared-gpu-1": "NVIDIA",
-           "npu-vnpu": "Ascend910B3", "npu-pair": "Ascend910B3"}
+           "npu-vnpu": "Ascend910B3", "npu-pair": "Ascend910B3", "xpu-pair": "kunlun", "vxpu-quarter": "XPU"}
 for pod, vendor in vendors.items():
     assert by[pod]["state"] == "scheduled" and vendor in by[pod]["devices"], by[pod]
 # two containers and an init container: one device list per container, init first
@@ -30,6 +30,10 @@ assert by["init-then-serve"]["devices"]["NVIDIA"].count(";") == 2, by["init-then
 # two NPUs of one ring (chips 0-3 or 4-7 of the demo node)
 rings = {int(d.split(",")[0].rsplit("-", 1)[1]) // 4 for d in by["npu-pair"]["devices"]["Ascend910B3"].split(":") if "," in d}
 assert len(rings) == 1, by["npu-pair"]
+# two whole XPUs of one wing (cards 0-3 or 4-7), and a vXPU of a quarter card
+wings = {int(d.split(",")[0].rsplit("-", 1)[1]) // 4 for d in by["xpu-pair"]["devices"]["kunlun"].split(":") if "," in d}
+assert len(wings) == 1, by["xpu-pair"]
+assert ",XPU,24576,25" in by["vxpu-quarter"]["devices"]["XPU"], by["vxpu-quarter"]
 assert by["too-big"]["state"] == "unschedulable" and "CardInsufficientMemory" in by["too-big"]["reason"], by["too-big"]
 PY' "$(cat "$tmp/out.json")"
 check "the live table went to stderr and shows allocations" 'grep -q "allocated" "$tmp/live.txt"'

@@ -13,6 +13,7 @@
 
 #include "backends/builtin.h"
 #include "core/backend.h"
+#include "core/cluster_state.h"
 #include "core/codec/node_devices.h"
 #include "core/model.h"
 
@@ -128,6 +129,26 @@ inline std::size_t BackendIndex(const Backends& backends, std::string_view secti
     if (backends.at(i).Spec().config_section == section) return i;
   }
   throw std::invalid_argument("no backend for config section " + std::string(section));
+}
+
+// A pod's hold on one device: `slots` app containers on it, the first carrying `mem` and `cores`.
+inline void Hold(ClusterState& state, const std::string& uid, const std::string& node,
+                 const std::string& vendor, const std::string& uuid, int slots, std::int64_t mem,
+                 std::int64_t cores, const std::string& ns = "default",
+                 std::vector<codec::MigAllocation> mig = {}) {
+  PodAllocation a;
+  a.uid = uid;
+  a.ns = ns;
+  a.name = uid;
+  a.node = node;
+  PodVendorDevices containers;
+  for (int i = 0; i < slots; ++i) {
+    containers.push_back(
+        {ContainerDevice{0, uuid, vendor, MiB(i == 0 ? mem : 0), Cores(i == 0 ? cores : 0), std::nullopt}});
+  }
+  a.devices[vendor] = std::move(containers);
+  a.mig = std::move(mig);
+  state.AddPod(std::move(a));
 }
 
 }  // namespace hami::testing

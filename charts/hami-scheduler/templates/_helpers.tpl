@@ -94,6 +94,9 @@ imagePullSecrets:
 {{- if .Values.devices.mthreads.enabled -}}
 {{- $names = concat $names .Values.devices.mthreads.customresources (list "mthreads.com/sgpu-memory" "mthreads.com/sgpu-core") -}}
 {{- end -}}
+{{- if .Values.devices.kunlun.enabled -}}
+{{- $names = concat $names .Values.devices.kunlun.customresources -}}
+{{- end -}}
 {{- if .Values.devices.ascend.enabled -}}
 {{- $names = concat $names .Values.devices.ascend.customresources -}}
 {{- end -}}

@@ -230,16 +230,18 @@ TEST(Registry, BuiltinNamesAndVendorOrder) {
   BackendRegistry registry;
   ASSERT_TRUE(backends::RegisterBuiltinBackends(registry));
   EXPECT_EQ(registry.Names(),
-            (std::vector<std::string>{"cambricon", "hygon", "mthreads", "nvidia", "vnpus"}));
+            (std::vector<std::string>{"cambricon", "hygon", "kunlun", "mthreads", "nvidia", "vnpus"}));
   EXPECT_FALSE(backends::RegisterBuiltinBackends(registry)) << "registering a name twice must fail";
   EXPECT_FALSE(registry.Create("metax", VendorSettings{}));
   // Backends are kept sorted by vendor key: the order node locks are taken in.
   Backends b = testing::BuiltinBackends();
-  ASSERT_EQ(b.size(), 4u);
+  ASSERT_EQ(b.size(), 6u);
   EXPECT_EQ(b.at(0).Vendor(), "DCU");
   EXPECT_EQ(b.at(1).Vendor(), "MLU");
   EXPECT_EQ(b.at(2).Vendor(), "Mthreads");
   EXPECT_EQ(b.at(3).Vendor(), "NVIDIA");
+  EXPECT_EQ(b.at(4).Vendor(), "XPU");
+  EXPECT_EQ(b.at(5).Vendor(), "kunlun") << "byte order: lower case last";
   EXPECT_EQ(b.IndexOf("NVIDIA"), 3);
   EXPECT_EQ(b.IndexOf("nvidia"), -1);
   EXPECT_EQ(b.Find("MLU"), &b.at(1));

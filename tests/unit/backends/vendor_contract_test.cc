@@ -10,6 +10,7 @@
 #include "backends/ascend/ascend.h"
 #include "backends/cambricon/cambricon.h"
 #include "backends/hygon/hygon.h"
+#include "backends/kunlun/kunlun.h"
 #include "backends/mthreads/mthreads.h"
 #include "backends/nvidia/nvidia.h"
 #include "core/cluster_state.h"
@@ -38,6 +39,8 @@ const Case kModules[] = {{"nvidia", "nvidia", &backends::nvidia::Module},
                          {"Ascend910B4", "vnpus", &backends::ascend::Module, "Ascend910B4"},
                          {"Ascend310P", "vnpus", &backends::ascend::Module, "Ascend310P"},
                          {"Ascend910C", "vnpus", &backends::ascend::Module, "Ascend910C"},
+                         {"kunlun", "kunlun", &backends::kunlun::Module, "kunlun"},
+                         {"XPU", "kunlun", &backends::kunlun::Module, "XPU"},
                          {"example", "example", &testing::example::Module}};
 
 class VendorContract : public ::testing::TestWithParam<Case> {

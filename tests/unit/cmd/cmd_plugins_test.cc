@@ -134,15 +134,16 @@ TEST(SimPluginsFlags, ProblemsNameTheFlagAndWhatWasExpected) {
 TEST(SimPlugins, VendorsAreTheEnabledBackendsByConfigSection) {
   auto backends = BuildBackends(config::Config{});
   ASSERT_TRUE(backends) << backends.error().message;
-  for (const std::string vendor : {"nvidia", "cambricon", "mthreads", "hygon"}) {
+  for (const std::string vendor : {"nvidia", "cambricon", "mthreads", "hygon", "kunlun", "XPU"}) {
     auto backend = BackendForVendor(*backends, vendor);
     ASSERT_TRUE(backend) << backend.error().message;
-    EXPECT_EQ((*backend)->Spec().config_section, vendor);
+    EXPECT_EQ((*backend)->Spec().config_section, vendor == "XPU" ? "kunlun" : vendor);
   }
   auto unknown = BackendForVendor(*backends, "amd");
   ASSERT_FALSE(unknown);
   EXPECT_EQ(unknown.error().message,
-            "unknown vendor 'amd'; expected one of the enabled backends: cambricon, hygon, mthreads, nvidia");
+            "unknown vendor 'amd'; expected one of the enabled backends: XPU, cambricon, hygon, kunlun, "
+            "mthreads, nvidia");
 }
 
 TEST(SimPlugins, ASectionOfSeveralBackendsIsNamedByVendorKey) {
@@ -230,7 +231,7 @@ TEST(SimPluginsCommand, HelpShowsTheNodeSyntax) {
   EXPECT_EQ(help.code, kExitOk);
   EXPECT_NE(help.out.find("NAME=VENDOR:COUNTxMEMORY_MIB[:SPLIT[:TYPE]]"), std::string::npos) << help.out;
   // The vendors are the registered sections (and the chips of a section of several), not a list by hand.
-  EXPECT_NE(help.out.find("(cambricon, hygon, mthreads, nvidia, vnpus: Ascend910A Ascend910B2"),
+  EXPECT_NE(help.out.find("(cambricon, hygon, kunlun: kunlun XPU, mthreads, nvidia, vnpus: Ascend910A"),
             std::string::npos)
       << help.out;
   const Ran usage = Exec({"--help"});

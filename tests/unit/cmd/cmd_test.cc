@@ -335,7 +335,8 @@ TEST(VendorSeam, AVendorIsNamedOnlyInItsFolder) {
     std::regex name;
   };
   const std::vector<Vendor> vendors = {
-      {"backends/ascend", std::regex("ascend(?!ing)|vnpu|huawei", std::regex::icase)}};
+      {"backends/ascend", std::regex("ascend(?!ing)|vnpu|huawei", std::regex::icase)},
+      {"backends/kunlun", std::regex("kunlun|baidu|\\bv?xpu", std::regex::icase)}};
   const std::set<std::string> allowed_files = {"README.md", "CMakeLists.txt", "backends/builtin.cc"};
   const std::set<std::string> allowed_dirs = {".git", "build", "build-asan", "third_party", "tests", "docs",
                                               "charts", "deploy"};
@@ -382,6 +383,70 @@ TEST(Commands, HamisDeviceConfigWithHygonWarnsAboutTheToAllocateKey) {
 
 // simulate with --enable-ascend: a pair of NPUs from one ring, a hami-core pod refused where the node does
 // not offer the soft split; without the flag the pods ask for nothing we manage.
+TEST(Simulate, KunlunxinWholeXpusFromCapacityAndVxpusOfOneSize) {
+  const std::string cluster = WriteTemp("kunlun-cluster.yaml", R"(apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {name: xpu-w}
+  status:
+    capacity: {kunlunxin.com/xpu: "8"}
+    allocatable: {kunlunxin.com/xpu: "8"}
+- apiVersion: v1
+  kind: Node
+  metadata:
+    name: xpu-v
+    annotations:
+      hami.io/node-handshake-xpu: "Reported 2026-12-03 08:00:00"
+      hami.io/node-register-xpu: '[
+        {"id":"xpu-0","index":0,"count":4,"devmem":98304,"devcore":100,"type":"XPU","health":true}]'
+  status:
+    capacity: {kunlunxin.com/vxpu: "4"}
+    allocatable: {kunlunxin.com/vxpu: "4"}
+)");
+  const std::string pods = WriteTemp("kunlun-pods.yaml", R"(apiVersion: v1
+kind: Pod
+metadata: {name: four, namespace: default}
+spec:
+  schedulerName: hami-scheduler
+  containers: [{name: a, resources: {limits: {kunlunxin.com/xpu: "4"}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: three, namespace: default}
+spec:
+  schedulerName: hami-scheduler
+  containers: [{name: a, resources: {limits: {kunlunxin.com/xpu: "3"}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: quarter, namespace: default}
+spec:
+  schedulerName: hami-scheduler
+  containers: [{name: a, resources: {limits: {kunlunxin.com/vxpu: "1", kunlunxin.com/vxpu-memory: "1000"}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: half, namespace: default}
+spec:
+  schedulerName: hami-scheduler
+  containers: [{name: a, resources: {limits: {kunlunxin.com/vxpu: "1", kunlunxin.com/vxpu-memory: "40000"}}}]
+)");
+  auto r = Exec({"simulate", "--cluster", cluster, "--pods", pods, "--now", "2026-12-03T08:00:10Z"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto doc = json::parse(r.out);
+  const auto four = ResultFor(doc, "default/four");
+  ASSERT_EQ(four.at("outcome").as_string(), "scheduled");
+  EXPECT_EQ(four.at("annotations").at("BAIDU_COM_DEVICE_IDX").as_string(), "0,1,2,3") << "one whole wing";
+  EXPECT_EQ(std::string(ResultFor(doc, "default/three").at("failedNodes").at("xpu-w").as_string()),
+            "1/8 NumaNotFit, 4/8 CardInsufficientMemory")
+      << "four cards are free (the first pod holds the others); the interconnect takes no three";
+  EXPECT_EQ(ResultFor(doc, "default/quarter").at("annotations").at("hami.io/xpu-devices-allocated").as_string(),
+            "xpu-0,XPU,24576,25:;");
+  EXPECT_EQ(ResultFor(doc, "default/half").at("failedNodes").at("xpu-v").as_string(), "1/1 CardSizeMismatch");
+}
+
 TEST(Simulate, AscendNodesWithTheirFlag) {
   const std::string cluster_text = R"(apiVersion: v1
 kind: List

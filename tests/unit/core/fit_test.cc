@@ -22,28 +22,10 @@ namespace {
 
 using testing::Ctr;
 using testing::Gpu;
+using testing::Hold;
 using testing::Pod;
 
 const TimePoint kNow = std::chrono::system_clock::from_time_t(1716199325);
-
-// A pod's hold on one device: `slots` app containers on it, the first carrying `mem` and `cores`.
-void Hold(ClusterState& state, const std::string& uid, const std::string& node, const std::string& vendor,
-          const std::string& uuid, int slots, std::int64_t mem, std::int64_t cores,
-          const std::string& ns = "default", std::vector<codec::MigAllocation> mig = {}) {
-  PodAllocation a;
-  a.uid = uid;
-  a.ns = ns;
-  a.name = uid;
-  a.node = node;
-  PodVendorDevices containers;
-  for (int i = 0; i < slots; ++i) {
-    containers.push_back(
-        {ContainerDevice{0, uuid, vendor, MiB(i == 0 ? mem : 0), Cores(i == 0 ? cores : 0), std::nullopt}});
-  }
-  a.devices[vendor] = std::move(containers);
-  a.mig = std::move(mig);
-  state.AddPod(std::move(a));
-}
 
 std::vector<std::string> Uuids(const PodVendorDevices& devices, std::size_t container) {
   std::vector<std::string> out;
