@@ -3,6 +3,7 @@
 #include "backends/ascend/ascend.h"
 #include "backends/cambricon/cambricon.h"
 #include "backends/hygon/hygon.h"
+#include "backends/iluvatar/iluvatar.h"
 #include "backends/kunlun/kunlun.h"
 #include "backends/mthreads/mthreads.h"
 #include "backends/nvidia/nvidia.h"
@@ -15,16 +16,10 @@ VendorFlag NoEffect(std::string name, std::string vendor, bool boolean = false) 
                     "no effect: " + std::move(vendor) + " is not implemented"};
 }
 
-VendorFlag Switch(std::string name, std::string help) {
-  return VendorFlag{std::move(name), VendorFlag::Effect::kEnables, true, std::move(help)};
-}
-
 // HAMi's other vendors: their device-config sections and chart flags are accepted with a warning.
 std::vector<UnimplementedVendor> Unimplemented() {
   return {
-      {"Iluvatar",
-       {"iluvatars", "iluvatar"},
-       {Switch("enable-iluvatar", "Iluvatar GPUs are not implemented; true gives a warning")}},
+      {"Iluvatar", {"iluvatar"}, {}},  // not HAMi's key (its chips are the iluvatars: list)
       {"MetaX",
        {"metax"},
        {NoEffect("metax-name", "MetaX"), NoEffect("metax-vcount", "MetaX"), NoEffect("metax-vcore", "MetaX"),
@@ -51,7 +46,7 @@ Result<void> RegisterBuiltinBackends(BackendRegistry& registry) {
   // The explicit list: a vendor is its folder, one line here and one in CMakeLists.txt.
   for (VendorModule module :
        {nvidia::Module(), cambricon::Module(), hygon::Module(), mthreads::Module(), ascend::Module(),
-        kunlun::Module()}) {
+        kunlun::Module(), iluvatar::Module()}) {
     if (auto ok = registry.Register(std::move(module)); !ok) return ok;
   }
   for (UnimplementedVendor vendor : Unimplemented()) {

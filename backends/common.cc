@@ -8,6 +8,7 @@
 
 #include "core/codec/node_devices.h"
 #include "core/codec/pod_devices.h"
+#include "core/names.h"
 
 namespace hami::backends {
 
@@ -66,6 +67,22 @@ Result<std::optional<ContainerAsk>> ReadAsk(const ContainerView& c, const Resour
   auto cores = IntegerResource(c, names.cores, core_unit, 0, kInt32Max);
   if (!cores) return cores.error();
   return std::optional<ContainerAsk>(ContainerAsk{**count, *mem, *cores});
+}
+
+Result<std::optional<DeviceRequest>> SharedCardRequest(const ContainerView& c, const BackendSpec& spec,
+                                                       std::string_view memory_unit,
+                                                       std::string_view core_unit, std::int64_t mib_per_unit,
+                                                       std::int64_t default_cores) {
+  auto ask = ReadAsk(c, spec.resources, memory_unit, core_unit);
+  if (!ask) return ask.error();
+  if (!*ask) return std::optional<DeviceRequest>();
+  DeviceRequest req;
+  req.vendor = spec.vendor;
+  req.count = (*ask)->count;
+  req.memory = MiB((*ask)->memory.value_or(0) * mib_per_unit);
+  req.mem_percent = req.memory.value() == 0 ? 100 : 0;
+  req.cores = Cores((*ask)->cores.value_or(default_cores));
+  return std::optional<DeviceRequest>(req);
 }
 
 Result<std::vector<DeviceInfo>> CapacityDevices(const NodeView& node, const BackendSpec& spec,
@@ -237,6 +254,38 @@ Result<std::vector<DeviceInfo>> ManifestDevices(const NodeView& node, const std:
   auto devices = codec::DecodeDeviceManifest(it->second);
   if (!devices) return Error{fmt::format("annotation {}: {}", key, devices.error().message)};
   return devices;
+}
+
+Result<std::vector<DeviceInfo>> LegacyDevices(const NodeView& node, const std::string& key) {
+  auto it = node.annotations.find(key);
+  if (it == node.annotations.end()) return std::vector<DeviceInfo>();
+  auto devices = codec::DecodeLegacyDevices(it->second);
+  if (!devices) return Error{fmt::format("annotation {}: {}", key, devices.error().message)};
+  return devices;
+}
+
+NodePublication LegacyPublication(const BackendSpec& spec, const std::vector<DeviceInfo>& cards) {
+  NodePublication out;
+  const std::string text = codec::EncodeLegacyDevices(cards);
+  out.annotation = text.empty() ? std::string(":") : text;
+  out.resources = CountResource(spec, cards);
+  return out;
+}
+
+Result<void> CheckCommonWord(std::string_view cw, std::string_view at) {
+  const auto allowed = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.';
+  };
+  if (cw.empty() || cw.size() > kMaxCommonWord || !std::all_of(cw.begin(), cw.end(), allowed) ||
+      !std::isalnum(static_cast<unsigned char>(cw.front())) ||
+      !std::isalnum(static_cast<unsigned char>(cw.back()))) {
+    return Error{fmt::format("{}.commonWord: {} is not a chip name of at most {} letters, digits, '-', '_' "
+                             "or '.' that starts and ends with a letter or digit (it names the chip's "
+                             "annotations)",
+                             at, Quoted(cw), kMaxCommonWord)};
+  }
+  return {};
 }
 
 Result<std::int64_t> CapacityCards(const NodeView& node, const std::string& name) {

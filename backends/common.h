@@ -31,6 +31,13 @@ struct ContainerAsk {
 };
 Result<std::optional<ContainerAsk>> ReadAsk(const ContainerView& c, const ResourceNames& names,
                                             std::string_view memory_unit, std::string_view core_unit);
+// The request of a vendor whose cards are shared by memory and cores per card: the count, the memory in MiB
+// (`mib_per_unit` per unit asked; none asked is the whole card) and the cores (`default_cores` when none).
+// nullopt when the container asks for no device of this vendor.
+Result<std::optional<DeviceRequest>> SharedCardRequest(const ContainerView& c, const BackendSpec& spec,
+                                                       std::string_view memory_unit,
+                                                       std::string_view core_unit, std::int64_t mib_per_unit,
+                                                       std::int64_t default_cores);
 
 // Devices synthesized from node capacity (Cambricon, Moore Threads): one card per `cores_per_card` of the
 // core resource, the memory resource (in units of `names.memory_factor` MiB) shared evenly, ids
@@ -64,6 +71,16 @@ Result<void> ApplySettings(const VendorSettings& settings, bool factor_configura
 // The JSON device manifest in the node's annotation `key`: no devices when the node has none (no plugin of
 // this vendor), an error naming the annotation when it is malformed.
 Result<std::vector<DeviceInfo>> ManifestDevices(const NodeView& node, const std::string& key);
+
+// The same for a device list in the legacy colon format, and what such a plugin publishes (the list, ":" for
+// none, and the count resource).
+Result<std::vector<DeviceInfo>> LegacyDevices(const NodeView& node, const std::string& key);
+NodePublication LegacyPublication(const BackendSpec& spec, const std::vector<DeviceInfo>& cards);
+
+// A chip's commonWord (`at` names its config entry): it names the chip's annotation keys, so at most
+// kMaxCommonWord letters, digits, '-', '_' or '.', starting and ending with a letter or digit.
+inline constexpr std::size_t kMaxCommonWord = 63 - std::string_view("-devices-to-allocate").size();
+Result<void> CheckCommonWord(std::string_view cw, std::string_view at);
 
 // A count in a node's status.capacity: 0 when absent; an error when not a non-negative integer.
 Result<std::int64_t> CapacityCount(const NodeView& node, const std::string& name);

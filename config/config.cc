@@ -548,6 +548,11 @@ void ReadSettings(Reader& r, const Item& section, const std::vector<SettingField
 }
 
 void ReadVendor(Reader& r, const Item& it, const VendorSchema& schema, VendorSettings& v) {
+  if (!schema.list_field.empty() && it.value.IsSequence()) {
+    for (const SettingField& f : schema.fields) {
+      if (f.key == schema.list_field) return ReadRecordList(r, it, f, f.key, v);
+    }
+  }
   const std::vector<std::string_view> ignored(schema.ignored.begin(), schema.ignored.end());
   ReadSettings(r, it, schema.fields, ignored, "", v, &v.enabled);
 }

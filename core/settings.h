@@ -38,6 +38,9 @@ struct VendorSchema {
   std::vector<SettingField> fields;
   // Keys of the same section that others read (HAMi's device plugin): accepted, unused.
   std::vector<std::string> ignored;
+  // A section that may also be written as a plain list (`<section>: [...]`): the list is read as this
+  // kRecordList field of the section.
+  std::string list_field;
 };
 
 struct Settings;

@@ -22,9 +22,6 @@ constexpr std::string_view kSoftSplit = "hami-core";
 constexpr std::string_view kNodeSoftSplit = "hami-vnpu-core";
 constexpr std::string_view kVisibleDevices = "ASCEND_VISIBLE_DEVICES";
 constexpr std::string_view kPredicateTime = "predicate-time";
-// The longest key built from a commonWord is "hami.io/<cw>-devices-to-allocate": its name part (after the
-// prefix) may have 63 characters.
-constexpr std::size_t kMaxCommonWord = 63 - std::string_view("-devices-to-allocate").size();
 
 bool SoftSplitPod(const PodView& pod) {
   auto it = pod.annotations.find(kModeAnnotation);
@@ -175,24 +172,11 @@ Chip ChartChip(std::string cw, std::int64_t allocatable, std::int64_t capacity,
   return chip;
 }
 
-bool CommonWordChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-         c == '.';
-}
-
 Result<Chip> ReadChip(const SettingRecord& r, std::size_t i) {
   const std::string at = fmt::format("{}.configs[{}]", kSection, i);
   Chip chip;
   chip.common_word = r.String("commonWord").value_or("");
-  const std::string& cw = chip.common_word;
-  if (cw.empty() || cw.size() > kMaxCommonWord || !std::all_of(cw.begin(), cw.end(), CommonWordChar) ||
-      !std::isalnum(static_cast<unsigned char>(cw.front())) ||
-      !std::isalnum(static_cast<unsigned char>(cw.back()))) {
-    return Error{fmt::format("{}.commonWord: {} is not a chip name of at most {} letters, digits, '-', '_' "
-                             "or '.' that starts and ends with a letter or digit (it names the chip's "
-                             "annotations)",
-                             at, Quoted(cw), kMaxCommonWord)};
-  }
+  if (auto ok = CheckCommonWord(chip.common_word, at); !ok) return ok.error();
   chip.count_resource = r.String("resourceName").value_or("");
   chip.memory_resource = r.String("resourceMemoryName").value_or("");
   chip.core_resource = r.String("resourceCoreName").value_or("");

@@ -22,16 +22,7 @@ class CambriconBackend final : public BasicBackend {
   }
 
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
-    auto ask = ReadAsk(c, spec_.resources, "256 MiB units", "percent of an MLU");
-    if (!ask) return ask.error();
-    if (!*ask) return std::optional<DeviceRequest>();
-    DeviceRequest req;
-    req.vendor = spec_.vendor;
-    req.count = (*ask)->count;
-    req.memory = MiB((*ask)->memory.value_or(0) * kMiBPerUnit);
-    req.mem_percent = req.memory.value() == 0 ? 100 : 0;
-    req.cores = Cores((*ask)->cores.value_or(kCoresPerCard));
-    return std::optional<DeviceRequest>(req);
+    return SharedCardRequest(c, spec_, "256 MiB units", "percent of an MLU", kMiBPerUnit, kCoresPerCard);
   }
 
   void Annotate(const PodView& pod, const PodVendorDevices& devices, const Annotations& written,

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "backends/common.h"
-#include "core/codec/node_devices.h"
 
 namespace hami::backends::hygon {
 namespace {
@@ -16,33 +15,16 @@ class HygonBackend final : public BasicBackend {
   using BasicBackend::BasicBackend;
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
-    const auto& key = spec_.keys.register_annotation;
-    auto it = node.annotations.find(key);
-    if (it == node.annotations.end()) return std::vector<DeviceInfo>();  // no Hygon device plugin here
-    auto devices = codec::DecodeLegacyDevices(it->second);
-    if (!devices) return Error{fmt::format("annotation {}: {}", key, devices.error().message)};
-    return devices;
+    return LegacyDevices(node, spec_.keys.register_annotation);
   }
   // The legacy colon list; ":" is its spelling of "no devices".
   NodePublication Publish(const std::vector<DeviceInfo>& cards) const override {
-    NodePublication out;
-    const std::string text = codec::EncodeLegacyDevices(cards);
-    out.annotation = text.empty() ? std::string(":") : text;
-    out.resources = CountResource(spec_, cards);
-    return out;
+    return LegacyPublication(spec_, cards);
   }
 
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
-    auto ask = ReadAsk(c, spec_.resources, "MiB", "percent of a DCU");
-    if (!ask) return ask.error();
-    if (!*ask) return std::optional<DeviceRequest>();
-    DeviceRequest req;
-    req.vendor = spec_.vendor;
-    req.count = (*ask)->count;
-    req.memory = MiB((*ask)->memory.value_or(0) * std::max<std::int64_t>(1, spec_.resources.memory_factor));
-    req.mem_percent = req.memory.value() == 0 ? 100 : 0;
-    req.cores = Cores((*ask)->cores.value_or(100));
-    return std::optional<DeviceRequest>(req);
+    return SharedCardRequest(c, spec_, "MiB", "percent of a DCU",
+                             std::max<std::int64_t>(1, spec_.resources.memory_factor), 100);
   }
 };
 

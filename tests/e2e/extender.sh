@@ -5,7 +5,8 @@
 #   `hami-scheduler serve` as a real process under the deploy ServiceAccount's token (so the RBAC is what it
 #   runs with, and --enable-ascend) and `hami-scheduler sim-device-plugins` for two NVIDIA nodes, a Hygon
 #   node, a node of eight Ascend 910B3 NPUs in two rings, one of four 910C NPUs, one of eight whole
-#   Kunlunxin XPUs (from capacity) and one of eight vXPU cards -> create pods
+#   Kunlunxin XPUs (from capacity), one of eight vXPU cards and one of three Iluvatar MR-V100 GPUs
+#   (--enable-iluvatar) -> create pods
 #   with kubectl and check placement, annotations, events and metrics -> SIGTERM both, expect exit 0.
 #
 #   tests/e2e/extender.sh [PATH/TO/hami-scheduler]   # default: ${BUILD_DIR:-build}/hami-scheduler
@@ -156,13 +157,13 @@ fi
 "$HAMI" serve --kubeconfig "$SA_KUBECONFIG" --http_bind "127.0.0.1:$EXT_PORT" \
   --metrics-bind-address "127.0.0.1:$METRICS_PORT" --health-check-interval 2s \
   --webhook-bind "127.0.0.1:$WEBHOOK_PORT" --webhook-cert-file "$WORK/webhook-tls.crt" --webhook-key-file "$WORK/webhook-tls.key" \
-  --device-config-file "$ROOT/deploy/device-config.yaml" --enable-ascend=true > "$WORK/logs/hami-serve.log" 2>&1 < /dev/null &
+  --device-config-file "$ROOT/deploy/device-config.yaml" --enable-ascend=true --enable-iluvatar=true > "$WORK/logs/hami-serve.log" 2>&1 < /dev/null &
 SERVE_PID=$!
 "$HAMI" sim-device-plugins --kubeconfig "$HAMI_E2E_KUBECONFIG" \
   --node gpu-a=nvidia:2x16384:10:NVIDIA-Tesla-T4 --node gpu-b=nvidia:2x32768:10:NVIDIA-V100 \
   --node dcu-1=hygon:2x65536:4:DCU-K100 --node npu-1=Ascend910B3:8x65536:4:Ascend910B3 \
   --node npu-c=Ascend910C:4x65536:4:Ascend910C --node xpu-w=kunlun:8x98304:100:kunlun \
-  --node xpu-v=XPU:8x98304:4:XPU --allocate-delay 20ms --register-interval 5s \
+  --node xpu-v=XPU:8x98304:4:XPU --node ilu-1=MR-V100:3x32768:10:MR-V100 --allocate-delay 20ms --register-interval 5s \
   --device-config-file "$ROOT/deploy/device-config.yaml" > "$WORK/logs/sim-device-plugins.log" 2>&1 < /dev/null &
 PLUGINS_PID=$!
 
@@ -184,13 +185,13 @@ if [[ "$answer" == *'"uid":"e2e-1","allowed":true'*'"patchType":"JSONPatch"'* ]]
 else
   bad "webhook listener: $answer"
 fi
-all_nodes_registered() { metrics | has -x 'hami_scheduler_nodes 7'; }
+all_nodes_registered() { metrics | has -x 'hami_scheduler_nodes 8'; }
 nodes_ready() {
   [ "$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}/{.status.allocatable.pods} {end}')" = \
-    "dcu-1=True/110 gpu-a=True/110 gpu-b=True/110 npu-1=True/110 npu-c=True/110 xpu-v=True/110 xpu-w=True/110 " ]
+    "dcu-1=True/110 gpu-a=True/110 gpu-b=True/110 ilu-1=True/110 npu-1=True/110 npu-c=True/110 xpu-v=True/110 xpu-w=True/110 " ]
 }
 if wait_for 60 nodes_ready && wait_for 60 all_nodes_registered; then
-  ok "sim-device-plugins created 7 Ready nodes and the scheduler registered their devices after $(( $(date +%s) - t0 ))s"
+  ok "sim-device-plugins created 8 Ready nodes and the scheduler registered their devices after $(( $(date +%s) - t0 ))s"
 else
   bad "nodes not created or not registered within 60s: $(K get nodes 2>&1 | tr '\n' ' ') $(metrics 2>&1 | grep '^hami_scheduler_nodes')"
   dump_logs; finish
@@ -328,6 +329,19 @@ else
   bad "vxpu-half on '$half_card', the quarter on '$quarter_card'"
 fi
 
+# Iluvatar MR-V100: a slice of 16 units of 256 MiB and half the cores; two cards with the cores the webhook
+# writes for them (count x 100) are both taken whole.
+pod ilu-slice '{"iluvatar.ai/MR-V100-vgpu": "1", "iluvatar.ai/MR-V100.vMem": "16", "iluvatar.ai/MR-V100.vCore": "50"}' >/dev/null
+check_pod ilu-slice ilu-1 hami.io/MR-V100-devices-allocated hami.io/MR-V100-devices-to-allocate 4096
+pod ilu-two '{"iluvatar.ai/MR-V100-vgpu": "2", "iluvatar.ai/MR-V100.vCore": "200"}' >/dev/null
+if wait_for 60 bound_and_allocated ilu-two; then ok "ilu-two bound and allocated"; else bad "ilu-two not bound"; fi
+ilu_two="$(annotation ilu-two hami.io/MR-V100-devices-allocated)"
+if [ "$(jp ilu-two '{.spec.nodeName}')" = ilu-1 ] && [ "$(tr ':' '\n' <<<"$ilu_two" | grep -c ',MR-V100,32768,100$')" = 2 ]; then
+  ok "ilu-two: both cards whole ($ilu_two)"
+else
+  bad "ilu-two: node=$(jp ilu-two '{.spec.nodeName}') allocated='$ilu_two'"
+fi
+
 pod gpu-too-big '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000000"}' >/dev/null
 failed_scheduling() {
   K get events -n default --field-selector involvedObject.name=gpu-too-big,reason=FailedScheduling \
@@ -363,7 +377,7 @@ else
 fi
 
 locks="$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.metadata.annotations.hami\.io/mutex\.lock} {end}')"
-if [ "$locks" = "dcu-1= gpu-a= gpu-b= npu-1= npu-c= xpu-v= xpu-w= " ]; then
+if [ "$locks" = "dcu-1= gpu-a= gpu-b= ilu-1= npu-1= npu-c= xpu-v= xpu-w= " ]; then
   ok "no hami.io/mutex.lock left on the nodes"
 else
   bad "node locks left behind: $locks"
@@ -385,10 +399,10 @@ else
 fi
 
 allocations="$(grep -c ' allocated default/' "$WORK/logs/sim-device-plugins.log")"
-if [ "$allocations" = 10 ]; then
-  ok "sim-device-plugins logged 10 allocations"
+if [ "$allocations" = 12 ]; then
+  ok "sim-device-plugins logged 12 allocations"
 else
-  bad "sim-device-plugins logged $allocations allocations (want 10)"
+  bad "sim-device-plugins logged $allocations allocations (want 12)"
 fi
 
 # ------------------------------------------------------------------ graceful stop

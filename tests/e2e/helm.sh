@@ -87,6 +87,19 @@ for d in yaml.safe_load_all(open(sys.argv[1])):
     cat "$WORK/logs/$name-config.log"; bad "our binary and the $name rendering's device config"
   fi
 done
+render iluvatar --set devices.iluvatar.enabled=true && checks iluvatar "$WORK/iluvatar.yaml"
+python3 -c '
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-device"):
+        print(d["data"]["device-config.yaml"])' "$WORK/iluvatar.yaml" > "$WORK/iluvatar-device-config.yaml"
+if "$HAMI" config --enable-iluvatar=true --device-config-file "$WORK/iluvatar-device-config.yaml" --print-config \
+     > "$WORK/iluvatar-config.yaml" 2> "$WORK/logs/iluvatar-config.log" && ! grep -qi 'iluvatar\|kunlun' "$WORK/logs/iluvatar-config.log" &&
+   [ "$(grep -c 'commonWord:' "$WORK/iluvatar-config.yaml")" -ge 4 ]; then
+  ok "our binary loads the iluvatar rendering's device config with --enable-iluvatar, without a warning about it"
+else
+  cat "$WORK/logs/iluvatar-config.log"; bad "our binary and the iluvatar rendering's device config"
+fi
 render changed --set devices.nvidia.gpuCorePolicy=force && checks checksum "$WORK/default.yaml" "$WORK/changed.yaml"
 
 # ------------------------------------------------------------------ the operator's command line, loaded by us

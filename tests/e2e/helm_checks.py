@@ -119,6 +119,21 @@ def ascend_chips_case(docs):
           f"devices.ascend.vnpus becomes vnpus.configs: {configs}")
 
 
+def iluvatar_case(docs):
+    """devices.iluvatar.enabled: the flag, the iluvatars list of HAMi's four chips, their resources managed;
+    Kunlunxin's resources are managed by default (devices.kunlun.enabled)."""
+    check("--enable-iluvatar=true" in flags(docs), "Iluvatar enabled: the extender runs with --enable-iluvatar=true")
+    chips = device_config(docs).get("iluvatars", [])
+    check([c.get("commonWord") for c in chips] == ["MR-V100", "MR-V50", "BI-V150", "BI-V100"] and
+          chips[0].get("resourceMemoryName") == "iluvatar.ai/MR-V100.vMem",
+          f"the device config lists HAMi's four Iluvatar chips: {chips}")
+    names = {r["name"] for r in scheduler_config(docs)["extenders"][0]["managedResources"]}
+    want = {f"iluvatar.ai/{c}{s}" for c in ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
+            for s in ("-vgpu", ".vMem", ".vCore")}
+    want |= {"kunlunxin.com/xpu", "kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory"}
+    check(want <= names, f"managedResources lists the Iluvatar and Kunlunxin resources (missing: {sorted(want - names)})")
+
+
 def low_port_case(docs):
     sc = containers(docs)["vgpu-scheduler-extender"]["securityContext"]
     check("--webhook-bind=0.0.0.0:443" in flags(docs) and sc["runAsUser"] == 0 and
@@ -230,6 +245,7 @@ CASES = {
     "default": default_case,
     "low-port": low_port_case,
     "ascend": ascend_case,
+    "iluvatar": iluvatar_case,
     "ascend-chips": ascend_chips_case,
     "operator": operator_case,
     "acquire": acquire_case,

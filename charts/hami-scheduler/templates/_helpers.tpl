@@ -97,6 +97,9 @@ imagePullSecrets:
 {{- if .Values.devices.kunlun.enabled -}}
 {{- $names = concat $names .Values.devices.kunlun.customresources -}}
 {{- end -}}
+{{- if .Values.devices.iluvatar.enabled -}}
+{{- $names = concat $names .Values.devices.iluvatar.customresources -}}
+{{- end -}}
 {{- if .Values.devices.ascend.enabled -}}
 {{- $names = concat $names .Values.devices.ascend.customresources -}}
 {{- end -}}

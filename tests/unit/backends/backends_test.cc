@@ -230,7 +230,8 @@ TEST(Registry, BuiltinNamesAndVendorOrder) {
   BackendRegistry registry;
   ASSERT_TRUE(backends::RegisterBuiltinBackends(registry));
   EXPECT_EQ(registry.Names(),
-            (std::vector<std::string>{"cambricon", "hygon", "kunlun", "mthreads", "nvidia", "vnpus"}));
+            (std::vector<std::string>{"cambricon", "hygon", "iluvatars", "kunlun", "mthreads", "nvidia",
+                                      "vnpus"}));
   EXPECT_FALSE(backends::RegisterBuiltinBackends(registry)) << "registering a name twice must fail";
   EXPECT_FALSE(registry.Create("metax", VendorSettings{}));
   // Backends are kept sorted by vendor key: the order node locks are taken in.

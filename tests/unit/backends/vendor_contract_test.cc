@@ -10,6 +10,7 @@
 #include "backends/ascend/ascend.h"
 #include "backends/cambricon/cambricon.h"
 #include "backends/hygon/hygon.h"
+#include "backends/iluvatar/iluvatar.h"
 #include "backends/kunlun/kunlun.h"
 #include "backends/mthreads/mthreads.h"
 #include "backends/nvidia/nvidia.h"
@@ -41,6 +42,10 @@ const Case kModules[] = {{"nvidia", "nvidia", &backends::nvidia::Module},
                          {"Ascend910C", "vnpus", &backends::ascend::Module, "Ascend910C"},
                          {"kunlun", "kunlun", &backends::kunlun::Module, "kunlun"},
                          {"XPU", "kunlun", &backends::kunlun::Module, "XPU"},
+                         {"MR_V100", "iluvatars", &backends::iluvatar::Module, "MR-V100"},
+                         {"MR_V50", "iluvatars", &backends::iluvatar::Module, "MR-V50"},
+                         {"BI_V150", "iluvatars", &backends::iluvatar::Module, "BI-V150"},
+                         {"BI_V100", "iluvatars", &backends::iluvatar::Module, "BI-V100"},
                          {"example", "example", &testing::example::Module}};
 
 class VendorContract : public ::testing::TestWithParam<Case> {

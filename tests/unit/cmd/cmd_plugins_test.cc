@@ -231,7 +231,8 @@ TEST(SimPluginsCommand, HelpShowsTheNodeSyntax) {
   EXPECT_EQ(help.code, kExitOk);
   EXPECT_NE(help.out.find("NAME=VENDOR:COUNTxMEMORY_MIB[:SPLIT[:TYPE]]"), std::string::npos) << help.out;
   // The vendors are the registered sections (and the chips of a section of several), not a list by hand.
-  EXPECT_NE(help.out.find("(cambricon, hygon, kunlun: kunlun XPU, mthreads, nvidia, vnpus: Ascend910A"),
+  EXPECT_NE(help.out.find("(cambricon, hygon, iluvatars: MR-V100 MR-V50 BI-V150 BI-V100, kunlun: kunlun XPU, "
+                          "mthreads, nvidia, vnpus: Ascend910A"),
             std::string::npos)
       << help.out;
   const Ran usage = Exec({"--help"});

@@ -292,8 +292,8 @@ TEST(Commands, TheChartsRenderedCommandLinesStartUs) {
   }
 }
 
-// With Ascend enabled (--enable-ascend and the vnpus: section the chart renders) every chip of the chart
-// becomes a backend, and neither the flag nor the section is warned about.
+// With every vendor enabled (--enable-ascend, --enable-iluvatar and the sections the chart renders) every
+// chip of the chart becomes a backend, and neither a built vendor's flag nor its section is warned about.
 TEST(Commands, TheChartsAscendConfigurationBuildsOneBackendPerChip) {
   const std::string fixture = std::string(HAMI_SOURCE_DIR) + "/tests/e2e/chart-v2.10.0/";
   std::ifstream in(fixture + "scheduler-args-every-vendor.txt");
@@ -310,7 +310,7 @@ TEST(Commands, TheChartsAscendConfigurationBuildsOneBackendPerChip) {
   with_print.push_back("--print-config");
   std::ostringstream out, err;
   ASSERT_EQ(RunProgram("scheduler", with_print, out, err), 0) << err.str();
-  for (const char* word : {"vnpus", "ascend", "Ascend"}) {
+  for (const char* word : {"vnpus", "ascend", "Ascend", "iluvatar", "kunlun"}) {
     EXPECT_EQ(err.str().find(word), std::string::npos) << word << " in:\n" << err.str();
   }
   auto loaded = config::LoadConfig(args, Vendors());
@@ -324,6 +324,13 @@ TEST(Commands, TheChartsAscendConfigurationBuildsOneBackendPerChip) {
   std::sort(chips.begin(), chips.end());
   EXPECT_EQ(chips, (std::vector<std::string>{"Ascend310P", "Ascend910A", "Ascend910B2", "Ascend910B3",
                                              "Ascend910B4", "Ascend910B4-1", "Ascend910C"}));
+  std::vector<std::string> others;
+  for (const auto& b : *backends) {
+    if (b->Spec().config_section == "iluvatars" || b->Spec().config_section == "kunlun")
+      others.push_back(b->Vendor());
+  }
+  std::sort(others.begin(), others.end());
+  EXPECT_EQ(others, (std::vector<std::string>{"BI-V100", "BI-V150", "MR-V100", "MR-V50", "XPU", "kunlun"}));
 }
 
 // A vendor is one folder: outside backends/<vendor>/ it is named only by the registration line, the build,
@@ -336,7 +343,8 @@ TEST(VendorSeam, AVendorIsNamedOnlyInItsFolder) {
   };
   const std::vector<Vendor> vendors = {
       {"backends/ascend", std::regex("ascend(?!ing)|vnpu|huawei", std::regex::icase)},
-      {"backends/kunlun", std::regex("kunlun|baidu|\\bv?xpu", std::regex::icase)}};
+      {"backends/kunlun", std::regex("kunlun|baidu|\\bv?xpu", std::regex::icase)},
+      {"backends/iluvatar", std::regex("iluvatar|\\b(MR|BI)-V[0-9]|SOL_CONTINER", std::regex::icase)}};
   const std::set<std::string> allowed_files = {"README.md", "CMakeLists.txt", "backends/builtin.cc"};
   const std::set<std::string> allowed_dirs = {".git", "build", "build-asan", "third_party", "tests", "docs",
                                               "charts", "deploy"};
@@ -442,8 +450,8 @@ spec:
   EXPECT_EQ(std::string(ResultFor(doc, "default/three").at("failedNodes").at("xpu-w").as_string()),
             "1/8 NumaNotFit, 4/8 CardInsufficientMemory")
       << "four cards are free (the first pod holds the others); the interconnect takes no three";
-  EXPECT_EQ(ResultFor(doc, "default/quarter").at("annotations").at("hami.io/xpu-devices-allocated").as_string(),
-            "xpu-0,XPU,24576,25:;");
+  const auto quarter = ResultFor(doc, "default/quarter");
+  EXPECT_EQ(quarter.at("annotations").at("hami.io/xpu-devices-allocated").as_string(), "xpu-0,XPU,24576,25:;");
   EXPECT_EQ(ResultFor(doc, "default/half").at("failedNodes").at("xpu-v").as_string(), "1/1 CardSizeMismatch");
 }
 

@@ -302,16 +302,32 @@ TEST(ConfigYaml, HamiChartDeviceConfig) {
 
 TEST(ConfigYaml, EveryForeignHamiSectionIsAWarning) {
   const std::string text =
-      "metax: {}\niluvatars: []\nenflame: {}\nawsneuron: {}\namd: {}\nvastai: {}\nbiren: {}\n"
-      "iluvatar: {}\n";
+      "metax: {}\nenflame: {}\nawsneuron: {}\namd: {}\nvastai: {}\nbiren: {}\niluvatar: {}\n";
   Config cfg;
   std::vector<std::string> problems;
   ApplyYaml(text, "f.yaml", cfg, problems);
   EXPECT_THAT(problems, IsEmpty());
-  ASSERT_THAT(cfg.warnings, SizeIs(8));
-  EXPECT_EQ(cfg.warnings[7],
-            "f.yaml:8: section 'iluvatar' is a HAMi vendor this scheduler does not implement; ignored");
+  ASSERT_THAT(cfg.warnings, SizeIs(7));
+  EXPECT_EQ(cfg.warnings[6],
+            "f.yaml:7: section 'iluvatar' is a HAMi vendor this scheduler does not implement; ignored");
   EXPECT_TRUE(cfg.vendors.empty());
+}
+
+// HAMi writes its Iluvatar chips as a plain list; a section may be a list of its records.
+TEST(ConfigYaml, ASectionWrittenAsAList) {
+  const std::string text =
+      "iluvatars:\n- {commonWord: MR-V100, chipName: MR-V100, resourceCountName: iluvatar.ai/MR-V100-vgpu}\n"
+      "- 42\n";
+  Config cfg;
+  std::vector<std::string> problems;
+  ApplyYaml(text, "f.yaml", cfg, problems);
+  ASSERT_THAT(problems, SizeIs(1));
+  EXPECT_THAT(problems[0], HasSubstr("f.yaml:3"));
+  EXPECT_THAT(problems[0], HasSubstr("expected a map with commonWord"));
+  const auto& chips = cfg.vendors.at("iluvatars").Records("chips");
+  ASSERT_THAT(chips, SizeIs(1));
+  EXPECT_EQ(chips[0].String("resourceCountName"), "iluvatar.ai/MR-V100-vgpu");
+  EXPECT_FALSE(cfg.vendors.at("iluvatars").enabled) << "still off until --enable-iluvatar";
 }
 
 TEST(ConfigYaml, OurExtensionsInVendorSections) {
