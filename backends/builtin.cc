@@ -1,6 +1,7 @@
 #include "backends/builtin.h"
 
 #include "backends/ascend/ascend.h"
+#include "backends/awsneuron/awsneuron.h"
 #include "backends/cambricon/cambricon.h"
 #include "backends/hygon/hygon.h"
 #include "backends/iluvatar/iluvatar.h"
@@ -33,7 +34,6 @@ std::vector<UnimplementedVendor> Unimplemented() {
         NoEffect("enflame-vgcu-resource-name", "Enflame"),
         NoEffect("enflame-vgcu-legacy-resource-name", "Enflame"),
         NoEffect("enflame-vgcu-percentage-resource-name", "Enflame")}},
-      {"AWS Neuron", {"awsneuron"}, {}},
       {"AMD", {"amd"}, {}},
       {"Vastai", {"vastai"}, {}},
       {"Biren", {"biren"}, {}},
@@ -46,7 +46,7 @@ Result<void> RegisterBuiltinBackends(BackendRegistry& registry) {
   // The explicit list: a vendor is its folder, one line here and one in CMakeLists.txt.
   for (VendorModule module :
        {nvidia::Module(), cambricon::Module(), hygon::Module(), mthreads::Module(), ascend::Module(),
-        kunlun::Module(), iluvatar::Module()}) {
+        kunlun::Module(), iluvatar::Module(), awsneuron::Module()}) {
     if (auto ok = registry.Register(std::move(module)); !ok) return ok;
   }
   for (UnimplementedVendor vendor : Unimplemented()) {

@@ -288,6 +288,28 @@ Result<void> CheckCommonWord(std::string_view cw, std::string_view at) {
   return {};
 }
 
+std::vector<std::int32_t> CandidateIndexes(std::span<const DeviceInfo* const> candidates) {
+  std::vector<std::int32_t> out;
+  for (const DeviceInfo* d : candidates) out.push_back(d->index);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::vector<std::size_t> PositionsOf(std::span<const DeviceInfo* const> candidates,
+                                     std::span<const std::int32_t> indexes) {
+  std::vector<std::size_t> out;
+  for (std::int32_t index : indexes) {
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      if (candidates[i]->index == index) {
+        out.push_back(i);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 Result<std::int64_t> CapacityCards(const NodeView& node, const std::string& name) {
   auto n = CapacityCount(node, name);
   if (!n) return n;

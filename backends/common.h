@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,6 +82,12 @@ NodePublication LegacyPublication(const BackendSpec& spec, const std::vector<Dev
 // kMaxCommonWord letters, digits, '-', '_' or '.', starting and ending with a letter or digit.
 inline constexpr std::size_t kMaxCommonWord = 63 - std::string_view("-devices-to-allocate").size();
 Result<void> CheckCommonWord(std::string_view cw, std::string_view at);
+
+// For Backend::ChooseCards: the candidates' card indexes, ascending and each once, and the positions of the
+// candidates that have the chosen `indexes` (the first with each), in the order of `indexes`.
+std::vector<std::int32_t> CandidateIndexes(std::span<const DeviceInfo* const> candidates);
+std::vector<std::size_t> PositionsOf(std::span<const DeviceInfo* const> candidates,
+                                     std::span<const std::int32_t> indexes);
 
 // A count in a node's status.capacity: 0 when absent; an error when not a non-negative integer.
 Result<std::int64_t> CapacityCount(const NodeView& node, const std::string& name);

@@ -86,6 +86,7 @@ struct FitRules {
   // A card's split count bounds how many tasks share it; false: the vendor's own rule (RefuseCard) does.
   bool split_count_limits = true;
   bool vendor_card_check = false;  // Backend::RefuseCard runs after the shared checks of each card
+  bool vendor_charge = false;      // Backend::CoresCharged says what a card taken is charged
   bool vendor_score = false;       // Backend::AllocationScore adds to the node score
 };
 
@@ -159,6 +160,11 @@ class Backend {
   virtual std::optional<Reason> RefuseCard(const DeviceInfo& /*card*/, const DeviceUsage& /*used*/,
                                            const DeviceRequest& /*request*/) const {
     return std::nullopt;
+  }
+  // The cores a card taken for `request` is charged (FitRules::vendor_charge), e.g. a mask of its cores.
+  virtual Cores CoresCharged(const DeviceInfo& /*card*/, const DeviceUsage& /*used*/,
+                             const DeviceRequest& request) const {
+    return request.cores;
   }
   // The cards to take among the usable `candidates` (MultiDevice::kVendor, in the policy's order): their
   // positions in `candidates`, `want` of them; empty when no arrangement of them serves the request.

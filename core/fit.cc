@@ -349,6 +349,10 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
       memreq = MiB(dev.devmem * request.mem_percent / 100);
     }
     Pick pick{d, memreq, cores_req, std::nullopt};
+    if (spec.fit.vendor_charge) {
+      pick.cores =
+          backends_->at(static_cast<std::size_t>(backend)).CoresCharged(node.devices[di], u, request);
+    }
     if (spec.fit.quota_in_fit && ctx.quota_active &&
         !QuotaAllows(ctx, node, backend, container, allocated, picks, pick)) {
       reasons.Add(Reason::kResourceQuotaNotFit);

@@ -26,22 +26,9 @@ bool Linked(std::int32_t a, std::int32_t b) {
 
 // Both backends: the positions of the candidates SelectByWings takes, in its order.
 std::vector<std::size_t> ChooseOnWings(std::span<const DeviceInfo* const> candidates, std::int32_t want) {
-  std::vector<std::int32_t> usable;
-  for (const DeviceInfo* d : candidates) {
-    if (d->index >= 0 && d->index < kCards) usable.push_back(d->index);
-  }
-  std::sort(usable.begin(), usable.end());
-  usable.erase(std::unique(usable.begin(), usable.end()), usable.end());
-  std::vector<std::size_t> out;
-  for (std::int32_t index : SelectByWings(usable, want)) {
-    for (std::size_t i = 0; i < candidates.size(); ++i) {
-      if (candidates[i]->index == index) {
-        out.push_back(i);
-        break;
-      }
-    }
-  }
-  return out;
+  std::vector<std::int32_t> usable = CandidateIndexes(candidates);
+  std::erase_if(usable, [](std::int32_t i) { return i < 0 || i >= kCards; });
+  return PositionsOf(candidates, SelectByWings(usable, want));
 }
 
 void SetUuidKeys(BackendSpec& s) {

@@ -6,7 +6,7 @@
 #   runs with, and --enable-ascend) and `hami-scheduler sim-device-plugins` for two NVIDIA nodes, a Hygon
 #   node, a node of eight Ascend 910B3 NPUs in two rings, one of four 910C NPUs, one of eight whole
 #   Kunlunxin XPUs (from capacity), one of eight vXPU cards and one of three Iluvatar MR-V100 GPUs
-#   (--enable-iluvatar) -> create pods
+#   (--enable-iluvatar), and one of eight AWS Neuron devices (from capacity) -> create pods
 #   with kubectl and check placement, annotations, events and metrics -> SIGTERM both, expect exit 0.
 #
 #   tests/e2e/extender.sh [PATH/TO/hami-scheduler]   # default: ${BUILD_DIR:-build}/hami-scheduler
@@ -163,7 +163,8 @@ SERVE_PID=$!
   --node gpu-a=nvidia:2x16384:10:NVIDIA-Tesla-T4 --node gpu-b=nvidia:2x32768:10:NVIDIA-V100 \
   --node dcu-1=hygon:2x65536:4:DCU-K100 --node npu-1=Ascend910B3:8x65536:4:Ascend910B3 \
   --node npu-c=Ascend910C:4x65536:4:Ascend910C --node xpu-w=kunlun:8x98304:100:kunlun \
-  --node xpu-v=XPU:8x98304:4:XPU --node ilu-1=MR-V100:3x32768:10:MR-V100 --allocate-delay 20ms --register-interval 5s \
+  --node xpu-v=XPU:8x98304:4:XPU --node ilu-1=MR-V100:3x32768:10:MR-V100 \
+  --node neu-1=AWSNeuron:8x1:2:AWSNeuron --allocate-delay 20ms --register-interval 5s \
   --device-config-file "$ROOT/deploy/device-config.yaml" > "$WORK/logs/sim-device-plugins.log" 2>&1 < /dev/null &
 PLUGINS_PID=$!
 
@@ -185,13 +186,13 @@ if [[ "$answer" == *'"uid":"e2e-1","allowed":true'*'"patchType":"JSONPatch"'* ]]
 else
   bad "webhook listener: $answer"
 fi
-all_nodes_registered() { metrics | has -x 'hami_scheduler_nodes 8'; }
+all_nodes_registered() { metrics | has -x 'hami_scheduler_nodes 9'; }
 nodes_ready() {
   [ "$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}/{.status.allocatable.pods} {end}')" = \
-    "dcu-1=True/110 gpu-a=True/110 gpu-b=True/110 ilu-1=True/110 npu-1=True/110 npu-c=True/110 xpu-v=True/110 xpu-w=True/110 " ]
+    "dcu-1=True/110 gpu-a=True/110 gpu-b=True/110 ilu-1=True/110 neu-1=True/110 npu-1=True/110 npu-c=True/110 xpu-v=True/110 xpu-w=True/110 " ]
 }
 if wait_for 60 nodes_ready && wait_for 60 all_nodes_registered; then
-  ok "sim-device-plugins created 8 Ready nodes and the scheduler registered their devices after $(( $(date +%s) - t0 ))s"
+  ok "sim-device-plugins created 9 Ready nodes and the scheduler registered their devices after $(( $(date +%s) - t0 ))s"
 else
   bad "nodes not created or not registered within 60s: $(K get nodes 2>&1 | tr '\n' ' ') $(metrics 2>&1 | grep '^hami_scheduler_nodes')"
   dump_logs; finish
@@ -342,6 +343,24 @@ else
   bad "ilu-two: node=$(jp ilu-two '{.spec.nodeName}') allocated='$ilu_two'"
 fi
 
+# AWS Neuron: one NeuronCore (a bit of one device's mask) and four whole devices, an aligned window of idle
+# devices; the plugin reads the cores or devices in AWS_NEURON_IDS.
+pod neuron-core '{"aws.amazon.com/neuroncore": "1"}' >/dev/null
+pod neuron-four '{"aws.amazon.com/neuron": "4"}' >/dev/null
+for p in neuron-core neuron-four; do
+  wait_for 60 bound_and_allocated "$p" || bad "$p: not bound and allocated within 60s"
+done
+core_alloc="$(annotation neuron-core hami.io/aws-neuron-devices-allocated)"
+core_ids="$(annotation neuron-core AWS_NEURON_IDS)"
+four_ids="$(annotation neuron-four AWS_NEURON_IDS)"
+if [[ "$core_alloc" =~ ^neu-1-AWSNeuron-[0-7],AWSNeuron,0,1:\;$ ]] && [[ "$core_ids" =~ ^[0-9]+$ ]] &&
+   [ "$(annotation neuron-core NEURON_RESOURCE_TYPE)" = aws.amazon.com/neuroncore ] &&
+   [[ "$four_ids" =~ ^(0,1,2,3|4,5,6,7)$ ]] && [ "$(jp neuron-four '{.spec.nodeName}')" = neu-1 ]; then
+  ok "neuron-core: $core_alloc (core $core_ids); neuron-four: devices $four_ids, an aligned window"
+else
+  bad "neuron: core '$core_alloc' ids '$core_ids'; four ids '$four_ids' on $(jp neuron-four '{.spec.nodeName}')"
+fi
+
 pod gpu-too-big '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000000"}' >/dev/null
 failed_scheduling() {
   K get events -n default --field-selector involvedObject.name=gpu-too-big,reason=FailedScheduling \
@@ -377,7 +396,7 @@ else
 fi
 
 locks="$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.metadata.annotations.hami\.io/mutex\.lock} {end}')"
-if [ "$locks" = "dcu-1= gpu-a= gpu-b= ilu-1= npu-1= npu-c= xpu-v= xpu-w= " ]; then
+if [ "$locks" = "dcu-1= gpu-a= gpu-b= ilu-1= neu-1= npu-1= npu-c= xpu-v= xpu-w= " ]; then
   ok "no hami.io/mutex.lock left on the nodes"
 else
   bad "node locks left behind: $locks"
@@ -399,10 +418,10 @@ else
 fi
 
 allocations="$(grep -c ' allocated default/' "$WORK/logs/sim-device-plugins.log")"
-if [ "$allocations" = 12 ]; then
-  ok "sim-device-plugins logged 12 allocations"
+if [ "$allocations" = 14 ]; then
+  ok "sim-device-plugins logged 14 allocations"
 else
-  bad "sim-device-plugins logged $allocations allocations (want 12)"
+  bad "sim-device-plugins logged $allocations allocations (want 14)"
 fi
 
 # ------------------------------------------------------------------ graceful stop

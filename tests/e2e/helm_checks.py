@@ -121,7 +121,7 @@ def ascend_chips_case(docs):
 
 def iluvatar_case(docs):
     """devices.iluvatar.enabled: the flag, the iluvatars list of HAMi's four chips, their resources managed;
-    Kunlunxin's resources are managed by default (devices.kunlun.enabled)."""
+    Kunlunxin's (devices.kunlun.enabled) and AWS Neuron's resources are managed by default."""
     check("--enable-iluvatar=true" in flags(docs), "Iluvatar enabled: the extender runs with --enable-iluvatar=true")
     chips = device_config(docs).get("iluvatars", [])
     check([c.get("commonWord") for c in chips] == ["MR-V100", "MR-V50", "BI-V150", "BI-V100"] and
@@ -131,7 +131,12 @@ def iluvatar_case(docs):
     want = {f"iluvatar.ai/{c}{s}" for c in ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
             for s in ("-vgpu", ".vMem", ".vCore")}
     want |= {"kunlunxin.com/xpu", "kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory"}
-    check(want <= names, f"managedResources lists the Iluvatar and Kunlunxin resources (missing: {sorted(want - names)})")
+    want |= {"aws.amazon.com/neuron", "aws.amazon.com/neuroncore"}
+    check(want <= names, f"managedResources lists the Iluvatar, Kunlunxin and AWS Neuron resources "
+                         f"(missing: {sorted(want - names)})")
+    neuron = device_config(docs).get("awsneuron")
+    check(neuron == {"resourceCountName": "aws.amazon.com/neuron", "resourceCoreName": "aws.amazon.com/neuroncore"},
+          f"the device config's awsneuron section: {neuron}")
 
 
 def low_port_case(docs):

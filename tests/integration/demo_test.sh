@@ -14,15 +14,15 @@ check() { if eval "$2"; then passed=$((passed + 1)); echo "ok   $1"; else failed
 timeout 120 "$bin" demo --json --kubeconfig-out "$tmp/kubeconfig" >"$tmp/out.json" 2>"$tmp/live.txt"
 rc=$?
 check "demo --json exits 0" '[ $rc = 0 ]' "rc=$rc $(tail -5 "$tmp/live.txt")"
-check "the summary: 16 pods, 15 scheduled, 1 unschedulable, 0 failed" \
+check "the summary: 18 pods, 17 scheduled, 1 unschedulable, 0 failed" \
   'python3 - "$tmp/out.json" <<"PY"
 import json, sys
 s = json.load(open(sys.argv[1]))
-assert (s["pods"], s["scheduled"], s["unschedulable"], s["failed"]) == (16, 15, 1, 0), s
+assert (s["pods"], s["scheduled"], s["unschedulable"], s["failed"]) == (18, 17, 1, 0), s
 by = {o["pod"].split("/")[1]: o for o in s["outcomes"]}
 vendors = {"mlu-slice": "MLU", "mthreads-slice": "Mthreads", "dcu-slice": "DCU", "shared-gpu-1": "NVIDIA",
            "npu-vnpu": "Ascend910B3", "npu-pair": "Ascend910B3", "xpu-pair": "kunlun", "vxpu-quarter": "XPU",
-           "iluvatar-slice": "MR-V100"}
+           "iluvatar-slice": "MR-V100", "neuron-core": "AWSNeuron", "neuron-four": "AWSNeuron"}
 for pod, vendor in vendors.items():
     assert by[pod]["state"] == "scheduled" and vendor in by[pod]["devices"], by[pod]
 # two containers and an init container: one device list per container, init first

@@ -94,6 +94,7 @@ imagePullSecrets:
 {{- if .Values.devices.mthreads.enabled -}}
 {{- $names = concat $names .Values.devices.mthreads.customresources (list "mthreads.com/sgpu-memory" "mthreads.com/sgpu-core") -}}
 {{- end -}}
+{{- $names = concat $names .Values.devices.awsneuron.customresources -}}
 {{- if .Values.devices.kunlun.enabled -}}
 {{- $names = concat $names .Values.devices.kunlun.customresources -}}
 {{- end -}}

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "backends/ascend/ascend.h"
+#include "backends/awsneuron/awsneuron.h"
 #include "backends/cambricon/cambricon.h"
 #include "backends/hygon/hygon.h"
 #include "backends/iluvatar/iluvatar.h"
@@ -46,6 +47,7 @@ const Case kModules[] = {{"nvidia", "nvidia", &backends::nvidia::Module},
                          {"MR_V50", "iluvatars", &backends::iluvatar::Module, "MR-V50"},
                          {"BI_V150", "iluvatars", &backends::iluvatar::Module, "BI-V150"},
                          {"BI_V100", "iluvatars", &backends::iluvatar::Module, "BI-V100"},
+                         {"AWSNeuron", "awsneuron", &backends::awsneuron::Module},
                          {"example", "example", &testing::example::Module}};
 
 class VendorContract : public ::testing::TestWithParam<Case> {
@@ -184,7 +186,7 @@ TEST_P(VendorContract, DiscoversWhatItsSimulatedPluginPublishes) {
   for (const auto& d : *devices) {
     EXPECT_TRUE(d.health);
     EXPECT_GT(d.count, 0);
-    EXPECT_GT(d.devmem.value(), 0);
+    EXPECT_TRUE(d.devmem.value() > 0 || d.devcore.value() > 0) << "a card offers memory or cores";
     ids.insert(d.id);
   }
   EXPECT_EQ(ids.size(), 3u) << "device ids are unique";

@@ -142,8 +142,8 @@ TEST(SimPlugins, VendorsAreTheEnabledBackendsByConfigSection) {
   auto unknown = BackendForVendor(*backends, "amd");
   ASSERT_FALSE(unknown);
   EXPECT_EQ(unknown.error().message,
-            "unknown vendor 'amd'; expected one of the enabled backends: XPU, cambricon, hygon, kunlun, "
-            "mthreads, nvidia");
+            "unknown vendor 'amd'; expected one of the enabled backends: XPU, awsneuron, cambricon, hygon, "
+            "kunlun, mthreads, nvidia");
 }
 
 TEST(SimPlugins, ASectionOfSeveralBackendsIsNamedByVendorKey) {
@@ -231,7 +231,7 @@ TEST(SimPluginsCommand, HelpShowsTheNodeSyntax) {
   EXPECT_EQ(help.code, kExitOk);
   EXPECT_NE(help.out.find("NAME=VENDOR:COUNTxMEMORY_MIB[:SPLIT[:TYPE]]"), std::string::npos) << help.out;
   // The vendors are the registered sections (and the chips of a section of several), not a list by hand.
-  EXPECT_NE(help.out.find("(cambricon, hygon, iluvatars: MR-V100 MR-V50 BI-V150 BI-V100, kunlun: kunlun XPU, "
+  EXPECT_NE(help.out.find("(awsneuron, cambricon, hygon, iluvatars: MR-V100 MR-V50 BI-V150 BI-V100, kunlun: kunlun XPU, "
                           "mthreads, nvidia, vnpus: Ascend910A"),
             std::string::npos)
       << help.out;

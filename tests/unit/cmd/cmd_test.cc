@@ -344,6 +344,7 @@ TEST(VendorSeam, AVendorIsNamedOnlyInItsFolder) {
   const std::vector<Vendor> vendors = {
       {"backends/ascend", std::regex("ascend(?!ing)|vnpu|huawei", std::regex::icase)},
       {"backends/kunlun", std::regex("kunlun|baidu|\\bv?xpu", std::regex::icase)},
+      {"backends/awsneuron", std::regex("neuron|aws\\.amazon|AWS_|\\btrn[0-9]|\\binf[0-9]", std::regex::icase)},
       {"backends/iluvatar", std::regex("iluvatar|\\b(MR|BI)-V[0-9]|SOL_CONTINER", std::regex::icase)}};
   const std::set<std::string> allowed_files = {"README.md", "CMakeLists.txt", "backends/builtin.cc"};
   const std::set<std::string> allowed_dirs = {".git", "build", "build-asan", "third_party", "tests", "docs",
