@@ -1,11 +1,14 @@
 #include "backends/builtin.h"
 
+#include "backends/amd/amd.h"
 #include "backends/ascend/ascend.h"
+#include "backends/biren/biren.h"
 #include "backends/cambricon/cambricon.h"
 #include "backends/hygon/hygon.h"
 #include "backends/kunlun/kunlun.h"
 #include "backends/mthreads/mthreads.h"
 #include "backends/nvidia/nvidia.h"
+#include "backends/vastai/vastai.h"
 
 namespace hami::backends {
 namespace {
@@ -39,9 +42,6 @@ std::vector<UnimplementedVendor> Unimplemented() {
         NoEffect("enflame-vgcu-legacy-resource-name", "Enflame"),
         NoEffect("enflame-vgcu-percentage-resource-name", "Enflame")}},
       {"AWS Neuron", {"awsneuron"}, {}},
-      {"AMD", {"amd"}, {}},
-      {"Vastai", {"vastai"}, {}},
-      {"Biren", {"biren"}, {}},
   };
 }
 
@@ -51,7 +51,7 @@ Result<void> RegisterBuiltinBackends(BackendRegistry& registry) {
   // The explicit list: a vendor is its folder, one line here and one in CMakeLists.txt.
   for (VendorModule module :
        {nvidia::Module(), cambricon::Module(), hygon::Module(), mthreads::Module(), ascend::Module(),
-        kunlun::Module()}) {
+        kunlun::Module(), amd::Module(), vastai::Module(), biren::Module()}) {
     if (auto ok = registry.Register(std::move(module)); !ok) return ok;
   }
   for (UnimplementedVendor vendor : Unimplemented()) {

@@ -230,21 +230,25 @@ TEST(Registry, BuiltinNamesAndVendorOrder) {
   BackendRegistry registry;
   ASSERT_TRUE(backends::RegisterBuiltinBackends(registry));
   EXPECT_EQ(registry.Names(),
-            (std::vector<std::string>{"cambricon", "hygon", "kunlun", "mthreads", "nvidia", "vnpus"}));
+            (std::vector<std::string>{"amd", "biren", "cambricon", "hygon", "kunlun", "mthreads", "nvidia",
+                                      "vastai", "vnpus"}));
   EXPECT_FALSE(backends::RegisterBuiltinBackends(registry)) << "registering a name twice must fail";
   EXPECT_FALSE(registry.Create("metax", VendorSettings{}));
   // Backends are kept sorted by vendor key: the order node locks are taken in.
   Backends b = testing::BuiltinBackends();
-  ASSERT_EQ(b.size(), 6u);
-  EXPECT_EQ(b.at(0).Vendor(), "DCU");
-  EXPECT_EQ(b.at(1).Vendor(), "MLU");
-  EXPECT_EQ(b.at(2).Vendor(), "Mthreads");
-  EXPECT_EQ(b.at(3).Vendor(), "NVIDIA");
-  EXPECT_EQ(b.at(4).Vendor(), "XPU");
-  EXPECT_EQ(b.at(5).Vendor(), "kunlun") << "byte order: lower case last";
-  EXPECT_EQ(b.IndexOf("NVIDIA"), 3);
+  ASSERT_EQ(b.size(), 9u);
+  EXPECT_EQ(b.at(0).Vendor(), "AMD");
+  EXPECT_EQ(b.at(1).Vendor(), "Biren");
+  EXPECT_EQ(b.at(2).Vendor(), "DCU");
+  EXPECT_EQ(b.at(3).Vendor(), "MLU");
+  EXPECT_EQ(b.at(4).Vendor(), "Mthreads");
+  EXPECT_EQ(b.at(5).Vendor(), "NVIDIA");
+  EXPECT_EQ(b.at(6).Vendor(), "Vastai");
+  EXPECT_EQ(b.at(7).Vendor(), "XPU");
+  EXPECT_EQ(b.at(8).Vendor(), "kunlun") << "byte order: lower case last";
+  EXPECT_EQ(b.IndexOf("NVIDIA"), 5);
   EXPECT_EQ(b.IndexOf("nvidia"), -1);
-  EXPECT_EQ(b.Find("MLU"), &b.at(1));
+  EXPECT_EQ(b.Find("MLU"), &b.at(3));
 }
 
 // A section that lists chips builds one backend per entry, each with a vendor key of its own; an empty list

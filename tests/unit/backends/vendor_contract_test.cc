@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <set>
 
+#include "backends/amd/amd.h"
 #include "backends/ascend/ascend.h"
+#include "backends/biren/biren.h"
 #include "backends/cambricon/cambricon.h"
 #include "backends/hygon/hygon.h"
 #include "backends/kunlun/kunlun.h"
 #include "backends/mthreads/mthreads.h"
 #include "backends/nvidia/nvidia.h"
+#include "backends/vastai/vastai.h"
 #include "core/cluster_state.h"
 #include "core/keys.h"
 #include "k8s/objects.h"
@@ -41,6 +44,9 @@ const Case kModules[] = {{"nvidia", "nvidia", &backends::nvidia::Module},
                          {"Ascend910C", "vnpus", &backends::ascend::Module, "Ascend910C"},
                          {"kunlun", "kunlun", &backends::kunlun::Module, "kunlun"},
                          {"XPU", "kunlun", &backends::kunlun::Module, "XPU"},
+                         {"amd", "amd", &backends::amd::Module},
+                         {"vastai", "vastai", &backends::vastai::Module},
+                         {"biren", "biren", &backends::biren::Module},
                          {"example", "example", &testing::example::Module}};
 
 class VendorContract : public ::testing::TestWithParam<Case> {

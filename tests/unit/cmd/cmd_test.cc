@@ -336,7 +336,10 @@ TEST(VendorSeam, AVendorIsNamedOnlyInItsFolder) {
   };
   const std::vector<Vendor> vendors = {
       {"backends/ascend", std::regex("ascend(?!ing)|vnpu|huawei", std::regex::icase)},
-      {"backends/kunlun", std::regex("kunlun|baidu|\\bv?xpu", std::regex::icase)}};
+      {"backends/kunlun", std::regex("kunlun|baidu|\\bv?xpu", std::regex::icase)},
+      {"backends/amd", std::regex("\\bamd\\b|instinct|\\bmi[0-9]{3}", std::regex::icase)},
+      {"backends/vastai", std::regex("vastai|\\baic\\b", std::regex::icase)},
+      {"backends/biren", std::regex("biren", std::regex::icase)}};
   const std::set<std::string> allowed_files = {"README.md", "CMakeLists.txt", "backends/builtin.cc"};
   const std::set<std::string> allowed_dirs = {".git", "build", "build-asan", "third_party", "tests", "docs",
                                               "charts", "deploy"};
