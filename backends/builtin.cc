@@ -1,13 +1,16 @@
 #include "backends/builtin.h"
 
+#include "backends/amd/amd.h"
 #include "backends/ascend/ascend.h"
 #include "backends/awsneuron/awsneuron.h"
+#include "backends/biren/biren.h"
 #include "backends/cambricon/cambricon.h"
 #include "backends/hygon/hygon.h"
 #include "backends/iluvatar/iluvatar.h"
 #include "backends/kunlun/kunlun.h"
 #include "backends/mthreads/mthreads.h"
 #include "backends/nvidia/nvidia.h"
+#include "backends/vastai/vastai.h"
 
 namespace hami::backends {
 namespace {
@@ -34,9 +37,6 @@ std::vector<UnimplementedVendor> Unimplemented() {
         NoEffect("enflame-vgcu-resource-name", "Enflame"),
         NoEffect("enflame-vgcu-legacy-resource-name", "Enflame"),
         NoEffect("enflame-vgcu-percentage-resource-name", "Enflame")}},
-      {"AMD", {"amd"}, {}},
-      {"Vastai", {"vastai"}, {}},
-      {"Biren", {"biren"}, {}},
   };
 }
 
@@ -46,7 +46,8 @@ Result<void> RegisterBuiltinBackends(BackendRegistry& registry) {
   // The explicit list: a vendor is its folder, one line here and one in CMakeLists.txt.
   for (VendorModule module :
        {nvidia::Module(), cambricon::Module(), hygon::Module(), mthreads::Module(), ascend::Module(),
-        kunlun::Module(), iluvatar::Module(), awsneuron::Module()}) {
+        kunlun::Module(), iluvatar::Module(), awsneuron::Module(), amd::Module(), vastai::Module(),
+        biren::Module()}) {
     if (auto ok = registry.Register(std::move(module)); !ok) return ok;
   }
   for (UnimplementedVendor vendor : Unimplemented()) {

@@ -199,6 +199,14 @@ VendorSchema BasicSchema(std::vector<SettingField> fields, std::vector<std::stri
   return schema;
 }
 
+VendorSchema CountSchema() {
+  VendorSchema schema = BasicSchema();
+  std::erase_if(schema.fields, [](const SettingField& f) {
+    return f.key == "resourceMemoryName" || f.key == "resourceCoreName";
+  });
+  return schema;
+}
+
 Result<void> ApplySettings(const VendorSettings& s, bool factor_configurable, BackendSpec& spec) {
   const auto set = [&](std::string_view path, std::string& to) {
     if (auto v = s.String(path)) to = *v;
@@ -329,6 +337,23 @@ void BasicBackend::Annotate(const PodView&, const PodVendorDevices& devices, con
 
 Result<bool> BasicBackend::Admit(ContainerView& container, PodView&) const {
   return container.limits.contains(spec_.resources.count);
+}
+
+Result<std::vector<DeviceInfo>> CountBackend::Discover(const NodeView& node) const {
+  auto devices = ManifestDevices(node, spec_.keys.register_annotation);
+  if (!devices) return devices;
+  for (DeviceInfo& d : *devices) d.devcore = Cores(100);
+  return devices;
+}
+
+Result<std::optional<DeviceRequest>> CountBackend::RequestFor(const ContainerView& c) const {
+  auto count = CountResource(c, spec_.resources.count);
+  if (!count) return count.error();
+  if (!*count) return std::optional<DeviceRequest>();
+  DeviceRequest req;
+  req.vendor = spec_.vendor;
+  req.count = **count;  // no memory and no cores: the slot is the share
+  return std::optional<DeviceRequest>(req);
 }
 
 }  // namespace hami::backends

@@ -58,6 +58,10 @@ std::map<std::string, std::string> CountResource(const BackendSpec& spec,
 // keys). `ignored`: keys others (HAMi's device plugin) read from the same section.
 VendorSchema BasicSchema(std::vector<SettingField> fields = {}, std::vector<std::string> ignored = {});
 
+// The schema of a section that names only its count resource (and the `annotations` group): a vendor whose
+// pods ask for whole devices.
+VendorSchema CountSchema();
+
 // HAMi's flags `--<prefix>-name`, `--<prefix>-memory` and `--<prefix>-cores`: they never reach HAMi's
 // scheduler either (the device config names the resources), so they are accepted with no effect.
 std::vector<VendorFlag> ResourceNameFlags(std::string_view prefix, std::string_view section);
@@ -113,6 +117,16 @@ class BasicBackend : public Backend {
 
  protected:
   BackendSpec spec_;
+};
+
+// A vendor whose devices are shared by count alone (a task per slot of the register annotation's `count`,
+// no memory or core share): its plugin lists them in a JSON register annotation, each scored as 100 cores
+// (they publish none), and a container asks for a number of them (limits, else requests).
+class CountBackend : public BasicBackend {
+ public:
+  using BasicBackend::BasicBackend;
+  Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override;
+  Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& container) const override;
 };
 
 }  // namespace hami::backends

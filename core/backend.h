@@ -50,6 +50,10 @@ struct ResourceNames {
   std::string cores;               // e.g. nvidia.com/gpucores
   std::string priority;            // NVIDIA only
   std::int64_t memory_factor = 1;  // MiB per unit of the memory resource
+  // The core resource is percent of a card whose devcore counts compute units rather than percent: a
+  // request takes that share of each card's units (at least one), its allocation carries the units, and
+  // the namespace quota counts the percent again (rounded up).
+  bool cores_share_of_units = false;
 };
 
 // How a request for several devices is placed once the candidates are known.
@@ -88,6 +92,9 @@ struct FitRules {
   bool vendor_card_check = false;  // Backend::RefuseCard runs after the shared checks of each card
   bool vendor_charge = false;      // Backend::CoresCharged says what a card taken is charged
   bool vendor_score = false;       // Backend::AllocationScore adds to the node score
+  // The vendor's score measures how well each container's own cards are kept together (as network_score)
+  // rather than how the pod packs on the node: it ranks first under either policy (spread subtracts it).
+  bool vendor_score_together = false;
 };
 
 struct NodeLockRule {
@@ -115,12 +122,23 @@ struct BackendSpec {
   NodeLockRule lock;
 };
 
+// What Backend::RefuseCard may read besides the card: this vendor's cards on the node with their usage so far
+// (index-aligned; the card under test is one of them) and whether the pod asks for cards no one else uses.
+struct CardCheckView {
+  std::span<const DeviceInfo> cards;
+  std::span<const DeviceUsage> used;
+  bool mutex = false;  // the pod's GPU policy contains `mutex`
+};
+
 // One vendor's part of a fitted node, for Backend::AllocationScore.
 struct AllocationView {
   std::span<const DeviceInfo> node_cards;  // every card of the node, all vendors
   std::span<const DeviceInfo> cards;       // this vendor's
   std::span<const DeviceUsage> before;     // their usage before the pod (index-aligned with cards)
   std::span<const int> chosen;             // positions in cards taken by the pod, each once, ascending
+  // The same positions per container of the pod (init containers first; empty for a container without
+  // cards of this vendor), in the order they were chosen.
+  std::span<const std::vector<int>> containers;
 };
 
 class Backend {
@@ -156,9 +174,10 @@ class Backend {
   virtual Result<bool> Admit(ContainerView& container, PodView& pod) const = 0;
 
   // The vendor's own refusal of a card that passed the shared checks (FitRules::vendor_card_check), or
-  // nullopt when `request` may use it.
+  // nullopt when `request` may use it; `node` shows the vendor's other cards on the node.
   virtual std::optional<Reason> RefuseCard(const DeviceInfo& /*card*/, const DeviceUsage& /*used*/,
-                                           const DeviceRequest& /*request*/) const {
+                                           const DeviceRequest& /*request*/,
+                                           const CardCheckView& /*node*/) const {
     return std::nullopt;
   }
   // The cores a card taken for `request` is charged (FitRules::vendor_charge), e.g. a mask of its cores.

@@ -13,7 +13,31 @@ ClusterState::ClusterState(const Backends& backends)
     : backends_(&backends),
       quotas_(backends),
       nodes_with_(backends.size(), 0),
-      waiting_count_(backends.size(), 0) {}
+      waiting_count_(backends.size(), 0) {
+  for (const auto& b : backends) unit_shares_ = unit_shares_ || b->Spec().resources.cores_share_of_units;
+}
+
+std::vector<DeviceCharge> ClusterState::QuotaCharges(const std::vector<DeviceCharge>& charges,
+                                                     std::string_view node) const {
+  if (!unit_shares_) return charges;
+  std::vector<DeviceCharge> out = charges;
+  const NodeEntry* entry = FindNode(node);
+  for (DeviceCharge& c : out) {
+    const Backend* b = backends_->Find(c.vendor);
+    if (b == nullptr || !b->Spec().resources.cores_share_of_units) continue;
+    std::int64_t units = 0;  // the card's compute units; 0 while the node does not list it
+    if (entry != nullptr) {
+      auto d = entry->by_uuid.find(c.uuid);
+      if (d != entry->by_uuid.end()) {
+        const DeviceInfo& card = entry->devices[static_cast<std::size_t>(d->second)];
+        if (card.vendor == c.vendor) units = card.devcore.value();
+      }
+    }
+    const std::int64_t percent = units > 0 ? (c.cores.value() * 100 + units - 1) / units : 100;
+    c.cores = Cores(std::min<std::int64_t>(percent, 100));
+  }
+  return out;
+}
 
 void ClusterState::UpsertNode(const NodeView& node) {
   auto [it, inserted] = nodes_.try_emplace(node.name);
@@ -116,7 +140,16 @@ void ClusterState::ReapplyUsage(NodeEntry& entry) {
   if (pods == pods_by_node_.end()) return;
   for (const auto& uid : pods->second) {
     auto p = pods_.find(uid);
-    if (p != pods_.end()) Apply(entry, p->second, +1);
+    if (p == pods_.end()) continue;
+    Apply(entry, p->second, +1);
+    if (!unit_shares_) continue;
+    // The node's cards changed: a share of compute units may be another percent now.
+    PodRecord& record = p->second;
+    std::vector<DeviceCharge> quota = QuotaCharges(record.charges, entry.node.name);
+    if (quota == record.quota) continue;
+    quotas_.RemoveUsage(record.allocation.ns, record.quota);
+    record.quota = std::move(quota);
+    quotas_.AddUsage(record.allocation.ns, record.quota);
   }
 }
 
@@ -221,7 +254,8 @@ bool ClusterState::AddPod(PodAllocation allocation) {
   record.charges = codec::CollapseDevices(allocation.devices, allocation.num_init);
   record.allocation = std::move(allocation);
   const std::string node = record.allocation.node;
-  quotas_.AddUsage(record.allocation.ns, record.charges);
+  record.quota = QuotaCharges(record.charges, node);
+  quotas_.AddUsage(record.allocation.ns, record.quota);
   if (auto w = waiting_.find(uid); w != waiting_.end() && !w->second.unplaceable) CountWaiting(w->second, -1);
   auto [it, inserted] = pods_.emplace(uid, std::move(record));
   pods_by_node_[node].insert(uid);
@@ -246,7 +280,7 @@ std::optional<PodAllocation> ClusterState::RemovePod(std::string_view uid) {
     p->second.erase(std::string(uid));
     if (p->second.empty()) pods_by_node_.erase(p);
   }
-  quotas_.RemoveUsage(record.allocation.ns, record.charges);
+  quotas_.RemoveUsage(record.allocation.ns, record.quota);
   if (auto w = waiting_.find(std::string(uid)); w != waiting_.end()) {
     w->second.unplaceable = false;  // a re-filter: the pod is placed again with the others
     CountWaiting(w->second, +1);
@@ -312,10 +346,11 @@ void ClusterState::ReleaseInitContainers(std::string_view uid) {
   PodRecord& record = it->second;
   auto n = nodes_.find(record.allocation.node);
   if (n != nodes_.end()) Apply(n->second, record, -1);
-  quotas_.RemoveUsage(record.allocation.ns, record.charges);
+  quotas_.RemoveUsage(record.allocation.ns, record.quota);
   record.charges = codec::AppOnlyCharges(record.allocation.devices, record.allocation.num_init);
+  record.quota = QuotaCharges(record.charges, record.allocation.node);
   record.init_released = true;
-  quotas_.AddUsage(record.allocation.ns, record.charges);
+  quotas_.AddUsage(record.allocation.ns, record.quota);
   if (n != nodes_.end()) Apply(n->second, record, +1);
 }
 

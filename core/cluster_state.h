@@ -137,8 +137,14 @@ class ClusterState {
   struct PodRecord {
     PodAllocation allocation;
     std::vector<DeviceCharge> charges;
+    std::vector<DeviceCharge> quota;  // what the charges take from the namespace's quota (QuotaCharges)
     bool init_released = false;
   };
+  // The charges as the quota counts them: as charged, but the cores of a vendor whose core resource is a
+  // share of a card's compute units (ResourceNames::cores_share_of_units) in percent of the card on `node`,
+  // rounded up; a card the node does not list counts whole.
+  std::vector<DeviceCharge> QuotaCharges(const std::vector<DeviceCharge>& charges,
+                                         std::string_view node) const;
   void SetDevices(NodeEntry& entry, std::size_t backend, std::vector<DeviceInfo> devices);
   void RebuildLayout(NodeEntry& entry, std::vector<std::vector<DeviceInfo>> per_backend);
   void ReapplyUsage(NodeEntry& entry);
@@ -147,6 +153,7 @@ class ClusterState {
   void Apply(NodeEntry& entry, const PodRecord& record, int sign);
 
   const Backends* backends_;
+  bool unit_shares_ = false;  // some backend's cores are shares of compute units (QuotaCharges converts)
   QuotaBook quotas_;
   std::unordered_map<std::string, NodeEntry, StringHash, std::equal_to<>> nodes_;
   std::unordered_map<std::string, PodRecord> pods_;

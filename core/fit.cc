@@ -221,7 +221,9 @@ bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const N
   for (std::size_t b : asked_) {
     const FitRules& rules = backends_->at(b).Spec().fit;
     if (rules.network_score) allocation_score_ += NetworkScore(node, b);
-    if (rules.vendor_score) packing_score_ += VendorScore(node, b, base);
+    if (rules.vendor_score) {
+      (rules.vendor_score_together ? allocation_score_ : packing_score_) += VendorScore(node, b, base);
+    }
   }
   if (out != nullptr) {
     out->clear();
@@ -338,17 +340,30 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
     }
     if (spec.fit.vendor_card_check) {
       const auto& b = backends_->at(static_cast<std::size_t>(backend));
-      if (auto refused = b.RefuseCard(node.devices[di], u, request)) {
+      const auto first = static_cast<std::size_t>(begin);
+      const auto n = static_cast<std::size_t>(total);
+      const CardCheckView view{std::span<const DeviceInfo>(node.devices).subspan(first, n),
+                               std::span<const DeviceUsage>(usage).subspan(first, n), ctx.mutex};
+      if (auto refused = b.RefuseCard(node.devices[di], u, request, view)) {
         reasons.Add(*refused);
         continue;
       }
     }
     if (cores_req > 100_cores) cores_req = 100_cores;
+    // Percent of a card counted in its compute units: that share of this card's units, at least one.
+    Cores card_cores = cores_req;
+    if (spec.resources.cores_share_of_units && cores_req.value() > 0) {
+      if (dev.devcore <= 0) {
+        reasons.Add(Reason::kCardInsufficientCore);
+        continue;
+      }
+      card_cores = Cores(std::clamp<std::int64_t>(dev.devcore * cores_req.value() / 100, 1, dev.devcore));
+    }
     MiB memreq = request.memory.value() > 0 ? request.memory : MiB(0);
     if (request.mem_percent != kPercentUnset && request.memory.value() == 0) {
       memreq = MiB(dev.devmem * request.mem_percent / 100);
     }
-    Pick pick{d, memreq, cores_req, std::nullopt};
+    Pick pick{d, memreq, card_cores, std::nullopt};
     if (spec.fit.vendor_charge) {
       pick.cores =
           backends_->at(static_cast<std::size_t>(backend)).CoresCharged(node.devices[di], u, request);
@@ -364,15 +379,15 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
     }
     // A soft-split pod counts a card's cores in percent, whatever number of cores the plugin publishes.
     const std::int64_t core_total = vctx.soft_split ? 100 : dev.devcore;
-    if (Cores(core_total) - u.cores < cores_req) {
+    if (Cores(core_total) - u.cores < card_cores) {
       reasons.Add(Reason::kCardInsufficientCore);
       continue;
     }
-    if (core_total == 100 && cores_req == 100_cores && u.used > 0) {
+    if (core_total == 100 && card_cores == 100_cores && u.used > 0) {
       reasons.Add(Reason::kExclusiveDeviceAllocateConflict);
       continue;
     }
-    if (core_total != 0 && u.cores.value() == core_total && cores_req.value() == 0) {
+    if (core_total != 0 && u.cores.value() == core_total && card_cores.value() == 0) {
       reasons.Add(Reason::kCardComputeUnitsExhausted);
       continue;
     }
@@ -620,16 +635,25 @@ double NodeFitter::VendorScore(const NodeEntry& node, std::size_t backend,
                                const std::vector<DeviceUsage>& base) {
   const auto [begin, end] = node.vendor_range[backend];
   chosen_.clear();
-  for (const ContainerPicks& picks : allocated_[backend]) {
-    for (const Pick& p : picks) chosen_.push_back(p.device - begin);
+  const std::size_t containers = allocated_[backend].size();
+  if (chosen_per_container_.size() < containers) chosen_per_container_.resize(containers);
+  for (std::size_t c = 0; c < containers; ++c) {
+    chosen_per_container_[c].clear();
+    for (const Pick& p : allocated_[backend][c]) {
+      chosen_.push_back(p.device - begin);
+      chosen_per_container_[c].push_back(p.device - begin);
+    }
   }
   std::sort(chosen_.begin(), chosen_.end());
   chosen_.erase(std::unique(chosen_.begin(), chosen_.end()), chosen_.end());
   const std::span<const DeviceInfo> all(node.devices);
   const auto first = static_cast<std::size_t>(begin);
   const auto n = static_cast<std::size_t>(end - begin);
-  const AllocationView view{all, all.subspan(first, n), std::span<const DeviceUsage>(base).subspan(first, n),
-                            chosen_};
+  const AllocationView view{all,
+                            all.subspan(first, n),
+                            std::span<const DeviceUsage>(base).subspan(first, n),
+                            chosen_,
+                            std::span<const std::vector<int>>(chosen_per_container_).first(containers)};
   return backends_->at(backend).AllocationScore(view);
 }
 

@@ -74,8 +74,8 @@ class NodeFitter {
   // devices (index-aligned with the pod's containers). On failure `reason` says why.
   bool Fit(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, PodDevices* out,
            std::string* reason);
-  // After a Fit that succeeded: what the chosen devices add to the node score (FitRules::network_score).
-  // Higher is better under either policy: spread subtracts it.
+  // After a Fit that succeeded: what the chosen devices add to the node score (FitRules::network_score, and
+  // FitRules::vendor_score_together). Higher is better under either policy: spread subtracts it.
   double AllocationScore() const { return allocation_score_; }
   // After a Fit that succeeded: how well the chosen devices pack (FitRules::vendor_score), added to the
   // node score as it is (binpack takes the highest, spread the lowest).
@@ -129,6 +129,7 @@ class NodeFitter {
   std::vector<std::size_t> asked_;                      // the backends the pod asks for
   std::vector<const DeviceInfo*> candidates_;           // ChooseByVendor's
   std::vector<int> chosen_;                             // VendorScore's
+  std::vector<std::vector<int>> chosen_per_container_;  // VendorScore's, per container
   double allocation_score_ = 0;
   double packing_score_ = 0;
 };

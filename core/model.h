@@ -5,6 +5,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/units.h"
@@ -133,6 +135,16 @@ struct DeviceInfo {
   // The interconnect group the card belongs to (the manifest's custominfo.NetworkID, e.g. an NPU ring);
   // nullopt when the plugin publishes none.
   std::optional<std::int32_t> network;
+  // The manifest's other custominfo entries whose values are strings, sorted by key: facts a vendor's own
+  // rules read (e.g. that the device is one part of a larger card, and which card).
+  std::vector<std::pair<std::string, std::string>> custom_info;
+  // The custominfo string under `key`, or null.
+  const std::string* CustomInfo(std::string_view key) const {
+    for (const auto& [k, v] : custom_info) {
+      if (k == key) return &v;
+    }
+    return nullptr;
+  }
   friend bool operator==(const DeviceInfo&, const DeviceInfo&) = default;
 };
 

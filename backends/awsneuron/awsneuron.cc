@@ -92,8 +92,8 @@ class NeuronBackend final : public BasicBackend {
   }
 
   // Whole devices and several devices need idle cards; one device's cores need as many free bits.
-  std::optional<Reason> RefuseCard(const DeviceInfo& card, const DeviceUsage& used,
-                                   const DeviceRequest& request) const override {
+  std::optional<Reason> RefuseCard(const DeviceInfo& card, const DeviceUsage& used, const DeviceRequest& request,
+                                   const CardCheckView&) const override {
     if (Whole(request) || request.count > 1) {
       if (used.used > 0) return Reason::kExclusiveDeviceAllocateConflict;
       if (!Whole(request) && Bits(card.devcore.value()) < request.cores.value())

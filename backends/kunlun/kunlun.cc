@@ -156,8 +156,8 @@ class SharedBackend final : public BasicBackend {
   }
 
   // Same-size sharing: a card in use takes only vXPUs of the size already on it.
-  std::optional<Reason> RefuseCard(const DeviceInfo&, const DeviceUsage& used,
-                                   const DeviceRequest& request) const override {
+  std::optional<Reason> RefuseCard(const DeviceInfo&, const DeviceUsage& used, const DeviceRequest& request,
+                                   const CardCheckView&) const override {
     if (used.used > 0 && used.mem.value() / used.used != request.memory.value()) {
       return Reason::kCardSizeMismatch;
     }

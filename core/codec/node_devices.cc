@@ -4,6 +4,7 @@
 
 #include <boost/json.hpp>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "core/names.h"
@@ -141,24 +142,36 @@ Result<MigProfile> DecodeMigProfile(const json::value& v, const std::string& whe
   return p;
 }
 
-// custominfo is a free map in Go; the one key read is NetworkID, a JSON number (Go reads it as a float,
-// so 1.0 counts as 1). null or a missing key: no network.
-Result<std::optional<std::int32_t>> DecodeNetwork(const json::value& v, std::string_view where) {
-  if (v.is_null()) return std::optional<std::int32_t>();
+// custominfo is a free map in Go. NetworkID is a JSON number (Go reads it as a float, so 1.0 counts as 1);
+// null or a missing key: no network. Every other entry whose value is a string is kept for the vendor's
+// rules (exact keys, as a Go map has them); entries of other kinds are ignored.
+Result<void> DecodeCustomInfo(const json::value& v, std::string_view where, DeviceInfo& d) {
+  d.network.reset();
+  d.custom_info.clear();
+  if (v.is_null()) return {};
   if (!v.is_object()) return Error{fmt::format("{}: expected an object, got {}", where, json::serialize(v))};
+  std::map<std::string, std::string, std::less<>> strings;  // sorted, one value per key
+  for (const auto& kv : v.get_object()) {
+    if (kv.key() != "NetworkID" && kv.value().is_string()) {
+      strings[std::string(kv.key())] = std::string(kv.value().get_string());
+    }
+  }
+  d.custom_info.assign(strings.begin(), strings.end());
   const json::value* id = v.get_object().if_contains("NetworkID");
-  if (id == nullptr || id->is_null()) return std::optional<std::int32_t>();
+  if (id == nullptr || id->is_null()) return {};
   const std::string at = fmt::format("{}.NetworkID", where);
   if (id->is_double()) {
     const double x = id->get_double();
     if (x != static_cast<double>(static_cast<std::int64_t>(x)) || x < 0 || x > kInt32Max) {
       return Error{fmt::format("{}: {} is not an integer in [0, {}]", at, json::serialize(*id), kInt32Max)};
     }
-    return std::optional<std::int32_t>(static_cast<std::int32_t>(x));
+    d.network = static_cast<std::int32_t>(x);
+    return {};
   }
   auto n = JsonInt(*id, at, 0, kInt32Max);
   if (!n) return n.error();
-  return std::optional<std::int32_t>(static_cast<std::int32_t>(*n));
+  d.network = static_cast<std::int32_t>(*n);
+  return {};
 }
 
 Result<DeviceInfo> DecodeManifestDevice(const json::value& v, std::size_t position) {
@@ -216,9 +229,7 @@ Result<DeviceInfo> DecodeManifestDevice(const json::value& v, std::size_t positi
         d.mig_profiles.push_back(std::move(*p));
       }
     } else if (key == "custominfo") {
-      auto network = DecodeNetwork(val, at);
-      if (!network) return network.error();
-      d.network = *network;
+      if (auto ok = DecodeCustomInfo(val, at, d); !ok) return ok.error();
     }
     // Unknown keys (devicevendor, instanceCount, ...) are ignored, as Go does.
   }
@@ -276,7 +287,12 @@ std::string EncodeDeviceManifest(const std::vector<DeviceInfo>& devices) {
       o["migProfiles"] = std::move(profiles);
     }
     if (d.health) o["health"] = true;
-    if (d.network) o["custominfo"] = json::object{{"NetworkID", *d.network}};
+    if (d.network || !d.custom_info.empty()) {
+      json::object custom;
+      if (d.network) custom["NetworkID"] = *d.network;
+      for (const auto& [key, value] : d.custom_info) custom[key] = value;
+      o["custominfo"] = std::move(custom);
+    }
     arr.push_back(std::move(o));
   }
   return json::serialize(arr);

@@ -15,7 +15,8 @@ namespace hami::codec {
 // integral and in range, `null` is an empty list. Errors name the device position and field.
 Result<std::vector<DeviceInfo>> DecodeDeviceManifest(std::string_view json_text);
 // Canonical encoding: field order id,index,count,devmem,devcore,type,numa,mode,migProfiles,health,
-// custominfo (NetworkID) with zero-valued fields omitted; "[]" for no devices.
+// custominfo (NetworkID, then the string entries by key) with zero-valued fields omitted; "[]" for no
+// devices.
 std::string EncodeDeviceManifest(const std::vector<DeviceInfo>& devices);
 
 // Legacy colon format: devices separated by ':', each

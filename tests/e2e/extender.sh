@@ -5,8 +5,9 @@
 #   `hami-scheduler serve` as a real process under the deploy ServiceAccount's token (so the RBAC is what it
 #   runs with, and --enable-ascend) and `hami-scheduler sim-device-plugins` for two NVIDIA nodes, a Hygon
 #   node, a node of eight Ascend 910B3 NPUs in two rings, one of four 910C NPUs, one of eight whole
-#   Kunlunxin XPUs (from capacity), one of eight vXPU cards and one of three Iluvatar MR-V100 GPUs
-#   (--enable-iluvatar), and one of eight AWS Neuron devices (from capacity) -> create pods
+#   Kunlunxin XPUs (from capacity), one of eight vXPU cards, one of three Iluvatar MR-V100 GPUs
+#   (--enable-iluvatar), one of eight AWS Neuron devices (from capacity), one of two AMD MI300X GPUs, one of
+#   four Vastai devices and one of two Biren GPUs -> create pods
 #   with kubectl and check placement, annotations, events and metrics -> SIGTERM both, expect exit 0.
 #
 #   tests/e2e/extender.sh [PATH/TO/hami-scheduler]   # default: ${BUILD_DIR:-build}/hami-scheduler
@@ -164,7 +165,9 @@ SERVE_PID=$!
   --node dcu-1=hygon:2x65536:4:DCU-K100 --node npu-1=Ascend910B3:8x65536:4:Ascend910B3 \
   --node npu-c=Ascend910C:4x65536:4:Ascend910C --node xpu-w=kunlun:8x98304:100:kunlun \
   --node xpu-v=XPU:8x98304:4:XPU --node ilu-1=MR-V100:3x32768:10:MR-V100 \
-  --node neu-1=AWSNeuron:8x1:2:AWSNeuron --allocate-delay 20ms --register-interval 5s \
+  --node neu-1=AWSNeuron:8x1:2:AWSNeuron --node amd-1=amd:2x196608:4:AMD-Instinct-MI300X \
+  --node va-1=vastai:4x32768:4:Vastai --node br-1=biren:2x32768:4:Biren \
+  --allocate-delay 20ms --register-interval 5s \
   --device-config-file "$ROOT/deploy/device-config.yaml" > "$WORK/logs/sim-device-plugins.log" 2>&1 < /dev/null &
 PLUGINS_PID=$!
 
@@ -186,13 +189,13 @@ if [[ "$answer" == *'"uid":"e2e-1","allowed":true'*'"patchType":"JSONPatch"'* ]]
 else
   bad "webhook listener: $answer"
 fi
-all_nodes_registered() { metrics | has -x 'hami_scheduler_nodes 9'; }
+all_nodes_registered() { metrics | has -x 'hami_scheduler_nodes 12'; }
 nodes_ready() {
   [ "$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}/{.status.allocatable.pods} {end}')" = \
-    "dcu-1=True/110 gpu-a=True/110 gpu-b=True/110 ilu-1=True/110 neu-1=True/110 npu-1=True/110 npu-c=True/110 xpu-v=True/110 xpu-w=True/110 " ]
+    "amd-1=True/110 br-1=True/110 dcu-1=True/110 gpu-a=True/110 gpu-b=True/110 ilu-1=True/110 neu-1=True/110 npu-1=True/110 npu-c=True/110 va-1=True/110 xpu-v=True/110 xpu-w=True/110 " ]
 }
 if wait_for 60 nodes_ready && wait_for 60 all_nodes_registered; then
-  ok "sim-device-plugins created 9 Ready nodes and the scheduler registered their devices after $(( $(date +%s) - t0 ))s"
+  ok "sim-device-plugins created 12 Ready nodes and the scheduler registered their devices after $(( $(date +%s) - t0 ))s"
 else
   bad "nodes not created or not registered within 60s: $(K get nodes 2>&1 | tr '\n' ' ') $(metrics 2>&1 | grep '^hami_scheduler_nodes')"
   dump_logs; finish
@@ -360,6 +363,32 @@ if [[ "$core_alloc" =~ ^neu-1-AWSNeuron-[0-7],AWSNeuron,0,1:\;$ ]] && [[ "$core_
 else
   bad "neuron: core '$core_alloc' ids '$core_ids'; four ids '$four_ids' on $(jp neuron-four '{.spec.nodeName}')"
 fi
+# AMD: a quarter of an MI300X (the plugin publishes its 304 compute units: 25 % are 76), then a whole card
+# (all its memory and units) on the other GPU.
+pod amd-quarter '{"amd.com/gpu": "1", "amd.com/gpumem": "16384", "amd.com/gpucores": "25"}' >/dev/null
+check_pod amd-quarter amd-1 hami.io/amd-devices-allocated hami.io/amd-devices-to-allocate 16384
+pod amd-whole '{"amd.com/gpu": "1"}' >/dev/null
+check_pod amd-whole amd-1 hami.io/amd-devices-allocated hami.io/amd-devices-to-allocate 196608
+amd_quarter="$(annotation amd-quarter hami.io/amd-devices-allocated)"
+amd_whole="$(annotation amd-whole hami.io/amd-devices-allocated)"
+if [[ "$amd_quarter" == AMD-amd-1-*,AMD,16384,76:\; ]] && [[ "$amd_whole" == AMD-amd-1-*,AMD,196608,304:\; ]] &&
+   [ "${amd_quarter%%,*}" != "${amd_whole%%,*}" ]; then
+  ok "amd: 25 % of the MI300X's compute units are 76 ($amd_quarter), the whole card all 304 ($amd_whole)"
+else
+  bad "amd: amd-quarter='$amd_quarter' amd-whole='$amd_whole'"
+fi
+# Vastai and Biren: devices shared by count, no memory or cores booked (the pod keys carry the vendor key's
+# capital).
+pod va-pair '{"vastaitech.com/va": "2"}' >/dev/null
+check_pod va-pair va-1 hami.io/Vastai-devices-allocated hami.io/Vastai-devices-to-allocate 0
+va_alloc="$(annotation va-pair hami.io/Vastai-devices-allocated)"
+if [[ "$va_alloc" == Vastai-va-1-*,Vastai,0,0:Vastai-va-1-*,Vastai,0,0:\; ]]; then
+  ok "va-pair: two Vastai devices, $va_alloc"
+else
+  bad "va-pair: hami.io/Vastai-devices-allocated='$va_alloc'"
+fi
+pod br-one '{"birentech.com/gpu": "1"}' >/dev/null
+check_pod br-one br-1 hami.io/Biren-devices-allocated hami.io/Biren-devices-to-allocate 0
 
 pod gpu-too-big '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000000"}' >/dev/null
 failed_scheduling() {
@@ -396,7 +425,7 @@ else
 fi
 
 locks="$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.metadata.annotations.hami\.io/mutex\.lock} {end}')"
-if [ "$locks" = "dcu-1= gpu-a= gpu-b= ilu-1= neu-1= npu-1= npu-c= xpu-v= xpu-w= " ]; then
+if [ "$locks" = "amd-1= br-1= dcu-1= gpu-a= gpu-b= ilu-1= neu-1= npu-1= npu-c= va-1= xpu-v= xpu-w= " ]; then
   ok "no hami.io/mutex.lock left on the nodes"
 else
   bad "node locks left behind: $locks"
@@ -418,10 +447,10 @@ else
 fi
 
 allocations="$(grep -c ' allocated default/' "$WORK/logs/sim-device-plugins.log")"
-if [ "$allocations" = 14 ]; then
-  ok "sim-device-plugins logged 14 allocations"
+if [ "$allocations" = 18 ]; then
+  ok "sim-device-plugins logged 18 allocations"
 else
-  bad "sim-device-plugins logged $allocations allocations (want 14)"
+  bad "sim-device-plugins logged $allocations allocations (want 18)"
 fi
 
 # ------------------------------------------------------------------ graceful stop

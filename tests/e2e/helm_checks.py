@@ -64,6 +64,13 @@ def default_case(docs):
     names = {r["name"] for r in ext["managedResources"]}
     check({"nvidia.com/gpu", "nvidia.com/gpumem", "cambricon.com/vmlu", "hygon.com/dcunum", "mthreads.com/vgpu"} <= names,
           "managedResources lists every vendor's resources")
+    check({"amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores", "vastaitech.com/va", "birentech.com/gpu"} <= names,
+          "managedResources lists the AMD, Vastai and Biren resources")
+    dev = device_config(docs)
+    check((dev["amd"]["resourceCountName"], dev["amd"]["resourceMemoryName"], dev["amd"]["resourceCoreName"],
+           dev["vastai"]["resourceCountName"], dev["biren"]["resourceCountName"]) ==
+          ("amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores", "vastaitech.com/va", "birentech.com/gpu"),
+          "the device config's amd, vastai and biren sections as HAMi's chart renders them")
     svc = one(docs, "Service", "hami-scheduler")
     check(svc["spec"]["selector"].get("hami.io/scheduler-role") == "leader", "the Service selects the leader's pod")
     check(one(docs, "Service", "hami-scheduler-metrics")["spec"]["selector"].get("hami.io/scheduler-role") is None,

@@ -14,15 +14,16 @@ check() { if eval "$2"; then passed=$((passed + 1)); echo "ok   $1"; else failed
 timeout 120 "$bin" demo --json --kubeconfig-out "$tmp/kubeconfig" >"$tmp/out.json" 2>"$tmp/live.txt"
 rc=$?
 check "demo --json exits 0" '[ $rc = 0 ]' "rc=$rc $(tail -5 "$tmp/live.txt")"
-check "the summary: 18 pods, 17 scheduled, 1 unschedulable, 0 failed" \
+check "the summary: 22 pods, 21 scheduled, 1 unschedulable, 0 failed" \
   'python3 - "$tmp/out.json" <<"PY"
 import json, sys
 s = json.load(open(sys.argv[1]))
-assert (s["pods"], s["scheduled"], s["unschedulable"], s["failed"]) == (18, 17, 1, 0), s
+assert (s["pods"], s["scheduled"], s["unschedulable"], s["failed"]) == (22, 21, 1, 0), s
 by = {o["pod"].split("/")[1]: o for o in s["outcomes"]}
 vendors = {"mlu-slice": "MLU", "mthreads-slice": "Mthreads", "dcu-slice": "DCU", "shared-gpu-1": "NVIDIA",
            "npu-vnpu": "Ascend910B3", "npu-pair": "Ascend910B3", "xpu-pair": "kunlun", "vxpu-quarter": "XPU",
-           "iluvatar-slice": "MR-V100", "neuron-core": "AWSNeuron", "neuron-four": "AWSNeuron"}
+           "iluvatar-slice": "MR-V100", "neuron-core": "AWSNeuron", "neuron-four": "AWSNeuron",
+           "amd-quarter": "AMD", "amd-whole": "AMD", "va-pair": "Vastai", "biren-slot": "Biren"}
 for pod, vendor in vendors.items():
     assert by[pod]["state"] == "scheduled" and vendor in by[pod]["devices"], by[pod]
 # two containers and an init container: one device list per container, init first
@@ -35,6 +36,12 @@ assert len(rings) == 1, by["npu-pair"]
 wings = {int(d.split(",")[0].rsplit("-", 1)[1]) // 4 for d in by["xpu-pair"]["devices"]["kunlun"].split(":") if "," in d}
 assert len(wings) == 1, by["xpu-pair"]
 assert ",XPU,24576,25" in by["vxpu-quarter"]["devices"]["XPU"], by["vxpu-quarter"]
+# AMD: a quarter of the 304 compute units of an MI300X is 76, a whole card all of them; Vastai and Biren book
+# no memory and no cores (shared by count), two Vastai devices for the pair
+assert ",AMD,16384,76:" in by["amd-quarter"]["devices"]["AMD"], by["amd-quarter"]
+assert ",AMD,196608,304:" in by["amd-whole"]["devices"]["AMD"], by["amd-whole"]
+assert by["va-pair"]["devices"]["Vastai"].count(",Vastai,0,0:") == 2, by["va-pair"]
+assert ",Biren,0,0:" in by["biren-slot"]["devices"]["Biren"], by["biren-slot"]
 assert by["too-big"]["state"] == "unschedulable" and "CardInsufficientMemory" in by["too-big"]["reason"], by["too-big"]
 PY' "$(cat "$tmp/out.json")"
 check "the live table went to stderr and shows allocations" 'grep -q "allocated" "$tmp/live.txt"'

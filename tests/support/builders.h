@@ -3,6 +3,7 @@
 // the built-in backends with chosen settings.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <initializer_list>
 #include <map>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "core/cluster_state.h"
 #include "core/codec/node_devices.h"
 #include "core/model.h"
+#include "core/scheduler.h"
 
 namespace hami::testing {
 
@@ -149,6 +151,38 @@ inline void Hold(ClusterState& state, const std::string& uid, const std::string&
   a.devices[vendor] = std::move(containers);
   a.mig = std::move(mig);
   state.AddPod(std::move(a));
+}
+
+// A node whose device plugin lists `devices` in the register annotation `key` and whose kubelet advertises
+// `slots` of `count_resource` per device.
+inline NodeView ManifestNode(std::string name, const std::string& key, const std::vector<DeviceInfo>& devices,
+                             const std::string& count_resource, int slots = 4) {
+  NodeView n;
+  n.name = std::move(name);
+  n.annotations[key] = codec::EncodeDeviceManifest(devices);
+  n.capacity[count_resource] = std::to_string(devices.size() * static_cast<std::size_t>(slots));
+  n.allocatable = n.capacity;
+  return n;
+}
+
+// The built-in backends and a cluster over them, to fit pods through the Scheduler.
+struct FitCluster {
+  FitCluster() : backends(BuiltinBackends()), state(backends) {}
+  // The filter's decision over `nodes` (GPU policy spread, the node policy given).
+  FilterOutcome Run(const PodView& pod, std::vector<std::string> nodes = {"n"},
+                    const std::string& node_policy = "binpack") {
+    Scheduler s(state, SchedulerOptions{"spread", node_policy});
+    return s.Filter(pod, nodes, now);
+  }
+  Backends backends;
+  ClusterState state;
+  TimePoint now = std::chrono::system_clock::from_time_t(1716199325);
+};
+
+// Why `node` refused the pod, or "<fits>".
+inline std::string Failure(const FilterOutcome& out, const std::string& node = "n") {
+  auto it = out.failed_nodes.find(node);
+  return it == out.failed_nodes.end() ? "<fits>" : it->second;
 }
 
 }  // namespace hami::testing

@@ -101,6 +101,13 @@ imagePullSecrets:
 {{- if .Values.devices.iluvatar.enabled -}}
 {{- $names = concat $names .Values.devices.iluvatar.customresources -}}
 {{- end -}}
+{{- $names = concat $names .Values.devices.amd.customresources -}}
+{{- if .Values.devices.vastai.enabled -}}
+{{- $names = concat $names .Values.devices.vastai.customresources -}}
+{{- end -}}
+{{- if .Values.devices.biren.enabled -}}
+{{- $names = concat $names .Values.devices.biren.customresources -}}
+{{- end -}}
 {{- if .Values.devices.ascend.enabled -}}
 {{- $names = concat $names .Values.devices.ascend.customresources -}}
 {{- end -}}

@@ -230,23 +230,26 @@ TEST(Registry, BuiltinNamesAndVendorOrder) {
   BackendRegistry registry;
   ASSERT_TRUE(backends::RegisterBuiltinBackends(registry));
   EXPECT_EQ(registry.Names(),
-            (std::vector<std::string>{"awsneuron", "cambricon", "hygon", "iluvatars", "kunlun", "mthreads",
-                                      "nvidia", "vnpus"}));
+            (std::vector<std::string>{"amd", "awsneuron", "biren", "cambricon", "hygon", "iluvatars", "kunlun",
+                                      "mthreads", "nvidia", "vastai", "vnpus"}));
   EXPECT_FALSE(backends::RegisterBuiltinBackends(registry)) << "registering a name twice must fail";
   EXPECT_FALSE(registry.Create("metax", VendorSettings{}));
   // Backends are kept sorted by vendor key: the order node locks are taken in.
   Backends b = testing::BuiltinBackends();
-  ASSERT_EQ(b.size(), 7u);
-  EXPECT_EQ(b.at(0).Vendor(), "AWSNeuron");
-  EXPECT_EQ(b.at(1).Vendor(), "DCU");
-  EXPECT_EQ(b.at(2).Vendor(), "MLU");
-  EXPECT_EQ(b.at(3).Vendor(), "Mthreads");
-  EXPECT_EQ(b.at(4).Vendor(), "NVIDIA");
-  EXPECT_EQ(b.at(5).Vendor(), "XPU");
-  EXPECT_EQ(b.at(6).Vendor(), "kunlun") << "byte order: lower case last";
-  EXPECT_EQ(b.IndexOf("NVIDIA"), 4);
+  ASSERT_EQ(b.size(), 10u);
+  EXPECT_EQ(b.at(0).Vendor(), "AMD");
+  EXPECT_EQ(b.at(1).Vendor(), "AWSNeuron");
+  EXPECT_EQ(b.at(2).Vendor(), "Biren");
+  EXPECT_EQ(b.at(3).Vendor(), "DCU");
+  EXPECT_EQ(b.at(4).Vendor(), "MLU");
+  EXPECT_EQ(b.at(5).Vendor(), "Mthreads");
+  EXPECT_EQ(b.at(6).Vendor(), "NVIDIA");
+  EXPECT_EQ(b.at(7).Vendor(), "Vastai");
+  EXPECT_EQ(b.at(8).Vendor(), "XPU");
+  EXPECT_EQ(b.at(9).Vendor(), "kunlun") << "byte order: lower case last";
+  EXPECT_EQ(b.IndexOf("NVIDIA"), 6);
   EXPECT_EQ(b.IndexOf("nvidia"), -1);
-  EXPECT_EQ(b.Find("MLU"), &b.at(2));
+  EXPECT_EQ(b.Find("MLU"), &b.at(4));
 }
 
 // A section that lists chips builds one backend per entry, each with a vendor key of its own; an empty list

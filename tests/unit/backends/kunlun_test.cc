@@ -22,6 +22,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::Ctr;
+using testing::Failure;
 using testing::Hold;
 using testing::Pod;
 using testing::Req;
@@ -241,8 +242,7 @@ TEST(Kunlun, AWholeXpuPodWaitsOnNoPlugin) {
 
 // --- through the scheduler ------------------------------------------------------------------------------
 
-struct Cluster {
-  Cluster() : backends(testing::BuiltinBackends()), state(backends) {}
+struct Cluster : testing::FitCluster {
   void WholeNode(const std::string& name, int cards = 8) {
     NodeView n;
     n.name = name;
@@ -262,13 +262,6 @@ struct Cluster {
     n.allocatable["kunlunxin.com/vxpu"] = std::to_string(cards);
     state.UpsertNode(n);
   }
-  FilterOutcome Run(const PodView& pod, std::vector<std::string> nodes = {"n"},
-                    const std::string& node_policy = "binpack") {
-    Scheduler s(state, SchedulerOptions{"spread", node_policy});
-    return s.Filter(pod, nodes, kNow);
-  }
-  Backends backends;
-  ClusterState state;
 };
 
 PodView XpuPod(int count, std::int64_t memory = 0, std::map<std::string, std::string> annotations = {}) {
@@ -287,10 +280,6 @@ std::vector<std::string> Chosen(const FilterOutcome& out, const std::string& ven
   return ids;
 }
 
-std::string Failure(const FilterOutcome& out, const std::string& node = "n") {
-  auto it = out.failed_nodes.find(node);
-  return it == out.failed_nodes.end() ? "<fits>" : it->second;
-}
 
 TEST(KunlunFit, K5VxpusOfOneSizeShareACardAndMutexRefusesThem) {
   Cluster c;

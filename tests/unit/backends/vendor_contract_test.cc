@@ -7,14 +7,17 @@
 #include <algorithm>
 #include <set>
 
+#include "backends/amd/amd.h"
 #include "backends/ascend/ascend.h"
 #include "backends/awsneuron/awsneuron.h"
+#include "backends/biren/biren.h"
 #include "backends/cambricon/cambricon.h"
 #include "backends/hygon/hygon.h"
 #include "backends/iluvatar/iluvatar.h"
 #include "backends/kunlun/kunlun.h"
 #include "backends/mthreads/mthreads.h"
 #include "backends/nvidia/nvidia.h"
+#include "backends/vastai/vastai.h"
 #include "core/cluster_state.h"
 #include "core/keys.h"
 #include "k8s/objects.h"
@@ -48,6 +51,9 @@ const Case kModules[] = {{"nvidia", "nvidia", &backends::nvidia::Module},
                          {"BI_V150", "iluvatars", &backends::iluvatar::Module, "BI-V150"},
                          {"BI_V100", "iluvatars", &backends::iluvatar::Module, "BI-V100"},
                          {"AWSNeuron", "awsneuron", &backends::awsneuron::Module},
+                         {"amd", "amd", &backends::amd::Module},
+                         {"vastai", "vastai", &backends::vastai::Module},
+                         {"biren", "biren", &backends::biren::Module},
                          {"example", "example", &testing::example::Module}};
 
 class VendorContract : public ::testing::TestWithParam<Case> {

@@ -134,16 +134,17 @@ TEST(SimPluginsFlags, ProblemsNameTheFlagAndWhatWasExpected) {
 TEST(SimPlugins, VendorsAreTheEnabledBackendsByConfigSection) {
   auto backends = BuildBackends(config::Config{});
   ASSERT_TRUE(backends) << backends.error().message;
-  for (const std::string vendor : {"nvidia", "cambricon", "mthreads", "hygon", "kunlun", "XPU"}) {
+  for (const std::string vendor :
+       {"nvidia", "cambricon", "mthreads", "hygon", "kunlun", "XPU", "amd", "vastai", "biren"}) {
     auto backend = BackendForVendor(*backends, vendor);
     ASSERT_TRUE(backend) << backend.error().message;
     EXPECT_EQ((*backend)->Spec().config_section, vendor == "XPU" ? "kunlun" : vendor);
   }
-  auto unknown = BackendForVendor(*backends, "amd");
+  auto unknown = BackendForVendor(*backends, "metax");
   ASSERT_FALSE(unknown);
   EXPECT_EQ(unknown.error().message,
-            "unknown vendor 'amd'; expected one of the enabled backends: XPU, awsneuron, cambricon, hygon, "
-            "kunlun, mthreads, nvidia");
+            "unknown vendor 'metax'; expected one of the enabled backends: XPU, amd, awsneuron, biren, "
+            "cambricon, hygon, kunlun, mthreads, nvidia, vastai");
 }
 
 TEST(SimPlugins, ASectionOfSeveralBackendsIsNamedByVendorKey) {
@@ -216,9 +217,9 @@ TEST(SimPluginsCommand, BadFlagsExitTwoBeforeTouchingAnyServer) {
       << missing.err;
 
   // The vendor is checked against the backends before the kubeconfig is even read.
-  const Ran vendor = Exec({"sim-device-plugins", "--kubeconfig", "/nonexistent", "--node", "a=amd:1x1"});
+  const Ran vendor = Exec({"sim-device-plugins", "--kubeconfig", "/nonexistent", "--node", "a=metax:1x1"});
   EXPECT_EQ(vendor.code, kExitUsage);
-  EXPECT_NE(vendor.err.find("--node a: unknown vendor 'amd'"), std::string::npos) << vendor.err;
+  EXPECT_NE(vendor.err.find("--node a: unknown vendor 'metax'"), std::string::npos) << vendor.err;
 
   const Ran kubeconfig =
       Exec({"sim-device-plugins", "--kubeconfig", "/nonexistent/kc", "--node", "a=nvidia:1x1"});
@@ -231,8 +232,8 @@ TEST(SimPluginsCommand, HelpShowsTheNodeSyntax) {
   EXPECT_EQ(help.code, kExitOk);
   EXPECT_NE(help.out.find("NAME=VENDOR:COUNTxMEMORY_MIB[:SPLIT[:TYPE]]"), std::string::npos) << help.out;
   // The vendors are the registered sections (and the chips of a section of several), not a list by hand.
-  EXPECT_NE(help.out.find("(awsneuron, cambricon, hygon, iluvatars: MR-V100 MR-V50 BI-V150 BI-V100, kunlun: kunlun XPU, "
-                          "mthreads, nvidia, vnpus: Ascend910A"),
+  EXPECT_NE(help.out.find("(amd, awsneuron, biren, cambricon, hygon, iluvatars: MR-V100 MR-V50 BI-V150 BI-V100, "
+                          "kunlun: kunlun XPU, mthreads, nvidia, vastai, vnpus: Ascend910A"),
             std::string::npos)
       << help.out;
   const Ran usage = Exec({"--help"});

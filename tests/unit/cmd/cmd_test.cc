@@ -345,7 +345,10 @@ TEST(VendorSeam, AVendorIsNamedOnlyInItsFolder) {
       {"backends/ascend", std::regex("ascend(?!ing)|vnpu|huawei", std::regex::icase)},
       {"backends/kunlun", std::regex("kunlun|baidu|\\bv?xpu", std::regex::icase)},
       {"backends/awsneuron", std::regex("neuron|aws\\.amazon|AWS_|\\btrn[0-9]|\\binf[0-9]", std::regex::icase)},
-      {"backends/iluvatar", std::regex("iluvatar|\\b(MR|BI)-V[0-9]|SOL_CONTINER", std::regex::icase)}};
+      {"backends/iluvatar", std::regex("iluvatar|\\b(MR|BI)-V[0-9]|SOL_CONTINER", std::regex::icase)},
+      {"backends/amd", std::regex("\\bamd\\b|instinct|\\bmi[0-9]{3}", std::regex::icase)},
+      {"backends/vastai", std::regex("vastai|\\baic\\b", std::regex::icase)},
+      {"backends/biren", std::regex("biren", std::regex::icase)}};
   const std::set<std::string> allowed_files = {"README.md", "CMakeLists.txt", "backends/builtin.cc"};
   const std::set<std::string> allowed_dirs = {".git", "build", "build-asan", "third_party", "tests", "docs",
                                               "charts", "deploy"};

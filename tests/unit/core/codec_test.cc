@@ -63,6 +63,26 @@ TEST(DeviceManifest, GoSemantics) {
   EXPECT_TRUE(DecodeDeviceManifest("[]").value().empty());
 }
 
+// custominfo: NetworkID is a number; the other string entries are kept, sorted by key, and written back
+// after it; entries of other kinds are dropped.
+TEST(DeviceManifest, CustomInfoStringsAreKeptAndReencoded) {
+  auto d = DecodeDeviceManifest(
+               R"([{"id":"a","custominfo":{"Zone":"z1","NetworkID":2,"Slots":4,"Card":"1","Nested":{}}}])")
+               .value();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].network, 2);
+  EXPECT_EQ(d[0].custom_info,
+            (std::vector<std::pair<std::string, std::string>>{{"Card", "1"}, {"Zone", "z1"}}));
+  ASSERT_NE(d[0].CustomInfo("Zone"), nullptr);
+  EXPECT_EQ(*d[0].CustomInfo("Zone"), "z1");
+  EXPECT_EQ(d[0].CustomInfo("zone"), nullptr) << "a Go map's keys are exact";
+  EXPECT_EQ(EncodeDeviceManifest(d), R"([{"id":"a","custominfo":{"NetworkID":2,"Card":"1","Zone":"z1"}}])");
+  EXPECT_EQ(DecodeDeviceManifest(EncodeDeviceManifest(d)).value(), d);
+  auto strings_only = DecodeDeviceManifest(R"([{"id":"b","custominfo":{"Card":"7"}}])").value();
+  EXPECT_FALSE(strings_only[0].network.has_value());
+  EXPECT_EQ(EncodeDeviceManifest(strings_only), R"([{"id":"b","custominfo":{"Card":"7"}}])");
+}
+
 TEST(DeviceManifest, ErrorsNameDeviceAndField) {
   auto bad_json = DecodeDeviceManifest("not-valid-json");
   ASSERT_FALSE(bad_json);
