@@ -185,7 +185,16 @@ bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const N
     allocated_[b].resize(nc);
     for (auto& picks : allocated_[b]) picks.clear();
   }
-  app_usage_.assign(base.begin(), base.end());
+  // Only the asked backends' devices are read (and their usage copied): on a node of several vendors the
+  // others' entries stay untouched, never fetched into the cache.
+  const auto copy_asked = [&](std::vector<DeviceUsage>& to) {
+    to.resize(base.size());
+    for (std::size_t b : asked_) {
+      const auto [begin, end] = node.vendor_range[b];
+      std::copy(base.begin() + begin, base.begin() + end, to.begin() + begin);
+    }
+  };
+  copy_asked(app_usage_);
   if (node.has_mig) app_mig_ = base_mig;
   for (std::size_t c = 0; c < nc; ++c) {
     const auto& requests = reqs.containers[c];
@@ -194,7 +203,7 @@ bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const N
     // Init containers run one at a time before the app containers: each is fit against the current usage
     // alone.
     if (is_init) {
-      init_usage_.assign(base.begin(), base.end());
+      copy_asked(init_usage_);
       if (node.has_mig) init_mig_ = base_mig;
     }
     auto& usage = is_init ? init_usage_ : app_usage_;
