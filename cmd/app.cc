@@ -60,6 +60,7 @@ Result<Backends> BuildBackends(const config::Config& cfg, std::vector<std::strin
   const BackendRegistry& registry = Vendors();
   std::vector<BackendPtr> list;
   std::map<std::string, std::string> built_by;  // vendor key -> section
+  std::map<std::string, std::string> key_owner;  // protocol annotation key -> vendor key
   std::vector<std::string> problems;
   for (const auto& name : registry.Names()) {
     VendorSettings settings;
@@ -80,6 +81,16 @@ Result<Backends> BuildBackends(const config::Config& cfg, std::vector<std::strin
         problems.push_back(fmt::format("vendor key '{}' is built by section {} and again by section {}",
                                        backend->Vendor(), earlier.first->second, name));
         continue;
+      }
+      // Two backends reading one annotation would both charge (or register) what it lists. The node lock is
+      // shared on purpose, and so are UUID selectors.
+      const BackendKeys& k = backend->Spec().keys;
+      for (const std::string* key : {&k.register_annotation, &k.handshake, &k.allocated, &k.to_allocate}) {
+        if (key->empty()) continue;
+        if (auto owner = key_owner.try_emplace(*key, backend->Vendor()); !owner.second) {
+          problems.push_back(fmt::format("annotation {} is used by vendor key '{}' (section {}) and by '{}'",
+                                         *key, backend->Vendor(), name, owner.first->second));
+        }
       }
       list.push_back(std::move(backend));
     }

@@ -633,7 +633,11 @@ bool NodeFitter::ChooseByVendor(const NodeEntry& node, int backend, std::int32_t
   ContainerPicks taken;
   taken.reserve(chosen.size());
   for (std::size_t i : chosen) {
-    if (i >= picks.size()) return false;  // a backend's mistake refuses the node, never reads past
+    // A backend's mistake (a position past the end or twice) refuses the node: never a read past the
+    // candidates, never a card given twice.
+    if (i >= picks.size() ||
+        std::any_of(taken.begin(), taken.end(), [&](const Pick& p) { return p.device == picks[i].device; }))
+      return false;
     taken.push_back(picks[i]);
   }
   picks = std::move(taken);

@@ -78,6 +78,12 @@ class NeuronBackend final : public BasicBackend {
     auto count = CountResource(c, spec_.resources.count);
     if (!count) return count.error();
     if (*count) {
+      auto cores = CoreSplit(c);
+      if (!cores) return cores.error();
+      if (*cores) {
+        return Error{fmt::format("{} and {}: ask for whole devices or for NeuronCores, not both",
+                                 spec_.resources.count, spec_.resources.cores)};
+      }
       req.count = **count;
       req.mem_percent = 100;
       return std::optional<DeviceRequest>(req);
@@ -92,8 +98,11 @@ class NeuronBackend final : public BasicBackend {
   }
 
   // Whole devices and several devices need idle cards; one device's cores need as many free bits.
-  std::optional<Reason> RefuseCard(const DeviceInfo& card, const DeviceUsage& used, const DeviceRequest& request,
-                                   const CardCheckView&) const override {
+  std::optional<Reason> RefuseCard(const DeviceInfo& card, const DeviceUsage& used,
+                                   const DeviceRequest& request, const CardCheckView&) const override {
+    // The plugin numbers a device's cores from `cores per device x index`: with other than two a mask bit
+    // would name another device's core, so cores are asked only of two-core devices (whole devices anywhere).
+    if (!Whole(request) && card.count != kCoresPerMask) return Reason::kModeNotFit;
     if (Whole(request) || request.count > 1) {
       if (used.used > 0) return Reason::kExclusiveDeviceAllocateConflict;
       if (!Whole(request) && Bits(card.devcore.value()) < request.cores.value())

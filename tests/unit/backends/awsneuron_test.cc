@@ -30,7 +30,8 @@ const TimePoint kNow = std::chrono::system_clock::from_time_t(1716199325);
 
 BackendPtr Neuron() { return std::move(backends::awsneuron::Module().create({}).value().front()); }
 
-NodeView NeuronNode(const std::string& name, int devices, int cores, const std::string& type = "trn1.32xlarge") {
+NodeView NeuronNode(const std::string& name, int devices, int cores,
+                    const std::string& type = "trn1.32xlarge") {
   NodeView n;
   n.name = name;
   if (!type.empty()) n.labels["node.kubernetes.io/instance-type"] = type;
@@ -172,6 +173,20 @@ TEST(AwsNeuronFit, N6CoresTakeFreeBitsAndSeveralDevicesAWindow) {
   EXPECT_EQ(four.devices.at("AWSNeuron")[0][0].cores, Cores(3)) << "a whole device is charged its mask";
   EXPECT_EQ(Failure(trn.Run(Pod("p", {Ctr("a", {{"aws.amazon.com/neuron", "2"}})}))),
             "1/8 ExclusiveDeviceAllocateConflict, 1/8 NumaNotFit");
+}
+
+TEST(AwsNeuronFit, CoresOnlyOfTwoCoreDevicesAndNotWithWholeDevices) {
+  Cluster c;
+  c.state.UpsertNode(NeuronNode("n", 2, 8));  // four cores per device: the plugin's core ids differ
+  EXPECT_EQ(Failure(c.Run(Pod("p", {Ctr("a", {{"aws.amazon.com/neuroncore", "1"}})}))), "2/2 ModeNotFit");
+  auto whole = c.Run(Pod("p", {Ctr("a", {{"aws.amazon.com/neuron", "1"}})}));
+  EXPECT_EQ(whole.kind, FilterOutcome::Kind::kScheduled) << Failure(whole);
+  auto both =
+      Neuron()->RequestFor(Ctr("a", {{"aws.amazon.com/neuron", "1"}, {"aws.amazon.com/neuroncore", "1"}}));
+  ASSERT_FALSE(both);
+  EXPECT_EQ(both.error().message,
+            "aws.amazon.com/neuron and aws.amazon.com/neuroncore: ask for whole devices or for NeuronCores, "
+            "not both");
 }
 
 TEST(AwsNeuron, N7AnnotationsForThePlugin) {

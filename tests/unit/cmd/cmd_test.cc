@@ -344,7 +344,8 @@ TEST(VendorSeam, AVendorIsNamedOnlyInItsFolder) {
   const std::vector<Vendor> vendors = {
       {"backends/ascend", std::regex("ascend(?!ing)|vnpu|huawei", std::regex::icase)},
       {"backends/kunlun", std::regex("kunlun|baidu|\\bv?xpu", std::regex::icase)},
-      {"backends/awsneuron", std::regex("neuron|aws\\.amazon|AWS_|\\btrn[0-9]|\\binf[0-9]", std::regex::icase)},
+      {"backends/awsneuron",
+       std::regex("neuron|aws\\.amazon|AWS_|\\btrn[0-9]|\\binf[0-9]", std::regex::icase)},
       {"backends/iluvatar", std::regex("iluvatar|\\b(MR|BI)-V[0-9]|SOL_CONTINER", std::regex::icase)},
       {"backends/amd", std::regex("\\bamd\\b|instinct|\\bmi[0-9]{3}", std::regex::icase)},
       {"backends/vastai", std::regex("vastai|\\baic\\b", std::regex::icase)},
@@ -455,7 +456,8 @@ spec:
             "1/8 NumaNotFit, 4/8 CardInsufficientMemory")
       << "four cards are free (the first pod holds the others); the interconnect takes no three";
   const auto quarter = ResultFor(doc, "default/quarter");
-  EXPECT_EQ(quarter.at("annotations").at("hami.io/xpu-devices-allocated").as_string(), "xpu-0,XPU,24576,25:;");
+  EXPECT_EQ(quarter.at("annotations").at("hami.io/xpu-devices-allocated").as_string(),
+            "xpu-0,XPU,24576,25:;");
   EXPECT_EQ(ResultFor(doc, "default/half").at("failedNodes").at("xpu-v").as_string(), "1/1 CardSizeMismatch");
 }
 
@@ -547,6 +549,21 @@ hygon:
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("hami.io/dcu-devices-to-allocate"), std::string::npos);
   EXPECT_EQ(r.out.find("hami.io/hcu-devices-to-allocate"), std::string::npos);
+}
+
+// A chip whose commonWord spells another vendor's keys would read that vendor's pods: refused at start-up.
+TEST(Commands, TwoBackendsNeverShareAnAnnotation) {
+  const std::string cfg =
+      WriteTemp("clash.yaml", "iluvatars:\n- {commonWord: xpu, resourceCountName: a.io/x}\n");
+  std::ostringstream out, err;
+  EXPECT_EQ(
+      RunProgram("hami-scheduler", {"config", "--device-config-file", cfg, "--enable-iluvatar"}, out, err),
+      kExitUsage)
+      << err.str();
+  EXPECT_NE(err.str().find("annotation hami.io/xpu-devices-allocated is used by vendor key 'XPU' (section "
+                           "kunlun) and by 'xpu'"),
+            std::string::npos)
+      << err.str();
 }
 
 }  // namespace
