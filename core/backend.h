@@ -84,16 +84,14 @@ struct FitRules {
   bool same_device_across_containers = false;  // later containers must sit on the earlier ones' device
   MultiDevice multi_device = MultiDevice::kInOrder;
   std::optional<SoftSplitRule> soft_split;
-  // The node score gains 10 x (the largest share of each container's cards in one interconnect group), so
-  // nodes that keep a container's cards together rank first.
-  bool network_score = false;
   // A card's split count bounds how many tasks share it; false: the vendor's own rule (RefuseCard) does.
   bool split_count_limits = true;
   bool vendor_card_check = false;  // Backend::RefuseCard runs after the shared checks of each card
   bool vendor_charge = false;      // Backend::CoresCharged says what a card taken is charged
   bool vendor_score = false;       // Backend::AllocationScore adds to the node score
-  // The vendor's score measures how well each container's own cards are kept together (as network_score)
-  // rather than how the pod packs on the node: it ranks first under either policy (spread subtracts it).
+  // The vendor's score measures how well each container's own cards are kept together (e.g. in one
+  // interconnect group) rather than how the pod packs on the node: it ranks first under either policy
+  // (spread subtracts it).
   bool vendor_score_together = false;
 };
 

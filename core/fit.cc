@@ -229,7 +229,6 @@ bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const N
   packing_score_ = 0;
   for (std::size_t b : asked_) {
     const FitRules& rules = backends_->at(b).Spec().fit;
-    if (rules.network_score) allocation_score_ += NetworkScore(node, b);
     if (rules.vendor_score) {
       (rules.vendor_score_together ? allocation_score_ : packing_score_) += VendorScore(node, b, base);
     }
@@ -668,23 +667,6 @@ double NodeFitter::VendorScore(const NodeEntry& node, std::size_t backend,
                             chosen_,
                             std::span<const std::vector<int>>(chosen_per_container_).first(containers)};
   return backends_->at(backend).AllocationScore(view);
-}
-
-double NodeFitter::NetworkScore(const NodeEntry& node, std::size_t backend) const {
-  double score = 0;
-  std::map<std::int32_t, int> per_network;
-  for (const ContainerPicks& picks : allocated_[backend]) {
-    if (picks.empty()) continue;
-    per_network.clear();
-    int largest = 0;
-    for (const Pick& p : picks) {
-      const auto& network = node.devices[static_cast<std::size_t>(p.device)].network;
-      if (!network) return 0;  // a card without a group: no container is scored
-      largest = std::max(largest, ++per_network[*network]);
-    }
-    score += static_cast<double>(largest) / static_cast<double>(picks.size());
-  }
-  return 10 * score;
 }
 
 }  // namespace hami

@@ -74,8 +74,8 @@ class NodeFitter {
   // devices (index-aligned with the pod's containers). On failure `reason` says why.
   bool Fit(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, PodDevices* out,
            std::string* reason);
-  // After a Fit that succeeded: what the chosen devices add to the node score (FitRules::network_score, and
-  // FitRules::vendor_score_together). Higher is better under either policy: spread subtracts it.
+  // After a Fit that succeeded: what the chosen devices add to the node score
+  // (FitRules::vendor_score_together). Higher is better under either policy: spread subtracts it.
   double AllocationScore() const { return allocation_score_; }
   // After a Fit that succeeded: how well the chosen devices pack (FitRules::vendor_score), added to the
   // node score as it is (binpack takes the highest, spread the lowest).
@@ -112,7 +112,6 @@ class NodeFitter {
   void ChooseNetworkGroups(const NodeEntry& node, std::int32_t want, ContainerPicks& picks) const;
   // Whole modules of two cards until at least `want` are taken (fewer when not enough are complete).
   void ChooseModulePairs(const NodeEntry& node, std::int32_t want, ContainerPicks& picks) const;
-  double NetworkScore(const NodeEntry& node, std::size_t backend) const;
   // The backend's ChooseCards over the candidates in `picks`; false when it chose none.
   bool ChooseByVendor(const NodeEntry& node, int backend, std::int32_t want, ContainerPicks& picks);
   double VendorScore(const NodeEntry& node, std::size_t backend, const std::vector<DeviceUsage>& base);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <chrono>
+#include <map>
 
 #include "backends/common.h"
 #include "core/names.h"
@@ -43,6 +44,25 @@ class AscendBackend final : public BasicBackend {
     for (DeviceInfo& d : cards) {
       if (!d.network) d.network = chip_.common_word == k910C ? 0 : std::max(0, d.index) / 4;
     }
+  }
+
+  // 10 x, per container, the share of its cards in its largest interconnect group: nodes that keep a
+  // container's cards together rank first. A card without a group: no container is scored.
+  double AllocationScore(const AllocationView& view) const override {
+    double score = 0;
+    std::map<std::int32_t, int> per_network;
+    for (const std::vector<int>& positions : view.containers) {
+      if (positions.empty()) continue;
+      per_network.clear();
+      int largest = 0;
+      for (int i : positions) {
+        const auto& network = view.cards[static_cast<std::size_t>(i)].network;
+        if (!network) return 0;
+        largest = std::max(largest, ++per_network[*network]);
+      }
+      score += static_cast<double>(largest) / static_cast<double>(positions.size());
+    }
+    return 10 * score;
   }
 
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
@@ -338,7 +358,7 @@ Result<BackendPtr> MakeBackend(const Chip& chip, bool soft_split_by_default) {
   } else if (cw.starts_with(kFamily910)) {
     s.fit.multi_device = MultiDevice::kNetworkGroups;
   }
-  s.fit.network_score = cw.starts_with(kFamily910);
+  s.fit.vendor_score = s.fit.vendor_score_together = cw.starts_with(kFamily910);
   return BackendPtr(std::make_unique<AscendBackend>(std::move(s), chip));
 }
 

@@ -120,10 +120,10 @@ TEST(AscendSection, A1KeysPerChip) {
 
 TEST(AscendSection, FitRulesPerChipFamily) {
   EXPECT_EQ(Chip("Ascend910B3")->Spec().fit.multi_device, MultiDevice::kNetworkGroups);
-  EXPECT_TRUE(Chip("Ascend910B3")->Spec().fit.network_score);
+  EXPECT_TRUE(Chip("Ascend910B3")->Spec().fit.vendor_score_together);
   EXPECT_EQ(Chip("Ascend910C")->Spec().fit.multi_device, MultiDevice::kModulePairs);
   EXPECT_EQ(Chip("Ascend310P")->Spec().fit.multi_device, MultiDevice::kInOrder);
-  EXPECT_FALSE(Chip("Ascend310P")->Spec().fit.network_score);
+  EXPECT_FALSE(Chip("Ascend310P")->Spec().fit.vendor_score_together);
   for (const auto& cw : kChartChips) {
     const auto chip = Chip(cw);
     const auto& rule = chip->Spec().fit.soft_split;
