@@ -87,7 +87,10 @@ struct FitRules {
   // A card's split count bounds how many tasks share it; false: the vendor's own rule (RefuseCard) does.
   bool split_count_limits = true;
   bool vendor_card_check = false;  // Backend::RefuseCard runs after the shared checks of each card
-  bool vendor_charge = false;      // Backend::CoresCharged says what a card taken is charged
+  bool vendor_charge = false;      // Backend::Charged says what a card taken is charged
+  // Backend::RefuseCard checks a card's free memory and cores against what Backend::Charged will charge,
+  // and the shared memory and core checks do not run (e.g. hard partitions sized by the node's profiles).
+  bool vendor_sizes = false;
   bool vendor_score = false;       // Backend::AllocationScore adds to the node score
   // The vendor's score measures how well each container's own cards are kept together (e.g. in one
   // interconnect group) rather than how the pod packs on the node: it ranks first under either policy
@@ -118,6 +121,12 @@ struct BackendSpec {
   ResourceNames resources;
   FitRules fit;
   NodeLockRule lock;
+};
+
+// What one card taken for a request is charged.
+struct CardCharge {
+  MiB mem;
+  Cores cores;
 };
 
 // What Backend::RefuseCard may read besides the card: this vendor's cards on the node with their usage so far
@@ -178,10 +187,11 @@ class Backend {
                                            const CardCheckView& /*node*/) const {
     return std::nullopt;
   }
-  // The cores a card taken for `request` is charged (FitRules::vendor_charge), e.g. a mask of its cores.
-  virtual Cores CoresCharged(const DeviceInfo& /*card*/, const DeviceUsage& /*used*/,
-                             const DeviceRequest& request) const {
-    return request.cores;
+  // What a card taken for `request` is charged (FitRules::vendor_charge), e.g. a mask of its cores;
+  // `shared` is what the shared rules would charge.
+  virtual CardCharge Charged(const DeviceInfo& /*card*/, const DeviceUsage& /*used*/,
+                             const DeviceRequest& /*request*/, CardCharge shared) const {
+    return shared;
   }
   // The cards to take among the usable `candidates` (MultiDevice::kVendor, in the policy's order): their
   // positions in `candidates`, `want` of them; empty when no arrangement of them serves the request.

@@ -253,6 +253,22 @@ bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const N
   return true;
 }
 
+namespace {
+
+// The shared checks of a card's free memory and cores for a request of `memreq` and `cores` (out of
+// `core_total`), in upstream's order; nullopt when it has room.
+std::optional<Reason> RefuseSize(const DeviceCaps& dev, const DeviceUsage& u, MiB memreq, Cores cores,
+                                 std::int64_t core_total) {
+  if (MiB(dev.devmem) - u.mem < memreq) return Reason::kCardInsufficientMemory;
+  if (Cores(core_total) - u.cores < cores) return Reason::kCardInsufficientCore;
+  if (core_total == 100 && cores == 100_cores && u.used > 0) return Reason::kExclusiveDeviceAllocateConflict;
+  if (core_total != 0 && u.cores.value() == core_total && cores.value() == 0)
+    return Reason::kCardComputeUnitsExhausted;
+  return std::nullopt;
+}
+
+}  // namespace
+
 bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int backend,
                             const DeviceRequest& request, std::size_t container,
                             const std::vector<std::vector<ContainerPicks>>& allocated,
@@ -373,31 +389,23 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
     }
     Pick pick{d, memreq, card_cores, std::nullopt};
     if (spec.fit.vendor_charge) {
-      pick.cores =
-          backends_->at(static_cast<std::size_t>(backend)).CoresCharged(node.devices[di], u, request);
+      const CardCharge charged = backends_->at(static_cast<std::size_t>(backend))
+                                     .Charged(node.devices[di], u, request, CardCharge{pick.mem, pick.cores});
+      pick.mem = charged.mem;
+      pick.cores = charged.cores;
     }
     if (spec.fit.quota_in_fit && ctx.quota_active &&
         !QuotaAllows(ctx, node, backend, container, allocated, picks, pick)) {
       reasons.Add(Reason::kResourceQuotaNotFit);
       continue;
     }
-    if (MiB(dev.devmem) - u.mem < memreq) {
-      reasons.Add(Reason::kCardInsufficientMemory);
-      continue;
-    }
     // A soft-split pod counts a card's cores in percent, whatever number of cores the plugin publishes.
     const std::int64_t core_total = vctx.soft_split ? 100 : dev.devcore;
-    if (Cores(core_total) - u.cores < card_cores) {
-      reasons.Add(Reason::kCardInsufficientCore);
-      continue;
-    }
-    if (core_total == 100 && card_cores == 100_cores && u.used > 0) {
-      reasons.Add(Reason::kExclusiveDeviceAllocateConflict);
-      continue;
-    }
-    if (core_total != 0 && u.cores.value() == core_total && card_cores.value() == 0) {
-      reasons.Add(Reason::kCardComputeUnitsExhausted);
-      continue;
+    if (!spec.fit.vendor_sizes) {
+      if (auto refused = RefuseSize(dev, u, memreq, card_cores, core_total)) {
+        reasons.Add(*refused);
+        continue;
+      }
     }
     const bool mig_device = spec.fit.mig && dev.mig;
     if (mig_device) {

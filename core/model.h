@@ -160,6 +160,9 @@ struct DeviceRequest {
   MiB memory;                                // per device, already scaled by the memory factor
   std::int32_t mem_percent = kPercentUnset;  // 0..100, or kPercentUnset
   Cores cores;                               // per device
+  // A hard partition of this many slices of a card, named directly rather than by memory and cores (0 =
+  // none): the vendor's rules size it (FitRules::vendor_sizes).
+  std::int32_t partition = 0;
   friend bool operator==(const DeviceRequest&, const DeviceRequest&) = default;
 };
 

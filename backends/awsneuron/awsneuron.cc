@@ -114,17 +114,17 @@ class NeuronBackend final : public BasicBackend {
     return std::nullopt;
   }
   // The mask of the cores taken: all of a whole device's, else the lowest free bits.
-  Cores CoresCharged(const DeviceInfo& card, const DeviceUsage& used,
-                           const DeviceRequest& request) const override {
+  CardCharge Charged(const DeviceInfo& card, const DeviceUsage& used, const DeviceRequest& request,
+                     CardCharge shared) const override {
     const std::int64_t all = card.devcore.value();
-    if (Whole(request)) return Cores(all);
+    if (Whole(request)) return {shared.mem, Cores(all)};
     std::int64_t free = all & ~used.cores.value(), mask = 0;
     for (std::int32_t k = 0; k < request.cores.value() && free != 0; ++k) {
       const std::int64_t bit = free & -free;
       mask |= bit;
       free &= ~bit;
     }
-    return Cores(mask);
+    return {shared.mem, Cores(mask)};
   }
 
   std::vector<std::size_t> ChooseCards(std::span<const DeviceInfo* const> candidates,
