@@ -91,6 +91,9 @@ struct FitRules {
   // Backend::RefuseCard checks a card's free memory and cores against what Backend::Charged will charge,
   // and the shared memory and core checks do not run (e.g. hard partitions sized by the node's profiles).
   bool vendor_sizes = false;
+  // Backend::PodClass sorts pods into classes, and the ledger counts each card's holders per class (e.g.
+  // online and offline workloads that may not mix on a card).
+  bool pod_classes = false;
   bool vendor_score = false;       // Backend::AllocationScore adds to the node score
   // The vendor's score measures how well each container's own cards are kept together (e.g. in one
   // interconnect group) rather than how the pod packs on the node: it ranks first under either policy
@@ -129,12 +132,33 @@ struct CardCharge {
   Cores cores;
 };
 
+// How many pods of one class (Backend::PodClass) hold a card.
+struct ClassCount {
+  std::uint8_t pod_class = 0;
+  std::int32_t pods = 0;
+  friend bool operator==(const ClassCount&, const ClassCount&) = default;
+};
+// The pods holding one card, per class (classes 0 are not counted), each class once, in class order.
+using CardClasses = std::vector<ClassCount>;
+
 // What Backend::RefuseCard may read besides the card: this vendor's cards on the node with their usage so far
 // (index-aligned; the card under test is one of them) and whether the pod asks for cards no one else uses.
 struct CardCheckView {
   std::span<const DeviceInfo> cards;
   std::span<const DeviceUsage> used;
   bool mutex = false;  // the pod's GPU policy contains `mutex`
+  // FitRules::pod_classes: the recorded holders of each card by class (index-aligned with cards) and the
+  // class of the pod being placed; empty and 0 otherwise.
+  std::span<const CardClasses> classes;
+  std::uint8_t pod_class = 0;
+};
+
+// What Backend::ChooseCards may read besides the candidates: the request, and under FitRules::pod_classes
+// the class of the pod and each candidate's recorded holders by class (index-aligned with the candidates).
+struct ChoiceView {
+  const DeviceRequest* request = nullptr;
+  std::uint8_t pod_class = 0;
+  std::span<const CardClasses* const> classes;
 };
 
 // One vendor's part of a fitted node, for Backend::AllocationScore.
@@ -146,6 +170,14 @@ struct AllocationView {
   // The same positions per container of the pod (init containers first; empty for a container without
   // cards of this vendor), in the order they were chosen.
   std::span<const std::vector<int>> containers;
+  // Per container: its request of this vendor, or null.
+  std::span<const DeviceRequest* const> requests;
+  const PodView* pod = nullptr;
+  bool spread = false;  // the pod's node policy is spread (else binpack)
+  // FitRules::pod_classes: the class of the pod, and each card's holders by class before it (index-aligned
+  // with cards; empty otherwise).
+  std::uint8_t pod_class = 0;
+  std::span<const CardClasses> classes_before;
 };
 
 class Backend {
@@ -196,9 +228,12 @@ class Backend {
   // The cards to take among the usable `candidates` (MultiDevice::kVendor, in the policy's order): their
   // positions in `candidates`, `want` of them; empty when no arrangement of them serves the request.
   virtual std::vector<std::size_t> ChooseCards(std::span<const DeviceInfo* const> /*candidates*/,
-                                               std::int32_t /*want*/) const {
+                                               std::int32_t /*want*/, const ChoiceView& /*view*/) const {
     return {};
   }
+  // The class of `pod` as this vendor's rules see it (FitRules::pod_classes), recorded with each card the
+  // pod holds; 0 = a pod of no class.
+  virtual std::uint8_t PodClass(const PodView& /*pod*/) const { return 0; }
   // How well the cards chosen for a pod pack on the node (FitRules::vendor_score), added to the node score
   // as the node's usage is: binpack prefers the highest, spread the lowest.
   virtual double AllocationScore(const AllocationView& /*view*/) const { return 0; }

@@ -133,6 +133,7 @@ void ClusterState::RebuildLayout(NodeEntry& entry, std::vector<std::vector<Devic
 void ClusterState::ReapplyUsage(NodeEntry& entry) {
   entry.usage.assign(entry.devices.size(), DeviceUsage{});
   entry.mig_in_use.assign(entry.devices.size(), {});
+  entry.classes_in_use.assign(entry.devices.size(), {});
   entry.unknown_device_charges = 0;
   entry.allocations_in_flight = 0;
   entry.totals.used = entry.totals.used_cores = entry.totals.used_mem = 0;
@@ -185,6 +186,22 @@ std::vector<std::string> ClusterState::NodeNames() const {
   return out;
 }
 
+namespace {
+
+// Adds `sign` pods of `pod_class` to a card's holders; a class no pod holds any more is dropped.
+void CountClass(CardClasses& classes, std::uint8_t pod_class, int sign) {
+  auto it = std::find_if(classes.begin(), classes.end(),
+                         [&](const ClassCount& c) { return c.pod_class >= pod_class; });
+  if (it == classes.end() || it->pod_class != pod_class) {
+    if (sign > 0) classes.insert(it, ClassCount{pod_class, sign});
+    return;
+  }
+  it->pods += sign;
+  if (it->pods <= 0) classes.erase(it);
+}
+
+}  // namespace
+
 void ClusterState::Apply(NodeEntry& entry, const PodRecord& record, int sign) {
   if (record.allocation.in_flight) entry.allocations_in_flight += sign;
   for (const auto& c : record.charges) {
@@ -200,6 +217,10 @@ void ClusterState::Apply(NodeEntry& entry, const PodRecord& record, int sign) {
     entry.totals.used += sign * c.slots;
     entry.totals.used_mem += sign * c.mem.value();
     entry.totals.used_cores += sign * c.cores.value();
+    for (const auto& [vendor, pod_class] : record.allocation.classes) {
+      if (vendor == c.vendor)
+        CountClass(entry.classes_in_use[static_cast<std::size_t>(d->second)], pod_class, sign);
+    }
   }
   for (const auto& m : record.allocation.mig) {
     auto d = entry.by_uuid.find(m.gpu_uuid);
@@ -240,7 +261,8 @@ bool ClusterState::AddPod(PodAllocation allocation) {
   if (auto existing = pods_.find(uid); existing != pods_.end()) {
     if (existing->second.allocation.node == allocation.node &&
         SameDevices(existing->second.allocation.devices, allocation.devices) &&
-        existing->second.allocation.mig == allocation.mig) {
+        existing->second.allocation.mig == allocation.mig &&
+        existing->second.allocation.classes == allocation.classes) {
       if (existing->second.allocation.in_flight != allocation.in_flight) {
         existing->second.allocation.in_flight = allocation.in_flight;
         if (auto n = nodes_.find(allocation.node); n != nodes_.end())
@@ -370,6 +392,17 @@ std::vector<std::size_t> UnreadableAllocationBackends(const PodView& pod, const 
   return all;
 }
 
+std::vector<std::pair<std::string, std::uint8_t>> PodClassesOf(const PodView& pod, const Backends& backends,
+                                                               const PodDevices& devices) {
+  std::vector<std::pair<std::string, std::uint8_t>> out;
+  for (const auto& [vendor, containers] : devices) {  // sorted by vendor
+    const Backend* b = backends.Find(vendor);
+    if (b == nullptr || !b->Spec().fit.pod_classes) continue;
+    if (const std::uint8_t c = b->PodClass(pod); c != 0) out.emplace_back(vendor, c);
+  }
+  return out;
+}
+
 Result<std::optional<PodAllocation>> AllocationFromAnnotations(const PodView& pod, const Backends& backends) {
   auto node = pod.annotations.find(keys::kAssignedNode);
   if (node == pod.annotations.end()) return std::optional<PodAllocation>();
@@ -399,6 +432,7 @@ Result<std::optional<PodAllocation>> AllocationFromAnnotations(const PodView& po
     }
     if (any) a.devices[b->Vendor()] = std::move(*devices);
   }
+  a.classes = PodClassesOf(pod, backends, a.devices);
   // A vendor whose plugin is handed no to-allocate list never answers `allocating`: such a pod waits on
   // nothing (docs/DECISIONS.md "Vendors without a to-allocate list").
   if (a.in_flight && !a.devices.empty()) {

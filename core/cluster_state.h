@@ -44,6 +44,7 @@ struct NodeEntry {
   NodeView node;
   std::vector<int> backend_of;                    // per device: index into Backends
   std::vector<std::vector<MigInUse>> mig_in_use;  // per device; empty unless MIG instances are held
+  std::vector<CardClasses> classes_in_use;        // per device: its holders by class (FitRules::pod_classes)
   std::vector<char> cordoned;                // per device: listed in hami.io/device-cordon (also in caps)
   std::vector<std::string> discovery_error;  // per backend: "" when discovery succeeded
   // Per backend: why the node takes no new pod of that vendor ("" = it does); empty when nothing is blocked.
@@ -64,6 +65,9 @@ struct PodAllocation {
   std::size_t num_init = 0;
   PodDevices devices;  // per vendor, per container
   std::vector<codec::MigAllocation> mig;
+  // Per vendor whose FitRules::pod_classes is set and whose devices the pod holds: its Backend::PodClass,
+  // when not 0. Sorted by vendor.
+  std::vector<std::pair<std::string, std::uint8_t>> classes;
   // Reserved or bound, and not yet set up by the device plugin (no hami.io/bind-phase success or failed).
   bool in_flight = true;
 };
@@ -173,6 +177,10 @@ class ClusterState {
 // Reads a pod's allocation back from its annotations (hami.io/vgpu-node and every backend's allocated key).
 // nullopt when the pod carries no hami.io/vgpu-node; an error names the annotation that cannot be decoded.
 Result<std::optional<PodAllocation>> AllocationFromAnnotations(const PodView& pod, const Backends& backends);
+// The classes (Backend::PodClass) of `pod` for the vendors of `devices` that sort pods into classes, as
+// PodAllocation::classes keeps them.
+std::vector<std::pair<std::string, std::uint8_t>> PodClassesOf(const PodView& pod, const Backends& backends,
+                                                               const PodDevices& devices);
 // The backends whose part of the pod's allocation annotations cannot be decoded (indices into Backends);
 // when the unreadable part names no backend (the MIG annotation), every backend whose allocation the pod
 // carries, or every backend when it carries none.

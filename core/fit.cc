@@ -140,6 +140,7 @@ Result<PodContext> MakePodContext(const PodView& pod, const Backends& backends, 
       v.soft_split = m != a.end() && m->second == spec.fit.soft_split->pod_value;
     }
     v.order = DeviceOrder(ctx.gpu_policy, v.numa_bind);
+    if (spec.fit.pod_classes) v.pod_class = b->PodClass(pod);
     ctx.vendors.push_back(std::move(v));
   }
   return ctx;
@@ -230,7 +231,8 @@ bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const N
   for (std::size_t b : asked_) {
     const FitRules& rules = backends_->at(b).Spec().fit;
     if (rules.vendor_score) {
-      (rules.vendor_score_together ? allocation_score_ : packing_score_) += VendorScore(node, b, base);
+      (rules.vendor_score_together ? allocation_score_ : packing_score_) +=
+          VendorScore(ctx, reqs, node, b, base);
     }
   }
   if (out != nullptr) {
@@ -366,8 +368,12 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
       const auto& b = backends_->at(static_cast<std::size_t>(backend));
       const auto first = static_cast<std::size_t>(begin);
       const auto n = static_cast<std::size_t>(total);
-      const CardCheckView view{std::span<const DeviceInfo>(node.devices).subspan(first, n),
-                               std::span<const DeviceUsage>(usage).subspan(first, n), ctx.mutex};
+      CardCheckView view{std::span<const DeviceInfo>(node.devices).subspan(first, n),
+                         std::span<const DeviceUsage>(usage).subspan(first, n), ctx.mutex, {}, 0};
+      if (spec.fit.pod_classes) {
+        view.classes = std::span<const CardClasses>(node.classes_in_use).subspan(first, n);
+        view.pod_class = vctx.pod_class;
+      }
       if (auto refused = b.RefuseCard(node.devices[di], u, request, view)) {
         reasons.Add(*refused);
         continue;
@@ -458,7 +464,7 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
     return false;
   }
   if (by_vendor && found >= origin) {
-    if (ChooseByVendor(node, backend, origin, picks)) return true;
+    if (ChooseByVendor(ctx, node, backend, request, picks)) return true;
     // Enough usable cards, none in an arrangement the vendor's interconnect allows.
     reasons.Set(Reason::kNumaNotFit, 1);
     if (reason) *reason = reasons.Format(total);
@@ -630,12 +636,23 @@ void NodeFitter::ChooseModulePairs(const NodeEntry& node, std::int32_t want, Con
   picks = std::move(chosen);
 }
 
-bool NodeFitter::ChooseByVendor(const NodeEntry& node, int backend, std::int32_t want,
-                                ContainerPicks& picks) {
+bool NodeFitter::ChooseByVendor(const PodContext& ctx, const NodeEntry& node, int backend,
+                                const DeviceRequest& request, ContainerPicks& picks) {
+  const Backend& b = backends_->at(static_cast<std::size_t>(backend));
+  const std::int32_t want = request.count;
   candidates_.clear();
-  for (const Pick& p : picks) candidates_.push_back(&node.devices[static_cast<std::size_t>(p.device)]);
-  const std::vector<std::size_t> chosen =
-      backends_->at(static_cast<std::size_t>(backend)).ChooseCards(candidates_, want);
+  candidate_classes_.clear();
+  ChoiceView view{&request, 0, {}};
+  const bool classes = b.Spec().fit.pod_classes;
+  for (const Pick& p : picks) {
+    candidates_.push_back(&node.devices[static_cast<std::size_t>(p.device)]);
+    if (classes) candidate_classes_.push_back(&node.classes_in_use[static_cast<std::size_t>(p.device)]);
+  }
+  if (classes) {
+    view.pod_class = ctx.vendors[static_cast<std::size_t>(backend)].pod_class;
+    view.classes = candidate_classes_;
+  }
+  const std::vector<std::size_t> chosen = b.ChooseCards(candidates_, want, view);
   if (static_cast<std::int32_t>(chosen.size()) != want) return false;
   ContainerPicks taken;
   taken.reserve(chosen.size());
@@ -651,8 +668,8 @@ bool NodeFitter::ChooseByVendor(const NodeEntry& node, int backend, std::int32_t
   return true;
 }
 
-double NodeFitter::VendorScore(const NodeEntry& node, std::size_t backend,
-                               const std::vector<DeviceUsage>& base) {
+double NodeFitter::VendorScore(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+                               std::size_t backend, const std::vector<DeviceUsage>& base) {
   const auto [begin, end] = node.vendor_range[backend];
   chosen_.clear();
   const std::size_t containers = allocated_[backend].size();
@@ -669,12 +686,28 @@ double NodeFitter::VendorScore(const NodeEntry& node, std::size_t backend,
   const std::span<const DeviceInfo> all(node.devices);
   const auto first = static_cast<std::size_t>(begin);
   const auto n = static_cast<std::size_t>(end - begin);
-  const AllocationView view{all,
-                            all.subspan(first, n),
-                            std::span<const DeviceUsage>(base).subspan(first, n),
-                            chosen_,
-                            std::span<const std::vector<int>>(chosen_per_container_).first(containers)};
-  return backends_->at(backend).AllocationScore(view);
+  requests_.assign(containers, nullptr);
+  for (std::size_t c = 0; c < containers && c < reqs.containers.size(); ++c) {
+    for (const auto& [b, request] : reqs.containers[c]) {
+      if (static_cast<std::size_t>(b) == backend) requests_[c] = &request;
+    }
+  }
+  AllocationView view{all,
+                      all.subspan(first, n),
+                      std::span<const DeviceUsage>(base).subspan(first, n),
+                      chosen_,
+                      std::span<const std::vector<int>>(chosen_per_container_).first(containers),
+                      requests_,
+                      ctx.pod,
+                      ctx.spread,
+                      0,
+                      {}};
+  const Backend& b = backends_->at(backend);
+  if (b.Spec().fit.pod_classes) {
+    view.pod_class = ctx.vendors[backend].pod_class;
+    view.classes_before = std::span<const CardClasses>(node.classes_in_use).subspan(first, n);
+  }
+  return b.AllocationScore(view);
 }
 
 }  // namespace hami

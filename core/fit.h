@@ -51,6 +51,7 @@ struct PodContext {
   bool topology = false;
   ScoringWeights weights;
   bool quota_active = false;
+  bool spread = false;  // the node policy is spread (set by the scheduler; vendors' scores read it)
   struct Vendor {
     Selector uuids;
     Selector alt_uuids;  // BackendKeys::use_uuid_alt / nouse_uuid_alt
@@ -59,6 +60,7 @@ struct PodContext {
     bool numa_bind = false;
     bool soft_split = false;  // the pod asks for the vendor's soft-split mode (FitRules::soft_split)
     DeviceOrder order{"spread", false};
+    std::uint8_t pod_class = 0;  // Backend::PodClass (FitRules::pod_classes)
   };
   std::vector<Vendor> vendors;  // per backend
 };
@@ -113,8 +115,10 @@ class NodeFitter {
   // Whole modules of two cards until at least `want` are taken (fewer when not enough are complete).
   void ChooseModulePairs(const NodeEntry& node, std::int32_t want, ContainerPicks& picks) const;
   // The backend's ChooseCards over the candidates in `picks`; false when it chose none.
-  bool ChooseByVendor(const NodeEntry& node, int backend, std::int32_t want, ContainerPicks& picks);
-  double VendorScore(const NodeEntry& node, std::size_t backend, const std::vector<DeviceUsage>& base);
+  bool ChooseByVendor(const PodContext& ctx, const NodeEntry& node, int backend, const DeviceRequest& request,
+                      ContainerPicks& picks);
+  double VendorScore(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+                     std::size_t backend, const std::vector<DeviceUsage>& base);
 
   const Backends* backends_;
   const QuotaBook* quotas_;
@@ -127,6 +131,8 @@ class NodeFitter {
   std::vector<std::vector<ContainerPicks>> allocated_;  // [backend][container], sized for asked_ only
   std::vector<std::size_t> asked_;                      // the backends the pod asks for
   std::vector<const DeviceInfo*> candidates_;           // ChooseByVendor's
+  std::vector<const CardClasses*> candidate_classes_;   // ChooseByVendor's
+  std::vector<const DeviceRequest*> requests_;          // VendorScore's, per container
   std::vector<int> chosen_;                             // VendorScore's
   std::vector<std::vector<int>> chosen_per_container_;  // VendorScore's, per container
   double allocation_score_ = 0;

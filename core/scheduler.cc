@@ -30,6 +30,7 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
   }
   auto np = pod.annotations.find(keys::kNodePolicy);
   const bool spread = (np != pod.annotations.end() ? np->second : options_.node_policy) == kPolicySpread;
+  ctx->spread = spread;
 
   // Resolve every name first: the lookups are independent, so the CPU overlaps their cache misses; then
   // prefetch a few nodes ahead while fitting. This keeps large clusters near the cost of small ones.
@@ -179,6 +180,7 @@ void Scheduler::Reserve(const PodView& pod, const FilterOutcome& outcome, Hold h
   for (const auto& [vendor, containers] : outcome.devices) {
     for (auto& m : codec::MigAllocationsOf(containers)) a.mig.push_back(std::move(m));
   }
+  a.classes = PodClassesOf(pod, state_->backends(), a.devices);
   a.in_flight = hold == Hold::kInFlight;
   state_->AddPod(std::move(a));
 }

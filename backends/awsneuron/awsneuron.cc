@@ -128,7 +128,8 @@ class NeuronBackend final : public BasicBackend {
   }
 
   std::vector<std::size_t> ChooseCards(std::span<const DeviceInfo* const> candidates,
-                                       std::int32_t want) const override {
+                                       std::int32_t want,
+                                       const ChoiceView&) const override {
     if (want == 1) return {0};  // the policy's first
     const std::string& type = candidates.front()->type;
     const bool inferentia = type.find("inf") != std::string::npos || type.find("Inf") != std::string::npos;

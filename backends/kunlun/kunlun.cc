@@ -94,7 +94,8 @@ class WholeBackend final : public BasicBackend {
   }
 
   std::vector<std::size_t> ChooseCards(std::span<const DeviceInfo* const> candidates,
-                                       std::int32_t want) const override {
+                                       std::int32_t want,
+                                       const ChoiceView&) const override {
     return ChooseOnWings(candidates, want);
   }
 
@@ -165,7 +166,8 @@ class SharedBackend final : public BasicBackend {
   }
 
   std::vector<std::size_t> ChooseCards(std::span<const DeviceInfo* const> candidates,
-                                       std::int32_t want) const override {
+                                       std::int32_t want,
+                                       const ChoiceView&) const override {
     return ChooseOnWings(candidates, want);
   }
 

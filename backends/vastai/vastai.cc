@@ -41,7 +41,8 @@ class VastaiBackend final : public CountBackend {
   }
 
   std::vector<std::size_t> ChooseCards(std::span<const DeviceInfo* const> candidates,
-                                       std::int32_t want) const override {
+                                       std::int32_t want,
+                                       const ChoiceView&) const override {
     return ChooseDies(candidates, want);
   }
 

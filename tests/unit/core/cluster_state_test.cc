@@ -99,6 +99,33 @@ TEST_F(Ledger, ReplacingAHoldMovesIt) {
   EXPECT_EQ(Usage("n1", 1), (DeviceUsage{1, MiB(2000), Cores(20)}));
 }
 
+// A vendor that sorts pods into classes sees each card's holders per class; a class leaves with its last pod,
+// follows the card when the plugin re-registers, and a changed class replaces the old one.
+TEST_F(Ledger, ClassesCountPerCardAndLeaveWithTheirPods) {
+  auto classed = [](std::string uid, std::string uuid, std::uint8_t pod_class) {
+    PodAllocation a = Hold(std::move(uid), "n1", {{std::move(uuid), 100, 1}});
+    a.classes = {{"NVIDIA", pod_class}};
+    return a;
+  };
+  auto classes = [&](int device) { return state_.FindNode("n1")->classes_in_use.at(device); };
+  state_.AddPod(classed("a", "g0", 1));
+  state_.AddPod(classed("b", "g0", 1));
+  state_.AddPod(classed("c", "g0", 2));
+  state_.AddPod(Hold("d", "n1", {{"g1", 100, 1}}));  // no class: not counted
+  EXPECT_EQ(classes(0), (CardClasses{{1, 2}, {2, 1}}));
+  EXPECT_TRUE(classes(1).empty());
+  state_.RemovePod("c");
+  EXPECT_EQ(classes(0), (CardClasses{{1, 2}}));
+  state_.AddPod(classed("b", "g0", 3));  // same devices, another class: the hold is replaced
+  EXPECT_EQ(classes(0), (CardClasses{{1, 1}, {3, 1}}));
+  state_.UpsertNode(testing::NvidiaNode("n1", {Gpu("g1", 0), Gpu("g0", 1)}));
+  EXPECT_EQ(classes(1), (CardClasses{{1, 1}, {3, 1}}));
+  EXPECT_TRUE(classes(0).empty());
+  state_.RemovePod("a");
+  state_.RemovePod("b");
+  EXPECT_TRUE(classes(1).empty());
+}
+
 TEST_F(Ledger, PodOnUnknownNodeAppliesWhenTheNodeArrives) {
   state_.AddPod(Hold("early", "n2", {{"h0", 700, 7}}));
   EXPECT_EQ(state_.FindNode("n2"), nullptr);
