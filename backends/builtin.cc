@@ -5,6 +5,7 @@
 #include "backends/awsneuron/awsneuron.h"
 #include "backends/biren/biren.h"
 #include "backends/cambricon/cambricon.h"
+#include "backends/enflame/enflame.h"
 #include "backends/hygon/hygon.h"
 #include "backends/iluvatar/iluvatar.h"
 #include "backends/kunlun/kunlun.h"
@@ -28,15 +29,6 @@ std::vector<UnimplementedVendor> Unimplemented() {
        {"metax"},
        {NoEffect("metax-name", "MetaX"), NoEffect("metax-vcount", "MetaX"), NoEffect("metax-vcore", "MetaX"),
         NoEffect("metax-vmemory", "MetaX"), NoEffect("sgpu-topology-aware", "MetaX", true)}},
-      {"Enflame",
-       {"enflame"},
-       {NoEffect("enflame-gcu-resource-name", "Enflame"),
-        NoEffect("enflame-drs-gcu-resource-name", "Enflame"),
-        NoEffect("enflame-gcu-memory-resource-name", "Enflame"),
-        NoEffect("enflame-gcu-core-resource-name", "Enflame"),
-        NoEffect("enflame-vgcu-resource-name", "Enflame"),
-        NoEffect("enflame-vgcu-legacy-resource-name", "Enflame"),
-        NoEffect("enflame-vgcu-percentage-resource-name", "Enflame")}},
   };
 }
 
@@ -47,7 +39,7 @@ Result<void> RegisterBuiltinBackends(BackendRegistry& registry) {
   for (VendorModule module :
        {nvidia::Module(), cambricon::Module(), hygon::Module(), mthreads::Module(), ascend::Module(),
         kunlun::Module(), iluvatar::Module(), awsneuron::Module(), amd::Module(), vastai::Module(),
-        biren::Module()}) {
+        biren::Module(), enflame::Module()}) {
     if (auto ok = registry.Register(std::move(module)); !ok) return ok;
   }
   for (UnimplementedVendor vendor : Unimplemented()) {

@@ -328,6 +328,29 @@ Result<std::int64_t> CapacityCards(const NodeView& node, const std::string& name
   return n;
 }
 
+Result<std::vector<DeviceInfo>> CapacityCardList(const NodeView& node, const std::string& name,
+                                                 std::string_view infix, const DeviceInfo& card) {
+  auto n = CapacityCards(node, name);
+  if (!n) return n.error();
+  std::vector<DeviceInfo> out;
+  for (std::int64_t i = 0; i < *n; ++i) {
+    DeviceInfo d = card;
+    d.index = static_cast<std::int32_t>(i);
+    d.id = fmt::format("{}-{}-{}", node.name, infix, i);
+    d.health = true;
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+NodePublication CapacityCardCount(const std::string& name, const std::vector<DeviceInfo>& cards) {
+  NodePublication out;
+  const auto healthy =
+      std::count_if(cards.begin(), cards.end(), [](const DeviceInfo& d) { return d.health; });
+  out.resources[name] = std::to_string(healthy);
+  return out;
+}
+
 void BasicBackend::Annotate(const PodView&, const PodVendorDevices& devices, const Annotations&, TimePoint,
                             Annotations& out) const {
   const std::string value = codec::EncodePodDevices(devices);

@@ -102,6 +102,12 @@ inline constexpr std::int64_t kMaxCardsPerNode = 1024;
 
 // A count of whole cards in a node's status.capacity (CapacityCount), at most kMaxCardsPerNode.
 Result<std::int64_t> CapacityCards(const NodeView& node, const std::string& name);
+// The whole cards such a count makes: card i is "<node>-<infix>-<i>", healthy, otherwise a copy of `card`
+// (its split count, memory, cores and type).
+Result<std::vector<DeviceInfo>> CapacityCardList(const NodeView& node, const std::string& name,
+                                                 std::string_view infix, const DeviceInfo& card);
+// What a plugin that counts whole cards in its capacity publishes: the healthy cards, under `name`.
+NodePublication CapacityCardCount(const std::string& name, const std::vector<DeviceInfo>& cards);
 
 // Behaviour shared by most vendors: both pod keys carry the same encoded list, admission only reports whether
 // the count resource is in the limits.

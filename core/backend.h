@@ -208,6 +208,14 @@ class Backend {
   // so far (hami.io/vgpu-node...).
   virtual void Annotate(const PodView& pod, const PodVendorDevices& devices, const Annotations& written,
                         TimePoint now, Annotations& out) const = 0;
+  // Annotate, for a vendor whose annotations name facts of the cards taken that the allocation does not
+  // carry (e.g. the partition profile carved on each, which the node's manifest names): `cards` are this
+  // vendor's cards on the pod's node. The scheduler calls this one; by default it is Annotate.
+  virtual void AnnotateOnNode(const PodView& pod, const PodVendorDevices& devices,
+                              std::span<const DeviceInfo> /*cards*/, const Annotations& written,
+                              TimePoint now, Annotations& out) const {
+    Annotate(pod, devices, written, now, out);
+  }
 
   // Admission: may rewrite the container (and pod); true when the container uses this vendor's resources.
   virtual Result<bool> Admit(ContainerView& container, PodView& pod) const = 0;

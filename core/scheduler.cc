@@ -138,11 +138,14 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
   out.annotations[std::string(keys::kAssignedNode)] = out.node;
   out.annotations[std::string(keys::kDecisionTime)] =
       std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now.time_since_epoch()).count());
-  for (const auto& b : backends) {
-    auto d = out.devices.find(b->Vendor());
+  for (std::size_t b = 0; b < backends.size(); ++b) {
+    auto d = out.devices.find(backends.at(b).Vendor());
     if (d == out.devices.end()) continue;
     const Annotations written = out.annotations;
-    b->Annotate(pod, d->second, written, now, out.annotations);
+    const auto [begin, end] = chosen->vendor_range[b];
+    const std::span<const DeviceInfo> cards(chosen->devices.data() + begin,
+                                            static_cast<std::size_t>(end - begin));
+    backends.at(b).AnnotateOnNode(pod, d->second, cards, written, now, out.annotations);
   }
   return out;
 }

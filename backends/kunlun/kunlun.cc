@@ -44,30 +44,19 @@ class WholeBackend final : public BasicBackend {
   using BasicBackend::BasicBackend;
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
-    auto n = CapacityCards(node, spec_.resources.count);
-    if (!n) return n.error();
-    std::vector<DeviceInfo> out;
-    for (std::int64_t i = 0; i < *n; ++i) {
-      DeviceInfo d;
-      d.index = static_cast<std::int32_t>(i);
-      d.id = fmt::format("{}-kunlun-{}", node.name, i);
-      d.count = 100;
-      d.devmem = MiB(kCardMemory);
-      d.devcore = Cores(100);
-      d.type = std::string(kWholeVendor);
-      d.numa = i >= *n / 2 ? 1 : 0;
-      d.health = true;
-      out.push_back(std::move(d));
-    }
+    DeviceInfo card;
+    card.count = 100;
+    card.devmem = MiB(kCardMemory);
+    card.devcore = Cores(100);
+    card.type = std::string(kWholeVendor);
+    auto out = CapacityCardList(node, spec_.resources.count, "kunlun", card);
+    if (!out) return out;
+    for (DeviceInfo& d : *out) d.numa = d.index >= static_cast<std::int32_t>(out->size() / 2) ? 1 : 0;
     return out;
   }
   // The plugin's capacity counts the healthy cards.
   NodePublication Publish(const std::vector<DeviceInfo>& cards) const override {
-    NodePublication out;
-    const auto healthy =
-        std::count_if(cards.begin(), cards.end(), [](const DeviceInfo& d) { return d.health; });
-    out.resources[spec_.resources.count] = std::to_string(healthy);
-    return out;
+    return CapacityCardCount(spec_.resources.count, cards);
   }
 
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {

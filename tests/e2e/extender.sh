@@ -7,7 +7,8 @@
 #   node, a node of eight Ascend 910B3 NPUs in two rings, one of four 910C NPUs, one of eight whole
 #   Kunlunxin XPUs (from capacity), one of eight vXPU cards, one of three Iluvatar MR-V100 GPUs
 #   (--enable-iluvatar), one of eight AWS Neuron devices (from capacity), one of two AMD MI300X GPUs, one of
-#   four Vastai devices and one of two Biren GPUs -> create pods
+#   four Vastai devices, one of two Biren GPUs, one of two whole Enflame GCUs (from capacity) and one of two
+#   Enflame DRS cards of six slices -> create pods
 #   with kubectl and check placement, annotations, events and metrics -> SIGTERM both, expect exit 0.
 #
 #   tests/e2e/extender.sh [PATH/TO/hami-scheduler]   # default: ${BUILD_DIR:-build}/hami-scheduler
@@ -167,6 +168,7 @@ SERVE_PID=$!
   --node xpu-v=XPU:8x98304:4:XPU --node ilu-1=MR-V100:3x32768:10:MR-V100 \
   --node neu-1=AWSNeuron:8x1:2:AWSNeuron --node amd-1=amd:2x196608:4:AMD-Instinct-MI300X \
   --node va-1=vastai:4x32768:4:Vastai --node br-1=biren:2x32768:4:Biren \
+  --node gcu-1=GCU:2x100:1:GCU --node drs-1=Enflame:2x40960:6:Enflame \
   --allocate-delay 20ms --register-interval 5s \
   --device-config-file "$ROOT/deploy/device-config.yaml" > "$WORK/logs/sim-device-plugins.log" 2>&1 < /dev/null &
 PLUGINS_PID=$!
@@ -189,13 +191,13 @@ if [[ "$answer" == *'"uid":"e2e-1","allowed":true'*'"patchType":"JSONPatch"'* ]]
 else
   bad "webhook listener: $answer"
 fi
-all_nodes_registered() { metrics | has -x 'hami_scheduler_nodes 12'; }
+all_nodes_registered() { metrics | has -x 'hami_scheduler_nodes 14'; }
 nodes_ready() {
   [ "$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}/{.status.allocatable.pods} {end}')" = \
-    "amd-1=True/110 br-1=True/110 dcu-1=True/110 gpu-a=True/110 gpu-b=True/110 ilu-1=True/110 neu-1=True/110 npu-1=True/110 npu-c=True/110 va-1=True/110 xpu-v=True/110 xpu-w=True/110 " ]
+    "amd-1=True/110 br-1=True/110 dcu-1=True/110 drs-1=True/110 gcu-1=True/110 gpu-a=True/110 gpu-b=True/110 ilu-1=True/110 neu-1=True/110 npu-1=True/110 npu-c=True/110 va-1=True/110 xpu-v=True/110 xpu-w=True/110 " ]
 }
 if wait_for 60 nodes_ready && wait_for 60 all_nodes_registered; then
-  ok "sim-device-plugins created 12 Ready nodes and the scheduler registered their devices after $(( $(date +%s) - t0 ))s"
+  ok "sim-device-plugins created 14 Ready nodes and the scheduler registered their devices after $(( $(date +%s) - t0 ))s"
 else
   bad "nodes not created or not registered within 60s: $(K get nodes 2>&1 | tr '\n' ' ') $(metrics 2>&1 | grep '^hami_scheduler_nodes')"
   dump_logs; finish
@@ -390,6 +392,30 @@ fi
 pod br-one '{"birentech.com/gpu": "1"}' >/dev/null
 check_pod br-one br-1 hami.io/Biren-devices-allocated hami.io/Biren-devices-to-allocate 0
 
+# Enflame: a whole GCU (placeholder 100 MiB and 100 cores, a to-allocate list as most vendors'), and a DRS
+# partition named in slices: drs-gcu 3 is the card's 3g.20gb profile (20 GB, half the cores of six slices),
+# with the keys the DRS plugin reads (no to-allocate list: the simulated plugin answers the allocated one).
+pod gcu-one '{"enflame.com/gcu": "1"}' >/dev/null
+check_pod gcu-one gcu-1 hami.io/enflame-gcu-devices-allocated hami.io/enflame-gcu-devices-to-allocate 100
+pod drs-three '{"enflame.com/drs-gcu": "3"}' >/dev/null
+if wait_for 60 bound_and_allocated drs-three; then
+  drs_alloc="$(annotation drs-three hami.io/enflame-vgpu-devices-allocated)"
+  drs_containers="$(annotation drs-three assigned-containers)"
+  drs_index="$(annotation drs-three enflame.com/gcu-assigned-index)"
+  if [ "$(jp drs-three '{.spec.nodeName}')" = drs-1 ] && [ "$drs_alloc" = "drs-1-enflame-drs-$drs_index,Enflame,20480,50:;" ] &&
+     [ "$(annotation drs-three enflame.com/gcu-assigned)" = false ] &&
+     [ "$(annotation drs-three enflame.com/gcu-assigned-minor)" = "$drs_index" ] &&
+     [ "$(annotation drs-three enflame.com/gcu-request-size)" = 3 ] &&
+     [ "$drs_containers" = '{"app":{"allocated":false,"request":3,"profileID":"1","profileName":"3g.20gb"}}' ] &&
+     [ -z "$(annotation drs-three hami.io/enflame-vgpu-devices-to-allocate)" ]; then
+    ok "drs-three on drs-1: $drs_alloc (3g.20gb), assigned-containers=$drs_containers"
+  else
+    bad "drs-three: node=$(jp drs-three '{.spec.nodeName}') allocated='$drs_alloc' index='$drs_index' assigned-containers='$drs_containers' size='$(annotation drs-three enflame.com/gcu-request-size)'"
+  fi
+else
+  bad "drs-three: not bound and allocated within 60s (nodeName='$(jp drs-three '{.spec.nodeName}')', bind-phase='$(annotation drs-three hami.io/bind-phase)')"
+fi
+
 pod gpu-too-big '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000000"}' >/dev/null
 failed_scheduling() {
   K get events -n default --field-selector involvedObject.name=gpu-too-big,reason=FailedScheduling \
@@ -425,7 +451,7 @@ else
 fi
 
 locks="$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.metadata.annotations.hami\.io/mutex\.lock} {end}')"
-if [ "$locks" = "amd-1= br-1= dcu-1= gpu-a= gpu-b= ilu-1= neu-1= npu-1= npu-c= va-1= xpu-v= xpu-w= " ]; then
+if [ "$locks" = "amd-1= br-1= dcu-1= drs-1= gcu-1= gpu-a= gpu-b= ilu-1= neu-1= npu-1= npu-c= va-1= xpu-v= xpu-w= " ]; then
   ok "no hami.io/mutex.lock left on the nodes"
 else
   bad "node locks left behind: $locks"
@@ -447,10 +473,10 @@ else
 fi
 
 allocations="$(grep -c ' allocated default/' "$WORK/logs/sim-device-plugins.log")"
-if [ "$allocations" = 18 ]; then
-  ok "sim-device-plugins logged 18 allocations"
+if [ "$allocations" = 20 ]; then
+  ok "sim-device-plugins logged 20 allocations"
 else
-  bad "sim-device-plugins logged $allocations allocations (want 18)"
+  bad "sim-device-plugins logged $allocations allocations (want 20)"
 fi
 
 # ------------------------------------------------------------------ graceful stop

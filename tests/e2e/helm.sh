@@ -65,6 +65,7 @@ render low-port --set scheduler.service.httpTargetPort=443 && checks low-port "$
 render acquire --set scheduler.kubeScheduler.enabled=false && checks acquire "$WORK/acquire.yaml"
 render no-webhook --set scheduler.admissionWebhook.enabled=false && checks no-webhook "$WORK/no-webhook.yaml"
 render cert-manager --set scheduler.certManager.enabled=true && checks cert-manager "$WORK/cert-manager.yaml"
+render no-enflame --set devices.enflame.enabled=false && checks no-enflame "$WORK/no-enflame.yaml"
 render monitoring --set prometheus.enabled=true --set grafanaDashboard.enabled=true \
   --api-versions monitoring.coreos.com/v1/ServiceMonitor && checks monitoring "$WORK/monitoring.yaml" "$CHART/files/hami-scheduler.json"
 render ascend --set devices.ascend.enabled=true --set devices.ascend.hamiVnpuCore=true \

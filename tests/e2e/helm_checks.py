@@ -71,6 +71,11 @@ def default_case(docs):
            dev["vastai"]["resourceCountName"], dev["biren"]["resourceCountName"]) ==
           ("amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores", "vastaitech.com/va", "birentech.com/gpu"),
           "the device config's amd, vastai and biren sections as HAMi's chart renders them")
+    check(ENFLAME <= names, "managedResources lists the Enflame resources (devices.enflame.enabled by default)")
+    check(dev["enflame"] == {"resourceNameGCU": "enflame.com/gcu", "resourceNameDRSGCU": "enflame.com/drs-gcu",
+                             "resourceNameGCUMemory": "enflame.com/gcu-memory",
+                             "resourceNameGCUCore": "enflame.com/gcu-core"},
+          "the device config's enflame section as HAMi's chart renders it")
     svc = one(docs, "Service", "hami-scheduler")
     check(svc["spec"]["selector"].get("hami.io/scheduler-role") == "leader", "the Service selects the leader's pod")
     check(one(docs, "Service", "hami-scheduler-metrics")["spec"]["selector"].get("hami.io/scheduler-role") is None,
@@ -104,6 +109,16 @@ def default_case(docs):
 
 ASCEND_CHIPS = ["Ascend910A", "Ascend910B2", "Ascend910B3", "Ascend910B4", "Ascend910B4-1", "Ascend310P",
                 "Ascend910C"]
+
+
+ENFLAME = {"enflame.com/drs-gcu", "enflame.com/gcu-memory", "enflame.com/gcu-core", "enflame.com/gcu"}
+
+
+def no_enflame_case(docs):
+    """devices.enflame.enabled=false: its resources unmanaged and its section off."""
+    names = {r["name"] for r in scheduler_config(docs)["extenders"][0]["managedResources"]}
+    check(not (ENFLAME & names), "Enflame disabled: none of its resources is managed")
+    check(device_config(docs)["enflame"] == {"enabled": False}, "Enflame disabled: its section says enabled: false")
 
 
 def ascend_case(docs):
@@ -263,6 +278,7 @@ CASES = {
     "acquire": acquire_case,
     "no-webhook": no_webhook_case,
     "cert-manager": cert_manager_case,
+    "no-enflame": no_enflame_case,
     "monitoring": lambda docs, dashboard: monitoring_case(docs, dashboard),
     "checksum": lambda docs, after: checksum_case(docs, load(after)),
 }

@@ -108,6 +108,9 @@ imagePullSecrets:
 {{- if .Values.devices.biren.enabled -}}
 {{- $names = concat $names .Values.devices.biren.customresources -}}
 {{- end -}}
+{{- if .Values.devices.enflame.enabled -}}
+{{- $names = concat $names .Values.devices.enflame.customresources -}}
+{{- end -}}
 {{- if .Values.devices.ascend.enabled -}}
 {{- $names = concat $names .Values.devices.ascend.customresources -}}
 {{- end -}}

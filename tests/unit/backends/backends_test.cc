@@ -230,26 +230,28 @@ TEST(Registry, BuiltinNamesAndVendorOrder) {
   BackendRegistry registry;
   ASSERT_TRUE(backends::RegisterBuiltinBackends(registry));
   EXPECT_EQ(registry.Names(),
-            (std::vector<std::string>{"amd", "awsneuron", "biren", "cambricon", "hygon", "iluvatars", "kunlun",
-                                      "mthreads", "nvidia", "vastai", "vnpus"}));
+            (std::vector<std::string>{"amd", "awsneuron", "biren", "cambricon", "enflame", "hygon", "iluvatars",
+                                      "kunlun", "mthreads", "nvidia", "vastai", "vnpus"}));
   EXPECT_FALSE(backends::RegisterBuiltinBackends(registry)) << "registering a name twice must fail";
   EXPECT_FALSE(registry.Create("metax", VendorSettings{}));
   // Backends are kept sorted by vendor key: the order node locks are taken in.
   Backends b = testing::BuiltinBackends();
-  ASSERT_EQ(b.size(), 10u);
+  ASSERT_EQ(b.size(), 12u);
   EXPECT_EQ(b.at(0).Vendor(), "AMD");
   EXPECT_EQ(b.at(1).Vendor(), "AWSNeuron");
   EXPECT_EQ(b.at(2).Vendor(), "Biren");
   EXPECT_EQ(b.at(3).Vendor(), "DCU");
-  EXPECT_EQ(b.at(4).Vendor(), "MLU");
-  EXPECT_EQ(b.at(5).Vendor(), "Mthreads");
-  EXPECT_EQ(b.at(6).Vendor(), "NVIDIA");
-  EXPECT_EQ(b.at(7).Vendor(), "Vastai");
-  EXPECT_EQ(b.at(8).Vendor(), "XPU");
-  EXPECT_EQ(b.at(9).Vendor(), "kunlun") << "byte order: lower case last";
-  EXPECT_EQ(b.IndexOf("NVIDIA"), 6);
+  EXPECT_EQ(b.at(4).Vendor(), "Enflame");
+  EXPECT_EQ(b.at(5).Vendor(), "GCU");
+  EXPECT_EQ(b.at(6).Vendor(), "MLU");
+  EXPECT_EQ(b.at(7).Vendor(), "Mthreads");
+  EXPECT_EQ(b.at(8).Vendor(), "NVIDIA");
+  EXPECT_EQ(b.at(9).Vendor(), "Vastai");
+  EXPECT_EQ(b.at(10).Vendor(), "XPU");
+  EXPECT_EQ(b.at(11).Vendor(), "kunlun") << "byte order: lower case last";
+  EXPECT_EQ(b.IndexOf("NVIDIA"), 8);
   EXPECT_EQ(b.IndexOf("nvidia"), -1);
-  EXPECT_EQ(b.Find("MLU"), &b.at(4));
+  EXPECT_EQ(b.Find("MLU"), &b.at(6));
 }
 
 // A section that lists chips builds one backend per entry, each with a vendor key of its own; an empty list

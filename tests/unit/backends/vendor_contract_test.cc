@@ -12,6 +12,7 @@
 #include "backends/awsneuron/awsneuron.h"
 #include "backends/biren/biren.h"
 #include "backends/cambricon/cambricon.h"
+#include "backends/enflame/enflame.h"
 #include "backends/hygon/hygon.h"
 #include "backends/iluvatar/iluvatar.h"
 #include "backends/kunlun/kunlun.h"
@@ -54,6 +55,8 @@ const Case kModules[] = {{"nvidia", "nvidia", &backends::nvidia::Module},
                          {"amd", "amd", &backends::amd::Module},
                          {"vastai", "vastai", &backends::vastai::Module},
                          {"biren", "biren", &backends::biren::Module},
+                         {"GCU", "enflame", &backends::enflame::Module, "GCU"},
+                         {"Enflame", "enflame", &backends::enflame::Module, "Enflame"},
                          {"example", "example", &testing::example::Module}};
 
 class VendorContract : public ::testing::TestWithParam<Case> {

@@ -135,16 +135,19 @@ TEST(SimPlugins, VendorsAreTheEnabledBackendsByConfigSection) {
   auto backends = BuildBackends(config::Config{});
   ASSERT_TRUE(backends) << backends.error().message;
   for (const std::string vendor :
-       {"nvidia", "cambricon", "mthreads", "hygon", "kunlun", "XPU", "amd", "vastai", "biren"}) {
+       {"nvidia", "cambricon", "mthreads", "hygon", "kunlun", "XPU", "amd", "vastai", "biren", "GCU",
+        "Enflame"}) {
     auto backend = BackendForVendor(*backends, vendor);
     ASSERT_TRUE(backend) << backend.error().message;
-    EXPECT_EQ((*backend)->Spec().config_section, vendor == "XPU" ? "kunlun" : vendor);
+    const bool enflame = vendor == "GCU" || vendor == "Enflame";
+    EXPECT_EQ((*backend)->Spec().config_section,
+              vendor == "XPU" ? "kunlun" : enflame ? "enflame" : vendor);
   }
   auto unknown = BackendForVendor(*backends, "metax");
   ASSERT_FALSE(unknown);
   EXPECT_EQ(unknown.error().message,
-            "unknown vendor 'metax'; expected one of the enabled backends: XPU, amd, awsneuron, biren, "
-            "cambricon, hygon, kunlun, mthreads, nvidia, vastai");
+            "unknown vendor 'metax'; expected one of the enabled backends: Enflame, GCU, XPU, amd, "
+            "awsneuron, biren, cambricon, hygon, kunlun, mthreads, nvidia, vastai");
 }
 
 TEST(SimPlugins, ASectionOfSeveralBackendsIsNamedByVendorKey) {
@@ -232,8 +235,9 @@ TEST(SimPluginsCommand, HelpShowsTheNodeSyntax) {
   EXPECT_EQ(help.code, kExitOk);
   EXPECT_NE(help.out.find("NAME=VENDOR:COUNTxMEMORY_MIB[:SPLIT[:TYPE]]"), std::string::npos) << help.out;
   // The vendors are the registered sections (and the chips of a section of several), not a list by hand.
-  EXPECT_NE(help.out.find("(amd, awsneuron, biren, cambricon, hygon, iluvatars: MR-V100 MR-V50 BI-V150 BI-V100, "
-                          "kunlun: kunlun XPU, mthreads, nvidia, vastai, vnpus: Ascend910A"),
+  EXPECT_NE(help.out.find("(amd, awsneuron, biren, cambricon, enflame: GCU Enflame, hygon, iluvatars: "
+                          "MR-V100 MR-V50 BI-V150 BI-V100, kunlun: kunlun XPU, mthreads, nvidia, vastai, vnpus: "
+                          "Ascend910A"),
             std::string::npos)
       << help.out;
   const Ran usage = Exec({"--help"});
