@@ -9,6 +9,7 @@
 #include "backends/hygon/hygon.h"
 #include "backends/iluvatar/iluvatar.h"
 #include "backends/kunlun/kunlun.h"
+#include "backends/metax/metax.h"
 #include "backends/mthreads/mthreads.h"
 #include "backends/nvidia/nvidia.h"
 #include "backends/vastai/vastai.h"
@@ -16,19 +17,10 @@
 namespace hami::backends {
 namespace {
 
-VendorFlag NoEffect(std::string name, std::string vendor, bool boolean = false) {
-  return VendorFlag{std::move(name), VendorFlag::Effect::kNoEffect, boolean,
-                    "no effect: " + std::move(vendor) + " is not implemented"};
-}
-
 // HAMi's other vendors: their device-config sections and chart flags are accepted with a warning.
 std::vector<UnimplementedVendor> Unimplemented() {
   return {
       {"Iluvatar", {"iluvatar"}, {}},  // not HAMi's key (its chips are the iluvatars: list)
-      {"MetaX",
-       {"metax"},
-       {NoEffect("metax-name", "MetaX"), NoEffect("metax-vcount", "MetaX"), NoEffect("metax-vcore", "MetaX"),
-        NoEffect("metax-vmemory", "MetaX"), NoEffect("sgpu-topology-aware", "MetaX", true)}},
   };
 }
 
@@ -39,7 +31,7 @@ Result<void> RegisterBuiltinBackends(BackendRegistry& registry) {
   for (VendorModule module :
        {nvidia::Module(), cambricon::Module(), hygon::Module(), mthreads::Module(), ascend::Module(),
         kunlun::Module(), iluvatar::Module(), awsneuron::Module(), amd::Module(), vastai::Module(),
-        biren::Module(), enflame::Module()}) {
+        biren::Module(), enflame::Module(), metax::Module()}) {
     if (auto ok = registry.Register(std::move(module)); !ok) return ok;
   }
   for (UnimplementedVendor vendor : Unimplemented()) {

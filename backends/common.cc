@@ -26,6 +26,27 @@ Result<std::optional<Quantity>> ResourceValue(const ContainerView& c, const std:
   return std::optional<Quantity>(std::move(*q));
 }
 
+Result<std::optional<DeviceRequest>> WholeCardRequest(const ContainerView& c, const BackendSpec& spec,
+                                                      MiB memory) {
+  auto count = CountResource(c, spec.resources.count);
+  if (!count) return count.error();
+  if (!*count) return std::optional<DeviceRequest>();
+  DeviceRequest req;
+  req.vendor = spec.vendor;
+  req.count = **count;
+  req.memory = memory;
+  req.mem_percent = 100;
+  req.cores = Cores(100);
+  return std::optional<DeviceRequest>(req);
+}
+
+ContainerView LimitsOnly(const ContainerView& c) {
+  ContainerView out;
+  out.name = c.name;
+  out.limits = c.limits;
+  return out;
+}
+
 Result<std::optional<std::int64_t>> IntegerResource(const ContainerView& c, const std::string& name,
                                                     std::string_view unit, std::int64_t lo, std::int64_t hi) {
   auto q = ResourceValue(c, name);

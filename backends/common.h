@@ -15,6 +15,9 @@
 
 namespace hami::backends {
 
+// The container with its limits alone: for a vendor that reads its resources from the limits only.
+ContainerView LimitsOnly(const ContainerView& c);
+
 // The resource's quantity from limits, else requests; nullopt when absent; an error when unreadable.
 Result<std::optional<Quantity>> ResourceValue(const ContainerView& c, const std::string& name);
 // Same, as an exact integer in [lo, hi]; `unit` completes "is not a whole number of <unit>".
@@ -39,6 +42,11 @@ Result<std::optional<DeviceRequest>> SharedCardRequest(const ContainerView& c, c
                                                        std::string_view memory_unit,
                                                        std::string_view core_unit, std::int64_t mib_per_unit,
                                                        std::int64_t default_cores);
+
+// The request of a vendor whose cards are taken whole: the count (limits, else requests), the whole card's
+// memory (`memory` MiB named in the allocation, 0 = none) and all its cores. nullopt when it asks none.
+Result<std::optional<DeviceRequest>> WholeCardRequest(const ContainerView& c, const BackendSpec& spec,
+                                                      MiB memory = MiB(0));
 
 // Devices synthesized from node capacity (Cambricon, Moore Threads): one card per `cores_per_card` of the
 // core resource, the memory resource (in units of `names.memory_factor` MiB) shared evenly, ids

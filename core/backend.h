@@ -87,6 +87,9 @@ struct FitRules {
   // A card's split count bounds how many tasks share it; false: the vendor's own rule (RefuseCard) does.
   bool split_count_limits = true;
   bool vendor_card_check = false;  // Backend::RefuseCard runs after the shared checks of each card
+  // Backend::RefuseCard runs once more before any shared check of a card (CardCheckView::before_shared),
+  // for a vendor whose own checks come first, health included (FitRules::vendor_card_check too).
+  bool vendor_checks_first = false;
   bool vendor_charge = false;      // Backend::Charged says what a card taken is charged
   // Backend::RefuseCard checks a card's free memory and cores against what Backend::Charged will charge,
   // and the shared memory and core checks do not run (e.g. hard partitions sized by the node's profiles).
@@ -151,6 +154,8 @@ struct CardCheckView {
   // class of the pod being placed; empty and 0 otherwise.
   std::span<const CardClasses> classes;
   std::uint8_t pod_class = 0;
+  // FitRules::vendor_checks_first: this call comes before the shared checks (the other one after them).
+  bool before_shared = false;
 };
 
 // What Backend::ChooseCards may read besides the candidates: the request, and under FitRules::pod_classes
@@ -228,9 +233,10 @@ class Backend {
     return std::nullopt;
   }
   // What a card taken for `request` is charged (FitRules::vendor_charge), e.g. a mask of its cores;
-  // `shared` is what the shared rules would charge.
+  // `shared` is what the shared rules would charge; `node` as for RefuseCard.
   virtual CardCharge Charged(const DeviceInfo& /*card*/, const DeviceUsage& /*used*/,
-                             const DeviceRequest& /*request*/, CardCharge shared) const {
+                             const DeviceRequest& /*request*/, CardCharge shared,
+                             const CardCheckView& /*node*/) const {
     return shared;
   }
   // The cards to take among the usable `candidates` (MultiDevice::kVendor, in the policy's order): their
@@ -313,8 +319,8 @@ struct VendorModule {
 // A HAMi vendor this build does not implement: its device-config sections and flags are accepted with a
 // warning, so that HAMi's chart runs us unchanged.
 struct UnimplementedVendor {
-  std::string name;                   // "MetaX"
-  std::vector<std::string> sections;  // "metax"
+  std::string name;                   // as HAMi calls the vendor
+  std::vector<std::string> sections;  // its device-config sections
   std::vector<VendorFlag> flags;
 };
 

@@ -25,6 +25,8 @@ std::string_view ReasonName(Reason r) {
   switch (r) {
     case Reason::kAllocatedCardsInsufficientRequest:
       return "AllocatedCardsInsufficientRequest";
+    case Reason::kCardAppClassMismatch:
+      return "CardAppClassMismatch";
     case Reason::kCardComputeUnitsExhausted:
       return "CardComputeUnitsExhausted";
     case Reason::kCardCordoned:
@@ -39,12 +41,16 @@ std::string_view ReasonName(Reason r) {
       return "CardNotFoundCustomFilterRule";
     case Reason::kCardNotHealth:
       return "CardNotHealth";
+    case Reason::kCardQosPolicyMismatch:
+      return "CardQosPolicyMismatch";
     case Reason::kCardSizeMismatch:
       return "CardSizeMismatch";
     case Reason::kCardTimeSlicingExhausted:
       return "CardTimeSlicingExhausted";
     case Reason::kCardTypeMismatch:
       return "CardTypeMismatch";
+    case Reason::kCardUnhealthy:
+      return "CardUnhealthy";
     case Reason::kCardUuidMismatch:
       return "CardUuidMismatch";
     case Reason::kExclusiveDeviceAllocateConflict:
@@ -325,12 +331,33 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
   Cores cores_req = request.cores;
   picks.clear();
   bool done = false;
+  // What the vendor's own checks and charges see of the node (FitRules::vendor_card_check, vendor_charge).
+  const Backend& vendor = backends_->at(static_cast<std::size_t>(backend));
+  CardCheckView view{{}, {}, ctx.mutex, {}, 0, false};
+  if (spec.fit.vendor_card_check || spec.fit.vendor_charge) {
+    const auto first = static_cast<std::size_t>(begin);
+    const auto n = static_cast<std::size_t>(total);
+    view.cards = std::span<const DeviceInfo>(node.devices).subspan(first, n);
+    view.used = std::span<const DeviceUsage>(usage).subspan(first, n);
+    if (spec.fit.pod_classes) {
+      view.classes = std::span<const CardClasses>(node.classes_in_use).subspan(first, n);
+      view.pod_class = vctx.pod_class;
+    }
+  }
 
   for (int i = static_cast<int>(items_.size()) - 1; i >= 0 && !done; --i) {
     const int d = items_[static_cast<std::size_t>(i)].device;
     const auto di = static_cast<std::size_t>(d);
     const DeviceCaps& dev = node.caps[di];
     const DeviceUsage& u = usage[di];
+    if (spec.fit.vendor_checks_first) {
+      view.before_shared = true;
+      if (auto refused = vendor.RefuseCard(node.devices[di], u, request, view)) {
+        reasons.Add(*refused);
+        continue;
+      }
+      view.before_shared = false;
+    }
     if (!dev.health) {
       reasons.Add(Reason::kCardNotHealth);
       continue;
@@ -365,16 +392,7 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
       continue;
     }
     if (spec.fit.vendor_card_check) {
-      const auto& b = backends_->at(static_cast<std::size_t>(backend));
-      const auto first = static_cast<std::size_t>(begin);
-      const auto n = static_cast<std::size_t>(total);
-      CardCheckView view{std::span<const DeviceInfo>(node.devices).subspan(first, n),
-                         std::span<const DeviceUsage>(usage).subspan(first, n), ctx.mutex, {}, 0};
-      if (spec.fit.pod_classes) {
-        view.classes = std::span<const CardClasses>(node.classes_in_use).subspan(first, n);
-        view.pod_class = vctx.pod_class;
-      }
-      if (auto refused = b.RefuseCard(node.devices[di], u, request, view)) {
+      if (auto refused = vendor.RefuseCard(node.devices[di], u, request, view)) {
         reasons.Add(*refused);
         continue;
       }
@@ -395,8 +413,7 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
     }
     Pick pick{d, memreq, card_cores, std::nullopt};
     if (spec.fit.vendor_charge) {
-      const CardCharge charged = backends_->at(static_cast<std::size_t>(backend))
-                                     .Charged(node.devices[di], u, request, CardCharge{pick.mem, pick.cores});
+      const CardCharge charged = vendor.Charged(node.devices[di], u, request, CardCharge{pick.mem, pick.cores}, view);
       pick.mem = charged.mem;
       pick.cores = charged.cores;
     }

@@ -1,6 +1,7 @@
 #pragma once
 // Why a card cannot take a request: upstream's reason names (a refusal lists them per card count), plus
-// CardSizeMismatch (ours): the card is shared by slices of another size only.
+// CardSizeMismatch (ours): the card is shared by slices of another size only. CardAppClassMismatch,
+// CardQosPolicyMismatch and CardUnhealthy are one vendor's own names.
 #include <cstdint>
 #include <string_view>
 
@@ -8,6 +9,7 @@ namespace hami {
 
 enum class Reason : std::uint8_t {
   kAllocatedCardsInsufficientRequest,
+  kCardAppClassMismatch,
   kCardComputeUnitsExhausted,
   kCardCordoned,
   kCardInsufficientCore,
@@ -15,9 +17,11 @@ enum class Reason : std::uint8_t {
   kCardMigTopologyInfeasible,
   kCardNotFoundCustomFilterRule,
   kCardNotHealth,
+  kCardQosPolicyMismatch,
   kCardSizeMismatch,
   kCardTimeSlicingExhausted,
   kCardTypeMismatch,
+  kCardUnhealthy,
   kCardUuidMismatch,
   kExclusiveDeviceAllocateConflict,
   kModeNotFit,

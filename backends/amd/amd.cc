@@ -22,14 +22,6 @@ struct Model {
 constexpr std::array<Model, 5> kModels = {
     {{"MI325X", 304}, {"MI300X", 304}, {"MI250X", 110}, {"MI210", 104}, {"MI100", 120}}};
 
-// HAMi reads the AMD resources from a container's limits only.
-ContainerView LimitsOnly(const ContainerView& c) {
-  ContainerView out;
-  out.name = c.name;
-  out.limits = c.limits;
-  return out;
-}
-
 class AmdBackend final : public BasicBackend {
  public:
   using BasicBackend::BasicBackend;
@@ -50,6 +42,7 @@ class AmdBackend final : public BasicBackend {
     }
   }
 
+  // HAMi reads the AMD resources from a container's limits only.
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
     const ContainerView limits = LimitsOnly(c);
     const auto& r = spec_.resources;

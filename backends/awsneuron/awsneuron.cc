@@ -115,7 +115,7 @@ class NeuronBackend final : public BasicBackend {
   }
   // The mask of the cores taken: all of a whole device's, else the lowest free bits.
   CardCharge Charged(const DeviceInfo& card, const DeviceUsage& used, const DeviceRequest& request,
-                     CardCharge shared) const override {
+                     CardCharge shared, const CardCheckView&) const override {
     const std::int64_t all = card.devcore.value();
     if (Whole(request)) return {shared.mem, Cores(all)};
     std::int64_t free = all & ~used.cores.value(), mask = 0;

@@ -101,16 +101,7 @@ class WholeBackend final : public BasicBackend {
 
   // The whole card's placeholder memory and cores, so the allocation reads `<id>,GCU,100,100`.
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
-    auto count = CountResource(c, spec_.resources.count);
-    if (!count) return count.error();
-    if (!*count) return std::optional<DeviceRequest>();
-    DeviceRequest req;
-    req.vendor = spec_.vendor;
-    req.count = **count;
-    req.memory = MiB(100);
-    req.mem_percent = 100;
-    req.cores = Cores(100);
-    return std::optional<DeviceRequest>(req);
+    return WholeCardRequest(c, spec_, MiB(100));
   }
 
   std::optional<Reason> RefuseCard(const DeviceInfo&, const DeviceUsage& used, const DeviceRequest&,
@@ -309,7 +300,7 @@ class DrsBackend final : public BasicBackend {
   }
   // The profile's memory and core share.
   CardCharge Charged(const DeviceInfo& card, const DeviceUsage&, const DeviceRequest& request,
-                     CardCharge shared) const override {
+                     CardCharge shared, const CardCheckView&) const override {
     const auto profile = ChooseProfile(CardProfiles(card), request);
     if (!profile) return shared;
     return {MiB(profile->memory_gb * kMiBPerGB), Cores(profile->core_percent)};

@@ -60,15 +60,7 @@ class WholeBackend final : public BasicBackend {
   }
 
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
-    auto count = CountResource(c, spec_.resources.count);
-    if (!count) return count.error();
-    if (!*count) return std::optional<DeviceRequest>();
-    DeviceRequest req;
-    req.vendor = spec_.vendor;
-    req.count = **count;
-    req.mem_percent = 100;
-    req.cores = Cores(100);
-    return std::optional<DeviceRequest>(req);
+    return WholeCardRequest(c, spec_);
   }
 
   void Annotate(const PodView& pod, const PodVendorDevices& devices, const Annotations& written,

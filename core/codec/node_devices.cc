@@ -12,8 +12,6 @@
 
 namespace hami::codec {
 namespace json = boost::json;
-namespace {
-
 // Reads a JSON number as an integer in [lo, hi] the way Go's encoding/json fills an int field.
 Result<std::int64_t> JsonInt(const json::value& v, std::string_view where, std::int64_t lo, std::int64_t hi) {
   std::int64_t out = 0;
@@ -47,6 +45,8 @@ Result<bool> JsonBool(const json::value& v, std::string_view where) {
   return v.get_bool();
 }
 
+namespace {
+
 // Fields that travel on in the colon/comma formats (the pod's allocation annotation, the legacy register)
 // must not carry their separators: an id "GPU-0,X,1,1:GPU-1" would make the device plugin and the ledger read
 // devices that were never chosen. Control characters have no business there either.
@@ -60,6 +60,8 @@ Result<void> CheckText(std::string_view value, std::string_view where, std::stri
   }
   return {};
 }
+
+}  // namespace
 
 // What a device must be to enter the registry, whichever format it came in.
 Result<void> CheckDevice(const DeviceInfo& d, std::string_view where) {
@@ -91,6 +93,8 @@ Result<void> CheckUniqueIds(const std::vector<DeviceInfo>& devices) {
   }
   return {};
 }
+
+namespace {
 
 constexpr std::int64_t kInt32Max = std::numeric_limits<std::int32_t>::max();
 constexpr std::int64_t kInt32Min = std::numeric_limits<std::int32_t>::min();

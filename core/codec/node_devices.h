@@ -1,6 +1,7 @@
 #pragma once
 // Node registration codecs: the JSON manifest (NVIDIA's hami.io/node-nvidia-register), the legacy colon
 // format (Hygon's hami.io/node-dcu-register), and NVIDIA's topology score annotation.
+#include <boost/json/fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,19 @@ std::string EncodeDeviceManifest(const std::vector<DeviceInfo>& devices);
 Result<std::vector<DeviceInfo>> DecodeLegacyDevices(std::string_view text);
 // Always 9 fields per device, each followed by ':'; no devices is ":".
 std::string EncodeLegacyDevices(const std::vector<DeviceInfo>& devices);
+
+// What every device must be to enter the registry, whichever format it came in (`where` names it in the
+// error): an id, no separators of the allocation formats or control characters in its texts, no negative
+// sizes. A vendor that decodes its own format checks its devices with these.
+Result<void> CheckDevice(const DeviceInfo& d, std::string_view where);
+// Two devices of one id would share one ledger entry: an error names the id listed twice.
+Result<void> CheckUniqueIds(const std::vector<DeviceInfo>& devices);
+
+// JSON values read into Go encoding/json fields (null is the zero value); errors name `where`.
+Result<std::int64_t> JsonInt(const boost::json::value& v, std::string_view where, std::int64_t lo,
+                             std::int64_t hi);
+Result<std::string> JsonString(const boost::json::value& v, std::string_view where);
+Result<bool> JsonBool(const boost::json::value& v, std::string_view where);
 
 // `[{"uuid":"GPU-0","score":{"GPU-1":100}}]`: attaches pair scores to the devices with the same id.
 Result<void> ApplyPairScores(std::string_view json_text, std::vector<DeviceInfo>& devices);

@@ -14,17 +14,17 @@ check() { if eval "$2"; then passed=$((passed + 1)); echo "ok   $1"; else failed
 timeout 120 "$bin" demo --json --kubeconfig-out "$tmp/kubeconfig" >"$tmp/out.json" 2>"$tmp/live.txt"
 rc=$?
 check "demo --json exits 0" '[ $rc = 0 ]' "rc=$rc $(tail -5 "$tmp/live.txt")"
-check "the summary: 24 pods, 23 scheduled, 1 unschedulable, 0 failed" \
+check "the summary: 26 pods, 25 scheduled, 1 unschedulable, 0 failed" \
   'python3 - "$tmp/out.json" <<"PY"
 import json, sys
 s = json.load(open(sys.argv[1]))
-assert (s["pods"], s["scheduled"], s["unschedulable"], s["failed"]) == (24, 23, 1, 0), s
+assert (s["pods"], s["scheduled"], s["unschedulable"], s["failed"]) == (26, 25, 1, 0), s
 by = {o["pod"].split("/")[1]: o for o in s["outcomes"]}
 vendors = {"mlu-slice": "MLU", "mthreads-slice": "Mthreads", "dcu-slice": "DCU", "shared-gpu-1": "NVIDIA",
            "npu-vnpu": "Ascend910B3", "npu-pair": "Ascend910B3", "xpu-pair": "kunlun", "vxpu-quarter": "XPU",
            "iluvatar-slice": "MR-V100", "neuron-core": "AWSNeuron", "neuron-four": "AWSNeuron",
            "amd-quarter": "AMD", "amd-whole": "AMD", "va-pair": "Vastai", "biren-slot": "Biren",
-           "gcu-whole": "GCU", "drs-three": "Enflame"}
+           "gcu-whole": "GCU", "drs-three": "Enflame", "metax-whole": "Metax-GPU", "sgpu-quarter": "Metax-SGPU"}
 for pod, vendor in vendors.items():
     assert by[pod]["state"] == "scheduled" and vendor in by[pod]["devices"], by[pod]
 # two containers and an init container: one device list per container, init first
@@ -46,6 +46,9 @@ assert ",Biren,0,0:" in by["biren-slot"]["devices"]["Biren"], by["biren-slot"]
 # Enflame: a whole GCU (placeholder 100/100), and the 3g.20gb DRS profile: 20 GB and half the cores
 assert ",GCU,100,100:" in by["gcu-whole"]["devices"]["GCU"], by["gcu-whole"]
 assert ",Enflame,20480,50:" in by["drs-three"]["devices"]["Enflame"], by["drs-three"]
+# MetaX: a whole card (placeholder 65536 MiB), and an sGPU of 16 GiB and a quarter of the compute
+assert ",Metax-GPU,65536,100:" in by["metax-whole"]["devices"]["Metax-GPU"], by["metax-whole"]
+assert ",Metax-SGPU,16384,25:" in by["sgpu-quarter"]["devices"]["Metax-SGPU"], by["sgpu-quarter"]
 assert by["too-big"]["state"] == "unschedulable" and "CardInsufficientMemory" in by["too-big"]["reason"], by["too-big"]
 PY' "$(cat "$tmp/out.json")"
 check "the live table went to stderr and shows allocations" 'grep -q "allocated" "$tmp/live.txt"'

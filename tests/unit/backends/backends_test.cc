@@ -231,12 +231,12 @@ TEST(Registry, BuiltinNamesAndVendorOrder) {
   ASSERT_TRUE(backends::RegisterBuiltinBackends(registry));
   EXPECT_EQ(registry.Names(),
             (std::vector<std::string>{"amd", "awsneuron", "biren", "cambricon", "enflame", "hygon", "iluvatars",
-                                      "kunlun", "mthreads", "nvidia", "vastai", "vnpus"}));
+                                      "kunlun", "metax", "mthreads", "nvidia", "vastai", "vnpus"}));
   EXPECT_FALSE(backends::RegisterBuiltinBackends(registry)) << "registering a name twice must fail";
-  EXPECT_FALSE(registry.Create("metax", VendorSettings{}));
+  EXPECT_FALSE(registry.Create("iluvatar", VendorSettings{})) << "HAMi's section is iluvatars";
   // Backends are kept sorted by vendor key: the order node locks are taken in.
   Backends b = testing::BuiltinBackends();
-  ASSERT_EQ(b.size(), 12u);
+  ASSERT_EQ(b.size(), 14u);
   EXPECT_EQ(b.at(0).Vendor(), "AMD");
   EXPECT_EQ(b.at(1).Vendor(), "AWSNeuron");
   EXPECT_EQ(b.at(2).Vendor(), "Biren");
@@ -244,12 +244,14 @@ TEST(Registry, BuiltinNamesAndVendorOrder) {
   EXPECT_EQ(b.at(4).Vendor(), "Enflame");
   EXPECT_EQ(b.at(5).Vendor(), "GCU");
   EXPECT_EQ(b.at(6).Vendor(), "MLU");
-  EXPECT_EQ(b.at(7).Vendor(), "Mthreads");
-  EXPECT_EQ(b.at(8).Vendor(), "NVIDIA");
-  EXPECT_EQ(b.at(9).Vendor(), "Vastai");
-  EXPECT_EQ(b.at(10).Vendor(), "XPU");
-  EXPECT_EQ(b.at(11).Vendor(), "kunlun") << "byte order: lower case last";
-  EXPECT_EQ(b.IndexOf("NVIDIA"), 8);
+  EXPECT_EQ(b.at(7).Vendor(), "Metax-GPU");
+  EXPECT_EQ(b.at(8).Vendor(), "Metax-SGPU");
+  EXPECT_EQ(b.at(9).Vendor(), "Mthreads");
+  EXPECT_EQ(b.at(10).Vendor(), "NVIDIA");
+  EXPECT_EQ(b.at(11).Vendor(), "Vastai");
+  EXPECT_EQ(b.at(12).Vendor(), "XPU");
+  EXPECT_EQ(b.at(13).Vendor(), "kunlun") << "byte order: lower case last";
+  EXPECT_EQ(b.IndexOf("NVIDIA"), 10);
   EXPECT_EQ(b.IndexOf("nvidia"), -1);
   EXPECT_EQ(b.Find("MLU"), &b.at(6));
 }

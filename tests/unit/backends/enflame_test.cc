@@ -339,11 +339,11 @@ TEST(EnflameDrs, E3ProfileChoiceAndItsCharge) {
   BackendPtr b = Make("Enflame");
   const DeviceInfo card = Card(kProfiles);
   EXPECT_EQ(b->RefuseCard(card, DeviceUsage{}, Direct(3), CardCheckView{}), std::nullopt);
-  const CardCharge charged = b->Charged(card, DeviceUsage{}, Direct(3), CardCharge{MiB(0), Cores(0)});
+  const CardCharge charged = b->Charged(card, DeviceUsage{}, Direct(3), CardCharge{MiB(0), Cores(0)}, {});
   EXPECT_EQ(charged.mem, MiB(20480));
   EXPECT_EQ(charged.cores, Cores(50));
   const CardCharge by_spec =
-      b->Charged(card, DeviceUsage{}, Req("Enflame", 1, 20480, 0, 40), CardCharge{MiB(0), Cores(0)});
+      b->Charged(card, DeviceUsage{}, Req("Enflame", 1, 20480, 0, 40), CardCharge{MiB(0), Cores(0)}, {});
   EXPECT_EQ(by_spec.mem, MiB(20480));
   EXPECT_EQ(by_spec.cores, Cores(50));
 }

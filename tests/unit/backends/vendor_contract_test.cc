@@ -13,6 +13,7 @@
 #include "backends/biren/biren.h"
 #include "backends/cambricon/cambricon.h"
 #include "backends/enflame/enflame.h"
+#include "backends/metax/metax.h"
 #include "backends/hygon/hygon.h"
 #include "backends/iluvatar/iluvatar.h"
 #include "backends/kunlun/kunlun.h"
@@ -57,6 +58,8 @@ const Case kModules[] = {{"nvidia", "nvidia", &backends::nvidia::Module},
                          {"biren", "biren", &backends::biren::Module},
                          {"GCU", "enflame", &backends::enflame::Module, "GCU"},
                          {"Enflame", "enflame", &backends::enflame::Module, "Enflame"},
+                         {"MetaxGpu", "metax", &backends::metax::Module, "Metax-GPU"},
+                         {"MetaxSgpu", "metax", &backends::metax::Module, "Metax-SGPU"},
                          {"example", "example", &testing::example::Module}};
 
 class VendorContract : public ::testing::TestWithParam<Case> {

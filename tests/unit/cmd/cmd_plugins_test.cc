@@ -136,18 +136,19 @@ TEST(SimPlugins, VendorsAreTheEnabledBackendsByConfigSection) {
   ASSERT_TRUE(backends) << backends.error().message;
   for (const std::string vendor :
        {"nvidia", "cambricon", "mthreads", "hygon", "kunlun", "XPU", "amd", "vastai", "biren", "GCU",
-        "Enflame"}) {
+        "Enflame", "Metax-GPU", "Metax-SGPU"}) {
     auto backend = BackendForVendor(*backends, vendor);
     ASSERT_TRUE(backend) << backend.error().message;
     const bool enflame = vendor == "GCU" || vendor == "Enflame";
+    const bool metax = vendor == "Metax-GPU" || vendor == "Metax-SGPU";
     EXPECT_EQ((*backend)->Spec().config_section,
-              vendor == "XPU" ? "kunlun" : enflame ? "enflame" : vendor);
+              vendor == "XPU" ? "kunlun" : enflame ? "enflame" : metax ? "metax" : vendor);
   }
-  auto unknown = BackendForVendor(*backends, "metax");
+  auto unknown = BackendForVendor(*backends, "teco");
   ASSERT_FALSE(unknown);
   EXPECT_EQ(unknown.error().message,
-            "unknown vendor 'metax'; expected one of the enabled backends: Enflame, GCU, XPU, amd, "
-            "awsneuron, biren, cambricon, hygon, kunlun, mthreads, nvidia, vastai");
+            "unknown vendor 'teco'; expected one of the enabled backends: Enflame, GCU, Metax-GPU, Metax-SGPU, "
+            "XPU, amd, awsneuron, biren, cambricon, hygon, kunlun, mthreads, nvidia, vastai");
 }
 
 TEST(SimPlugins, ASectionOfSeveralBackendsIsNamedByVendorKey) {
@@ -220,9 +221,9 @@ TEST(SimPluginsCommand, BadFlagsExitTwoBeforeTouchingAnyServer) {
       << missing.err;
 
   // The vendor is checked against the backends before the kubeconfig is even read.
-  const Ran vendor = Exec({"sim-device-plugins", "--kubeconfig", "/nonexistent", "--node", "a=metax:1x1"});
+  const Ran vendor = Exec({"sim-device-plugins", "--kubeconfig", "/nonexistent", "--node", "a=teco:1x1"});
   EXPECT_EQ(vendor.code, kExitUsage);
-  EXPECT_NE(vendor.err.find("--node a: unknown vendor 'metax'"), std::string::npos) << vendor.err;
+  EXPECT_NE(vendor.err.find("--node a: unknown vendor 'teco'"), std::string::npos) << vendor.err;
 
   const Ran kubeconfig =
       Exec({"sim-device-plugins", "--kubeconfig", "/nonexistent/kc", "--node", "a=nvidia:1x1"});
@@ -236,7 +237,8 @@ TEST(SimPluginsCommand, HelpShowsTheNodeSyntax) {
   EXPECT_NE(help.out.find("NAME=VENDOR:COUNTxMEMORY_MIB[:SPLIT[:TYPE]]"), std::string::npos) << help.out;
   // The vendors are the registered sections (and the chips of a section of several), not a list by hand.
   EXPECT_NE(help.out.find("(amd, awsneuron, biren, cambricon, enflame: GCU Enflame, hygon, iluvatars: "
-                          "MR-V100 MR-V50 BI-V150 BI-V100, kunlun: kunlun XPU, mthreads, nvidia, vastai, vnpus: "
+                          "MR-V100 MR-V50 BI-V150 BI-V100, kunlun: kunlun XPU, metax: Metax-GPU Metax-SGPU, mthreads, "
+                          "nvidia, vastai, vnpus: "
                           "Ascend910A"),
             std::string::npos)
       << help.out;

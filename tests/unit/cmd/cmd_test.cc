@@ -310,7 +310,8 @@ TEST(Commands, TheChartsAscendConfigurationBuildsOneBackendPerChip) {
   with_print.push_back("--print-config");
   std::ostringstream out, err;
   ASSERT_EQ(RunProgram("scheduler", with_print, out, err), 0) << err.str();
-  for (const char* word : {"vnpus", "ascend", "Ascend", "iluvatar", "kunlun"}) {
+  for (const char* word : {"vnpus", "ascend", "Ascend", "iluvatar", "kunlun", "metax", "enflame",
+                           "not implemented"}) {
     EXPECT_EQ(err.str().find(word), std::string::npos) << word << " in:\n" << err.str();
   }
   auto loaded = config::LoadConfig(args, Vendors());
@@ -326,11 +327,12 @@ TEST(Commands, TheChartsAscendConfigurationBuildsOneBackendPerChip) {
                                              "Ascend910B4", "Ascend910B4-1", "Ascend910C"}));
   std::vector<std::string> others;
   for (const auto& b : *backends) {
-    if (b->Spec().config_section == "iluvatars" || b->Spec().config_section == "kunlun")
-      others.push_back(b->Vendor());
+    if (b->Spec().config_section != "vnpus") others.push_back(b->Vendor());
   }
   std::sort(others.begin(), others.end());
-  EXPECT_EQ(others, (std::vector<std::string>{"BI-V100", "BI-V150", "MR-V100", "MR-V50", "XPU", "kunlun"}));
+  EXPECT_EQ(others, (std::vector<std::string>{"AMD", "AWSNeuron", "BI-V100", "BI-V150", "Biren", "DCU", "Enflame",
+                                              "GCU", "MLU", "MR-V100", "MR-V50", "Metax-GPU", "Metax-SGPU",
+                                              "Mthreads", "NVIDIA", "Vastai", "XPU", "kunlun"}));
 }
 
 // A vendor is one folder: outside backends/<vendor>/ it is named only by the registration line, the build,
@@ -350,7 +352,8 @@ TEST(VendorSeam, AVendorIsNamedOnlyInItsFolder) {
       {"backends/amd", std::regex("\\bamd\\b|instinct|\\bmi[0-9]{3}", std::regex::icase)},
       {"backends/vastai", std::regex("vastai|\\baic\\b", std::regex::icase)},
       {"backends/biren", std::regex("biren", std::regex::icase)},
-      {"backends/enflame", std::regex("enflame|\\bv?gcu", std::regex::icase)}};
+      {"backends/enflame", std::regex("enflame|\\bv?gcu", std::regex::icase)},
+      {"backends/metax", std::regex("metax|sgpu-(app-class|qos|topology)", std::regex::icase)}};
   // In a git worktree `.git` is a file naming the worktree's folder.
   const std::set<std::string> allowed_files = {"README.md", "CMakeLists.txt", "backends/builtin.cc", ".git"};
   const std::set<std::string> allowed_dirs = {".git", "build", "build-asan", "third_party", "tests", "docs",

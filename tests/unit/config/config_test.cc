@@ -120,12 +120,11 @@ hygon:
   resourceCoreName: hygon.com/dcucores
   memoryFactor: 1
 metax:
-  gpu:
-    resourceCountName: "metax-tech.com/gpu"
-  sgpu:
-    resourceCountName: "metax-tech.com/sgpu"
-    resourceVMemoryName: "metax-tech.com/vmemory"
-    resourceVCoreName: "metax-tech.com/vcore"
+  resourceCountName: "metax-tech.com/gpu"
+  resourceVCountName: metax-tech.com/sgpu
+  resourceVMemoryName: metax-tech.com/vmemory
+  resourceVCoreName: metax-tech.com/vcore
+  sgpuTopologyAware: false
 mthreads:
   resourceCountName: "mthreads.com/vgpu"
   resourceMemoryName: "mthreads.com/sgpu-memory"
@@ -241,7 +240,7 @@ TEST(ConfigYaml, HamiChartDeviceConfig) {
   ApplyYaml(kHamiDeviceConfig, "/device-config.yaml", cfg, problems);
   ASSERT_THAT(problems, IsEmpty());
 
-  ASSERT_EQ(cfg.vendors.size(), 5u);
+  ASSERT_EQ(cfg.vendors.size(), 6u);
   const VendorSettings& nv = cfg.vendors.at("nvidia");
   EXPECT_TRUE(nv.enabled);
   EXPECT_EQ(nv.String("resourceCountName"), "nvidia.com/gpu");
@@ -295,27 +294,28 @@ TEST(ConfigYaml, HamiChartDeviceConfig) {
   EXPECT_EQ(templates[0].String("name"), "vir02");
   EXPECT_EQ(templates[0].Int("memory"), 2184);
 
-  EXPECT_THAT(cfg.warnings,
-              ElementsAre(At("/device-config.yaml", kHamiDeviceConfig, "metax:") +
-                              "section 'metax' is a HAMi vendor this scheduler does not implement; ignored"));
+  const VendorSettings& metax = cfg.vendors.at("metax");
+  EXPECT_EQ(metax.String("resourceVCoreName"), "metax-tech.com/vcore");
+  EXPECT_EQ(metax.Bool("sgpuTopologyAware"), false);
+  EXPECT_THAT(cfg.warnings, IsEmpty());
 }
 
 TEST(ConfigYaml, EveryForeignHamiSectionIsAWarning) {
-  const std::string text = "metax: {}\niluvatar: {}\n";
+  const std::string text = "iluvatar: {}\n";
   Config cfg;
   std::vector<std::string> problems;
   ApplyYaml(text, "f.yaml", cfg, problems);
   EXPECT_THAT(problems, IsEmpty());
-  ASSERT_THAT(cfg.warnings, SizeIs(2));
-  EXPECT_EQ(cfg.warnings[1],
-            "f.yaml:2: section 'iluvatar' is a HAMi vendor this scheduler does not implement; ignored");
+  ASSERT_THAT(cfg.warnings, SizeIs(1));
+  EXPECT_EQ(cfg.warnings[0],
+            "f.yaml:1: section 'iluvatar' is a HAMi vendor this scheduler does not implement; ignored");
   EXPECT_TRUE(cfg.vendors.empty());
   // The vendors built since are read, not warned about.
   Config built;
-  ApplyYaml("amd: {}\nvastai: {}\nbiren: {}\nenflame: {}\n", "f.yaml", built, problems);
+  ApplyYaml("amd: {}\nvastai: {}\nbiren: {}\nenflame: {}\nmetax: {}\n", "f.yaml", built, problems);
   EXPECT_THAT(problems, IsEmpty());
   EXPECT_THAT(built.warnings, IsEmpty());
-  EXPECT_THAT(built.vendors, SizeIs(4));
+  EXPECT_THAT(built.vendors, SizeIs(5));
 }
 
 // HAMi writes its Iluvatar chips as a plain list; a section may be a list of its records.

@@ -63,7 +63,7 @@ TEST(Flags, HamiChartCommandLine) {
   const std::string device_config =
       WriteTemp("chart-device-config.yaml",
                 "nvidia:\n  resourceCountName: nvidia.com/gpu\n  deviceSplitCount: 10\n"
-                "metax:\n  gpu: {}\n");
+                "iluvatar:\n  gpu: {}\n");
   auto r = Load({"--http_bind=0.0.0.0:443", "--cert_file=/tls/tls.crt", "--key_file=/tls/tls.key",
                  "--scheduler-name=hami-scheduler", "--metrics-bind-address=:9395",
                  "--node-scheduler-policy=binpack", "--gpu-scheduler-policy=spread",
@@ -89,7 +89,7 @@ TEST(Flags, HamiChartCommandLine) {
   EXPECT_EQ(c.vendors.at("nvidia").String("resourceCountName"), "nvidia.com/gpu");
   EXPECT_THAT(c.sources, ElementsAre(device_config));
   EXPECT_THAT(c.warnings,
-              ElementsAre(device_config + ":4: section 'metax' is a HAMi vendor this scheduler does "
+              ElementsAre(device_config + ":4: section 'iluvatar' is a HAMi vendor this scheduler does "
                                           "not implement; ignored"));
 }
 
