@@ -413,7 +413,8 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
     }
     Pick pick{d, memreq, card_cores, std::nullopt};
     if (spec.fit.vendor_charge) {
-      const CardCharge charged = vendor.Charged(node.devices[di], u, request, CardCharge{pick.mem, pick.cores}, view);
+      const CardCharge charged =
+          vendor.Charged(node.devices[di], u, request, CardCharge{pick.mem, pick.cores}, view);
       pick.mem = charged.mem;
       pick.cores = charged.cores;
     }

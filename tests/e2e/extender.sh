@@ -7,8 +7,9 @@
 #   node, a node of eight Ascend 910B3 NPUs in two rings, one of four 910C NPUs, one of eight whole
 #   Kunlunxin XPUs (from capacity), one of eight vXPU cards, one of three Iluvatar MR-V100 GPUs
 #   (--enable-iluvatar), one of eight AWS Neuron devices (from capacity), one of two AMD MI300X GPUs, one of
-#   four Vastai devices, one of two Biren GPUs, one of two whole Enflame GCUs (from capacity) and one of two
-#   Enflame DRS cards of six slices -> create pods
+#   four Vastai devices, one of two Biren GPUs, one of two whole Enflame GCUs (from capacity), one of two
+#   Enflame DRS cards of six slices, one of two whole MetaX GPUs (from capacity) and one of two MetaX sGPU
+#   cards -> create pods
 #   with kubectl and check placement, annotations, events and metrics -> SIGTERM both, expect exit 0.
 #
 #   tests/e2e/extender.sh [PATH/TO/hami-scheduler]   # default: ${BUILD_DIR:-build}/hami-scheduler
@@ -169,6 +170,7 @@ SERVE_PID=$!
   --node neu-1=AWSNeuron:8x1:2:AWSNeuron --node amd-1=amd:2x196608:4:AMD-Instinct-MI300X \
   --node va-1=vastai:4x32768:4:Vastai --node br-1=biren:2x32768:4:Biren \
   --node gcu-1=GCU:2x100:1:GCU --node drs-1=Enflame:2x40960:6:Enflame \
+  --node mx-1=Metax-GPU:2x65536:1:Metax-GPU --node sg-1=Metax-SGPU:2x65536:16:Metax-SGPU \
   --allocate-delay 20ms --register-interval 5s \
   --device-config-file "$ROOT/deploy/device-config.yaml" > "$WORK/logs/sim-device-plugins.log" 2>&1 < /dev/null &
 PLUGINS_PID=$!
@@ -191,13 +193,13 @@ if [[ "$answer" == *'"uid":"e2e-1","allowed":true'*'"patchType":"JSONPatch"'* ]]
 else
   bad "webhook listener: $answer"
 fi
-all_nodes_registered() { metrics | has -x 'hami_scheduler_nodes 14'; }
+all_nodes_registered() { metrics | has -x 'hami_scheduler_nodes 16'; }
 nodes_ready() {
   [ "$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}/{.status.allocatable.pods} {end}')" = \
-    "amd-1=True/110 br-1=True/110 dcu-1=True/110 drs-1=True/110 gcu-1=True/110 gpu-a=True/110 gpu-b=True/110 ilu-1=True/110 neu-1=True/110 npu-1=True/110 npu-c=True/110 va-1=True/110 xpu-v=True/110 xpu-w=True/110 " ]
+    "amd-1=True/110 br-1=True/110 dcu-1=True/110 drs-1=True/110 gcu-1=True/110 gpu-a=True/110 gpu-b=True/110 ilu-1=True/110 mx-1=True/110 neu-1=True/110 npu-1=True/110 npu-c=True/110 sg-1=True/110 va-1=True/110 xpu-v=True/110 xpu-w=True/110 " ]
 }
 if wait_for 60 nodes_ready && wait_for 60 all_nodes_registered; then
-  ok "sim-device-plugins created 14 Ready nodes and the scheduler registered their devices after $(( $(date +%s) - t0 ))s"
+  ok "sim-device-plugins created 16 Ready nodes and the scheduler registered their devices after $(( $(date +%s) - t0 ))s"
 else
   bad "nodes not created or not registered within 60s: $(K get nodes 2>&1 | tr '\n' ' ') $(metrics 2>&1 | grep '^hami_scheduler_nodes')"
   dump_logs; finish
@@ -416,6 +418,41 @@ else
   bad "drs-three: not bound and allocated within 60s (nodeName='$(jp drs-three '{.spec.nodeName}')', bind-phase='$(annotation drs-three hami.io/bind-phase)')"
 fi
 
+# MetaX: a whole card (placeholder 65536 MiB), an sGPU of 16 GiB and a quarter of the compute with the
+# plugin's JSON, and an online sGPU, which takes memory only: no compute charged or written.
+pod mx-one '{"metax-tech.com/gpu": "1"}' >/dev/null
+check_pod mx-one mx-1 hami.io/metax-gpu-devices-allocated hami.io/metax-gpu-devices-to-allocate 65536
+pod sg-quarter '{"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "16", "metax-tech.com/vcore": "25"}' >/dev/null
+check_pod sg-quarter sg-1 hami.io/metax-sgpu-devices-allocated hami.io/metax-sgpu-devices-to-allocate 16384
+sg_json="$(annotation sg-quarter metax-tech.com/gpu-devices-allocated)"
+if [[ "$sg_json" == '[[{"uuid":"Metax-SGPU-sg-1-'[01]'","compute":25,"vRam":16384}]]' ]] &&
+   [ -n "$(annotation sg-quarter metax-tech.com/predicate-time)" ]; then
+  ok "sg-quarter: metax-tech.com/gpu-devices-allocated=$sg_json"
+else
+  bad "sg-quarter: metax-tech.com/gpu-devices-allocated='$sg_json' predicate-time='$(annotation sg-quarter metax-tech.com/predicate-time)'"
+fi
+K create -f - >/dev/null <<EOF
+{"apiVersion": "v1", "kind": "Pod",
+ "metadata": {"name": "sg-online", "namespace": "default",
+              "annotations": {"metax-tech.com/sgpu-app-class": "online"}},
+ "spec": {"schedulerName": "hami-scheduler",
+          "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+                          "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                                        "limits": {"metax-tech.com/sgpu": "1", "metax-tech.com/vmemory": "8",
+                                                   "metax-tech.com/vcore": "50"}}}]}}
+EOF
+if wait_for 60 bound_and_allocated sg-online; then
+  online_alloc="$(annotation sg-online hami.io/metax-sgpu-devices-allocated)"
+  if [ "$(jp sg-online '{.spec.nodeName}')" = sg-1 ] && [[ "$online_alloc" == *",Metax-SGPU,8192,0:;" ]] &&
+     [[ "$(annotation sg-online metax-tech.com/gpu-devices-allocated)" != *compute* ]]; then
+    ok "sg-online on sg-1: $online_alloc (no compute)"
+  else
+    bad "sg-online: node=$(jp sg-online '{.spec.nodeName}') allocated='$online_alloc'"
+  fi
+else
+  bad "sg-online: not bound and allocated within 60s (nodeName='$(jp sg-online '{.spec.nodeName}')')"
+fi
+
 pod gpu-too-big '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000000"}' >/dev/null
 failed_scheduling() {
   K get events -n default --field-selector involvedObject.name=gpu-too-big,reason=FailedScheduling \
@@ -451,7 +488,7 @@ else
 fi
 
 locks="$(K get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.metadata.annotations.hami\.io/mutex\.lock} {end}')"
-if [ "$locks" = "amd-1= br-1= dcu-1= drs-1= gcu-1= gpu-a= gpu-b= ilu-1= neu-1= npu-1= npu-c= va-1= xpu-v= xpu-w= " ]; then
+if [ "$locks" = "amd-1= br-1= dcu-1= drs-1= gcu-1= gpu-a= gpu-b= ilu-1= mx-1= neu-1= npu-1= npu-c= sg-1= va-1= xpu-v= xpu-w= " ]; then
   ok "no hami.io/mutex.lock left on the nodes"
 else
   bad "node locks left behind: $locks"
@@ -473,10 +510,10 @@ else
 fi
 
 allocations="$(grep -c ' allocated default/' "$WORK/logs/sim-device-plugins.log")"
-if [ "$allocations" = 20 ]; then
-  ok "sim-device-plugins logged 20 allocations"
+if [ "$allocations" = 23 ]; then
+  ok "sim-device-plugins logged 23 allocations"
 else
-  bad "sim-device-plugins logged $allocations allocations (want 20)"
+  bad "sim-device-plugins logged $allocations allocations (want 23)"
 fi
 
 # ------------------------------------------------------------------ graceful stop
