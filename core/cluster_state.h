@@ -39,19 +39,19 @@ struct NodeEntry {
   // on the node lock or allocating.
   int allocations_in_flight = 0;
   bool has_mig = false;
+  // Per backend: why the node takes no new pod of that vendor ("" = it does); empty when nothing is blocked.
+  std::vector<std::string> blocked;
   // --- read for the chosen node, for selectors, and off the decision path
   std::vector<DeviceInfo> devices;  // grouped by backend, in Backends order
   NodeView node;
   std::vector<int> backend_of;                    // per device: index into Backends
   std::vector<std::vector<MigInUse>> mig_in_use;  // per device; empty unless MIG instances are held
-  std::vector<CardClasses> classes_in_use;        // per device: its holders by class (FitRules::pod_classes)
   std::vector<char> cordoned;                // per device: listed in hami.io/device-cordon (also in caps)
   std::vector<std::string> discovery_error;  // per backend: "" when discovery succeeded
-  // Per backend: why the node takes no new pod of that vendor ("" = it does); empty when nothing is blocked.
-  std::vector<std::string> blocked;
   std::unordered_map<std::string, int> by_uuid;
   std::unordered_set<std::string> pods;  // uids of pods charged to this node
   int unknown_device_charges = 0;        // charges naming a UUID this node does not have
+  std::vector<CardClasses> classes_in_use;  // per device: its holders by class (FitRules::pod_classes)
 
   bool HasDevices() const { return !caps.empty(); }
 };
