@@ -66,6 +66,7 @@ render acquire --set scheduler.kubeScheduler.enabled=false && checks acquire "$W
 render no-webhook --set scheduler.admissionWebhook.enabled=false && checks no-webhook "$WORK/no-webhook.yaml"
 render cert-manager --set scheduler.certManager.enabled=true && checks cert-manager "$WORK/cert-manager.yaml"
 render no-enflame --set devices.enflame.enabled=false && checks no-enflame "$WORK/no-enflame.yaml"
+render no-metax --set devices.metax.enabled=false && checks no-metax "$WORK/no-metax.yaml"
 render monitoring --set prometheus.enabled=true --set grafanaDashboard.enabled=true \
   --api-versions monitoring.coreos.com/v1/ServiceMonitor && checks monitoring "$WORK/monitoring.yaml" "$CHART/files/hami-scheduler.json"
 render ascend --set devices.ascend.enabled=true --set devices.ascend.hamiVnpuCore=true \

@@ -76,6 +76,11 @@ def default_case(docs):
                              "resourceNameGCUMemory": "enflame.com/gcu-memory",
                              "resourceNameGCUCore": "enflame.com/gcu-core"},
           "the device config's enflame section as HAMi's chart renders it")
+    check(METAX <= names, "managedResources lists the MetaX resources (devices.metax.enabled by default)")
+    check(dev["metax"] == {"resourceCountName": "metax-tech.com/gpu", "resourceVCountName": "metax-tech.com/sgpu",
+                           "resourceVMemoryName": "metax-tech.com/vmemory",
+                           "resourceVCoreName": "metax-tech.com/vcore", "sgpuTopologyAware": False},
+          "the device config's metax section as HAMi's chart renders it (sgpuTopologyAware a YAML bool)")
     svc = one(docs, "Service", "hami-scheduler")
     check(svc["spec"]["selector"].get("hami.io/scheduler-role") == "leader", "the Service selects the leader's pod")
     check(one(docs, "Service", "hami-scheduler-metrics")["spec"]["selector"].get("hami.io/scheduler-role") is None,
@@ -119,6 +124,16 @@ def no_enflame_case(docs):
     names = {r["name"] for r in scheduler_config(docs)["extenders"][0]["managedResources"]}
     check(not (ENFLAME & names), "Enflame disabled: none of its resources is managed")
     check(device_config(docs)["enflame"] == {"enabled": False}, "Enflame disabled: its section says enabled: false")
+
+
+METAX = {"metax-tech.com/gpu", "metax-tech.com/sgpu", "metax-tech.com/vmemory", "metax-tech.com/vcore"}
+
+
+def no_metax_case(docs):
+    """devices.metax.enabled=false: its resources unmanaged and its section off."""
+    names = {r["name"] for r in scheduler_config(docs)["extenders"][0]["managedResources"]}
+    check(not (METAX & names), "MetaX disabled: none of its resources is managed")
+    check(device_config(docs)["metax"] == {"enabled": False}, "MetaX disabled: its section says enabled: false")
 
 
 def ascend_case(docs):
@@ -279,6 +294,7 @@ CASES = {
     "no-webhook": no_webhook_case,
     "cert-manager": cert_manager_case,
     "no-enflame": no_enflame_case,
+    "no-metax": no_metax_case,
     "monitoring": lambda docs, dashboard: monitoring_case(docs, dashboard),
     "checksum": lambda docs, after: checksum_case(docs, load(after)),
 }

@@ -111,6 +111,9 @@ imagePullSecrets:
 {{- if .Values.devices.enflame.enabled -}}
 {{- $names = concat $names .Values.devices.enflame.customresources -}}
 {{- end -}}
+{{- if .Values.devices.metax.enabled -}}
+{{- $names = concat $names .Values.devices.metax.customresources -}}
+{{- end -}}
 {{- if .Values.devices.ascend.enabled -}}
 {{- $names = concat $names .Values.devices.ascend.customresources -}}
 {{- end -}}
