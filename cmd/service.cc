@@ -119,7 +119,10 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
     for (k8s::ApiClient* c : {s->client_.get(), s->background_client_.get(), s->event_client_.get()})
       c->SetWriteGate(gate);
   }
-  s->routes_ = std::make_unique<extender::HttpRoutes>(*s->extender_, s->loop_exceptions_);
+  extender::Extender& e = *s->extender_;
+  s->routes_ = std::make_unique<extender::HttpRoutes>(
+      extender::HttpRoutes::Services{e.filter(), e.binder(), e.admission(), e.readiness(), e},
+      s->loop_exceptions_);
 
   using Serves = extender::HttpRoutes::Serves;
   // The memory request bodies can hold at once, in two pools shared by every listener: reviews, and the

@@ -1,9 +1,10 @@
 #pragma once
-// The extender's services composed on the one event loop: the watches (node, pod and resource-quota
-// informers) feed the ledger (LedgerFeed) and tell the bind service about locks; the health loop runs the
-// health pass and the reservation sweep every --health-check-interval; /filter, /bind and /webhook are
-// answered by FilterService, BindService and AdmissionService (the HTTP adapter, extender/http_routes, owns
-// the wire). Each service owns its state and its metrics; this class only routes events between them.
+// The extender composed, in one place: each component built once, in dependency order, and handed what it
+// uses. The watches feed the services through one routing table (WatchRoutes); the leader's rounds (health
+// pass, sweep, role labels) are Housekeeping's; /filter, /bind and /webhook are answered by FilterService,
+// BindService and AdmissionService behind the HTTP adapter (extender/http_routes, which owns the wire);
+// Readiness says when they may answer. This class owns them all, starts and stops them, and gathers their
+// metrics; it decides nothing itself.
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
@@ -16,13 +17,17 @@
 #include "extender/cluster_writer.h"
 #include "extender/filter_service.h"
 #include "extender/health_service.h"
+#include "extender/housekeeping.h"
 #include "extender/leadership.h"
 #include "extender/lease_elector.h"
 #include "extender/ledger_feed.h"
 #include "extender/node_locker.h"
+#include "extender/readiness.h"
 #include "extender/reservations.h"
+#include "extender/watch_routes.h"
 #include "k8s/api_client.h"
 #include "k8s/events.h"
+#include "k8s/metrics.h"
 #include "k8s/reflector.h"
 #include "k8s/waits.h"
 
@@ -54,7 +59,7 @@ struct ExtenderOptions {
       reflector_defaults;  // page size and backoffs for the watches (path set per resource)
 };
 
-class Extender {
+class Extender : public k8s::prom::Source {
  public:
   // `decisions` makes the decisions' requests (and watches); `background` the health pass's handshakes and
   // the sweep's patches (a background client sharing its rate limit: ClientOptions::background); `events`
@@ -69,26 +74,21 @@ class Extender {
   };
   Extender(boost::asio::any_io_executor executor, Clients clients, const Backends& backends,
            ExtenderOptions options, const Clock& clock);
-  ~Extender();
+  ~Extender() override;
   Extender(const Extender&) = delete;
   Extender& operator=(const Extender&) = delete;
 
-  // Watches nodes, pods and quotas and runs the health loop, until cancelled.
+  // Watches nodes, pods and quotas (and the Lease), and runs the leader's rounds, until cancelled.
   boost::asio::awaitable<void> Run();
-  // One health pass over every node; Run() calls it on its timer.
-  boost::asio::awaitable<void> HealthPass();
+  // One health pass over every node; Run() calls it every round.
+  boost::asio::awaitable<void> HealthPass() { return housekeeping_.HealthPass(); }
   // The sweep Run() calls after every health pass: expired reservations, ledger entries no pod backs any
   // more, abandoned node locks.
-  boost::asio::awaitable<void> ExpireReservations();
+  boost::asio::awaitable<void> ExpireReservations() { return housekeeping_.Sweep(); }
 
-  bool synced() const;                                                   // caches synced at least once
-  bool ready() const { return synced() && health_.stats().passes > 0; }  // /filter answers from here on
-  // What /readyz and hami_scheduler_ready report: ready, or a follower with synced caches (it runs no health
-  // pass; warm caches are all it needs to take over).
-  bool reports_ready() const { return ready() || (synced() && !leadership_.leader()); }
-  std::string NotReadyReason() const;
-  // With --leader-elect: why this replica must not decide or write now ("" = it is the leader).
-  std::string NotLeaderReason() const { return leadership_.leader() ? "" : leadership_.Describe(); }
+  const Readiness& readiness() const { return readiness_; }
+  bool synced() const { return readiness_.synced(); }  // caches synced at least once
+  bool ready() const { return readiness_.ready(); }    // /filter answers from here on
   const Leadership& leadership() const { return leadership_; }
 
   FilterService& filter() { return filter_; }
@@ -106,7 +106,7 @@ class Extender {
   bool busy() const { return events_.busy() || binder_.busy(); }
 
   // GET /metrics (Prometheus text 0.0.4): every service's families and the API budget's.
-  std::string Metrics() const;
+  std::string Metrics() const override;
 
   const ClusterState& state() const { return feed_.state(); }
   const k8s::EventRecorder& events() const { return events_; }
@@ -126,41 +126,26 @@ class Extender {
   Stats stats() const;
 
  private:
-  void OnNode(const NodeView& node);
-  void OnNodeDeleted(const NodeView& node);
-  void OnPod(const PodView& pod);
-  void OnPodDeleted(const PodView& pod);
-  // The pod's hold on devices ends: ledger entry, reservation, what was reported of it.
-  void ReleasePod(const std::string& uid);
-  boost::asio::awaitable<void> HealthLoop();
-  // The leader's pod hami.io/scheduler-role=leader, the other scheduler pods follower (HAMi's labels, which
-  // its chart's Service selects on).
-  boost::asio::awaitable<void> LabelSchedulerPods();
-
-  boost::asio::any_io_executor executor_;
   Clients clients_;
   ExtenderOptions options_;
   Leadership leadership_;
+  Readiness readiness_;
   k8s::EventRecorder events_;
   ApiClusterWriter writer_;
   LeaderFencedWriter fenced_;  // what every service writes through
   LedgerFeed feed_;
-  k8s::Signal ready_changed_;  // a cache synced, a health pass decided, or Stop()
   HealthService health_;
   Reservations reservations_;
   NodeLocker locker_;
-  std::unique_ptr<k8s::Informer<NodeView>> nodes_;
-  std::unique_ptr<k8s::Informer<PodView>> pods_;
-  std::unique_ptr<k8s::Informer<ResourceQuotaView>> quotas_;
-  std::unique_ptr<k8s::Informer<LeaseView>> leases_;  // follow mode only
-  std::unique_ptr<LeaseClient> lease_client_;         // acquire mode only
-  std::unique_ptr<LeaseElector> elector_;             // acquire mode only
+  Caches caches_;
+  HoldRelease release_;
   BindService binder_;
   FilterService filter_;
   AdmissionService admission_;
-  bool stopping_ = false;
-  bool sweeping_ = false;  // an ExpireReservations() sweep is running
-  k8s::Signal sweep_done_;
+  WatchRoutes routes_;
+  Housekeeping housekeeping_;
+  std::unique_ptr<LeaseClient> lease_client_;  // acquire mode only
+  std::unique_ptr<LeaseElector> elector_;      // acquire mode only
 };
 
 }  // namespace hami::extender

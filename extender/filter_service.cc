@@ -31,7 +31,7 @@ std::string SummarizeFailures(const std::map<std::string, std::string>& failed) 
 
 FilterService::FilterService(ClusterState& state, Reservations& reservations, const BindService& binds,
                              const std::map<std::string, PodView>& pods, ClusterWriter& writer,
-                             const Clock& clock, FilterOptions options, Readiness readiness)
+                             const Clock& clock, FilterOptions options, Readiness& readiness)
     : state_(&state),
       reservations_(&reservations),
       binds_(&binds),
@@ -39,7 +39,7 @@ FilterService::FilterService(ClusterState& state, Reservations& reservations, co
       writer_(&writer),
       clock_(&clock),
       options_(std::move(options)),
-      readiness_(std::move(readiness)),
+      readiness_(&readiness),
       scheduler_(state, options_.policies),
       latency_(k8s::prom::Histogram::LatencyBuckets()) {}
 
@@ -67,9 +67,9 @@ asio::awaitable<k8s::ExtenderFilterResult> FilterService::Filter(const k8s::Exte
 asio::awaitable<bool> FilterService::WaitReady() {
   const auto deadline = steady_clock::now() + options_.ready_wait;
   // Woken when a cache syncs or a health pass ends (and by Stop), not by polling.
-  while (!readiness_.ready()) {
-    if (steady_clock::now() >= deadline || *readiness_.stopping) co_return false;
-    co_await readiness_.changed->WaitUntil(deadline);
+  while (!readiness_->ready()) {
+    if (steady_clock::now() >= deadline || readiness_->stopping()) co_return false;
+    co_await readiness_->changed().WaitUntil(deadline);
   }
   co_return true;
 }
@@ -94,7 +94,7 @@ asio::awaitable<void> FilterService::AwaitBindBacklog() {
   const auto deadline = start + kMaxHold;
   ++stats_.filters_held;
   // Woken whenever a bind ends or a lock queue moves.
-  while (backlog() > limit && steady_clock::now() < deadline && !*readiness_.stopping)
+  while (backlog() > limit && steady_clock::now() < deadline && !readiness_->stopping())
     co_await binds_->progress().WaitUntil(deadline);
   held_seconds_ += std::chrono::duration<double>(steady_clock::now() - start).count();
 }
@@ -152,7 +152,8 @@ k8s::ExtenderFilterResult FilterService::AnswerBound(const k8s::ExtenderArgs& ar
 }
 
 asio::awaitable<k8s::ExtenderFilterResult> FilterService::Decide(const k8s::ExtenderArgs& args) {
-  if (!co_await WaitReady()) co_return Fail("hami-scheduler is not ready: " + readiness_.reason());
+  if (!co_await WaitReady())
+    co_return Fail("hami-scheduler is not ready: " + readiness_->NotReadyReason());
   const PodView& pod = args.pod;
   const std::string uid = UidOf(pod);
   std::vector<std::string> candidates;

@@ -12,6 +12,7 @@
 #include "core/scheduler.h"
 #include "extender/bind_service.h"
 #include "extender/cluster_writer.h"
+#include "extender/readiness.h"
 #include "extender/reservations.h"
 #include "k8s/extender.h"
 #include "k8s/metrics.h"
@@ -29,20 +30,12 @@ struct FilterOptions {
   double qps = 0;  // the decisions' --kube-qps; 0: no limit, no backpressure
 };
 
-// Whether the extender may decide yet, and a signal that says when that may have changed.
-struct Readiness {
-  std::function<bool()> ready;
-  std::function<std::string()> reason;  // why not
-  k8s::Signal* changed;
-  const bool* stopping;
-};
-
 class FilterService {
  public:
   // `pods`: the pod cache ("ns/name" -> pod), alive as long as the service.
   FilterService(ClusterState& state, Reservations& reservations, const BindService& binds,
                 const std::map<std::string, PodView>& pods, ClusterWriter& writer, const Clock& clock,
-                FilterOptions options, Readiness readiness);
+                FilterOptions options, Readiness& readiness);
 
   // The answer for kube-scheduler (a failure is in its error).
   boost::asio::awaitable<k8s::ExtenderFilterResult> Filter(const k8s::ExtenderArgs& args);
@@ -79,7 +72,7 @@ class FilterService {
   ClusterWriter* writer_;
   const Clock* clock_;
   FilterOptions options_;
-  Readiness readiness_;
+  Readiness* readiness_;
   Scheduler scheduler_;
   Stats stats_;
   double held_seconds_ = 0;

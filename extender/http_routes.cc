@@ -90,7 +90,6 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
   using k8s::ServerRequest;
   using k8s::ServerResponse;
   listeners_.emplace_back(std::move(listener), &server);
-  Extender* e = extender_;
   if (serves.metrics) {
     server.Route(http::verb::get, "/metrics",
                  [this](const ServerRequest&) -> asio::awaitable<ServerResponse> {
@@ -100,31 +99,34 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
   server.Route(http::verb::get, "/healthz", [](const ServerRequest&) -> asio::awaitable<ServerResponse> {
     co_return Respond(200, kText, "ok\n");
   });
-  server.Route(http::verb::get, "/readyz", [e](const ServerRequest&) -> asio::awaitable<ServerResponse> {
-    // With --leader-elect the body says which this replica is.
-    const std::string role =
-        e->leadership().options().enabled ? " (" + e->leadership().Describe() + ")" : std::string();
-    if (e->reports_ready()) co_return Respond(200, kText, "ok" + role + "\n");
-    co_return Respond(503, kText, "not ready: " + e->NotReadyReason() + "\n");
-  });
+  const Readiness* readiness = &s_.readiness;
+  server.Route(http::verb::get, "/readyz",
+               [readiness](const ServerRequest&) -> asio::awaitable<ServerResponse> {
+                 // With --leader-elect the body says which this replica is.
+                 const std::string role = readiness->Role();
+                 const std::string shown = role.empty() ? role : " (" + role + ")";
+                 if (readiness->reports_ready()) co_return Respond(200, kText, "ok" + shown + "\n");
+                 co_return Respond(503, kText, "not ready: " + readiness->NotReadyReason() + "\n");
+               });
   if (serves.webhook) {
     server.Route(http::verb::post, "/webhook",
-                 [this, e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
-                   std::string review = co_await Webhook(e->admission(), reviews_, alive_, r);
+                 [this](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
+                   std::string review = co_await Webhook(s_.admission, reviews_, alive_, r);
                    co_return Respond(200, kJson, std::move(review));
                  });
   }
   if (!serves.extender) return;
+  const Services* e = &s_;
   server.Route(http::verb::post, "/filter", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
     auto args = r.body_too_large ? Result<k8s::ExtenderArgs>(Error{std::string(kTooLarge)})
                                  : k8s::ParseExtenderArgs(r.body);
     k8s::ExtenderFilterResult result;
-    if (const std::string follower = e->NotLeaderReason(); !follower.empty()) {
-      result = e->filter().Refuse("hami-scheduler is not the leader (" + follower + "); retry");
+    if (const std::string follower = e->readiness.NotLeaderReason(); !follower.empty()) {
+      result = e->filter.Refuse("hami-scheduler is not the leader (" + follower + "); retry");
     } else if (args) {
-      result = co_await e->filter().Filter(*args);
+      result = co_await e->filter.Filter(*args);
     } else {
-      result = e->filter().Refuse(args.error().message);
+      result = e->filter.Refuse(args.error().message);
     }
     co_return Respond(200, kJson, k8s::ToJson(result));
   });
@@ -132,20 +134,20 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
     auto args = r.body_too_large ? Result<k8s::ExtenderBindingArgs>(Error{std::string(kTooLarge)})
                                  : k8s::ParseBindingArgs(r.body);
     std::string error;
-    if (const std::string follower = e->NotLeaderReason(); !follower.empty()) {
-      e->binder().Refuse();
+    if (const std::string follower = e->readiness.NotLeaderReason(); !follower.empty()) {
+      e->binder.Refuse();
       error = "hami-scheduler is not the leader (" + follower + "); retry";
     } else if (args) {
-      error = co_await e->binder().Bind(*args);
+      error = co_await e->binder.Bind(*args);
     } else {
-      e->binder().Refuse();
+      e->binder.Refuse();
       error = args.error().message;
     }
     co_return Respond(200, kJson, k8s::BindingResultJson(error));
   });
 }
 
-std::string HttpRoutes::Metrics() const { return extender_->Metrics() + ServerMetrics(); }
+std::string HttpRoutes::Metrics() const { return s_.metrics.Metrics() + ServerMetrics(); }
 
 std::string HttpRoutes::ServerMetrics() const {
   k8s::prom::TextWriter w;

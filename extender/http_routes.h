@@ -1,7 +1,8 @@
 #pragma once
 // The extender's HTTP adapter: it owns the wire. Routes (/filter, /bind and /webhook on the extender
-// listener; /metrics, /healthz and /readyz on every listener), the request body limits, and the extender v1
-// JSON in and out (k8s/extender); the filter and bind services see parsed arguments only. kube-scheduler
+// listener, /webhook on a listener of its own with --webhook-bind; /metrics, /healthz and /readyz on every
+// listener), the request body limits, and the extender v1 and AdmissionReview JSON in and out (k8s/extender,
+// k8s/admission). It is handed the services it serves and the readiness that gates them; kube-scheduler
 // expects HTTP 200 with failures in the JSON's Error.
 //
 // An AdmissionReview is read and decided on the webhook's worker thread (AdmissionService::Prepare), never
@@ -15,8 +16,12 @@
 #include <utility>
 #include <vector>
 
-#include "extender/extender.h"
+#include "extender/admission_service.h"
+#include "extender/bind_service.h"
+#include "extender/filter_service.h"
+#include "extender/readiness.h"
 #include "k8s/http_server.h"
+#include "k8s/metrics.h"
 
 namespace hami::extender {
 
@@ -25,9 +30,16 @@ inline constexpr std::size_t kWebhookBodyLimit = 7 << 20;
 
 class HttpRoutes {
  public:
+  struct Services {
+    FilterService& filter;
+    BindService& binder;
+    AdmissionService& admission;
+    const Readiness& readiness;
+    const k8s::prom::Source& metrics;  // every service's families
+  };
   // `loop_exceptions`: the event loop's counter (k8s::RunLoop), shown in /metrics.
-  HttpRoutes(Extender& extender, const std::uint64_t& loop_exceptions)
-      : extender_(&extender), loop_exceptions_(&loop_exceptions) {}
+  HttpRoutes(Services services, const std::uint64_t& loop_exceptions)
+      : s_(services), loop_exceptions_(&loop_exceptions) {}
 
   // What a listener serves besides /healthz and /readyz.
   struct Serves {
@@ -52,10 +64,10 @@ class HttpRoutes {
  private:
   std::string ServerMetrics() const;
 
-  Extender* extender_;
+  Services s_;
   const std::uint64_t* loop_exceptions_;
   // Reviews one at a time, in arrival order: a flood of reviews queues here and costs the loop nothing.
-  // Destroyed (joined) before the extender whose admission service it calls.
+  // Destroyed (joined) before the admission service it calls.
   boost::asio::thread_pool reviews_{1};
   std::vector<std::pair<std::string, const k8s::HttpServer*>> listeners_;
   std::vector<std::pair<std::string, std::shared_ptr<const k8s::BodyBudget>>> budgets_;

@@ -107,4 +107,9 @@ asio::awaitable<void> Reservations::Clear(const std::vector<Due>& due, const Rel
   }
 }
 
+void HoldRelease::operator()(const std::string& uid) const {
+  feed_->Forget(uid);
+  reservations_->Forget(uid);
+}
+
 }  // namespace hami::extender

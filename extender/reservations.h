@@ -64,4 +64,19 @@ class Reservations {
   std::size_t expired_ = 0;
 };
 
+class LedgerFeed;
+
+// Ends a pod's hold on devices in both places a decision lives: its ledger entry (and what was reported of
+// it) and its reservation. Every release (a pod finished or gone, a reservation expired, a failed bind, an
+// orphaned ledger entry) goes through this one function.
+class HoldRelease {
+ public:
+  HoldRelease(LedgerFeed& feed, Reservations& reservations) : feed_(&feed), reservations_(&reservations) {}
+  void operator()(const std::string& uid) const;
+
+ private:
+  LedgerFeed* feed_;
+  Reservations* reservations_;
+};
+
 }  // namespace hami::extender

@@ -19,6 +19,13 @@ using Labels = std::vector<std::pair<std::string, std::string>>;
 // (1048576); anything else like Go's strconv.FormatFloat(v, 'g', -1, 64) (0.25, 1.5e-05, 2.5e+06).
 std::string FormatValue(double value);
 
+// Whatever writes a /metrics page of its own families (the HTTP adapter serves it).
+class Source {
+ public:
+  virtual ~Source() = default;
+  virtual std::string Metrics() const = 0;
+};
+
 class TextWriter {
  public:
   // Starts a family: "# HELP name help" and "# TYPE name type" (type: counter|gauge|histogram|summary|

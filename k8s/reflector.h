@@ -97,6 +97,9 @@ class Informer {
         handlers_(std::move(handlers)),
         reflector_(client, WithoutObjects(std::move(options)), MakeHandlers()) {}
 
+  // Replaces the handlers; before Run() (the services an event reaches may be built after their cache).
+  void SetHandlers(Handlers handlers) { handlers_ = std::move(handlers); }
+
   boost::asio::awaitable<void> Run() { return reflector_.Run(); }
   bool synced() const { return reflector_.synced(); }
   const std::map<std::string, View>& views() const { return views_; }

@@ -9,6 +9,9 @@
 #include "sim/patch.h"
 #include "extender/bind_service.h"
 #include "extender/filter_service.h"
+#include "extender/health_service.h"
+#include "extender/leadership.h"
+#include "extender/readiness.h"
 #include "extender/ledger_feed.h"
 #include "extender/reservations.h"
 #include "tests/support/builders.h"
@@ -66,8 +69,16 @@ class ServicesTest : public ::testing::Test {
       clock_,
       extender::BindOptions{std::chrono::milliseconds(0), std::chrono::seconds(300)},
       [this](const std::string& uid) { released_.push_back(uid); }};
-  k8s::Signal ready_changed_;
-  bool stopping_ = false;
+  // Ready from the start: no cache to wait for, and the first health pass (over no node) has run.
+  extender::Leadership leadership_{extender::LeadershipOptions{}};
+  extender::HealthService health_{backends_, writer_, clock_, std::chrono::seconds(60)};
+  std::map<std::string, NodeView> no_nodes_;
+  extender::Readiness readiness_{leadership_};
+  bool ready_ = [this] {
+    readiness_.RequireHealthPass(health_);
+    testing::RunCoro(ioc_, health_.Pass(no_nodes_, feed_.state()));
+    return readiness_.ready();
+  }();
   extender::FilterService filter_{
       feed_.state(),
       reservations_,
@@ -76,7 +87,7 @@ class ServicesTest : public ::testing::Test {
       writer_,
       clock_,
       extender::FilterOptions{},
-      extender::Readiness{[] { return true; }, [] { return std::string(); }, &ready_changed_, &stopping_}};
+      readiness_};
   extender::AdmissionService admission_{backends_, feed_.state(), AdmissionOptions{"hami-scheduler", true}};
 };
 

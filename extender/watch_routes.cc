@@ -1,0 +1,139 @@
+#include "extender/watch_routes.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+
+#include "core/keys.h"
+#include "k8s/objects.h"
+
+namespace hami::extender {
+namespace asio = boost::asio;
+
+namespace {
+
+k8s::Reflector::Options At(k8s::Reflector::Options o, std::string path) {
+  o.path = std::move(path);
+  return o;
+}
+
+k8s::Reflector::Options NodeWatch(const CacheOptions& options) {
+  k8s::Reflector::Options o = At(options.reflector, "/api/v1/nodes");
+  o.label_selector = options.node_label_selector;
+  return o;
+}
+
+k8s::Reflector::Options LeaseWatch(const CacheOptions& options) {
+  k8s::Reflector::Options o = At(
+      options.reflector,
+      fmt::format("/apis/coordination.k8s.io/v1/namespaces/{}/leases", options.lease_namespace));
+  o.field_selector = "metadata.name=" + options.lease_name;
+  // A watch that backs off longer than the Lease lasts would end a term kube-scheduler still holds.
+  o.backoff_max = std::min<std::chrono::milliseconds>(o.backoff_max, std::chrono::seconds(2));
+  return o;
+}
+
+}  // namespace
+
+Caches::Caches(k8s::ApiClient& client, const CacheOptions& options)
+    : nodes(client, NodeWatch(options), k8s::NodeFromJson),
+      pods(client, At(options.reflector, "/api/v1/pods"), k8s::PodFromJson),
+      quotas(client, At(options.reflector, "/api/v1/resourcequotas"), k8s::ResourceQuotaFromJson),
+      lease(options.watch_lease
+                ? std::make_unique<k8s::Informer<LeaseView>>(client, LeaseWatch(options), k8s::LeaseFromJson)
+                : nullptr) {}
+
+asio::awaitable<void> Caches::Run() {
+  using namespace asio::experimental::awaitable_operators;
+  if (lease) {
+    co_await (nodes.Run() && pods.Run() && quotas.Run() && lease->Run());
+  } else {
+    co_await (nodes.Run() && pods.Run() && quotas.Run());
+  }
+}
+
+void WatchRoutes::Attach(Caches& caches) {
+  const auto synced = [this] { t_.readiness.changed().Notify(); };
+  caches.nodes.SetHandlers({
+      .on_add = [this](const NodeView& n) { OnNode(n); },
+      .on_update =
+          [this](const NodeView& old_node, const NodeView& n) {
+            if (old_node.uid != n.uid) OnNodeDeleted(old_node);
+            OnNode(n);
+          },
+      .on_delete = [this](const NodeView& n) { OnNodeDeleted(n); },
+      .on_synced = synced,
+  });
+  caches.pods.SetHandlers({
+      .on_add = [this](const PodView& p) { OnPod(p); },
+      .on_update =
+          [this](const PodView& old_pod, const PodView& p) {
+            if (old_pod.uid != p.uid) OnPodDeleted(old_pod);
+            OnPod(p);
+          },
+      .on_delete = [this](const PodView& p) { OnPodDeleted(p); },
+      .on_synced = synced,
+  });
+  QuotaBook& quotas = t_.feed.state().quotas();
+  caches.quotas.SetHandlers({
+      .on_add = [&quotas](const ResourceQuotaView& q) { quotas.UpsertQuota(q); },
+      .on_update = [&quotas](const ResourceQuotaView&, const ResourceQuotaView& q) { quotas.UpsertQuota(q); },
+      .on_delete = [&quotas](const ResourceQuotaView& q) { quotas.RemoveQuota(q.ns, q.name); },
+      .on_synced = synced,
+  });
+  if (caches.lease) {
+    Leadership& leadership = t_.leadership;
+    caches.lease->SetHandlers({
+        .on_add = [&leadership](const LeaseView& l) { leadership.Observe(&l); },
+        .on_update = [&leadership](const LeaseView&, const LeaseView& l) { leadership.Observe(&l); },
+        .on_delete = [&leadership](const LeaseView&) { leadership.Observe(nullptr); },
+        .on_synced = synced,
+    });
+  }
+}
+
+void WatchRoutes::OnNode(const NodeView& node) {
+  t_.feed.UpsertNode(node);
+  t_.health.ApplyMask(node.name, t_.feed.state());
+  t_.binder.OnNodeSeen(node);
+}
+
+void WatchRoutes::OnNodeDeleted(const NodeView& node) {
+  t_.feed.RemoveNode(node.name);
+  t_.health.Forget(node.name);  // a node re-created under the same name starts clean
+  t_.binder.OnNodeDeleted(node.name);
+}
+
+void WatchRoutes::OnPod(const PodView& pod) {
+  const std::string uid = UidOf(pod);
+  t_.feed.TrackWaiting(pod, pod.scheduler_name == t_.scheduler_name);
+  if (Finished(pod)) {
+    t_.release(uid);
+    t_.binder.OnPodGone(uid);
+    return;
+  }
+  if (!pod.node_name.empty()) t_.binder.OnPodBound(uid);
+  // A pod without hami.io/vgpu-node holds nothing new (our reservation, if any, is written by its Binding).
+  // A bound one whose annotations were removed keeps what it held, and a block it caused (fail closed).
+  if (!pod.annotations.contains(keys::kAssignedNode)) {
+    if (pod.node_name.empty()) t_.feed.ClearUnreadable(uid);
+    return;
+  }
+  if (t_.reservations.contains(uid)) {
+    // Our filter decided for this pod and the Binding writes the decision: until the pod shows bound,
+    // annotations it carries are an earlier decision's.
+    if (pod.node_name.empty()) return;
+    t_.reservations.Drop(uid);
+  }
+  t_.feed.RecordAllocation(pod);
+}
+
+void WatchRoutes::OnPodDeleted(const PodView& pod) {
+  const std::string uid = UidOf(pod);
+  t_.feed.StopWaiting(uid);
+  t_.release(uid);
+  t_.binder.OnPodGone(uid);
+}
+
+}  // namespace hami::extender
