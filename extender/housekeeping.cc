@@ -40,6 +40,7 @@ asio::awaitable<void> Housekeeping::HealthPass() {
 }
 
 asio::awaitable<void> Housekeeping::Sweep() {
+  // One sweep at a time (a test's call may meet the loop's): each decides from what the last one left.
   while (sweeping_) co_await sweep_done_.WaitUntil(steady_clock::now() + std::chrono::hours(1));
   sweeping_ = true;
   struct Done {
