@@ -51,6 +51,7 @@
 #include "cmd/app.h"
 #include "cmd/service.h"
 #include "core/codec/node_devices.h"
+#include "extender/admission_wire.h"
 #include "k8s/admission.h"
 #include "k8s/extender.h"
 #include "k8s/http_client.h"
@@ -1072,14 +1073,15 @@ int WebhookMode(const Flags& f) {
   client.Run(std::move(tasks));
   const Counters delta = harness.Read() - before;
 
-  // The decision alone: parse the pod, admit it, write the changes back, diff (what Review does).
+  // The decision alone: parse the pod, admit it, write the changes back, diff (what ReviewAdmission does).
   const double in_process_us = harness.OnServer([&] {
     auto parsed = hami::k8s::ParseAdmissionReview(reviews[0]).value();
     auto& admission = harness.service().extender().admission();
     const int n = 20000;
     const auto t0 = Clock_::now();
     std::size_t patched = 0;
-    for (int i = 0; i < n; ++i) patched += admission.Review(parsed).patch.empty() ? 0 : 1;
+    for (int i = 0; i < n; ++i)
+      patched += hami::extender::ReviewAdmission(admission, parsed).patch.empty() ? 0 : 1;
     const double us = std::chrono::duration<double, std::micro>(Clock_::now() - t0).count() / n;
     return patched == static_cast<std::size_t>(n) ? us : NAN;
   });

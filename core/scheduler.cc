@@ -12,9 +12,13 @@ Scheduler::Scheduler(ClusterState& state, SchedulerOptions options)
 
 FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::string>& candidates,
                                 TimePoint now) {
+  return Filter(pod, CollectRequests(pod, state_->backends()), candidates, now);
+}
+
+FilterOutcome Scheduler::Filter(const PodView& pod, const Result<PodRequests>& requests,
+                                const std::vector<std::string>& candidates, TimePoint now) {
   FilterOutcome out;
   const Backends& backends = state_->backends();
-  auto requests = CollectRequests(pod, backends);
   if (!requests) {
     out.error = requests.error().message;
     return out;

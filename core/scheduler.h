@@ -28,7 +28,8 @@ struct FilterOutcome {
     kPassThrough,    // the pod asks for no device we manage: every candidate passes
     kScheduled,      // `node` chosen
     kUnschedulable,  // no candidate fits; `failed_nodes` says why for each
-    kError,          // the pod itself is invalid (bad resource value, bad annotation); `error` says why
+    kError,  // no decision: the pod is invalid (bad resource value, bad annotation) or the request was
+             // refused (not ready, not the leader, another pod's uid); `error` says why
   };
   Kind kind = Kind::kError;
   std::string node;
@@ -53,6 +54,10 @@ class Scheduler {
 
   // Decides for `pod` among `candidates` (node names). Does not change any state.
   FilterOutcome Filter(const PodView& pod, const std::vector<std::string>& candidates, TimePoint now);
+  // The same with the pod's requests collected already (CollectRequests(pod, backends)): a caller that
+  // needs them before deciding collects them once.
+  FilterOutcome Filter(const PodView& pod, const Result<PodRequests>& requests,
+                       const std::vector<std::string>& candidates, TimePoint now);
 
   // Records a scheduled outcome for `pod` in the ledger (replacing any earlier reservation of the pod): in
   // flight until its device plugin sets it up, or set up already (an offline run that places pods one

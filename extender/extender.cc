@@ -34,13 +34,16 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
       fenced_(writer_, leadership_),
       feed_(backends, fenced_),
       health_(backends, fenced_, clock, options_.handshake_timeout, &readiness_.changed()),
-      reservations_(fenced_, backends, clock, options_.reservation_timeout),
+      ledger_(feed_),
+      expiry_(ledger_, fenced_, backends, clock, options_.reservation_timeout),
       locker_(fenced_, clock, options_.node_lock_timeout),
       caches_(*clients.decisions, CachesOf(options_)),
-      release_(feed_, reservations_),
-      binder_(executor, feed_.state(), reservations_, caches_.pods.views(), locker_, fenced_, clock,
-              BindOptions{options_.node_lock_retry_timeout, options_.reservation_timeout}, release_),
-      filter_(feed_.state(), reservations_, binder_, caches_.pods.views(), fenced_, clock,
+      lock_queue_(executor, feed_.state(), caches_.pods.views(), locker_, options_.node_lock_retry_timeout),
+      plugin_locks_(executor, feed_.state(), ledger_, caches_.pods.views(), locker_, clock,
+                    options_.reservation_timeout),
+      binder_(feed_.state(), ledger_, caches_.pods.views(), lock_queue_, plugin_locks_, locker_, fenced_,
+              clock, BindOptions{options_.node_lock_retry_timeout, options_.reservation_timeout}),
+      filter_(feed_.state(), ledger_, binder_, caches_.pods.views(), fenced_, clock,
               FilterOptions{options_.policies, options_.ready_wait, options_.bind_backlog,
                             clients.decisions->options().qps},
               readiness_),
@@ -48,21 +51,21 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
                  AdmissionOptions{options_.scheduler_name, options_.force_overwrite_default_scheduler}),
       routes_(WatchRoutes::Targets{.feed = feed_,
                                    .health = health_,
-                                   .binder = binder_,
-                                   .reservations = reservations_,
+                                   .ledger = ledger_,
+                                   .lock_queue = lock_queue_,
+                                   .plugin_locks = plugin_locks_,
                                    .leadership = leadership_,
                                    .readiness = readiness_,
-                                   .release = release_,
                                    .scheduler_name = options_.scheduler_name}),
       housekeeping_(Housekeeping::Parts{.caches = caches_,
                                         .feed = feed_,
                                         .health = health_,
-                                        .reservations = reservations_,
-                                        .binder = binder_,
+                                        .ledger = ledger_,
+                                        .expiry = expiry_,
+                                        .plugin_locks = plugin_locks_,
                                         .leadership = leadership_,
                                         .readiness = readiness_,
-                                        .writer = fenced_,
-                                        .release = release_},
+                                        .writer = fenced_},
                     HousekeepingOptions{.interval = options_.health_interval,
                                         .pod_name = options_.pod_name,
                                         .pod_namespace = options_.pod_namespace}) {
@@ -102,8 +105,8 @@ asio::awaitable<void> Extender::ReleaseLeadership() {
 
 void Extender::Stop() {
   readiness_.Stop();
-  binder_.Stop();
-  binder_.progress().Notify();
+  lock_queue_.Stop();
+  lock_queue_.progress().Notify();
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -114,15 +117,15 @@ Extender::Stats Extender::stats() const {
   s.filters = filter_.stats().filters;
   s.filters_held = filter_.stats().filters_held;
   s.binds = binder_.stats().binds;
-  s.lock_waits = binder_.stats().lock_waits;
+  s.lock_waits = lock_queue_.waits();
   s.rebinds = binder_.stats().rebinds;
-  s.abandoned_locks = binder_.stats().abandoned_locks;
+  s.abandoned_locks = plugin_locks_.abandoned();
   s.health_passes = health_.stats().passes;
   s.handshake_patches = health_.stats().handshake_patches;
   s.cleanups = health_.stats().cleanups;
   s.annotation_errors = feed_.stats().annotation_errors;
   s.registration_errors = feed_.stats().registration_errors;
-  s.expired = reservations_.expired();
+  s.expired = expiry_.expired();
   return s;
 }
 
@@ -139,7 +142,7 @@ std::string Extender::Metrics() const {
   health_.WriteMetrics(w);
   w.Counter("hami_scheduler_reservations_expired_total",
             "Reservations of pods never bound within --reservation-timeout: freed, annotations removed.",
-            static_cast<double>(reservations_.expired()));
+            static_cast<double>(expiry_.expired()));
   w.Counter("hami_scheduler_events_dropped_total", "Pod events dropped because too many were queued.",
             static_cast<double>(events_.stats().dropped));
   // What the API budget (--kube-qps/--kube-burst, one bucket per client) is spent on.

@@ -21,9 +21,12 @@
 #include "extender/leadership.h"
 #include "extender/lease_elector.h"
 #include "extender/ledger_feed.h"
+#include "extender/lock_queue.h"
 #include "extender/node_locker.h"
+#include "extender/plugin_locks.h"
+#include "extender/pod_ledger.h"
 #include "extender/readiness.h"
-#include "extender/reservations.h"
+#include "extender/reservation_expiry.h"
 #include "extender/watch_routes.h"
 #include "k8s/api_client.h"
 #include "k8s/events.h"
@@ -45,7 +48,7 @@ struct ExtenderOptions {
   std::chrono::milliseconds node_lock_retry_timeout{28000};  // BindOptions
   std::chrono::milliseconds ready_wait{25000};               // FilterOptions
   // A pod that carries our allocation but has no spec.nodeName this long after its filter (hami.io/vgpu-time)
-  // or its bind (hami.io/bind-time) loses it (Reservations).
+  // or its bind (hami.io/bind-time) loses it (ReservationExpiry).
   std::chrono::seconds reservation_timeout{300};
   std::chrono::milliseconds bind_backlog{10000};  // FilterOptions
   bool legacy_metrics = false;
@@ -103,7 +106,7 @@ class Extender : public k8s::prom::Source {
   void Stop();
   void DropQueuedEvents() { events_.Stop(); }
   // Work of its own still running (events being posted, leftover locks being released).
-  bool busy() const { return events_.busy() || binder_.busy(); }
+  bool busy() const { return events_.busy() || plugin_locks_.busy(); }
 
   // GET /metrics (Prometheus text 0.0.4): every service's families and the API budget's.
   std::string Metrics() const override;
@@ -112,7 +115,7 @@ class Extender : public k8s::prom::Source {
   const k8s::EventRecorder& events() const { return events_; }
   const NodeLocker& locker() const { return locker_; }
   // Whether our filter holds a decision for pod `uid` that no Binding has written yet.
-  bool Reserved(const std::string& uid) const { return reservations_.contains(uid); }
+  bool Reserved(const std::string& uid) const { return ledger_.reserved(uid); }
   // The pod as the watch last showed it ("ns/name"); null if not seen.
   const PodView* CachedPod(const std::string& key) const;
   struct Stats {
@@ -135,10 +138,12 @@ class Extender : public k8s::prom::Source {
   LeaderFencedWriter fenced_;  // what every service writes through
   LedgerFeed feed_;
   HealthService health_;
-  Reservations reservations_;
+  PodLedger ledger_;
+  ReservationExpiry expiry_;
   NodeLocker locker_;
   Caches caches_;
-  HoldRelease release_;
+  LockQueue lock_queue_;
+  PluginLocks plugin_locks_;
   BindService binder_;
   FilterService filter_;
   AdmissionService admission_;

@@ -29,11 +29,11 @@ std::string SummarizeFailures(const std::map<std::string, std::string>& failed) 
 
 }  // namespace
 
-FilterService::FilterService(ClusterState& state, Reservations& reservations, const BindService& binds,
+FilterService::FilterService(ClusterState& state, PodLedger& ledger, const BindService& binds,
                              const std::map<std::string, PodView>& pods, ClusterWriter& writer,
                              const Clock& clock, FilterOptions options, Readiness& readiness)
     : state_(&state),
-      reservations_(&reservations),
+      ledger_(&ledger),
       binds_(&binds),
       pods_(&pods),
       writer_(&writer),
@@ -43,23 +43,25 @@ FilterService::FilterService(ClusterState& state, Reservations& reservations, co
       scheduler_(state, options_.policies),
       latency_(k8s::prom::Histogram::LatencyBuckets()) {}
 
-k8s::ExtenderFilterResult FilterService::Fail(std::string message) {
+FilterOutcome FilterService::Fail(std::string message) {
   ++results_["error"];
-  k8s::ExtenderFilterResult r;
+  FilterOutcome r;
+  r.kind = FilterOutcome::Kind::kError;
   r.error = std::move(message);
   return r;
 }
 
-k8s::ExtenderFilterResult FilterService::Refuse(std::string error) {
+FilterOutcome FilterService::Refuse(std::string error) {
   ++stats_.filters;
   latency_.Observe(0);
   return Fail(std::move(error));
 }
 
-asio::awaitable<k8s::ExtenderFilterResult> FilterService::Filter(const k8s::ExtenderArgs& args) {
+asio::awaitable<FilterOutcome> FilterService::Filter(const PodView& pod,
+                                                    const std::vector<std::string>& candidates) {
   const auto start = steady_clock::now();
   ++stats_.filters;
-  k8s::ExtenderFilterResult out = co_await Decide(args);
+  FilterOutcome out = co_await Decide(pod, candidates);
   latency_.Observe(std::chrono::duration<double>(steady_clock::now() - start).count());
   co_return out;
 }
@@ -122,19 +124,19 @@ asio::awaitable<FilterService::Identity> FilterService::Identify(const PodView& 
     bound = it->second.node_name;
   }
   // Bound by a bind of ours a moment ago, the watch not there yet (kube-scheduler gave up waiting for it).
-  if (const std::string* node = binds_->BoundTo(uid); bound.empty() && node != nullptr) bound = *node;
+  if (const std::string* node = ledger_->BoundTo(uid); bound.empty() && node != nullptr) bound = *node;
   // Whatever the caches know of the pod, a hold in the ledger is only ever released for the pod it was made
   // for: a made-up pod carrying a running pod's uid changes nothing.
   if (const PodAllocation* held = state_->FindPod(uid);
       held != nullptr && (held->ns != pod.ns || held->name != pod.name))
     co_return Identity{fmt::format("uid {} is pod {}/{}'s, not {}'s", uid, held->ns, held->name, key), ""};
-  if (const Reservation* r = reservations_->Find(uid); r != nullptr && r->key != key)
+  if (const Reservation* r = ledger_->FindReservation(uid); r != nullptr && r->key != key)
     co_return Identity{fmt::format("uid {} is pod {}'s, not {}'s", uid, r->key, key), ""};
   co_return Identity{"", bound};
 }
 
-k8s::ExtenderFilterResult FilterService::AnswerBound(const k8s::ExtenderArgs& args, const std::string& node,
-                                                     const std::vector<std::string>& candidates) {
+FilterOutcome FilterService::AnswerBound(const std::string& node,
+                                         const std::vector<std::string>& candidates) {
   // kube-scheduler filters a pod again when it gave up on a bind that succeeded here: the pod keeps its node
   // and its devices. Its node passes, so the bind that follows finds it bound there and answers success.
   ++results_["passthrough"];
@@ -148,22 +150,17 @@ k8s::ExtenderFilterResult FilterService::AnswerBound(const k8s::ExtenderArgs& ar
       outcome.failed_nodes[c] = fmt::format("pod is bound to node {} already", node);
     }
   }
-  return ToFilterResult(outcome, args);
+  return outcome;
 }
 
-asio::awaitable<k8s::ExtenderFilterResult> FilterService::Decide(const k8s::ExtenderArgs& args) {
+asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
+                                                    const std::vector<std::string>& candidates) {
   if (!co_await WaitReady())
     co_return Fail("hami-scheduler is not ready: " + readiness_->NotReadyReason());
-  const PodView& pod = args.pod;
   const std::string uid = UidOf(pod);
-  std::vector<std::string> candidates;
-  if (args.node_names) {
-    candidates = *args.node_names;
-  } else if (args.nodes) {
-    candidates = *args.nodes;
-  }
-  if (auto requests = CollectRequests(pod, state_->backends()); requests && requests->Any())
-    co_await AwaitBindBacklog();
+  // Collected once: the backlog check and the decision both read them.
+  const Result<PodRequests> requests = CollectRequests(pod, state_->backends());
+  if (requests && requests->Any()) co_await AwaitBindBacklog();
   // From here to the decision nothing waits but the identity's read: what it checked still holds when the
   // ledger changes.
   const Identity identity = co_await Identify(pod);
@@ -171,21 +168,21 @@ asio::awaitable<k8s::ExtenderFilterResult> FilterService::Decide(const k8s::Exte
     spdlog::warn("filter refused, nothing changed: {}", identity.refusal);
     co_return Fail(fmt::format("filter of pod {} refused: {}", pod.Key(), identity.refusal));
   }
-  if (!identity.bound.empty()) co_return AnswerBound(args, identity.bound, candidates);
+  if (!identity.bound.empty()) co_return AnswerBound(identity.bound, candidates);
   // A bind of this pod still running (kube-scheduler gave up waiting for it and filters again) may yet bind
   // it with the devices reserved now: deciding again would hand those devices to another pod.
-  if (binds_->InFlight(pod.Key(), uid))
+  if (ledger_->Binding(pod.Key(), uid))
     co_return Fail(fmt::format("pod {} is being bound (an earlier bind of it is still running)", pod.Key()));
   // A re-filter decides without the pod's earlier reservation (and its quota), which goes. Nothing else can
   // be held for a pod not bound yet: annotations charge only bound pods (docs/DECISIONS.md, "The ledger").
   state_->RemovePod(uid);
-  reservations_->Drop(uid);
+  ledger_->DropReservation(uid);
   const TimePoint now = clock_->Now();
-  FilterOutcome outcome = scheduler_.Filter(pod, candidates, now);
+  FilterOutcome outcome = scheduler_.Filter(pod, requests, candidates, now);
   switch (outcome.kind) {
     case FilterOutcome::Kind::kPassThrough:
       ++results_["passthrough"];
-      co_return ToFilterResult(outcome, args);
+      co_return outcome;
     case FilterOutcome::Kind::kError:
       outcome.error = fmt::format("pod {}: {}", pod.Key(), outcome.error);
       writer_->Event(k8s::InvolvedObject::Of(pod), "Warning", "FilteringFailed", outcome.error);
@@ -197,15 +194,15 @@ asio::awaitable<k8s::ExtenderFilterResult> FilterService::Decide(const k8s::Exte
           k8s::InvolvedObject::Of(pod), "Warning", "FilteringFailed",
           fmt::format("no node fits the pod's device request; {}",
                       candidates.empty() ? "no candidate nodes" : SummarizeFailures(outcome.failed_nodes)));
-      co_return ToFilterResult(outcome, args);
+      co_return outcome;
     case FilterOutcome::Kind::kScheduled:
       break;
   }
 
-  // The decision is held in memory and written on the pod by its Binding (BindService), in the same update
-  // that sets spec.nodeName: one request per pod less than HAMi's filter patch, and the device plugin never
-  // sees a half-written pod. A restart between filter and bind loses the reservation; the bind then fails
-  // and kube-scheduler filters the pod again.
+  // The decision is held in the pod ledger and written on the pod by its Binding (BindService), in the
+  // same update that sets spec.nodeName: one request per pod less than HAMi's filter patch, and the device
+  // plugin never sees a half-written pod. A restart between filter and bind loses the reservation; the bind
+  // then fails and kube-scheduler filters the pod again.
   if (!outcome.busy_best.empty() && spdlog::should_log(spdlog::level::debug)) {
     spdlog::debug("filter {}: binpack's best node {} is busy; {} pods of the burst for these {} candidates: {}",
                   pod.Key(), outcome.busy_best, outcome.burst, candidates.size(),
@@ -213,10 +210,10 @@ asio::awaitable<k8s::ExtenderFilterResult> FilterService::Decide(const k8s::Exte
                                                     : "it goes to " + outcome.node);
   }
   scheduler_.Reserve(pod, outcome);
-  reservations_->Hold(uid, Reservation{pod.Key(), outcome.node, now, outcome.annotations});
+  ledger_->Reserve(uid, Reservation{pod.Key(), outcome.node, now, outcome.annotations});
   ++results_["scheduled"];
   RecordFilterEvent(pod, outcome);
-  co_return ToFilterResult(outcome, args);
+  co_return outcome;
 }
 
 void FilterService::RecordFilterEvent(const PodView& pod, const FilterOutcome& outcome) {

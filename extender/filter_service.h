@@ -1,8 +1,8 @@
 #pragma once
 // POST /filter: decides where a pod's devices go (core's Scheduler over the registry and ledger), holds the
-// decision in memory as a reservation (Reservations) until its Binding writes it, and answers which node
-// fits. Waits for the caches and the first health pass before its first answer, and holds a decision while
-// the binds in flight need more of the API budget than kube-scheduler's timeout leaves them.
+// decision in the pod ledger as a reservation until its Binding writes it, and answers which node fits.
+// Waits for the caches and the first health pass before its first answer, and holds a decision while the
+// binds in flight need more of the API budget than kube-scheduler's timeout leaves them.
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <functional>
@@ -12,9 +12,8 @@
 #include "core/scheduler.h"
 #include "extender/bind_service.h"
 #include "extender/cluster_writer.h"
+#include "extender/pod_ledger.h"
 #include "extender/readiness.h"
-#include "extender/reservations.h"
-#include "k8s/extender.h"
 #include "k8s/metrics.h"
 #include "k8s/waits.h"
 
@@ -33,14 +32,16 @@ struct FilterOptions {
 class FilterService {
  public:
   // `pods`: the pod cache ("ns/name" -> pod), alive as long as the service.
-  FilterService(ClusterState& state, Reservations& reservations, const BindService& binds,
+  FilterService(ClusterState& state, PodLedger& ledger, const BindService& binds,
                 const std::map<std::string, PodView>& pods, ClusterWriter& writer, const Clock& clock,
                 FilterOptions options, Readiness& readiness);
 
-  // The answer for kube-scheduler (a failure is in its error).
-  boost::asio::awaitable<k8s::ExtenderFilterResult> Filter(const k8s::ExtenderArgs& args);
+  // The decision for `pod` among `candidates` (node names), as kube-scheduler is to hear it: a failure is
+  // an outcome of kind kError with its message.
+  boost::asio::awaitable<FilterOutcome> Filter(const PodView& pod,
+                                               const std::vector<std::string>& candidates);
   // A request that could not be read: counted, answered with `error`.
-  k8s::ExtenderFilterResult Refuse(std::string error);
+  FilterOutcome Refuse(std::string error);
 
   struct Stats {
     std::size_t filters = 0;
@@ -50,7 +51,8 @@ class FilterService {
   void WriteMetrics(k8s::prom::TextWriter& w) const;
 
  private:
-  boost::asio::awaitable<k8s::ExtenderFilterResult> Decide(const k8s::ExtenderArgs& args);
+  boost::asio::awaitable<FilterOutcome> Decide(const PodView& pod,
+                                               const std::vector<std::string>& candidates);
   // Who the request speaks for.
   struct Identity {
     std::string refusal;  // the pod's uid is another pod's (in the cache, a read, the ledger, a reservation)
@@ -58,15 +60,14 @@ class FilterService {
   };
   boost::asio::awaitable<Identity> Identify(const PodView& pod);
   // The answer for a pod bound already: its node fits (if a candidate), nothing is decided or released.
-  k8s::ExtenderFilterResult AnswerBound(const k8s::ExtenderArgs& args, const std::string& node,
-                                        const std::vector<std::string>& candidates);
+  FilterOutcome AnswerBound(const std::string& node, const std::vector<std::string>& candidates);
   boost::asio::awaitable<bool> WaitReady();
   boost::asio::awaitable<void> AwaitBindBacklog();
-  k8s::ExtenderFilterResult Fail(std::string message);
+  FilterOutcome Fail(std::string message);
   void RecordFilterEvent(const PodView& pod, const FilterOutcome& outcome);
 
   ClusterState* state_;
-  Reservations* reservations_;
+  PodLedger* ledger_;
   const BindService* binds_;
   const std::map<std::string, PodView>* pods_;
   ClusterWriter* writer_;

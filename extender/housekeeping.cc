@@ -50,21 +50,16 @@ asio::awaitable<void> Housekeeping::Sweep() {
       h->sweep_done_.Notify();
     }
   } done{this};
-  // Named: a temporary std::function bound to a coroutine's reference parameter is what GCC 12 mishandles.
-  const Reservations::Release release = p_.release;
-  const Reservations::BindRunning running = [this](const std::string& key, const std::string& uid) {
-    return p_.binder.InFlight(key, uid);
-  };
   const auto& pods = p_.caches.pods.views();
-  const auto due = p_.reservations.Expire(pods, running, release);
+  const auto due = p_.expiry.Expire(pods);
   // Ledger entries the annotations no longer back (removed by someone, or by an expiry that raced a filter).
   for (const auto& uid :
-       p_.feed.Orphans(pods, [this](const std::string& uid) { return p_.reservations.contains(uid); })) {
+       p_.feed.Orphans(pods, [this](const std::string& uid) { return p_.ledger.reserved(uid); })) {
     spdlog::info("ledger: pod uid {} no longer carries an allocation: released", uid);
-    p_.release(uid);
+    p_.ledger.Release(uid);
   }
-  co_await p_.binder.ReleaseAbandonedLocks(p_.caches.nodes.views());
-  co_await p_.reservations.Clear(due, release);
+  co_await p_.plugin_locks.ReleaseAbandoned(p_.caches.nodes.views());
+  co_await p_.expiry.Clear(due);
 }
 
 asio::awaitable<void> Housekeeping::LabelSchedulerPods() {

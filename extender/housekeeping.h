@@ -7,13 +7,14 @@
 #include <chrono>
 #include <string>
 
-#include "extender/bind_service.h"
 #include "extender/cluster_writer.h"
 #include "extender/health_service.h"
 #include "extender/leadership.h"
 #include "extender/ledger_feed.h"
+#include "extender/plugin_locks.h"
+#include "extender/pod_ledger.h"
 #include "extender/readiness.h"
-#include "extender/reservations.h"
+#include "extender/reservation_expiry.h"
 #include "extender/watch_routes.h"
 #include "k8s/waits.h"
 
@@ -33,12 +34,12 @@ class Housekeeping {
     const Caches& caches;
     LedgerFeed& feed;
     HealthService& health;
-    Reservations& reservations;
-    BindService& binder;
+    PodLedger& ledger;
+    ReservationExpiry& expiry;
+    PluginLocks& plugin_locks;
     Leadership& leadership;
     Readiness& readiness;
     ClusterWriter& writer;
-    HoldRelease release;
   };
   Housekeeping(Parts parts, HousekeepingOptions options) : p_(std::move(parts)), options_(std::move(options)) {}
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cctype>
 
+#include "extender/admission_wire.h"
 #include "k8s/admission.h"
 #include "k8s/extender.h"
 #include "k8s/logging.h"
@@ -40,6 +41,15 @@ std::string MediaType(std::string_view content_type) {
   return out;
 }
 
+BindRequest BindRequestOf(const k8s::ExtenderBindingArgs& args) {
+  BindRequest r;
+  r.ns = args.pod_namespace;
+  r.name = args.pod_name;
+  r.uid = args.pod_uid;
+  r.node = args.node;
+  return r;
+}
+
 // The AdmissionReview answering `r`. The API server expects HTTP 200 and the review's own apiVersion; a
 // review that cannot be read is answered as refused (as controller-runtime does), with the reason. Reading
 // and deciding run on `worker`; the quota check and the counters on the loop.
@@ -48,19 +58,19 @@ asio::awaitable<std::string> Webhook(AdmissionService& admission, asio::thread_p
   if (r.body_too_large)
     co_return k8s::AdmissionReviewJson(
         "", "",
-        admission.Refuse(413, fmt::format("the AdmissionReview is larger than the {} MiB limit",
-                                          kWebhookBodyLimit >> 20)));
+        AnswerOf(admission.Refuse(413, fmt::format("the AdmissionReview is larger than the {} MiB limit",
+                                                   kWebhookBodyLimit >> 20))));
   if (MediaType(r.content_type) != kJson) {
     co_return k8s::AdmissionReviewJson(
         "", "",
-        admission.Refuse(400, fmt::format("Content-Type \"{}\" is not application/json",
-                                          k8s::EscapeControlChars(r.content_type))));
+        AnswerOf(admission.Refuse(400, fmt::format("Content-Type \"{}\" is not application/json",
+                                                   k8s::EscapeControlChars(r.content_type)))));
   }
   const auto start = std::chrono::steady_clock::now();
   struct Read {
     bool parsed = false;
     std::string api_version, uid, error;
-    AdmissionService::Prepared prepared;
+    PreparedReview prepared;
   };
   // The worker owns its copy of the body: it outlives this frame if the server is torn down meanwhile. What
   // it parses is freed there too; only the answer comes back.
@@ -74,14 +84,14 @@ asio::awaitable<std::string> Webhook(AdmissionService& admission, asio::thread_p
     out.parsed = true;
     out.api_version = review->api_version;
     out.uid = review->uid;
-    out.prepared = admission.Prepare(*review);
+    out.prepared = PrepareReview(admission, *review);
     co_return out;
   };
   Read done = co_await asio::co_spawn(worker, std::move(read), asio::use_awaitable);
   if (!*alive) co_return std::string();  // torn down while the review was on the worker
-  if (!done.parsed) co_return k8s::AdmissionReviewJson("", "", admission.Refuse(400, done.error));
+  if (!done.parsed) co_return k8s::AdmissionReviewJson("", "", AnswerOf(admission.Refuse(400, done.error)));
   co_return k8s::AdmissionReviewJson(done.api_version, done.uid,
-                                     admission.Conclude(std::move(done.prepared), start));
+                                     ConcludeReview(admission, std::move(done.prepared), start));
 }
 
 }  // namespace
@@ -120,15 +130,19 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
   server.Route(http::verb::post, "/filter", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
     auto args = r.body_too_large ? Result<k8s::ExtenderArgs>(Error{std::string(kTooLarge)})
                                  : k8s::ParseExtenderArgs(r.body);
-    k8s::ExtenderFilterResult result;
+    FilterOutcome outcome;
     if (const std::string follower = e->readiness.NotLeaderReason(); !follower.empty()) {
-      result = e->filter.Refuse("hami-scheduler is not the leader (" + follower + "); retry");
+      outcome = e->filter.Refuse("hami-scheduler is not the leader (" + follower + "); retry");
     } else if (args) {
-      result = co_await e->filter.Filter(*args);
+      // Named before the co_await (GCC 12 mishandles temporaries in a co_await's full-expression); a
+      // reference to the request's own list, not a copy of up to thousands of names.
+      const std::vector<std::string>& candidates = k8s::CandidatesOf(*args);
+      outcome = co_await e->filter.Filter(args->pod, candidates);
     } else {
-      result = e->filter.Refuse(args.error().message);
+      outcome = e->filter.Refuse(args.error().message);
     }
-    co_return Respond(200, kJson, k8s::ToJson(result));
+    static const k8s::ExtenderArgs kUnread;  // an error's answer echoes nothing of the request
+    co_return Respond(200, kJson, k8s::ToJson(k8s::ToFilterResult(outcome, args ? *args : kUnread)));
   });
   server.Route(http::verb::post, "/bind", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
     auto args = r.body_too_large ? Result<k8s::ExtenderBindingArgs>(Error{std::string(kTooLarge)})
@@ -138,7 +152,8 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
       e->binder.Refuse();
       error = "hami-scheduler is not the leader (" + follower + "); retry";
     } else if (args) {
-      error = co_await e->binder.Bind(*args);
+      const BindRequest request = BindRequestOf(*args);  // named: see /filter
+      error = co_await e->binder.Bind(request);
     } else {
       e->binder.Refuse();
       error = args.error().message;

@@ -5,7 +5,7 @@
 // k8s/admission). It is handed the services it serves and the readiness that gates them; kube-scheduler
 // expects HTTP 200 with failures in the JSON's Error.
 //
-// An AdmissionReview is read and decided on the webhook's worker thread (AdmissionService::Prepare), never
+// An AdmissionReview is read and decided on the webhook's worker thread (PrepareReview), never
 // on the event loop: a review of several MiB costs seconds of parsing, and the loop must keep renewing the
 // Lease, answering probes and deciding filters meanwhile. Only the quota check returns to the loop.
 #include <boost/asio/thread_pool.hpp>

@@ -96,35 +96,36 @@ void WatchRoutes::Attach(Caches& caches) {
 void WatchRoutes::OnNode(const NodeView& node) {
   t_.feed.UpsertNode(node);
   t_.health.ApplyMask(node.name, t_.feed.state());
-  t_.binder.OnNodeSeen(node);
+  t_.plugin_locks.OnNodeSeen(node);  // locks the node shows released are forgotten
+  t_.lock_queue.Wake(node.name);     // the head of each lock queue looks again
 }
 
 void WatchRoutes::OnNodeDeleted(const NodeView& node) {
   t_.feed.RemoveNode(node.name);
   t_.health.Forget(node.name);  // a node re-created under the same name starts clean
-  t_.binder.OnNodeDeleted(node.name);
+  t_.plugin_locks.OnNodeDeleted(node.name);
+  t_.lock_queue.Wake(node.name);
 }
 
 void WatchRoutes::OnPod(const PodView& pod) {
   const std::string uid = UidOf(pod);
   t_.feed.TrackWaiting(pod, pod.scheduler_name == t_.scheduler_name);
   if (Finished(pod)) {
-    t_.release(uid);
-    t_.binder.OnPodGone(uid);
+    PodGone(uid);
     return;
   }
-  if (!pod.node_name.empty()) t_.binder.OnPodBound(uid);
+  if (!pod.node_name.empty()) t_.ledger.ShownBound(uid);
   // A pod without hami.io/vgpu-node holds nothing new (our reservation, if any, is written by its Binding).
   // A bound one whose annotations were removed keeps what it held, and a block it caused (fail closed).
   if (!pod.annotations.contains(keys::kAssignedNode)) {
     if (pod.node_name.empty()) t_.feed.ClearUnreadable(uid);
     return;
   }
-  if (t_.reservations.contains(uid)) {
+  if (t_.ledger.reserved(uid)) {
     // Our filter decided for this pod and the Binding writes the decision: until the pod shows bound,
     // annotations it carries are an earlier decision's.
     if (pod.node_name.empty()) return;
-    t_.reservations.Drop(uid);
+    t_.ledger.DropReservation(uid);
   }
   t_.feed.RecordAllocation(pod);
 }
@@ -132,8 +133,13 @@ void WatchRoutes::OnPod(const PodView& pod) {
 void WatchRoutes::OnPodDeleted(const PodView& pod) {
   const std::string uid = UidOf(pod);
   t_.feed.StopWaiting(uid);
-  t_.release(uid);
-  t_.binder.OnPodGone(uid);
+  PodGone(uid);
+}
+
+void WatchRoutes::PodGone(const std::string& uid) {
+  t_.ledger.Gone(uid);
+  t_.plugin_locks.ReleaseLeftover(uid);
+  t_.lock_queue.WakeAll();  // it may own a lock someone waits for
 }
 
 }  // namespace hami::extender

@@ -4,10 +4,14 @@
 // same way). WatchRoutes::Attach sets each cache's handlers to the member functions below; each one is the
 // whole list of services that event reaches:
 //
-//   node added or updated    -> LedgerFeed::UpsertNode, HealthService::ApplyMask, BindService::OnNodeSeen
-//   node deleted             -> LedgerFeed::RemoveNode, HealthService::Forget, BindService::OnNodeDeleted
-//   pod added or updated     -> LedgerFeed (waiting, allocation), Reservations, BindService (bound, gone)
-//   pod deleted              -> LedgerFeed::StopWaiting, the hold released, BindService::OnPodGone
+//   node added or updated    -> LedgerFeed::UpsertNode, HealthService::ApplyMask, PluginLocks::OnNodeSeen,
+//                               LockQueue::Wake
+//   node deleted             -> LedgerFeed::RemoveNode, HealthService::Forget, PluginLocks::OnNodeDeleted,
+//                               LockQueue::Wake
+//   pod added or updated     -> LedgerFeed (waiting, allocation), PodLedger (shown bound, reservation
+//                               written), and as a pod deleted once finished
+//   pod deleted              -> LedgerFeed::StopWaiting, PodLedger::Gone, PluginLocks::ReleaseLeftover,
+//                               LockQueue::WakeAll
 //   quota added, updated, deleted -> the ledger's quotas
 //   Lease (follow mode)      -> Leadership::Observe
 //   a cache synced           -> Readiness (wakes the filters waiting to be ready)
@@ -18,12 +22,13 @@
 #include <memory>
 #include <string>
 
-#include "extender/bind_service.h"
 #include "extender/health_service.h"
 #include "extender/leadership.h"
 #include "extender/ledger_feed.h"
+#include "extender/lock_queue.h"
+#include "extender/plugin_locks.h"
+#include "extender/pod_ledger.h"
 #include "extender/readiness.h"
-#include "extender/reservations.h"
 #include "k8s/api_client.h"
 #include "k8s/reflector.h"
 
@@ -56,11 +61,11 @@ class WatchRoutes {
   struct Targets {
     LedgerFeed& feed;
     HealthService& health;
-    BindService& binder;
-    Reservations& reservations;
+    PodLedger& ledger;
+    LockQueue& lock_queue;
+    PluginLocks& plugin_locks;
     Leadership& leadership;
     Readiness& readiness;
-    HoldRelease release;
     std::string scheduler_name;  // pods naming it are ours (they wait for our decision)
   };
   explicit WatchRoutes(Targets targets) : t_(std::move(targets)) {}
@@ -74,6 +79,10 @@ class WatchRoutes {
   void OnPodDeleted(const PodView& pod);
 
  private:
+  // A pod deleted or finished: its hold released, locks it left for its device plugin released, and the
+  // lock queues woken (it may have held a lock someone waits for).
+  void PodGone(const std::string& uid);
+
   Targets t_;
 };
 

@@ -140,6 +140,12 @@ std::string ToJson(const ExtenderFilterResult& r) {
   return json::serialize(o);
 }
 
+const std::vector<std::string>& CandidatesOf(const ExtenderArgs& args) {
+  static const std::vector<std::string> kNone;
+  if (args.node_names) return *args.node_names;
+  return args.nodes ? *args.nodes : kNone;
+}
+
 ExtenderFilterResult ToFilterResult(const FilterOutcome& outcome, const ExtenderArgs& args) {
   ExtenderFilterResult r;
   const bool by_nodes = args.nodes.has_value();

@@ -33,6 +33,8 @@ struct ExtenderArgs {
 };
 // Errors: invalid JSON names the decoder's message; a missing Pod is "extender args missing pod".
 Result<ExtenderArgs> ParseExtenderArgs(std::string_view body);
+// The candidate node names the request carries: NodeNames, or the names of Nodes.items (none: empty).
+const std::vector<std::string>& CandidatesOf(const ExtenderArgs& args);
 
 struct ExtenderFilterResult {
   std::optional<std::vector<boost::json::value>> nodes;  // NodeList items, for nodeCacheCapable: false

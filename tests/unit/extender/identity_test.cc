@@ -46,23 +46,17 @@ class IdentityTest : public ServicesTest {
   void Observe(const PodView& pod) {
     pods_[pod.Key()] = pod;
     writer_.pods[pod.Key()] = pod;
-    if (!pod.node_name.empty()) reservations_.Drop(extender::UidOf(pod));
+    if (!pod.node_name.empty()) ledger_.DropReservation(extender::UidOf(pod));
     feed_.RecordAllocation(pod);
   }
   std::string BindAs(const std::string& name, const std::string& uid, const std::string& node) {
-    // Built outside the coroutine: GCC 12 destroys a braced temporary twice when a co_await shares its
-    // full-expression.
-    const k8s::ExtenderBindingArgs args{name, "default", uid, node};
-    std::string error;
-    testing::RunCoro(ioc_, [&]() -> boost::asio::awaitable<void> { error = co_await binder_.Bind(args); }());
-    return error;
+    return ServicesTest::BindAs("default", name, uid, node);
   }
   // Whether a new pod of the whole card's memory still finds a place on `node`.
   bool CardFree(const std::string& node) {
     const PodView probe = GpuPod("probe-" + std::to_string(++probes_), 16000);
     const bool fits = Filter(probe, {node}).node_names == std::vector<std::string>{node};
-    feed_.Forget(probe.uid);
-    reservations_.Forget(probe.uid);
+    ledger_.Release(probe.uid);
     pods_.erase(probe.Key());
     return fits;
   }
@@ -72,7 +66,6 @@ class IdentityTest : public ServicesTest {
 TEST_F(IdentityTest, ABindNamingAMissingPodWithARunningPodsUidFreesNothing) {
   const PodView real = Running("real", 16000, "n1");
   EXPECT_THAT(BindAs("ghost", real.uid, "n1"), HasSubstr("not found"));
-  EXPECT_TRUE(released_.empty());
   ASSERT_NE(feed_.state().FindPod(real.uid), nullptr);
   EXPECT_FALSE(CardFree("n1"));
 }
@@ -81,7 +74,7 @@ TEST_F(IdentityTest, ABindNamingAnotherPodWithARunningPodsUidFreesNothing) {
   const PodView real = Running("real", 16000, "n1");
   GpuPod("other", 1000);
   EXPECT_THAT(BindAs("other", real.uid, "n1"), HasSubstr("was re-created"));
-  EXPECT_TRUE(released_.empty());
+  EXPECT_NE(feed_.state().FindPod(real.uid), nullptr);  // nothing released
   EXPECT_FALSE(CardFree("n1"));
 }
 
@@ -93,7 +86,8 @@ TEST_F(IdentityTest, ABindOfAPodReCreatedUnderItsNameStillFreesTheGonePodsReserv
   pods_[second.Key()] = second;
   writer_.pods[second.Key()] = second;
   EXPECT_THAT(BindAs("p", first.uid, "n1"), HasSubstr("was re-created"));
-  EXPECT_THAT(released_, ElementsAre(first.uid));
+  EXPECT_EQ(feed_.state().FindPod(first.uid), nullptr);  // released
+  EXPECT_FALSE(ledger_.reserved(first.uid));
 }
 
 TEST_F(IdentityTest, AFilterOfABoundPodReleasesNothingAndPassesItsNodeOnly) {
@@ -103,7 +97,7 @@ TEST_F(IdentityTest, AFilterOfABoundPodReleasesNothingAndPassesItsNodeOnly) {
   const auto answer = Filter(as_kube_scheduler_sent_it, {"n2", "n1"});
   EXPECT_EQ(answer.error, "");
   EXPECT_EQ(answer.node_names, std::vector<std::string>{"n1"});
-  EXPECT_FALSE(reservations_.contains(real.uid));
+  EXPECT_FALSE(ledger_.reserved(real.uid));
   const PodAllocation* held = feed_.state().FindPod(real.uid);
   ASSERT_NE(held, nullptr);
   EXPECT_EQ(held->node, "n1");
@@ -206,7 +200,7 @@ TEST_F(IdentityTest, AFilterOfAPodThatDoesNotExistReservesNothing) {
   const PodView made_up = testing::Pod("nobody", {testing::GpuCtr("main", 1, 16000, 0)});
   EXPECT_THAT(Filter(made_up, {"n1"}).error, HasSubstr("pod default/nobody does not exist"));
   EXPECT_EQ(feed_.state().FindPod(made_up.uid), nullptr);
-  EXPECT_FALSE(reservations_.contains(made_up.uid));
+  EXPECT_FALSE(ledger_.reserved(made_up.uid));
   EXPECT_TRUE(CardFree("n1"));
 }
 

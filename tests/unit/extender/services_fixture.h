@@ -6,6 +6,7 @@
 #include <boost/asio/io_context.hpp>
 
 #include "extender/admission_service.h"
+#include "extender/admission_wire.h"
 #include "sim/patch.h"
 #include "extender/bind_service.h"
 #include "extender/filter_service.h"
@@ -13,7 +14,11 @@
 #include "extender/leadership.h"
 #include "extender/readiness.h"
 #include "extender/ledger_feed.h"
-#include "extender/reservations.h"
+#include "extender/lock_queue.h"
+#include "extender/plugin_locks.h"
+#include "extender/pod_ledger.h"
+#include "extender/reservation_expiry.h"
+#include "k8s/extender.h"
 #include "tests/support/builders.h"
 #include "tests/support/run_coro.h"
 #include "tests/unit/extender/fake_writer.h"
@@ -35,18 +40,28 @@ class ServicesTest : public ::testing::Test {
     writer_.pods[p.Key()] = p;
     return p;
   }
+  // The decision as kube-scheduler hears it (the HTTP adapter's ToFilterResult of the service's outcome).
   k8s::ExtenderFilterResult Filter(const PodView& pod, std::vector<std::string> nodes) {
     k8s::ExtenderArgs args;
     args.pod = pod;
     args.node_names = std::move(nodes);
-    k8s::ExtenderFilterResult out;
-    testing::RunCoro(ioc_, [&]() -> boost::asio::awaitable<void> { out = co_await filter_.Filter(args); }());
-    return out;
+    FilterOutcome out;
+    testing::RunCoro(ioc_, [&]() -> boost::asio::awaitable<void> {
+      out = co_await filter_.Filter(args.pod, *args.node_names);
+    }());
+    return k8s::ToFilterResult(out, args);
   }
   std::string Bind(const PodView& pod, const std::string& node) {
-    const k8s::ExtenderBindingArgs args{pod.name, pod.ns, pod.uid, node};
+    return BindAs(pod.ns, pod.name, pod.uid, node);
+  }
+  std::string BindAs(const std::string& ns, const std::string& name, const std::string& uid,
+                     const std::string& node) {
+    // Built outside the coroutine: GCC 12 destroys a braced temporary twice when a co_await shares its
+    // full-expression.
+    const extender::BindRequest request{ns, name, uid, node};
     std::string error;
-    testing::RunCoro(ioc_, [&]() -> boost::asio::awaitable<void> { error = co_await binder_.Bind(args); }());
+    testing::RunCoro(ioc_,
+                     [&]() -> boost::asio::awaitable<void> { error = co_await binder_.Bind(request); }());
     return error;
   }
 
@@ -55,20 +70,24 @@ class ServicesTest : public ::testing::Test {
   FixedClock clock_{TimePoint(std::chrono::seconds(1700000000))};
   testing::FakeWriter writer_;
   extender::LedgerFeed feed_{backends_, writer_};
-  extender::Reservations reservations_{writer_, backends_, clock_, std::chrono::seconds(300)};
+  extender::PodLedger ledger_{feed_};
+  extender::ReservationExpiry expiry_{ledger_, writer_, backends_, clock_, std::chrono::seconds(300)};
   extender::NodeLocker locker_{writer_, clock_, std::chrono::seconds(300)};
   std::map<std::string, PodView> pods_;  // the pod cache
-  std::vector<std::string> released_;
+  extender::LockQueue lock_queue_{ioc_.get_executor(), feed_.state(), pods_, locker_,
+                                  std::chrono::milliseconds(0)};
+  extender::PluginLocks plugin_locks_{ioc_.get_executor(), feed_.state(), ledger_, pods_, locker_, clock_,
+                                      std::chrono::seconds(300)};
   extender::BindService binder_{
-      ioc_.get_executor(),
       feed_.state(),
-      reservations_,
+      ledger_,
       pods_,
+      lock_queue_,
+      plugin_locks_,
       locker_,
       writer_,
       clock_,
-      extender::BindOptions{std::chrono::milliseconds(0), std::chrono::seconds(300)},
-      [this](const std::string& uid) { released_.push_back(uid); }};
+      extender::BindOptions{std::chrono::milliseconds(0), std::chrono::seconds(300)}};
   // Ready from the start: no cache to wait for, and the first health pass (over no node) has run.
   extender::Leadership leadership_{extender::LeadershipOptions{}};
   extender::HealthService health_{backends_, writer_, clock_, std::chrono::seconds(60)};
@@ -81,7 +100,7 @@ class ServicesTest : public ::testing::Test {
   }();
   extender::FilterService filter_{
       feed_.state(),
-      reservations_,
+      ledger_,
       binder_,
       pods_,
       writer_,
@@ -104,7 +123,7 @@ inline Admitted Admit(extender::AdmissionService& service, std::string_view pod_
   request.kind = "Pod";
   request.ns = "team";
   request.object = boost::json::parse(pod_json);
-  Admitted out{service.Review(request), request.object};
+  Admitted out{extender::ReviewAdmission(service, request), request.object};
   if (auto applied = sim::ApplyJsonPatch(out.pod, out.answer.patch); !applied)
     ADD_FAILURE() << applied.error().message;
   return out;

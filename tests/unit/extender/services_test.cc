@@ -8,12 +8,13 @@
 #include "core/base64.h"
 #include "core/keys.h"
 #include "extender/admission_service.h"
+#include "extender/admission_wire.h"
 #include "extender/bind_service.h"
 #include "extender/filter_service.h"
 #include "extender/health_service.h"
 #include "extender/leadership.h"
 #include "extender/ledger_feed.h"
-#include "extender/reservations.h"
+#include "extender/reservation_expiry.h"
 #include "k8s/objects.h"
 #include "sim/patch.h"
 #include "tests/support/builders.h"
@@ -40,7 +41,7 @@ TEST_F(ServicesTest, FilterReservesInMemoryAndWritesOnlyAnEvent) {
   const auto result = Filter(pod, {"n1"});
   EXPECT_EQ(result.error, "");
   EXPECT_EQ(result.node_names, std::vector<std::string>{"n1"});
-  EXPECT_TRUE(reservations_.contains(pod.uid));
+  EXPECT_TRUE(ledger_.reserved(pod.uid));
   ASSERT_NE(feed_.state().FindPod(pod.uid), nullptr);
   EXPECT_THAT(writer_.Whats(), ElementsAre("event Normal FilteringSucceed p"));
 }
@@ -157,14 +158,14 @@ TEST_F(ServicesTest, AReservationNeverBoundIsFreedAfterTheTimeout) {
   AddNode("n1");
   const PodView pod = GpuPod("p");
   Filter(pod, {"n1"});
-  const auto none_running = [](const std::string&, const std::string&) { return false; };
-  const auto release = [this](const std::string& uid) { released_.push_back(uid); };
-  EXPECT_TRUE(reservations_.Expire(pods_, none_running, release).empty());
-  EXPECT_TRUE(released_.empty());
+  EXPECT_TRUE(expiry_.Expire(pods_).empty());
+  EXPECT_TRUE(ledger_.reserved(pod.uid));  // nothing released
+  EXPECT_NE(feed_.state().FindPod(pod.uid), nullptr);
   clock_.Advance(std::chrono::seconds(300));
-  EXPECT_TRUE(reservations_.Expire(pods_, none_running, release).empty());  // nothing written to clear
-  EXPECT_THAT(released_, ElementsAre(pod.uid));
-  EXPECT_EQ(reservations_.expired(), 1u);
+  EXPECT_TRUE(expiry_.Expire(pods_).empty());  // nothing written to clear
+  EXPECT_FALSE(ledger_.reserved(pod.uid));     // released
+  EXPECT_EQ(feed_.state().FindPod(pod.uid), nullptr);
+  EXPECT_EQ(expiry_.expired(), 1u);
 }
 
 }  // namespace
@@ -215,7 +216,7 @@ TEST_F(ServicesTest, AdmissionLeavesOtherSchedulersPodsAndOtherOperationsAlone) 
   update.operation = "UPDATE";
   update.kind = "Pod";
   update.object = boost::json::parse(R"({"metadata":{"name":"x"},"spec":{"containers":[]}})");
-  const k8s::AdmissionAnswer answer = admission_.Review(update);
+  const k8s::AdmissionAnswer answer = extender::ReviewAdmission(admission_, update);
   EXPECT_TRUE(answer.allowed);
   EXPECT_TRUE(answer.patch.empty());
 }

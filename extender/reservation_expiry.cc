@@ -1,4 +1,4 @@
-#include "extender/reservations.h"
+#include "extender/reservation_expiry.h"
 
 #include <spdlog/spdlog.h>
 
@@ -30,22 +30,11 @@ std::optional<TimePoint> UnixSeconds(const Annotations& a, std::string_view key)
 
 }  // namespace
 
-Reservations::Reservations(ClusterWriter& writer, const Backends& backends, const Clock& clock,
-                           std::chrono::seconds timeout)
-    : writer_(&writer), backends_(&backends), clock_(&clock), timeout_(timeout) {}
+ReservationExpiry::ReservationExpiry(PodLedger& ledger, ClusterWriter& writer, const Backends& backends,
+                                     const Clock& clock, std::chrono::seconds timeout)
+    : ledger_(&ledger), writer_(&writer), backends_(&backends), clock_(&clock), timeout_(timeout) {}
 
-const Reservation* Reservations::Find(const std::string& uid) const {
-  auto it = held_.find(uid);
-  return it == held_.end() ? nullptr : &it->second;
-}
-
-void Reservations::Forget(const std::string& uid) {
-  held_.erase(uid);
-  undated_.erase(uid);
-}
-
-std::vector<Reservations::Due> Reservations::Expire(const std::map<std::string, PodView>& pods,
-                                                    const BindRunning& running, const Release& release) {
+std::vector<ReservationExpiry::Due> ReservationExpiry::Expire(const std::map<std::string, PodView>& pods) {
   const TimePoint now = clock_->Now();
   // Pods carrying an allocation without spec.nodeName (an earlier decision's, or HAMi's: its filter writes
   // the pod before the bind).
@@ -54,34 +43,33 @@ std::vector<Reservations::Due> Reservations::Expire(const std::map<std::string, 
   for (const auto& [key, pod] : pods) {
     if (!pod.node_name.empty() || Finished(pod) || !pod.annotations.contains(keys::kAssignedNode)) continue;
     const std::string uid = UidOf(pod);
-    if (held_.contains(uid)) continue;  // ours, in memory: expired below
-    if (running(key, uid)) continue;    // a bind is using it
+    if (ledger_->reserved(uid)) continue;     // ours, in memory: expired below
+    if (ledger_->Binding(key, uid)) continue;  // a bind is using it
     // The latest of filter and bind; a stamp far in the future is no stamp (it would never expire).
     std::optional<TimePoint> since = UnixSeconds(pod.annotations, keys::kDecisionTime);
     if (auto bound = UnixSeconds(pod.annotations, keys::kBindTime); bound && (!since || *bound > *since))
       since = bound;
     if (since && *since > now + std::chrono::minutes(5)) since.reset();
-    if (!since) since = undated_.try_emplace(uid, now).first->second;
+    if (!since) since = ledger_->FirstSeenUndated(uid, now);
     dated.insert(uid);
     if (now - *since < timeout_) continue;
     due.push_back({uid, pod.ns, pod.name, pod.resource_version});
   }
   // Our own decisions never bound: nothing was written on the pod, so freeing them is all there is to do.
-  std::vector<std::string> stale;
-  for (const auto& [uid, r] : held_) {
-    if (now - r.decided >= timeout_ && !running(r.key, uid)) stale.push_back(uid);
-  }
-  for (const auto& uid : stale) {
-    spdlog::warn("pod {}: not bound {}s after its filter: reservation freed", held_.at(uid).key,
-                 timeout_.count());
+  std::vector<std::pair<std::string, std::string>> stale;  // uid, "ns/name"
+  ledger_->ForEachReservation([&](const std::string& uid, const Reservation& r) {
+    if (now - r.decided >= timeout_ && !ledger_->Binding(r.key, uid)) stale.emplace_back(uid, r.key);
+  });
+  for (const auto& [uid, key] : stale) {
+    spdlog::warn("pod {}: not bound {}s after its filter: reservation freed", key, timeout_.count());
     ++expired_;
-    release(uid);
+    ledger_->Release(uid);
   }
-  std::erase_if(undated_, [&](const auto& kv) { return !dated.contains(kv.first); });
+  ledger_->ForgetUndatedUnless([&](const std::string& uid) { return dated.contains(uid); });
   return due;
 }
 
-asio::awaitable<void> Reservations::Clear(const std::vector<Due>& due, const Release& release) {
+asio::awaitable<void> ReservationExpiry::Clear(const std::vector<Due>& due) {
   for (const Due& e : due) {
     json::object annotations{{keys::kBindPhase, nullptr}, {keys::kBindTime, nullptr}};
     for (const std::string_view k : AllocationKeys(*backends_)) annotations[k] = nullptr;
@@ -103,13 +91,8 @@ asio::awaitable<void> Reservations::Clear(const std::vector<Due>& due, const Rel
         "removed",
         e.ns, e.name, timeout_.count());
     // A filter that decided while the patch was out holds a reservation of its own: it stays.
-    if (!held_.contains(e.uid)) release(e.uid);
+    if (!ledger_->reserved(e.uid)) ledger_->Release(e.uid);
   }
-}
-
-void HoldRelease::operator()(const std::string& uid) const {
-  feed_->Forget(uid);
-  reservations_->Forget(uid);
 }
 
 }  // namespace hami::extender
