@@ -56,8 +56,8 @@
 #include "k8s/extender.h"
 #include "k8s/http_client.h"
 #include "k8s/objects.h"
-#include "sim/api_server.h"
-#include "sim/device_plugin.h"
+#include "sim/apiserver/api_server.h"
+#include "sim/device_plugins/device_plugin.h"
 
 namespace asio = boost::asio;
 namespace json = boost::json;

@@ -7,9 +7,9 @@
 #include <stdexcept>
 
 #include "backends/builtin.h"
+#include "cmd/sim_apiserver.h"
 #include "config/flags.h"
 #include "k8s/logging.h"
-#include "sim/cli.h"
 
 namespace hami::cmd {
 namespace {
@@ -122,7 +122,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   }
   if (command == "inspect") return Inspect(rest, out, err);
   if (command == "simulate") return Simulate(rest, out, err);
-  if (command == "sim-apiserver") return sim::RunApiServerCommand(rest, out, err);
+  if (command == "sim-apiserver") return SimApiServer(rest, out, err);
   if (command == "serve") return Serve(rest, out, err);
   if (command == "demo") return Demo(rest, out, err);
   if (command == "sim-device-plugins") return SimDevicePlugins(rest, out, err);

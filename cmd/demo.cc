@@ -27,9 +27,9 @@
 #include "core/codec/stamps.h"
 #include "core/keys.h"
 #include "k8s/objects.h"
-#include "sim/api_server.h"
-#include "sim/device_plugin.h"
-#include "sim/kube_scheduler.h"
+#include "sim/apiserver/api_server.h"
+#include "sim/device_plugins/device_plugin.h"
+#include "sim/scheduler/kube_scheduler.h"
 
 namespace hami::cmd {
 namespace asio = boost::asio;

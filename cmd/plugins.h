@@ -11,7 +11,7 @@
 
 #include "core/backend.h"
 #include "core/result.h"
-#include "sim/device_plugin.h"
+#include "sim/device_plugins/device_plugin.h"
 
 namespace hami::cmd {
 

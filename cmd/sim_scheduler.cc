@@ -1,4 +1,4 @@
-// `hami-scheduler sim-kube-scheduler`: the kube-scheduler stand-in (sim/kube_scheduler.h) as a process, so
+// `hami-scheduler sim-kube-scheduler`: the kube-scheduler stand-in (sim/scheduler/kube_scheduler.h) as a process, so
 // that `serve` can be run, killed and restarted under it (tests/integration/fault_run_test.sh). It schedules
 // the pending pods of --scheduler-name through the extender at --extender until SIGINT/SIGTERM, and prints
 // one line per pod that ends bound, then its counters.
@@ -16,7 +16,7 @@
 #include "config/config.h"
 #include "k8s/api_client.h"
 #include "k8s/rest_config.h"
-#include "sim/kube_scheduler.h"
+#include "sim/scheduler/kube_scheduler.h"
 
 namespace hami::cmd {
 namespace asio = boost::asio;

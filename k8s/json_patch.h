@@ -1,6 +1,6 @@
 #pragma once
 // RFC 6902 JSON patches: computing one (the webhook's answer) and JSON Pointer tokens (also used by the
-// embedded API server, which applies them: sim/patch).
+// embedded API server, which applies them: sim/apiserver/patch).
 #include <boost/json/array.hpp>
 #include <boost/json/value.hpp>
 #include <string>

@@ -4,9 +4,17 @@
 #   core/                    the pure decision engine: includes core/ only
 #   backends/, config/, k8s/ core/ and themselves (none knows another of the three)
 #   extender/                core/, k8s/ and itself (the extender's services and their HTTP adapter)
-#   sim/                     core/, k8s/ and itself (the embedded API server, simulated plugins, stand-ins)
+#   sim/                     core/, k8s/ and itself: three components that never include one another,
+#     sim/apiserver/           the embedded API server (and sim/tls/, its throwaway certificates)
+#     sim/device_plugins/      the simulated device plugins
+#     sim/scheduler/           the kube-scheduler stand-in
+#     sim/tls/                 certificates made in memory (the API server's, `sim-apiserver`'s, the tests')
 #   cmd/                     everything above (it composes)
 #   bench/, tests/           anything
+#
+# A folder's rule is the most specific one listed for it (sim/apiserver/ before sim/). An include is
+# allowed when its first folder is listed (`sim` allows every sim/ include), or its first two are
+# (`sim/tls` allows sim/tls/ only).
 #
 #   scripts/check-layers.sh [ROOT]   # prints each upward (or sideways) include; exit 1 if there is one
 set -uo pipefail
@@ -19,25 +27,46 @@ declare -A ALLOWED=(
   [k8s]="core k8s"
   [extender]="core k8s extender"
   [sim]="core k8s sim"
+  [sim/apiserver]="core k8s sim/apiserver sim/tls"
+  [sim/device_plugins]="core k8s sim/device_plugins"
+  [sim/scheduler]="core k8s sim/scheduler"
+  [sim/tls]="core k8s sim/tls"
   [cmd]="core backends config k8s extender sim cmd"
 )
+
+# The rule for a file: the longest folder of ALLOWED its path starts with.
+rule_for() {
+  local dir="$1"
+  while [ -n "$dir" ] && [ "$dir" != "." ]; do
+    if [ -n "${ALLOWED[$dir]+set}" ]; then
+      echo "$dir"
+      return
+    fi
+    dir="$(dirname "$dir")"
+  done
+}
 
 violations=0
 checked=0
 for folder in "${!ALLOWED[@]}"; do
+  [[ "$folder" == */* ]] && continue  # subfolders are walked with their top folder
   [ -d "$ROOT/$folder" ] || continue
   while IFS= read -r -d '' file; do
     checked=$((checked + 1))
+    relative="${file#"$ROOT"/}"
+    rule="$(rule_for "$(dirname "$relative")")"
     line_no=0
     while IFS= read -r line; do
       line_no=$((line_no + 1))
-      [[ "$line" =~ ^[[:space:]]*#[[:space:]]*include[[:space:]]*\"([a-z0-9_]+)/ ]] || continue
+      [[ "$line" =~ ^[[:space:]]*#[[:space:]]*include[[:space:]]*\"([a-z0-9_]+)/(([a-z0-9_]+)/)? ]] ||
+        continue
       target="${BASH_REMATCH[1]}"
       [ -d "$ROOT/$target" ] || continue  # not one of ours
-      if [[ " ${ALLOWED[$folder]} " != *" $target "* ]]; then
-        echo "${file#"$ROOT"/}:$line_no: includes $target/ (${folder}/ may include only: ${ALLOWED[$folder]})"
-        violations=$((violations + 1))
-      fi
+      [[ " ${ALLOWED[$rule]} " == *" $target "* ]] && continue
+      sub="${BASH_REMATCH[3]}"
+      [ -n "$sub" ] && [[ " ${ALLOWED[$rule]} " == *" $target/$sub "* ]] && continue
+      echo "$relative:$line_no: includes $target/${sub:+$sub/} (${rule}/ may include only: ${ALLOWED[$rule]})"
+      violations=$((violations + 1))
     done < "$file"
   done < <(find "$ROOT/$folder" -type f \( -name '*.h' -o -name '*.cc' \) -print0)
 done

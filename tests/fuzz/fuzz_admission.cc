@@ -7,7 +7,7 @@
 #include "k8s/admission.h"
 #include "k8s/json_patch.h"
 #include "k8s/objects.h"
-#include "sim/patch.h"
+#include "sim/apiserver/patch.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/support/builders.h"
 

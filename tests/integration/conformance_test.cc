@@ -23,7 +23,7 @@
 #include "k8s/api_client.h"
 #include "k8s/reflector.h"
 #include "k8s/rest_config.h"
-#include "sim/api_server.h"
+#include "sim/apiserver/api_server.h"
 #include "tests/support/run_coro.h"
 #include "tests/support/test_certs.h"
 

@@ -17,8 +17,8 @@
 #include "core/codec/stamps.h"
 #include "core/keys.h"
 #include "k8s/http_client.h"
-#include "sim/api_server.h"
-#include "sim/resources.h"
+#include "sim/apiserver/api_server.h"
+#include "sim/apiserver/resources.h"
 #include "tests/support/builders.h"
 #include "tests/support/run_coro.h"
 

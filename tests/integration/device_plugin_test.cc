@@ -1,7 +1,7 @@
 // The simulated device plugins against the embedded API server: what they publish is what each backend's
 // Discover() reads back, they publish only on change, answer handshakes only where the real plugin does, and
 // answer allocations (success, failure, silence) with the node lock released only when the pod holds it.
-#include "sim/device_plugin.h"
+#include "sim/device_plugins/device_plugin.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -25,7 +25,7 @@
 #include "core/keys.h"
 #include "k8s/api_client.h"
 #include "k8s/objects.h"
-#include "sim/api_server.h"
+#include "sim/apiserver/api_server.h"
 #include "tests/support/run_coro.h"
 
 namespace hami {

@@ -1,7 +1,7 @@
 // The kube-scheduler stand-in against the embedded API server and a fake extender (a Beast server whose
 // /filter and /bind answers come from each test): what it sends, how it reads the answers, how it requeues,
 // and that pods end up bound on the API server.
-#include "sim/kube_scheduler.h"
+#include "sim/scheduler/kube_scheduler.h"
 
 #include <gtest/gtest.h>
 
@@ -23,7 +23,7 @@
 
 #include "k8s/api_client.h"
 #include "k8s/extender.h"
-#include "sim/api_server.h"
+#include "sim/apiserver/api_server.h"
 #include "tests/support/run_coro.h"
 
 namespace hami {

@@ -17,7 +17,7 @@
 
 #include "k8s/api_client.h"
 #include "k8s/reflector.h"
-#include "sim/api_server.h"
+#include "sim/apiserver/api_server.h"
 #include "tests/support/run_coro.h"
 
 namespace hami {

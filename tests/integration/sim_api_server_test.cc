@@ -28,16 +28,16 @@
 #include <sstream>
 #include <string>
 
+#include "cmd/sim_apiserver.h"
 #include "k8s/api_client.h"
+#include "k8s/json_patch.h"
 #include "k8s/objects.h"
 #include "k8s/rest_config.h"
-#include "sim/api_server.h"
-#include "sim/cli.h"
-#include "k8s/json_patch.h"
-#include "sim/patch.h"
-#include "sim/protobuf.h"
-#include "sim/selector.h"
-#include "sim/store.h"
+#include "sim/apiserver/api_server.h"
+#include "sim/apiserver/patch.h"
+#include "sim/apiserver/protobuf.h"
+#include "sim/apiserver/selector.h"
+#include "sim/apiserver/store.h"
 #include "tests/support/hostile_http.h"
 #include "tests/support/run_coro.h"
 #include "tests/support/test_certs.h"
@@ -672,12 +672,12 @@ TEST(Store, LoadsTheSimulateClusterFile) {
 TEST(ApiServerCommand, HelpAndBadFlags) {
   std::ostringstream out;
   std::ostringstream err;
-  EXPECT_EQ(RunApiServerCommand({"--help"}, out, err), 0);
+  EXPECT_EQ(cmd::SimApiServer({"--help"}, out, err), 0);
   EXPECT_NE(out.str().find("--kubeconfig-out"), std::string::npos);
-  EXPECT_EQ(RunApiServerCommand({"--bogus"}, out, err), 2);
+  EXPECT_EQ(cmd::SimApiServer({"--bogus"}, out, err), 2);
   EXPECT_NE(err.str().find("unknown flag '--bogus'"), std::string::npos);
-  EXPECT_EQ(RunApiServerCommand({"--listen", "127.0.0.1:99999"}, out, err), 2);
-  EXPECT_EQ(RunApiServerCommand({"--cluster", "/nonexistent.yaml"}, out, err), 2);
+  EXPECT_EQ(cmd::SimApiServer({"--listen", "127.0.0.1:99999"}, out, err), 2);
+  EXPECT_EQ(cmd::SimApiServer({"--cluster", "/nonexistent.yaml"}, out, err), 2);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1906,7 +1906,7 @@ TEST_F(SimApiServer, KubeconfigTrustsTheCaAndCarriesTheCredentials) {
 }
 
 TEST(StaticTokens, ParsesKubeApiserverTokenFiles) {
-  auto tokens = ParseStaticTokens(
+  auto tokens = cmd::ParseStaticTokens(
       "t1,alice,uid-1\n"
       "\n"
       "t2, bob ,uid-2,\"system:masters,devs\"\r\n"
@@ -1922,14 +1922,14 @@ TEST(StaticTokens, ParsesKubeApiserverTokenFiles) {
   EXPECT_EQ((*tokens)[1].groups, (std::vector<std::string>{"system:masters", "devs"}));
   EXPECT_EQ((*tokens)[2].token, "t,3");
   EXPECT_EQ((*tokens)[2].groups, (std::vector<std::string>{"a \"quoted\" group"}));
-  auto short_line = ParseStaticTokens("t1,alice,uid-1\nt2,bob\n", "tokens.csv");
+  auto short_line = cmd::ParseStaticTokens("t1,alice,uid-1\nt2,bob\n", "tokens.csv");
   ASSERT_FALSE(short_line);
   EXPECT_NE(short_line.error().message.find("tokens.csv:2:"), std::string::npos)
       << short_line.error().message;
-  auto unterminated = ParseStaticTokens("t1,alice,uid,\"g1\n", "tokens.csv");
+  auto unterminated = cmd::ParseStaticTokens("t1,alice,uid,\"g1\n", "tokens.csv");
   ASSERT_FALSE(unterminated);
   EXPECT_NE(unterminated.error().message.find("unterminated"), std::string::npos);
-  EXPECT_FALSE(ParseStaticTokens(",alice,uid\n", "tokens.csv"));
+  EXPECT_FALSE(cmd::ParseStaticTokens(",alice,uid\n", "tokens.csv"));
 }
 
 // A file in the temporary directory, removed at the end of the test.
@@ -1959,7 +1959,7 @@ class TempFile {
 int RunCommandAndCheck(const std::vector<std::string>& args, std::ostringstream& out, std::ostringstream& err,
                        std::function<asio::awaitable<void>(ApiServer&, asio::io_context&)> check) {
   bool checked = false;
-  ApiServerCommandHooks hooks;
+  cmd::SimApiServerHooks hooks;
   hooks.on_serving = [&](ApiServer& server, asio::io_context& ioc) {
     auto deadline = std::make_shared<asio::steady_timer>(ioc, 10s);
     deadline->async_wait([&server](const boost::system::error_code& ec) {
@@ -1980,7 +1980,7 @@ int RunCommandAndCheck(const std::vector<std::string>& args, std::ostringstream&
       server.Stop();
     });
   };
-  const int rc = RunApiServerCommand(args, out, err, hooks);
+  const int rc = cmd::SimApiServer(args, out, err, hooks);
   EXPECT_TRUE(checked) << "the server never served: " << err.str();
   return rc;
 }
@@ -2064,7 +2064,7 @@ TEST(ApiServerCommand, RejectsInconsistentTlsFlags) {
   const auto run = [](const std::vector<std::string>& args) {
     std::ostringstream out;
     std::ostringstream err;
-    const int rc = RunApiServerCommand(args, out, err);
+    const int rc = cmd::SimApiServer(args, out, err);
     return std::make_pair(rc, err.str());
   };
   auto [rc1, err1] = run({"--tls-cert-file", cert.path()});

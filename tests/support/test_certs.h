@@ -1,5 +1,5 @@
 #pragma once
-// Certificates for TLS tests, made in memory in milliseconds (EC P-256 keys; sim/tls.h does the OpenSSL work,
+// Certificates for TLS tests, made in memory in milliseconds (EC P-256 keys; sim/tls/tls.h does the OpenSSL work,
 // the same code `sim-apiserver --generate-tls` uses): a CA, a serving certificate for 127.0.0.1 and
 // localhost (IP and DNS subjectAltNames), and client certificates signed by the CA. Everything is PEM text;
 // nothing touches the file system.
@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sim/tls.h"
+#include "sim/tls/tls.h"
 
 namespace hami::testing {
 

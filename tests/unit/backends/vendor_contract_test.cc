@@ -23,7 +23,7 @@
 #include "core/cluster_state.h"
 #include "core/keys.h"
 #include "k8s/objects.h"
-#include "sim/device_plugin.h"
+#include "sim/device_plugins/device_plugin.h"
 #include "tests/vendor/example/example.h"
 
 namespace hami {

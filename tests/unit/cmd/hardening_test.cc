@@ -18,7 +18,7 @@
 #include "cmd/app.h"
 #include "k8s/files.h"
 #include "k8s/logging.h"
-#include "sim/api_server.h"
+#include "sim/apiserver/api_server.h"
 
 namespace hami {
 namespace {

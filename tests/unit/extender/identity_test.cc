@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/keys.h"
-#include "sim/patch.h"
+#include "sim/apiserver/patch.h"
 #include "tests/unit/extender/services_fixture.h"
 
 namespace hami {

@@ -7,7 +7,7 @@
 
 #include "extender/admission_service.h"
 #include "extender/admission_wire.h"
-#include "sim/patch.h"
+#include "sim/apiserver/patch.h"
 #include "extender/bind_service.h"
 #include "extender/filter_service.h"
 #include "extender/health_service.h"

@@ -10,7 +10,7 @@
 #include "core/base64.h"
 #include "k8s/json_patch.h"
 #include "k8s/objects.h"
-#include "sim/patch.h"
+#include "sim/apiserver/patch.h"
 
 namespace hami::k8s {
 namespace {

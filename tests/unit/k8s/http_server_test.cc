@@ -24,7 +24,7 @@
 #include "k8s/event_loop.h"
 #include "k8s/http_client.h"
 #include "k8s/request_parser.h"
-#include "sim/tls.h"
+#include "sim/tls/tls.h"
 #include "tests/support/hostile_http.h"
 #include "tests/support/run_coro.h"
 #include "tests/support/test_certs.h"

@@ -1,4 +1,4 @@
-#include "sim/kube_scheduler.h"
+#include "sim/scheduler/kube_scheduler.h"
 
 #include <fmt/format.h>
 

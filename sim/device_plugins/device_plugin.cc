@@ -1,4 +1,4 @@
-#include "sim/device_plugin.h"
+#include "sim/device_plugins/device_plugin.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

@@ -1,4 +1,4 @@
-#include "sim/table.h"
+#include "sim/apiserver/table.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "sim/api_server.h"
+#include "sim/apiserver/api_server.h"
 
 #include <fmt/format.h>
 #include <openssl/crypto.h>
@@ -34,10 +34,10 @@
 #include "k8s/files.h"
 #include "k8s/request_parser.h"
 #include "k8s/yaml_json.h"
-#include "sim/protobuf.h"
-#include "sim/resources.h"
-#include "sim/table.h"
-#include "sim/tls.h"
+#include "sim/apiserver/protobuf.h"
+#include "sim/apiserver/resources.h"
+#include "sim/apiserver/table.h"
+#include "sim/tls/tls.h"
 
 namespace hami::sim {
 namespace asio = boost::asio;

@@ -1,4 +1,4 @@
-#include "sim/resources.h"
+#include "sim/apiserver/resources.h"
 
 #include <algorithm>
 #include <boost/json.hpp>

@@ -20,9 +20,9 @@
 
 #include "core/clock.h"
 #include "core/result.h"
-#include "sim/errors.h"
-#include "sim/resources.h"
-#include "sim/selector.h"
+#include "sim/apiserver/errors.h"
+#include "sim/apiserver/resources.h"
+#include "sim/apiserver/selector.h"
 
 namespace hami::sim {
 

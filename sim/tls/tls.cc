@@ -1,4 +1,4 @@
-#include "sim/tls.h"
+#include "sim/tls/tls.h"
 
 #include <fmt/format.h>
 #include <openssl/bio.h>

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "core/clock.h"
-#include "sim/store.h"
+#include "sim/apiserver/store.h"
 
 namespace hami::sim {
 

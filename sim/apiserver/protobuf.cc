@@ -1,4 +1,4 @@
-#include "sim/protobuf.h"
+#include "sim/apiserver/protobuf.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "sim/errors.h"
+#include "sim/apiserver/errors.h"
 
 #include <fmt/format.h>
 

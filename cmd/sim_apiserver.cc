@@ -1,4 +1,4 @@
-#include "sim/cli.h"
+#include "cmd/sim_apiserver.h"
 
 #include <fmt/format.h>
 
@@ -16,10 +16,10 @@
 #include "core/strings.h"
 #include "k8s/event_loop.h"
 #include "k8s/objects.h"
-#include "sim/api_server.h"
-#include "sim/tls.h"
+#include "sim/apiserver/api_server.h"
+#include "sim/tls/tls.h"
 
-namespace hami::sim {
+namespace hami::cmd {
 namespace asio = boost::asio;
 namespace {
 
@@ -76,8 +76,8 @@ struct Args {
   std::string client_ca_file;
   std::string token_auth_file;
   bool generate_tls = false;
-  ApiServerOptions options;
-  RandomFaults faults;
+  sim::ApiServerOptions options;
+  sim::RandomFaults faults;
   bool faults_paused = false;
   bool help = false;
 };
@@ -163,9 +163,9 @@ Result<Args> ParseArgs(const std::vector<std::string>& args) {
     } else if (flag == "--expired-watch") {
       if (take()) {
         if (value == "http") {
-          a.options.expired_watch_mode = ExpiredWatchMode::kHttpStatus;
+          a.options.expired_watch_mode = sim::ExpiredWatchMode::kHttpStatus;
         } else if (value == "event") {
-          a.options.expired_watch_mode = ExpiredWatchMode::kErrorEvent;
+          a.options.expired_watch_mode = sim::ExpiredWatchMode::kErrorEvent;
         } else {
           problems.push_back(fmt::format("--expired-watch '{}': expected http or event", value));
         }
@@ -245,11 +245,11 @@ Result<std::string> ReadFile(const std::string& flag, const std::string& path) {
 
 // Loads or generates the TLS material and the tokens into `a.options`; says what it set up on `out`.
 Result<void> ConfigureSecurity(Args& a, std::ostream& out) {
-  ApiServerOptions& o = a.options;
+  sim::ApiServerOptions& o = a.options;
   if (a.generate_tls) {
     std::vector<std::string> extra_hosts;
     if (!a.host.empty() && a.host != "0.0.0.0" && a.host != "::") extra_hosts.push_back(a.host);
-    auto tls = GenerateLoopbackTls("admin", extra_hosts);
+    auto tls = sim::GenerateLoopbackTls("admin", extra_hosts);
     if (!tls) return Error{fmt::format("--generate-tls: {}", tls.error().message)};
     o.tls_cert_pem = tls->server.cert_pem;
     o.tls_key_pem = tls->server.key_pem;
@@ -264,14 +264,14 @@ Result<void> ConfigureSecurity(Args& a, std::ostream& out) {
     if (!cert) return cert.error();
     auto key = ReadFile("--tls-private-key-file", a.tls_key_file);
     if (!key) return key.error();
-    if (auto n = CountCertificates(*cert, "--tls-cert-file " + a.tls_cert_file); !n) return n.error();
+    if (auto n = sim::CountCertificates(*cert, "--tls-cert-file " + a.tls_cert_file); !n) return n.error();
     o.tls_cert_pem = std::move(*cert);
     o.tls_key_pem = std::move(*key);
   }
   if (!a.client_ca_file.empty()) {
     auto ca = ReadFile("--client-ca-file", a.client_ca_file);
     if (!ca) return ca.error();
-    if (auto n = CountCertificates(*ca, "--client-ca-file " + a.client_ca_file); !n) return n.error();
+    if (auto n = sim::CountCertificates(*ca, "--client-ca-file " + a.client_ca_file); !n) return n.error();
     if (!o.client_ca_pem.empty() && !o.client_ca_pem.ends_with('\n')) o.client_ca_pem += '\n';
     o.client_ca_pem += *ca;
   }
@@ -371,8 +371,8 @@ Result<std::vector<StaticToken>> ParseStaticTokens(std::string_view csv, std::st
   return out;
 }
 
-int RunApiServerCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
-                        const ApiServerCommandHooks& hooks) {
+int SimApiServer(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                 const SimApiServerHooks& hooks) {
   auto parsed = ParseArgs(args);
   if (!parsed) {
     err << "sim-apiserver: " << parsed.error().message << "\n" << kUsage;
@@ -387,7 +387,7 @@ int RunApiServerCommand(const std::vector<std::string>& args, std::ostream& out,
     return 2;
   }
   asio::io_context ioc(1);
-  ApiServer server(ioc, parsed->options);
+  sim::ApiServer server(ioc, parsed->options);
   for (const auto& file : parsed->clusters) {
     auto text = k8s::ReadInput(file);
     if (!text) {
@@ -443,7 +443,7 @@ int RunApiServerCommand(const std::vector<std::string>& args, std::ostream& out,
       faults_on = !faults_on;
       const auto s = server.random_fault_stats();
       if (faults_on) {
-        RandomFaults f = parsed->faults;
+        sim::RandomFaults f = parsed->faults;
         f.seed += s.errors + s.conflicts + s.drops;
         server.SetRandomFaults(f);
         out << "sim-apiserver: random faults on\n";
@@ -496,4 +496,4 @@ int RunApiServerCommand(const std::vector<std::string>& args, std::ostream& out,
   return exit_code;
 }
 
-}  // namespace hami::sim
+}  // namespace hami::cmd

@@ -1,4 +1,4 @@
-#include "sim/selector.h"
+#include "sim/apiserver/selector.h"
 
 #include <fmt/format.h>
 

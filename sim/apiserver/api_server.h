@@ -17,7 +17,7 @@
 
 #include "core/clock.h"
 #include "core/result.h"
-#include "sim/store.h"
+#include "sim/apiserver/store.h"
 
 namespace hami::sim {
 

@@ -1,4 +1,4 @@
-#include "sim/store.h"
+#include "sim/apiserver/store.h"
 
 #include <fmt/format.h>
 
@@ -13,7 +13,7 @@
 #include "core/codec/stamps.h"
 #include "core/names.h"
 #include "core/strings.h"
-#include "sim/patch.h"
+#include "sim/apiserver/patch.h"
 
 namespace hami::sim {
 namespace json = boost::json;
