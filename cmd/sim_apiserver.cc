@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -10,8 +11,11 @@
 #include <boost/json.hpp>
 #include <charconv>
 #include <csignal>
+#include <cxxopts.hpp>
 #include <functional>
+#include <optional>
 #include <ostream>
+#include <utility>
 
 #include "core/strings.h"
 #include "k8s/event_loop.h"
@@ -115,110 +119,110 @@ Result<double> ParseRate(std::string_view flag, std::string_view text) {
   return v;
 }
 
-Result<Args> ParseArgs(const std::vector<std::string>& args) {
-  Args a;
-  std::vector<std::string> problems;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i];
-    std::string value;
-    bool has_value = false;
-    if (auto eq = flag.find('='); flag.starts_with("--") && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      has_value = true;
-    }
-    const auto take = [&]() -> bool {
-      if (has_value) return true;
-      if (i + 1 < args.size()) {
-        value = args[++i];
-        return true;
-      }
-      problems.push_back(fmt::format("{}: missing value", flag));
-      return false;
-    };
-    if (flag == "-h" || flag == "--help") {
-      a.help = true;
-    } else if (flag == "--generate-tls") {
-      if (has_value) {
-        problems.push_back("--generate-tls takes no value");
-      } else {
-        a.generate_tls = true;
-      }
-    } else if (flag == "--tls-cert-file") {
-      if (take()) a.tls_cert_file = value;
-    } else if (flag == "--tls-private-key-file") {
-      if (take()) a.tls_key_file = value;
-    } else if (flag == "--client-ca-file") {
-      if (take()) a.client_ca_file = value;
-    } else if (flag == "--token-auth-file") {
-      if (take()) a.token_auth_file = value;
-    } else if (flag == "--listen") {
-      if (take()) {
-        if (auto r = ParseListen(value, a); !r) problems.push_back(r.error().message);
-      }
-    } else if (flag == "--cluster") {
-      if (take()) a.clusters.push_back(value);
-    } else if (flag == "--kubeconfig-out" || flag == "--kubeconfig") {
-      if (take()) a.kubeconfig_out = value;
-    } else if (flag == "--expired-watch") {
-      if (take()) {
-        if (value == "http") {
-          a.options.expired_watch_mode = sim::ExpiredWatchMode::kHttpStatus;
-        } else if (value == "event") {
-          a.options.expired_watch_mode = sim::ExpiredWatchMode::kErrorEvent;
-        } else {
-          problems.push_back(fmt::format("--expired-watch '{}': expected http or event", value));
-        }
-      }
-    } else if (flag == "--bookmark-interval") {
-      if (take()) {
-        auto s = ParseIntInRange(value, "--bookmark-interval", 1, 86400);
-        if (s) {
-          a.options.bookmark_interval = std::chrono::seconds(*s);
-        } else {
-          problems.push_back(s.error().message);
-        }
-      }
-    } else if (flag == "--fault-error-rate" || flag == "--fault-conflict-rate" ||
-               flag == "--fault-drop-rate") {
-      if (take()) {
-        auto r = ParseRate(flag, value);
-        if (!r) {
-          problems.push_back(r.error().message);
-        } else {
-          (flag == "--fault-error-rate"      ? a.faults.error_rate
-           : flag == "--fault-conflict-rate" ? a.faults.conflict_rate
-                                             : a.faults.drop_rate) = *r;
-        }
-      }
-    } else if (flag == "--fault-paused") {
-      if (has_value) {
-        problems.push_back("--fault-paused takes no value");
-      } else {
-        a.faults_paused = true;
-      }
-    } else if (flag == "--fault-seed") {
-      if (take()) {
-        auto n = ParseIntInRange(value, "--fault-seed", 0, 2'000'000'000);
-        if (n) {
-          a.faults.seed = static_cast<std::uint64_t>(*n);
-        } else {
-          problems.push_back(n.error().message);
-        }
-      }
-    } else if (flag == "--history") {
-      if (take()) {
-        auto n = ParseIntInRange(value, "--history", 1, 10'000'000);
-        if (n) {
-          a.options.store.history_limit = static_cast<std::size_t>(*n);
-        } else {
-          problems.push_back(n.error().message);
-        }
-      }
-    } else {
-      problems.push_back(fmt::format("unknown flag '{}'", args[i]));
+// The flags that take a value (the next argument, or the text after '='): those kept as given, and those
+// read by ApplyFlag. Help and the switches take none.
+constexpr std::pair<std::string_view, std::string Args::*> kTextFlags[] = {
+    {"tls-cert-file", &Args::tls_cert_file},     {"tls-private-key-file", &Args::tls_key_file},
+    {"client-ca-file", &Args::client_ca_file},   {"token-auth-file", &Args::token_auth_file},
+    {"kubeconfig-out", &Args::kubeconfig_out},   {"kubeconfig", &Args::kubeconfig_out}};
+constexpr std::string_view kReadFlags[] = {"listen",           "cluster",          "expired-watch",
+                                           "bookmark-interval", "history",         "fault-error-rate",
+                                           "fault-conflict-rate", "fault-drop-rate", "fault-seed"};
+constexpr std::string_view kSwitches[] = {"h,help", "generate-tls", "fault-paused"};
+// What a switch holds when it is given bare (no argument can hold a NUL), so that `--generate-tls=true` is
+// refused as before rather than read as a boolean.
+const std::string kBare(1, '\0');
+
+// One flag as cxxopts read it (`name` without dashes) into `a`; a bad value is a problem that names the flag.
+void ApplyFlag(const std::string& name, const std::string& value, Args& a,
+               std::vector<std::string>& problems) {
+  const std::string flag = "--" + name;
+  const auto integer = [&](std::int64_t lo, std::int64_t hi) -> std::optional<std::int64_t> {
+    auto n = ParseIntInRange(value, flag, lo, hi);
+    if (n) return *n;
+    problems.push_back(n.error().message);
+    return std::nullopt;
+  };
+  for (const auto& [text_flag, field] : kTextFlags) {
+    if (name == text_flag) {
+      a.*field = value;
+      return;
     }
   }
+  if (name == "help") {
+    a.help = true;
+  } else if (name == "generate-tls" || name == "fault-paused") {
+    if (value != kBare) {
+      problems.push_back(fmt::format("{} takes no value", flag));
+    } else {
+      (name == "generate-tls" ? a.generate_tls : a.faults_paused) = true;
+    }
+  } else if (name == "listen") {
+    if (auto r = ParseListen(value, a); !r) problems.push_back(r.error().message);
+  } else if (name == "cluster") {
+    a.clusters.push_back(value);
+  } else if (name == "expired-watch") {
+    if (value == "http") {
+      a.options.expired_watch_mode = sim::ExpiredWatchMode::kHttpStatus;
+    } else if (value == "event") {
+      a.options.expired_watch_mode = sim::ExpiredWatchMode::kErrorEvent;
+    } else {
+      problems.push_back(fmt::format("--expired-watch '{}': expected http or event", value));
+    }
+  } else if (name == "bookmark-interval") {
+    if (auto s = integer(1, 86400)) a.options.bookmark_interval = std::chrono::seconds(*s);
+  } else if (name == "fault-seed") {
+    if (auto n = integer(0, 2'000'000'000)) a.faults.seed = static_cast<std::uint64_t>(*n);
+  } else if (name == "history") {
+    if (auto n = integer(1, 10'000'000)) a.options.store.history_limit = static_cast<std::size_t>(*n);
+  } else {  // the three fault rates
+    auto r = ParseRate(flag, value);
+    if (!r) {
+      problems.push_back(r.error().message);
+    } else {
+      (name == "fault-error-rate"      ? a.faults.error_rate
+       : name == "fault-conflict-rate" ? a.faults.conflict_rate
+                                       : a.faults.drop_rate) = *r;
+    }
+  }
+}
+
+Result<Args> ParseArgs(const std::vector<std::string>& args) {
+  cxxopts::Options options("hami-scheduler sim-apiserver");
+  options.allow_unrecognised_options();  // each one reported below, with every other problem
+  auto add = options.add_options();
+  for (const auto& [name, field] : kTextFlags) add(std::string(name), "", cxxopts::value<std::string>());
+  for (const std::string_view name : kReadFlags) add(std::string(name), "", cxxopts::value<std::string>());
+  for (const std::string_view name : kSwitches) {
+    add(std::string(name), "", cxxopts::value<std::string>()->implicit_value(kBare));
+  }
+  std::vector<const char*> argv{"sim-apiserver"};
+  for (const auto& arg : args) argv.push_back(arg.c_str());
+  std::vector<std::string> problems;
+  cxxopts::ParseResult parsed;
+  try {
+    try {
+      parsed = options.parse(static_cast<int>(argv.size()), argv.data());
+    } catch (const cxxopts::exceptions::missing_argument&) {
+      // Only the last argument can be a flag without its value: name it, and read the others.
+      problems.push_back(fmt::format("{}: missing value", args.back()));
+      argv.pop_back();
+      parsed = options.parse(static_cast<int>(argv.size()), argv.data());
+    }
+  } catch (const cxxopts::exceptions::exception& e) {
+    return Error{fmt::format("flags: {}", e.what())};
+  }
+  Args a;
+  std::size_t dashes_read_as_values = 0;
+  for (const auto& kv : parsed.arguments()) {
+    if (kv.value() == "--") ++dashes_read_as_values;
+    ApplyFlag(kv.key(), kv.value(), a, problems);
+  }
+  // A bare "--" ends cxxopts' flags (what follows comes back unmatched); here it is no flag at all.
+  if (static_cast<std::size_t>(std::count(args.begin(), args.end(), "--")) > dashes_read_as_values) {
+    problems.push_back("unknown flag '--'");
+  }
+  for (const auto& extra : parsed.unmatched()) problems.push_back(fmt::format("unknown flag '{}'", extra));
   if (a.faults.error_rate + a.faults.conflict_rate > 1)
     problems.push_back("--fault-error-rate and --fault-conflict-rate add up to more than 1");
   if (a.tls_cert_file.empty() != a.tls_key_file.empty()) {
