@@ -13,10 +13,12 @@
 #include "core/codec/stamps.h"
 #include "core/names.h"
 #include "core/strings.h"
+#include "k8s/json_patch.h"
 #include "sim/apiserver/patch.h"
 
 namespace hami::sim {
 namespace json = boost::json;
+using k8s::JsonEqual;
 namespace {
 
 constexpr std::string_view kInitialEventsEnd = "k8s.io/initial-events-end";
@@ -513,8 +515,8 @@ ApiResult<ObjectPtr> Store::Patch(const ResourceType& type, std::string_view ns,
   json::value doc(*current);
   switch (patch_type) {
     case PatchType::kJson:
-      if (auto valid = ValidateJsonPatch(patch); !valid) return BadRequest(valid.error().message);
-      if (auto applied = ApplyJsonPatch(doc, patch); !applied) {
+      if (auto valid = k8s::ValidateJsonPatch(patch); !valid) return BadRequest(valid.error().message);
+      if (auto applied = k8s::ApplyJsonPatch(doc, patch); !applied) {
         return ApiError{422, "Invalid", applied.error().message, {}};
       }
       break;

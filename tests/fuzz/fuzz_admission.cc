@@ -7,7 +7,6 @@
 #include "k8s/admission.h"
 #include "k8s/json_patch.h"
 #include "k8s/objects.h"
-#include "sim/apiserver/patch.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/support/builders.h"
 
@@ -58,7 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     hami::k8s::WritePodChanges(before, pod, mutated);
     answer.patch = hami::k8s::JsonPatch(review->object, mutated);
     json::value patched = review->object;
-    auto applied = hami::sim::ApplyJsonPatch(patched, answer.patch);
+    auto applied = hami::k8s::ApplyJsonPatch(patched, answer.patch);
     FUZZ_CHECK(applied.has_value(), "the patch does not apply: " + json::serialize(answer.patch));
     FUZZ_CHECK(patched == mutated, "the patch gives another pod: " + json::serialize(answer.patch));
     auto reread = hami::k8s::PodBeingCreatedFromJson(patched);

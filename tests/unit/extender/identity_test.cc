@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include "core/keys.h"
-#include "sim/apiserver/patch.h"
 #include "tests/unit/extender/services_fixture.h"
 
 namespace hami {

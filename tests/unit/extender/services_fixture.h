@@ -7,7 +7,6 @@
 
 #include "extender/admission_service.h"
 #include "extender/admission_wire.h"
-#include "sim/apiserver/patch.h"
 #include "extender/bind_service.h"
 #include "extender/filter_service.h"
 #include "extender/health_service.h"
@@ -19,6 +18,7 @@
 #include "extender/pod_ledger.h"
 #include "extender/reservation_expiry.h"
 #include "k8s/extender.h"
+#include "k8s/json_patch.h"
 #include "tests/support/builders.h"
 #include "tests/support/run_coro.h"
 #include "tests/unit/extender/fake_writer.h"
@@ -124,7 +124,7 @@ inline Admitted Admit(extender::AdmissionService& service, std::string_view pod_
   request.ns = "team";
   request.object = boost::json::parse(pod_json);
   Admitted out{extender::ReviewAdmission(service, request), request.object};
-  if (auto applied = sim::ApplyJsonPatch(out.pod, out.answer.patch); !applied)
+  if (auto applied = k8s::ApplyJsonPatch(out.pod, out.answer.patch); !applied)
     ADD_FAILURE() << applied.error().message;
   return out;
 }

@@ -16,7 +16,6 @@
 #include "extender/ledger_feed.h"
 #include "extender/reservation_expiry.h"
 #include "k8s/objects.h"
-#include "sim/apiserver/patch.h"
 #include "tests/support/builders.h"
 #include "tests/support/run_coro.h"
 #include "tests/unit/extender/fake_writer.h"

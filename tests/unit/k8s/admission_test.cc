@@ -10,7 +10,6 @@
 #include "core/base64.h"
 #include "k8s/json_patch.h"
 #include "k8s/objects.h"
-#include "sim/apiserver/patch.h"
 
 namespace hami::k8s {
 namespace {
@@ -105,7 +104,7 @@ TEST(AdmissionWire, PatchesTurnAnyDocumentIntoAnyOther) {
     json::value to = json::parse(b);
     json::array ops = JsonPatch(from, to);
     json::value patched = from;
-    auto applied = sim::ApplyJsonPatch(patched, ops);  // as the API server applies it
+    auto applied = ApplyJsonPatch(patched, ops);  // as the API server applies it
     ASSERT_TRUE(applied) << applied.error().message;
     EXPECT_EQ(patched, to) << a << " -> " << b << ": " << json::serialize(ops);
   }
