@@ -591,19 +591,6 @@ Outcome ApiServer::Impl::Collection(const Call& c, const Target& t) {
     if (!created) return ErrorReply(created.error());
     return JsonReply(http::status::created, **created);
   }
-  if (c.method == http::verb::delete_) {
-    ListOptions o;
-    o.label_selector = c.Query("labelSelector").value_or("");
-    o.field_selector = c.Query("fieldSelector").value_or("");
-    DeleteOptions d;
-    d.dry_run = DryRun(c);
-    auto deleted = store.DeleteCollection(type, t.ns, o, d);
-    if (!deleted) return ErrorReply(deleted.error());
-    ListResult r;
-    r.items = std::move(*deleted);
-    r.resource_version = store.resource_version();
-    return JsonReply(http::status::ok, ListDocument(type, r));
-  }
   return ErrorReply(MethodNotAllowed(c.method_name, c.path));
 }
 

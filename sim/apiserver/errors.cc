@@ -84,8 +84,6 @@ ApiError UnsupportedMediaType(std::string_view content_type, std::string_view ac
       {}};
 }
 
-ApiError NotAcceptable(std::string message) { return {406, "NotAcceptable", std::move(message), {}}; }
-
 ApiError RequestEntityTooLarge(std::string message) {
   return {413, "RequestEntityTooLarge", std::move(message), {}};
 }

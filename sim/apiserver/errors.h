@@ -42,7 +42,6 @@ ApiError BadRequest(std::string message);
 ApiError Forbidden(std::string message);
 ApiError MethodNotAllowed(std::string_view method, std::string_view path);
 ApiError UnsupportedMediaType(std::string_view content_type, std::string_view accepted);
-ApiError NotAcceptable(std::string message);
 ApiError RequestEntityTooLarge(std::string message);
 ApiError TooManyRequests(int retry_after_seconds);
 ApiError InternalError(std::string message);

@@ -9,7 +9,7 @@ namespace hami::sim {
 namespace json = boost::json;
 namespace {
 
-const json::array kVerbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"};
+const json::array kVerbs{"create", "delete", "get", "list", "patch", "update", "watch"};
 
 json::array ToArray(const std::vector<std::string>& v) {
   json::array a;

@@ -26,7 +26,6 @@ class LabelSelector {
   // `labels` is metadata.labels (nullptr when the object has none).
   bool Matches(const boost::json::object* labels) const;
   bool Empty() const { return requirements_.empty(); }
-  const std::vector<Requirement>& requirements() const { return requirements_; }
 
  private:
   std::vector<Requirement> requirements_;
@@ -47,7 +46,6 @@ class FieldSelector {
 
   bool Matches(const boost::json::object& object) const;
   bool Empty() const { return requirements_.empty(); }
-  const std::vector<Requirement>& requirements() const { return requirements_; }
 
  private:
   std::vector<Requirement> requirements_;

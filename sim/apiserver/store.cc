@@ -593,26 +593,6 @@ ApiResult<DeleteResult> Store::Delete(const ResourceType& type, std::string_view
   return DeleteResult{Remove(type, current), true};
 }
 
-ApiResult<std::vector<ObjectPtr>> Store::DeleteCollection(const ResourceType& type, std::string_view ns,
-                                                          const ListOptions& selectors,
-                                                          const DeleteOptions& options) {
-  ListOptions all = selectors;
-  all.limit = 0;
-  all.continue_token.clear();
-  all.resource_version.reset();
-  all.resource_version_match.clear();
-  auto listed = List(type, ns, all);
-  if (!listed) return listed.error();
-  std::vector<ObjectPtr> out;
-  for (const auto& obj : listed->items) {
-    DeleteOptions each;
-    each.dry_run = options.dry_run;
-    auto deleted = Delete(type, MetaStr(*obj, "namespace"), MetaStr(*obj, "name"), each);
-    if (deleted) out.push_back(deleted->object);
-  }
-  return out;
-}
-
 ApiResult<ObjectPtr> Store::Bind(std::string_view ns, std::string_view pod, const json::object& binding) {
   const ResourceType& pods = *FindResource("", "v1", "pods");
   const ObjectPtr* found = Lookup(pods, ns, pod);
@@ -946,25 +926,6 @@ ApiResult<ObjectPtr> Store::Create(json::value object) {
   const ResourceType* type = TypeOf(object, &what);
   if (!type) return BadRequest(fmt::format("cannot create {}: kind not served", what));
   return Create(*type, "", std::move(object.as_object()));
-}
-
-ApiResult<ObjectPtr> Store::Upsert(json::value object) {
-  std::string what;
-  const ResourceType* type = TypeOf(object, &what);
-  if (!type) return BadRequest(fmt::format("cannot create {}: kind not served", what));
-  json::object& o = object.as_object();
-  json::object& meta = Meta(o);
-  meta.erase("resourceVersion");
-  std::string ns(type->namespaced ? Str(&meta, "namespace") : "");
-  if (type->namespaced && ns.empty()) ns = "default";
-  const ObjectPtr* found = Lookup(*type, ns, Str(&meta, "name"));
-  if (!found) return Create(*type, ns, std::move(o));
-  const ObjectPtr current = *found;
-  meta.erase("uid");
-  meta["namespace"] = ns;
-  if (!type->namespaced) meta.erase("namespace");
-  if (auto e = CheckTypeMeta(*type, o)) return *e;
-  return Commit(*type, current, std::move(o), {});
 }
 
 Result<std::size_t> Store::Load(const std::vector<json::value>& documents,

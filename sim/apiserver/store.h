@@ -158,10 +158,6 @@ class Store {
   // namespace deletes everything in it.
   ApiResult<DeleteResult> Delete(const ResourceType& type, std::string_view ns, std::string_view name,
                                  const DeleteOptions& options = {});
-  // DELETE on a collection: every object the selectors match.
-  ApiResult<std::vector<ObjectPtr>> DeleteCollection(const ResourceType& type, std::string_view ns,
-                                                     const ListOptions& selectors,
-                                                     const DeleteOptions& options = {});
   // POST pods/binding: sets spec.nodeName and the PodScheduled condition. 409 if the pod is already bound or
   // being deleted, or if metadata.uid / metadata.resourceVersion of the Binding do not match the pod.
   ApiResult<ObjectPtr> Bind(std::string_view ns, std::string_view pod, const boost::json::object& binding);
@@ -174,8 +170,6 @@ class Store {
 
   // Creates an object of whatever kind its apiVersion/kind say (namespace from metadata, default "default").
   ApiResult<ObjectPtr> Create(boost::json::value object);
-  // Creates, or replaces (keeping uid and creationTimestamp) if it exists.
-  ApiResult<ObjectPtr> Upsert(boost::json::value object);
   // Loads the documents `simulate --cluster` accepts: Lists (any *List kind) and single objects. Server
   // fields (resourceVersion, uid, managedFields) are dropped. Objects of kinds not served are named in
   // `skipped`.
