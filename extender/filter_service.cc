@@ -175,8 +175,7 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
     co_return Fail(fmt::format("pod {} is being bound (an earlier bind of it is still running)", pod.Key()));
   // A re-filter decides without the pod's earlier reservation (and its quota), which goes. Nothing else can
   // be held for a pod not bound yet: annotations charge only bound pods (docs/DECISIONS.md, "The ledger").
-  state_->RemovePod(uid);
-  ledger_->DropReservation(uid);
+  ledger_->Redecide(uid);
   const TimePoint now = clock_->Now();
   FilterOutcome outcome = scheduler_.Filter(pod, requests, candidates, now);
   switch (outcome.kind) {

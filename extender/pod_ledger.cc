@@ -26,6 +26,11 @@ void PodLedger::DropReservation(const std::string& uid) {
   EraseIfEmpty(it);
 }
 
+void PodLedger::Redecide(const std::string& uid) {
+  feed_->state().RemovePod(uid);
+  DropReservation(uid);
+}
+
 bool PodLedger::BeginBind(const std::string& key, const std::string& uid) {
   Record& r = records_[uid];
   if (!r.binding.empty()) return false;

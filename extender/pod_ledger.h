@@ -7,8 +7,8 @@
 //   (none) --filter decides--> reserved --/bind begins--> binding --Binding applied--> bound
 //     ^                         |   ^                       |                            |
 //     |                         |   +-- the bind fails -----+                            |
-//     +-- Release: re-filter, --+                                   the watch shows it --+-> (none)
-//         expiry, pod gone                                          (LedgerFeed charges it from then on)
+//     +-- Release: expiry, -----+                                   the watch shows it --+-> (none)
+//         pod gone; Redecide: a re-filter                           (LedgerFeed charges it from then on)
 //
 // The devices of a decision are charged in core's ClusterState (LedgerFeed owns it); this ledger holds what
 // the Binding writes (the decision's annotations) and the bind's progress. Release() ends a pod's hold in
@@ -47,9 +47,12 @@ class PodLedger {
   void Reserve(const std::string& uid, Reservation r);
   const Reservation* FindReservation(const std::string& uid) const;
   bool reserved(const std::string& uid) const { return FindReservation(uid) != nullptr; }
-  // The decision no longer needs holding here: the pod shows it bound (its annotations charge it now), or a
-  // re-filter decides again. The devices stay charged.
+  // The decision no longer needs holding here: the pod shows it bound (its annotations charge it now). The
+  // devices stay charged.
   void DropReservation(const std::string& uid);
+  // A re-filter decides again: the earlier decision's charge and reservation go, and nothing else (what was
+  // reported of the pod stays reported; a pod not bound yet holds nothing more).
+  void Redecide(const std::string& uid);
   template <typename F>  // f(uid, reservation) for each reservation
   void ForEachReservation(F&& f) const {
     for (const auto& [uid, r] : records_) {

@@ -70,6 +70,14 @@ TEST_F(PodLedgerTest, ReleaseEndsTheChargeAndTheReservationButNotARunningBind) {
   EXPECT_EQ(ledger_.size(), 0u);
 }
 
+TEST_F(PodLedgerTest, ARefilterDropsTheEarlierChargeAndReservationTogether) {
+  const PodView pod = Decided("p");
+  ledger_.Redecide(pod.uid);
+  EXPECT_EQ(feed_.state().FindPod(pod.uid), nullptr);
+  EXPECT_FALSE(ledger_.reserved(pod.uid));
+  EXPECT_EQ(ledger_.size(), 0u);
+}
+
 TEST_F(PodLedgerTest, APodGoneLosesItsBoundRecordToo) {
   const PodView pod = Decided("p");
   ledger_.MarkBound(pod.uid, "n1");
