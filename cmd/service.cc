@@ -40,15 +40,14 @@ std::string LabelSelector(const std::map<std::string, std::string>& selector) {
 
 }  // namespace
 
-SchedulerService::SchedulerService(asio::io_context& ioc, const config::Config& cfg)
-    : ioc_(&ioc), cfg_(&cfg) {}
+SchedulerService::SchedulerService(asio::io_context& ioc) : ioc_(&ioc) {}
 
 SchedulerService::~SchedulerService() { *alive_ = false; }
 
 Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
     asio::io_context& ioc, const config::Config& cfg, const Backends& backends, const k8s::RestConfig& rest,
     const Clock& clock, ServiceOptions options) {
-  std::unique_ptr<SchedulerService> s(new SchedulerService(ioc, cfg));
+  std::unique_ptr<SchedulerService> s(new SchedulerService(ioc));
   k8s::ClientOptions co;
   co.qps = cfg.kube_qps;
   co.burst = cfg.kube_burst;

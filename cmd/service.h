@@ -66,11 +66,10 @@ class SchedulerService {
   std::uint64_t& loop_exceptions() { return loop_exceptions_; }
 
  private:
-  SchedulerService(boost::asio::io_context& ioc, const config::Config& cfg);
+  explicit SchedulerService(boost::asio::io_context& ioc);
   void Spawn(boost::asio::awaitable<void> task, const char* what, boost::asio::cancellation_slot slot = {});
 
   boost::asio::io_context* ioc_;
-  [[maybe_unused]] const config::Config* cfg_;  // not read yet (clang: -Wunused-private-field)
   std::unique_ptr<k8s::ApiClient> client_;
   // Events have a client (and so a rate limit) of their own, as kube-scheduler's event broadcaster does: a
   // burst of events never delays a filter or a bind.

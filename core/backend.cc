@@ -4,18 +4,6 @@
 
 namespace hami {
 
-std::string_view ToString(HealthRule h) {
-  switch (h) {
-    case HealthRule::kAlwaysHealthy:
-      return "always-healthy";
-    case HealthRule::kHandshake:
-      return "handshake";
-    case HealthRule::kHandshakeAndDeviceChecks:
-      return "handshake+device-checks";
-  }
-  return "unknown";
-}
-
 Backends::Backends(std::vector<BackendPtr> backends) : list_(std::move(backends)) {
   std::sort(list_.begin(), list_.end(),
             [](const BackendPtr& a, const BackendPtr& b) { return a->Vendor() < b->Vendor(); });

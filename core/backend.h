@@ -27,8 +27,6 @@ namespace hami {
 
 enum class HealthRule { kAlwaysHealthy, kHandshake, kHandshakeAndDeviceChecks };
 
-std::string_view ToString(HealthRule h);
-
 // Every protocol key one backend uses. Defaults come from PROTOCOL.md §1; each can be overridden in config.
 struct BackendKeys {
   std::string register_annotation;   // node annotation with the device list ("" for capacity discovery)

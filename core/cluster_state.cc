@@ -116,13 +116,11 @@ void ClusterState::RebuildLayout(NodeEntry& entry, std::vector<std::vector<Devic
     entry.totals.mem += d.devmem.value();
   }
   // Cordons are read from the live node object (PROTOCOL.md D6).
-  entry.cordoned.assign(entry.devices.size(), 0);
   if (auto c = entry.node.annotations.find(keys::kDeviceCordon); c != entry.node.annotations.end()) {
     for (std::string_view raw : Split(c->second, ',')) {
       const std::string_view id = Trim(raw);
       if (id.empty()) continue;
       if (auto d = entry.by_uuid.find(std::string(id)); d != entry.by_uuid.end()) {
-        entry.cordoned[static_cast<std::size_t>(d->second)] = 1;
         entry.caps[static_cast<std::size_t>(d->second)].cordoned = true;
       }
     }
@@ -355,11 +353,6 @@ bool ClusterState::CountsAsWaiting(std::string_view uid) const {
 const PodAllocation* ClusterState::FindPod(std::string_view uid) const {
   auto it = pods_.find(std::string(uid));
   return it == pods_.end() ? nullptr : &it->second.allocation;
-}
-
-const std::vector<DeviceCharge>* ClusterState::ChargesOf(std::string_view uid) const {
-  auto it = pods_.find(std::string(uid));
-  return it == pods_.end() ? nullptr : &it->second.charges;
 }
 
 void ClusterState::ReleaseInitContainers(std::string_view uid) {

@@ -46,7 +46,6 @@ struct NodeEntry {
   NodeView node;
   std::vector<int> backend_of;                    // per device: index into Backends
   std::vector<std::vector<MigInUse>> mig_in_use;  // per device; empty unless MIG instances are held
-  std::vector<char> cordoned;                // per device: listed in hami.io/device-cordon (also in caps)
   std::vector<std::string> discovery_error;  // per backend: "" when discovery succeeded
   std::unordered_map<std::string, int> by_uuid;
   std::unordered_set<std::string> pods;  // uids of pods charged to this node
@@ -112,8 +111,6 @@ class ClusterState {
   std::optional<PodAllocation> RemovePod(std::string_view uid);
   const PodAllocation* FindPod(std::string_view uid) const;
   std::size_t PodCount() const { return pods_.size(); }
-  // Charges of a recorded pod (init containers collapsed).
-  const std::vector<DeviceCharge>* ChargesOf(std::string_view uid) const;
   // After all init containers finished: keep only what the app containers use.
   void ReleaseInitContainers(std::string_view uid);
   // Visits every recorded pod with its charges (init containers collapsed), in no particular order.

@@ -43,11 +43,6 @@ struct InvolvedObject {
 // The core/v1 Event for `object` (name `<object>.<hex nanoseconds>`, as client-go names them).
 boost::json::object MakeEvent(const InvolvedObject& object, std::string_view type, std::string_view reason,
                               std::string_view message, const EventRecorderOptions& options, TimePoint now);
-inline boost::json::object MakePodEvent(const PodView& pod, std::string_view type, std::string_view reason,
-                                        std::string_view message, const EventRecorderOptions& options,
-                                        TimePoint now) {
-  return MakeEvent(InvolvedObject::Of(pod), type, reason, message, options, now);
-}
 
 class EventRecorder {
  public:

@@ -71,7 +71,6 @@ class HttpClient {
       std::chrono::milliseconds idle_timeout, const std::function<void(std::string_view)>& on_data);
 
   const RestConfig& config() const { return cfg_; }
-  std::size_t idle_connections() const { return idle_.size(); }
   std::size_t connections_opened() const { return opened_; }
   // Connections closed because the server sent bytes no request of ours asked for (an answer too many, e.g.
   // after a request that the server read as two): their next answer would belong to another request.

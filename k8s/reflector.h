@@ -105,7 +105,6 @@ class Informer {
   const std::map<std::string, View>& views() const { return views_; }
   const Reflector& reflector() const { return reflector_; }
   std::size_t conversion_errors() const { return conversion_errors_; }
-  const std::string& last_conversion_error() const { return last_error_; }
 
  private:
   static Reflector::Options WithoutObjects(Reflector::Options o) {
@@ -132,7 +131,6 @@ class Informer {
     auto view = convert_(o);
     if (!view) {
       ++conversion_errors_;
-      last_error_ = view.error().message;
       return;
     }
     const std::string key = ObjectKeyOf(o);
@@ -151,7 +149,6 @@ class Informer {
   Handlers handlers_;
   std::map<std::string, View> views_;
   std::size_t conversion_errors_ = 0;
-  std::string last_error_;
   Reflector reflector_;
 };
 

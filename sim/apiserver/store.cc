@@ -893,11 +893,6 @@ void Store::RequestBookmarks() {
   }
 }
 
-std::size_t Store::watcher_count() const {
-  return static_cast<std::size_t>(
-      std::count_if(watchers_.begin(), watchers_.end(), [](const auto& kv) { return !kv.second.expired(); }));
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Convenience
 

@@ -185,7 +185,6 @@ class Store {
   std::uint64_t resource_version() const { return rv_; }
   // The oldest version a watch may still start from; older ones answer 410.
   std::uint64_t oldest_resource_version() const { return compacted_rv_; }
-  std::size_t history_size() const { return history_.size(); }
   // Forgets the whole event history and every continue token: any version older than the current one
   // answers 410 Expired from now on.
   void Compact();
@@ -194,7 +193,6 @@ class Store {
   void DropWatchers();
   // Asks every watch that allows bookmarks to send one now.
   void RequestBookmarks();
-  std::size_t watcher_count() const;
   TimePoint Now() const { return clock_->Now(); }
 
  private:

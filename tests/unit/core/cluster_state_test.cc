@@ -163,7 +163,10 @@ TEST_F(Ledger, CordonIsReadFromTheLiveNode) {
   NodeView n = testing::NvidiaNode("n1", {Gpu("g0", 0), Gpu("g1", 1)});
   n.annotations["hami.io/device-cordon"] = " g1 ,";
   state_.UpsertNode(n);
-  EXPECT_EQ(state_.FindNode("n1")->cordoned, (std::vector<char>{0, 1}));
+  const NodeEntry* entry = state_.FindNode("n1");
+  ASSERT_EQ(entry->caps.size(), 2u);
+  EXPECT_FALSE(entry->caps[0].cordoned);
+  EXPECT_TRUE(entry->caps[1].cordoned);
 }
 
 TEST_F(Ledger, InitContainersReleasedAfterTheyFinish) {
