@@ -1,8 +1,9 @@
 #pragma once
 // The scheduler service as `serve` runs it, composed: the API clients, the extender's services
 // (extender::Extender), its HTTP adapter on the extender listener (/filter, /bind, /healthz, /readyz,
-// /metrics) and on the metrics listener, on one io_context. `serve`, the
-// demo and the integration tests all run this same object (the tests start, kill and restart it).
+// /metrics, and /webhook unless --webhook-bind gives it a listener of its own), on the metrics listener and
+// on the webhook listener, on one io_context. `serve`, the demo and the integration tests all run this same
+// object (the tests start, kill and restart it).
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/io_context.hpp>
 #include <chrono>

@@ -1,7 +1,7 @@
 #pragma once
 // kube-scheduler extender v1 wire types (k8s.io/kube-scheduler/extender/v1). The Go structs have no JSON
 // tags: keys are read case-insensitively and written as the Go field names (PascalCase), every key present,
-// null for unset pointers. Pure functions; the HTTP adapter lives with the server.
+// null for unset pointers. Pure functions; the HTTP adapter that calls them is extender/http_routes.
 #include <boost/json/value.hpp>
 #include <map>
 #include <optional>

@@ -1,10 +1,10 @@
 #pragma once
-// An HTTP/1.1 server for the extender (POST /filter, /bind; GET /healthz, /readyz, /metrics): plain TCP or
-// TLS with certificate hot reload, keep-alive and pipelined requests, exact-path routes, the request timeouts
-// of HAMi's Go server, a body limit that hands the handler the truncated body instead of failing, head and
-// trailer limits (k8s/request_parser.h), a connection cap, optional client certificates (mTLS), and a
-// graceful shutdown. One coroutine per connection on the caller's executor (the one event loop); not
-// thread-safe.
+// An HTTP/1.1 server for the extender (POST /filter, /bind, /webhook; GET /healthz, /readyz, /metrics):
+// plain TCP or TLS with certificate hot reload, keep-alive and pipelined requests, exact-path routes, the
+// request timeouts of HAMi's Go server, a body limit that hands the handler the truncated body instead of
+// failing, head and trailer limits (k8s/request_parser.h), a connection cap, optional client certificates
+// (mTLS), and a graceful shutdown. One coroutine per connection on the caller's executor (the one event
+// loop); not thread-safe.
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/http/verb.hpp>
