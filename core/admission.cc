@@ -102,8 +102,8 @@ AdmissionVerdict Admit(PodView& pod, const Backends& backends, const AdmissionOp
       })) {
     return Deny(400, *error, uses_devices);
   }
-  // PROTOCOL.md D7: what the filter could not read is refused now, with the reason, instead of being found
-  // when the pod is scheduled (HAMi drops such a request and the pod runs without the device).
+  // docs/DECISIONS.md, D7: what the filter could not read is refused now, with the reason, instead of being
+  // found when the pod is scheduled (HAMi drops such a request and the pod runs without the device).
   if (auto error = EachContainer(pod, [&](ContainerView& c) -> std::optional<std::string> {
         for (const auto& b : backends) {
           auto req = b->RequestFor(c);

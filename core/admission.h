@@ -1,13 +1,13 @@
 #pragma once
-// The admission decision for a pod being created (reference/hami-scheduler.md §9), free of the wire: the
+// The admission decision for a pod being created (HAMi's rules, in its order, below), free of the wire: the
 // webhook (extender/admission_service) parses the AdmissionReview, calls AdmitPod on the pod, and turns the
 // pod's changes into a JSON patch.
 //
 // First, on every pod: allocation annotations (hami.io/vgpu-node, bind-phase, every backend's allocated and
 // to-allocate keys) are removed, as only the scheduler writes them, after creation. Then HAMi's order: no
 // containers -> denied; a pod of another scheduler -> allowed (with only the strip above); every backend's
-// Admit on every container (init containers first); a value no backend can read (PROTOCOL.md D7) -> denied; a
-// privileged container in a pod using devices -> denied; schedulerName set (and a pod with nodeName
+// Admit on every container (init containers first); a value no backend can read (docs/DECISIONS.md, D7) ->
+// denied; a privileged container in a pod using devices -> denied; schedulerName set (and a pod with nodeName
 // denied); every backend's ResourceQuota check (init peak against the app containers' sum).
 #include <cstdint>
 #include <optional>

@@ -27,7 +27,7 @@ namespace hami {
 
 enum class HealthRule { kAlwaysHealthy, kHandshake, kHandshakeAndDeviceChecks };
 
-// Every protocol key one backend uses. Defaults come from PROTOCOL.md §1; each can be overridden in config.
+// Every protocol key one backend uses (docs/DECISIONS.md, "HAMi's protocol"); each may be set in config.
 struct BackendKeys {
   std::string register_annotation;   // node annotation with the device list ("" for capacity discovery)
   std::string score_annotation;      // node annotation with topology pair scores ("" = none)
@@ -203,7 +203,7 @@ class Backend {
   virtual void AddPluginFacts(std::vector<DeviceInfo>& /*cards*/) const {}
 
   // What the container asks of this vendor: nullopt when it asks nothing, an error when a value cannot be
-  // read (PROTOCOL.md D7: e.g. `nvidia.com/gpumem: 16Gi` is not a MiB count).
+  // read (docs/DECISIONS.md, D7: e.g. `nvidia.com/gpumem: 16Gi` is not a MiB count).
   virtual Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& container) const = 0;
 
   // Adds the pod annotations for this vendor's part of an allocation of `pod` (`devices` is index-aligned

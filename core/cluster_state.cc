@@ -115,7 +115,7 @@ void ClusterState::RebuildLayout(NodeEntry& entry, std::vector<std::vector<Devic
     entry.totals.cores += d.devcore.value();
     entry.totals.mem += d.devmem.value();
   }
-  // Cordons are read from the live node object (PROTOCOL.md D6).
+  // Cordons are read from the live node object (docs/DECISIONS.md, D6).
   if (auto c = entry.node.annotations.find(keys::kDeviceCordon); c != entry.node.annotations.end()) {
     for (std::string_view raw : Split(c->second, ',')) {
       const std::string_view id = Trim(raw);

@@ -1,8 +1,8 @@
 #pragma once
 // The fit engine: whether a pod fits a node, and on which devices. It follows upstream's check order and
-// reason names (reference/hami-scheduler.md §6.4-§6.7) and is deterministic. It reads ClusterState and never
-// changes it; scratch buffers are reused between nodes so a decision over thousands of nodes allocates
-// little.
+// reason names (docs/DECISIONS.md, "The fit keeps HAMi's check order and reasons") and is deterministic. It
+// reads ClusterState and never changes it; scratch buffers are reused between nodes so a decision over
+// thousands of nodes allocates little.
 #include <array>
 #include <cstdint>
 #include <optional>

@@ -24,7 +24,7 @@ HealthVerdict SharedHandshake(const BackendSpec& spec, const NodeView& node, con
   auto it = key.empty() ? node.annotations.end() : node.annotations.find(key);
   const bool present = it != node.annotations.end();
   codec::Handshake h = codec::ParseHandshake(present ? std::string_view(it->second) : "", present);
-  // A request stamped far ahead of our clock would keep the node pending forever: unreadable (D8).
+  // A request stamped far ahead of our clock would keep the node pending forever: unreadable (D10).
   if (h.kind == codec::Handshake::Kind::kRequesting && h.requested_at > now + codec::kMaxFutureSkew)
     h.kind = codec::Handshake::Kind::kMalformedRequest;
   const std::int64_t allocatable = AllocatableCount(node, spec.resources.count);
@@ -49,8 +49,8 @@ HealthVerdict SharedHandshake(const BackendSpec& spec, const NodeView& node, con
       }
       return v;
     case codec::Handshake::Kind::kMalformedRequest: {
-      // D8: an unreadable stamp never blocks (or protects) a node forever: count it from when we first saw
-      // it.
+      // docs/DECISIONS.md, D8: an unreadable stamp never blocks (or protects) a node forever: count it from
+      // when we first saw it.
       if (!v.memory.malformed_since) v.memory.malformed_since = now;
       if (now < *v.memory.malformed_since + grace) {
         v.why = fmt::format("handshake value '{}' is unreadable; treated as a pending request", it->second);

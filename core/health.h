@@ -1,6 +1,6 @@
 #pragma once
-// Node health per backend (PROTOCOL.md §3), as a pure function of the node, what the previous pass
-// remembered, and the time. The caller performs the effects (handshake patch, clean-up) and stores `memory`.
+// Node health per backend (docs/DECISIONS.md, "HAMi's protocol"), as a pure function of the node, the last
+// pass's memory and the time. The caller performs the effects (handshake patch, clean-up), stores `memory`.
 #include <chrono>
 #include <optional>
 #include <set>

@@ -65,7 +65,7 @@ bool MayRelease(const std::optional<std::string>& current, const std::optional<s
   }
   if (skip_owner_check) return true;
   auto lock = codec::ParseNodeLock(*current);
-  if (!lock) return false;  // unreadable: leave it to expiry handling (D8)
+  if (!lock) return false;  // unreadable: leave it to expiry handling (docs/DECISIONS.md, D8)
   return lock->legacy || lock->OwnedBy(pod_ns, pod_name);
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// The node lock's decisions, as pure functions (PROTOCOL.md §5, reference/hami-scheduler.md §7.2, D8). The
+// The node lock's decisions, as pure functions (docs/DECISIONS.md, "HAMi's protocol" and D8). The
 // caller reads the node, asks what to do, performs the compare-and-swap patch, and asks again on conflict.
 #include <chrono>
 #include <optional>
@@ -28,7 +28,7 @@ struct LockDecision {
 };
 
 // The lock value as DecideLock reads it: ParseNodeLock, and a stamp more than codec::kMaxFutureSkew ahead of
-// `now` is malformed too (D8), so that a lock dated in the future cannot block its node forever.
+// `now` is malformed too (D10), so that a lock dated in the future cannot block its node forever.
 Result<codec::NodeLock> ReadNodeLock(std::string_view value, TimePoint now);
 
 // `current`: the node's lock annotation, if any. `malformed_since`: when the caller first saw the current

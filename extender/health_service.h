@@ -1,8 +1,8 @@
 #pragma once
-// The health pass (PROTOCOL.md §3), every --health-check-interval: asks each node's device plugins for a
-// handshake, withholds a vendor's devices from a node whose plugin stopped answering, gives them back when
-// it answers again. The decision per node is core's (NodeHealthPass; `simulate` runs the same one); this
-// service keeps the per-node records and carries the effects out (handshakes are background writes).
+// The health pass (docs/DECISIONS.md, "HAMi's protocol"), every --health-check-interval: asks each node's
+// device plugins for a handshake, withholds a vendor's devices from a node whose plugin stopped answering,
+// gives them back when it answers again. The decision per node is core's (NodeHealthPass; `simulate` runs
+// the same one); this service keeps the per-node records and carries the effects out (background writes).
 #include <chrono>
 #include <cstddef>
 #include <map>

@@ -1,6 +1,6 @@
 #pragma once
 // Who leads, from one of two sources (--leader-elect-mode):
-// - follow (HAMi's way, reference/hami-scheduler.md §8.2): this process acquires nothing; it follows the
+// - follow (HAMi's way; docs/DECISIONS.md, "Leadership"): this process acquires nothing; it follows the
 //   Lease the co-located kube-scheduler holds (--leader-elect-resource-namespace/-name) and is the leader
 //   while that Lease names a holder whose identity starts with ours (kube-scheduler's identity is
 //   "<hostname>_<uuid>") and the Lease was seen less than its leaseDurationSeconds ago.

@@ -63,8 +63,8 @@ class LedgerFeed {
   };
   const Stats& stats() const { return stats_; }
   // The ledger's gauges: nodes, pods, unreadable registrations, and HAMi's per-device, quota and per-pod
-  // families with HAMi's names and labels (reference/hami-scheduler.md §8.3; `legacy`: HAMi's older names
-  // besides them).
+  // families with HAMi's names and labels (docs/DECISIONS.md, "Metrics under HAMi's names"; `legacy`:
+  // HAMi's older names besides them).
   void WriteMetrics(k8s::prom::TextWriter& w, bool legacy) const;
 
  private:

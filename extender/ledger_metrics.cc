@@ -1,5 +1,5 @@
 // The ledger's gauges, computed from the registry and the ledger at scrape time: ours, and HAMi's device,
-// quota and per-pod families with HAMi's names and labels (reference/hami-scheduler.md §8.3).
+// quota and per-pod families with HAMi's names and labels (docs/DECISIONS.md, "Metrics under HAMi's names").
 #include <fmt/format.h>
 
 #include "extender/ledger_feed.h"

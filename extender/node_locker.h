@@ -1,11 +1,11 @@
 #pragma once
-// The node lock on the cluster (PROTOCOL.md §5), through the ClusterWriter port: decides with core's
-// DecideLock from the node as the caller's cache shows it (or as our own last lock write left it, while the
-// cache has not caught up), and writes with a compare-and-swap merge patch (metadata.resourceVersion): a lock
-// taken on a fresh cache costs one request. A conflict (the cache was behind) reads the node from the API
-// server and decides again, with capped backoff; a lost answer to our own patch is recognised by finding our
-// value in place; a lock whose owner pod no longer exists is replaced (the pod cache answers "exists" without
-// a request); a release never deletes a value someone else wrote.
+// The node lock on the cluster (docs/DECISIONS.md, "HAMi's protocol"), through the ClusterWriter port:
+// decides with core's DecideLock from the node as the caller's cache shows it (or as our own last lock write
+// left it, while the cache has not caught up), and writes with a compare-and-swap merge patch
+// (metadata.resourceVersion): a lock taken on a fresh cache costs one request. A conflict (the cache was
+// behind) reads the node from the API server and decides again, with capped backoff; a lost answer to our own
+// patch is recognised by finding our value in place; a lock whose owner pod no longer exists is replaced (the
+// pod cache answers "exists" without a request); a release never deletes a value someone else wrote.
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <functional>
@@ -69,7 +69,7 @@ class NodeLocker {
   const Stats& stats() const { return stats_; }
 
  private:
-  // When an unreadable lock value was first seen on (node, key) (D8: stale after the timeout).
+  // When an unreadable lock value was first seen on (node, key) (stale after the timeout: D8).
   std::optional<TimePoint> MalformedSince(const LockTarget& target, const std::optional<std::string>& value);
   boost::asio::awaitable<void> Backoff(int attempt);
   void Wrote(const LockTarget& target, const std::string& resource_version, std::optional<std::string> value);

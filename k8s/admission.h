@@ -1,5 +1,5 @@
 #pragma once
-// The admission webhook's wire (reference/k8s-wire.md, admission.k8s.io v1 and v1beta1): the
+// The admission webhook's wire (admission.k8s.io v1 and v1beta1): the
 // AdmissionReview in and out, and writing a pod's admission changes back onto the object the API server sent
 // (k8s/json_patch turns that into the answer's patch).
 #include <boost/json/array.hpp>

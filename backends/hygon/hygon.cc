@@ -39,7 +39,7 @@ BackendSpec DefaultSpec() {
   s.keys.register_annotation = "hami.io/node-dcu-register";
   s.keys.handshake = "hami.io/node-handshake-dcu";
   s.keys.allocated = "hami.io/dcu-devices-allocated";
-  s.keys.to_allocate = "hami.io/hcu-devices-to-allocate";  // PROTOCOL.md D2 (HAMi's: kHamiToAllocate)
+  s.keys.to_allocate = "hami.io/hcu-devices-to-allocate";  // docs/DECISIONS.md, D2 (HAMi's: kHamiToAllocate)
   s.keys.node_lock = "hami.io/mutex.lock";
   s.keys.use_uuid = "hygon.com/use-gpuuuid";
   s.keys.nouse_uuid = "hygon.com/nouse-gpuuuid";
@@ -60,7 +60,7 @@ Result<BackendPtr> Create(const VendorSettings& settings) {
 std::vector<std::string> Advise(const VendorSettings& settings) {
   if (settings.values.empty() || settings.Has("annotations.toAllocate")) return {};
   return {fmt::format(
-      "hygon: pods get their devices under {} (PROTOCOL.md D2), but HAMi's Hygon device plugin reads "
+      "hygon: pods get their devices under {} (docs/DECISIONS.md, D2), but HAMi's Hygon device plugin reads "
       "{}; with that plugin add `annotations: {{toAllocate: {}}}` to the hygon: section of the device config",
       DefaultSpec().keys.to_allocate, kHamiToAllocate, kHamiToAllocate)};
 }

@@ -48,7 +48,7 @@ class MthreadsBackend final : public BasicBackend {
                 TimePoint now, Annotations& out) const override {
     std::string node;
     if (auto n = written.find(keys::kAssignedNode); n != written.end()) node = n->second;
-    // PROTOCOL.md D3: the to-allocate key is written too.
+    // docs/DECISIONS.md, D3: the to-allocate key is written too.
     BasicBackend::Annotate(pod, devices, written, now, out);
     for (const auto& ctr : devices) {
       if (ctr.empty()) continue;

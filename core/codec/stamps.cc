@@ -149,7 +149,7 @@ Result<NodeLock> ParseNodeLock(std::string_view value) {
   auto t = ParseRfc3339(parts[0]);
   if (!t) return Error{fmt::format("node lock '{}': {}", value, t.error().message)};
   lock.taken_at = *t;
-  // The owner is looked up on the API server: a value that is no namespace and pod name is no owner (D8).
+  // Looked up on the API server: a value that is no namespace/pod name is no owner (docs/DECISIONS.md, D8).
   if (!IsDns1123Label(parts[1]) || !IsDns1123Subdomain(parts[2])) {
     return Error{fmt::format("node lock '{}': owner '{},{}' is not a namespace and a pod name", value,
                              parts[1], parts[2])};

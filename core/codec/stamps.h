@@ -8,8 +8,8 @@
 
 namespace hami::codec {
 
-// A handshake or lock stamp further ahead of our clock than this is malformed (D8), not a promise to wait
-// for: a lock dated years ahead would otherwise block its node forever.
+// A handshake or lock stamp further ahead of our clock than this is malformed (docs/DECISIONS.md, D8 and
+// D10), not a promise to wait for: a lock dated years ahead would otherwise block its node forever.
 inline constexpr std::chrono::minutes kMaxFutureSkew{5};
 
 // hami.io/node-handshake*: the scheduler writes `Requesting_YYYY-MM-DD HH:MM:SS` (its local time zone, UTC in

@@ -252,7 +252,7 @@ pod gpu-20000 '{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000"}' >/dev/null
 check_pod gpu-20000 gpu-b "$NV_ALLOC" "$NV_TODO" 20000
 pod dcu-2000 '{"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "60"}' >/dev/null
 # deploy/device-config.yaml sets Hygon's to-allocate key to the one HAMi's DCU plugin reads (the default,
-# PROTOCOL.md D2, is hami.io/hcu-devices-to-allocate).
+# docs/DECISIONS.md, D2, is hami.io/hcu-devices-to-allocate).
 check_pod dcu-2000 dcu-1 hami.io/dcu-devices-allocated hami.io/dcu-devices-to-allocate 2000
 
 # Ascend 910B3 (HAMi's chart chips, --enable-ascend): a 16 GiB vNPU carved by its template, and two whole

@@ -248,7 +248,7 @@ TEST_F(ControllerTest, AnEarlierDecisionsKeysTheBindingDoesNotReplaceAreRemovedB
     EXPECT_EQ(Annotation(bound, "hami.io/vgpu-devices-to-allocate"),
               std::string("gpu-a-gpu0,NVIDIA,3000,0:;"));
     EXPECT_EQ(Annotation(bound, "hami.io/dcu-devices-allocated"), std::string());
-    EXPECT_EQ(Annotation(bound, "hami.io/hcu-devices-to-allocate"), std::string());  // Hygon's (D2)
+    EXPECT_EQ(Annotation(bound, "hami.io/hcu-devices-to-allocate"), std::string());  // docs/DECISIONS.md, D2
   }());
 }
 

@@ -72,7 +72,7 @@ std::vector<SimDevice> DevicesFor(std::string_view backend) {
 }
 
 // What Discover() must return for `devices`: annotation modes carry every field, capacity mode synthesizes
-// ids, count and type (reference/hami-backends.md §3.2, §4.2).
+// ids, count and type (docs/TEST_VECTORS.md, V43 and V53).
 void ExpectDiscovered(const Backend& backend, const std::vector<SimDevice>& devices,
                       const std::vector<DeviceInfo>& found) {
   ASSERT_EQ(found.size(), devices.size());

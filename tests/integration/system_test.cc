@@ -1282,7 +1282,7 @@ TEST_F(HostileInputTest, NamesFromRequestsAndLocksNeverReachAnotherObject) {
           const std::string error = ErrorOf(co_await Post("/bind", body));
           EXPECT_NE(error.find("is not a valid"), std::string::npos) << error;
         }
-        // The forged lock is a malformed lock (D8), never a name to look up.
+        // The forged lock is a malformed lock (docs/DECISIONS.md, D8), never a name to look up.
         CO_ASSERT_TRUE(api_.store().Patch(*sim::FindResourceByName("nodes"), "", "nv-a",
                                           sim::PatchType::kMerge, lock_patch));
         const std::string filtered = co_await Post("/filter", victim_to_a);

@@ -377,7 +377,7 @@ TEST(VendorSeam, AVendorIsNamedOnlyInItsFolder) {
   EXPECT_TRUE(offenders.empty()) << "a vendor named outside its folder: " << Join(offenders, ", ");
 }
 
-// PROTOCOL.md D2 under HAMi's own device config: said at start-up, with the line that fixes it.
+// docs/DECISIONS.md, D2 under HAMi's own device config: said at start-up, with the line that fixes it.
 TEST(Commands, HamisDeviceConfigWithHygonWarnsAboutTheToAllocateKey) {
   const std::string hamis =
       WriteTemp("hami-device-config.yaml",

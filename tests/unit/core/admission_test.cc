@@ -1,4 +1,4 @@
-// The pod-level admission rules (reference/hami-scheduler.md §9, hami-backends.md V51/V66): order, the
+// The pod-level admission rules (core/admission.h; docs/TEST_VECTORS.md, V51 and V66): order, the
 // foreign-scheduler rule, denials, schedulerName, quota; each vendor's own mutation is tested with the
 // vendor (backends_test.cc).
 #include "core/admission.h"
@@ -118,7 +118,7 @@ TEST_F(Admission, APodWithANodeNameIsDeniedOnceItUsesDevices) {
 }
 
 TEST_F(Admission, UnreadableValuesAreDeniedWithTheReason) {
-  // PROTOCOL.md D7: HAMi would drop the request and run the pod without a device.
+  // docs/DECISIONS.md, D7: HAMi would drop the request and run the pod without a device.
   PodView pod = Pod("p", {Ctr("app", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "16Gi"}})});
   AdmissionVerdict v = Admit(pod);
   EXPECT_EQ(v.kind, Kind::kDenied);

@@ -37,7 +37,7 @@ TEST_F(BindPlanTest, LocksOfTheVendorsTheRegularContainersUseInVendorOrder) {
 }
 
 TEST_F(BindPlanTest, ALockKeySharedByTwoVendorsIsTakenOnce) {
-  // Hygon's default lock is NVIDIA's (PROTOCOL.md §5).
+  // Hygon's default lock is NVIDIA's (docs/DECISIONS.md, "HAMi's protocol").
   const PodView both = Pod("p", {GpuCtr("a", 1, 1000, 10), Ctr("b", {{"hygon.com/dcunum", "1"}})});
   EXPECT_THAT(LockKeys(both), ElementsAre("hami.io/mutex.lock"));
 }

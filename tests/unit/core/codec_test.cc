@@ -122,7 +122,7 @@ TEST(DeviceManifest, PairScores) {
   EXPECT_FALSE(ApplyPairScores("{bad", d));
 }
 
-// --- legacy colon format (V1, V2)
+// --- legacy colon format (docs/TEST_VECTORS.md, V1, V2)
 // -----------------------------------------------------------------------------
 
 TEST(LegacyDevices, Vectors) {
@@ -212,7 +212,7 @@ TEST(LegacyDevices, OlderSeedExamples) {
   EXPECT_FALSE(DecodeLegacyDevices(kSeedManifest));
 }
 
-// --- pod device lists (V5)
+// --- pod device lists (docs/TEST_VECTORS.md, V5)
 // --------------------------------------------------------------------------------------
 
 ContainerDevice Dev(std::string uuid, std::string vendor, std::int64_t mem, std::int64_t cores) {
@@ -289,7 +289,7 @@ TEST(MigAllocations, RoundTripAndValidation) {
       R"({"containerIndex":0,"deviceIndex":0,"gpuUUID":"G","profile":"p","placement":{"start":1,"size":1}}])"));
 }
 
-// --- collapse (V11)
+// --- collapse (docs/TEST_VECTORS.md, V11)
 // -----------------------------------------------------------------------------------------------
 
 PodDevices OneGpu(std::vector<std::pair<std::int64_t, std::int64_t>> per_container) {

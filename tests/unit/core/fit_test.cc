@@ -1,5 +1,5 @@
-// The fit engine: the common matrix F1-F15 of reference/hami-backends.md §8.4 for each of the four backends,
-// and the NVIDIA (V30, V34-V38, V40), Cambricon (V50), Moore Threads (V57) and Hygon (V59) specifics, run
+// The fit engine: the common matrix F1-F15 for each of the four backends, and the NVIDIA (V30, V34-V38,
+// V40), Cambricon (V50), Moore Threads (V57) and Hygon (V59) specifics (case ids: docs/TEST_VECTORS.md), run
 // through ClusterState with devices as the device plugins publish them.
 #include "core/fit.h"
 
@@ -540,7 +540,7 @@ TEST(NvidiaFit, CordonFollowsTheLiveNodeObject) {
   Env env;
   env.state.UpsertNode(CordonNode("dev-1"));
   EXPECT_EQ(Uuids(env.Run(GpuPod(1, 64, 50))), (std::vector<std::string>{"dev-0"}));
-  env.state.UpsertNode(CordonNode(""));  // PROTOCOL.md D6: takes effect at once
+  env.state.UpsertNode(CordonNode(""));  // docs/DECISIONS.md, D6: takes effect at once
   EXPECT_EQ(Uuids(env.Run(GpuPod(1, 64, 50))), (std::vector<std::string>{"dev-1"}));
 }
 

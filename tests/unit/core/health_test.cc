@@ -61,7 +61,7 @@ TEST_F(Health, PendingRequestGetsTheFullGrace) {
 }
 
 TEST_F(Health, MalformedStampIsStaleAfterTheGraceNotForever) {
-  // PROTOCOL.md D8: upstream treats an unreadable Requesting_ value as healthy forever.
+  // docs/DECISIONS.md, D8: upstream treats an unreadable Requesting_ value as healthy forever.
   const std::string key = "hami.io/node-handshake-dcu";
   const NodeView n = Node(key, "Requesting_not-a-timestamp", std::nullopt);
   auto first = EvaluateHealth(dcu_, n, {}, now_, 60s);
@@ -75,7 +75,7 @@ TEST_F(Health, MalformedStampIsStaleAfterTheGraceNotForever) {
   EXPECT_TRUE(EvaluateHealth(dcu_, Node(key, "Requesting", "2"), later.memory, now_ + 61s, 60s).healthy);
 }
 
-// Issue 8: a request stamped ahead of our clock is unreadable (D8), not pending forever.
+// Issue 8: a request stamped ahead of our clock is unreadable (docs/DECISIONS.md, D10), not pending forever.
 TEST_F(Health, FutureRequestIsStaleAfterTheGrace) {
   const std::string key = "hami.io/node-handshake-dcu";
   const NodeView n = Node(key, codec::FormatHandshakeRequest(now_ + 24h * 365 * 100), std::nullopt);

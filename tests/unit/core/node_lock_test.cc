@@ -30,7 +30,8 @@ TEST(NodeLock, DecisionsFollowTheProtocol) {
 }
 
 TEST(NodeLock, MalformedValuesNeverBlockForever) {
-  // D8: upstream fails forever on "lock"; here it is contention until seen for the timeout, then stale.
+  // docs/DECISIONS.md, D8: upstream fails forever on "lock"; here it is contention until seen for the
+  // timeout, then stale.
   EXPECT_EQ(Act("lock"), LockAction::kContended);
   EXPECT_EQ(Act("lock", "ns", "pod-a", kShared, kNow - 299s), LockAction::kContended);
   EXPECT_EQ(Act("lock", "ns", "pod-a", kShared, kNow - 300s), LockAction::kStealMalformed);

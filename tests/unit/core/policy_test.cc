@@ -22,7 +22,7 @@ TEST(ScoringWeights, ParsesAndRejectsWithUpstreamMessages) {
 }
 
 TEST(DeviceScore, Vectors) {
-  // reference/hami-scheduler.md §11.4
+  // docs/TEST_VECTORS.md, H4
   DeviceInfo d;
   d.count = 10;
   d.devcore = Cores(4);
@@ -74,7 +74,7 @@ TEST(DeviceOrder, Table) {
 }
 
 TEST(DeviceOrder, NumaBindKeepsGroupsContiguous) {
-  // §11.5: A(numa0,score5), B(numa0,score1), C(numa1,score3), spread + numa-bind: groups stay together.
+  // H5: A(numa0,score5), B(numa0,score1), C(numa1,score3), spread + numa-bind: groups stay together.
   auto order = Order("spread", true, {{0, 5, 0, 0, 0}, {1, 1, 0, 1, 0}, {2, 3, 1, 2, 0}});
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
   // Without numa-bind the score is primary: P(n0,1) is preferred (last).

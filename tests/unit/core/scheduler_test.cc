@@ -17,7 +17,7 @@ using testing::Pod;
 
 const TimePoint kNow = std::chrono::system_clock::from_time_t(1716199325);
 
-// reference/hami-scheduler.md §11.1: two nodes of two 8000 MiB GPUs, custom resource names.
+// docs/TEST_VECTORS.md, H1: two nodes of two 8000 MiB GPUs, custom resource names.
 class PolicyMatrix : public ::testing::Test {
  protected:
   PolicyMatrix() : backends_(testing::BuiltinBackends({{"nvidia", Settings()}})), state_(backends_) {
@@ -93,7 +93,7 @@ TEST_F(PolicyMatrix, ScoresReportedBestFirst) {
 }
 
 TEST_F(PolicyMatrix, InitContainerMaxLogic) {
-  // §11.2: init cannot fit device4's 2000 MiB free; the app prefers device4 but 4000 > 2000.
+  // H2: init cannot fit device4's 2000 MiB free; the app prefers device4 but 4000 > 2000.
   const PodView pod = Pod("new", {Want("app", 4000, 20)}, {Want("init", 5000, 20)});
   auto out = Decide(pod, "binpack", "binpack");
   ASSERT_EQ(out.kind, FilterOutcome::Kind::kScheduled);
@@ -296,7 +296,7 @@ TEST_F(PolicyMatrix, InvalidInputIsAnError) {
 }
 
 TEST(Scheduler, InitPlaceholderAlignment) {
-  // §11.3: init0 none, init1 and app one GPU each -> [[], [uuid1], [uuid1]].
+  // H3: init0 none, init1 and app one GPU each -> [[], [uuid1], [uuid1]].
   Backends backends = testing::BuiltinBackends();
   ClusterState state(backends);
   state.UpsertNode(testing::NvidiaNode("n", {Gpu("uuid1", 0, 8000, 10, "NVIDIA-A100")}));
@@ -312,7 +312,7 @@ TEST(Scheduler, InitPlaceholderAlignment) {
   EXPECT_EQ(d[2].at(0).uuid, "uuid1");
   EXPECT_EQ(out.annotations.at("hami.io/vgpu-devices-allocated"),
             ";uuid1,NVIDIA,1000,30:;uuid1,NVIDIA,1000,30:;");
-  // With real model names the list still lines up (PROTOCOL.md D5): a first container without a GPU.
+  // With real model names the list still lines up (docs/DECISIONS.md, D5): a first container without a GPU.
   PodView q = Pod("q", {Ctr("sidecar", {{"cpu", "1"}}), testing::GpuCtr("main", 1, 1000, 30)});
   auto out2 = s.Filter(q, {"n"}, kNow);
   EXPECT_EQ(out2.annotations.at("hami.io/vgpu-devices-allocated"), ";uuid1,NVIDIA,1000,30:;");

@@ -245,7 +245,7 @@ LeaseView Lease(std::optional<std::string> holder, std::int64_t seconds = 15,
   return l;
 }
 
-// reference/hami-scheduler.md §8.2: the co-located kube-scheduler's Lease decides; a plain prefix of the
+// docs/DECISIONS.md, "Leadership": the co-located kube-scheduler's Lease decides; a plain prefix of the
 // holder identity; leadership ends when the Lease is not renewed within its duration, with no event needed.
 TEST(Leadership, FollowsTheKubeSchedulersLease) {
   std::chrono::steady_clock::time_point now{std::chrono::hours(1)};
