@@ -1,6 +1,6 @@
 // The pod-level admission rules (core/admission.h; docs/TEST_VECTORS.md, V51 and V66): order, the
 // foreign-scheduler rule, denials, schedulerName, quota; each vendor's own mutation is tested with the
-// vendor (backends_test.cc).
+// vendor (tests/unit/backends/<vendor>_test.cc).
 #include "core/admission.h"
 
 #include <gtest/gtest.h>
