@@ -29,7 +29,8 @@ constexpr int kLockReleaseAttempts = 5;
 // again, this many times: a node written every few tens of milliseconds (the tests' 100 ms health pass, two
 // plugins answering) would otherwise make a release give up and leave the lock to its timeout.
 constexpr int kLockReleaseConflicts = 20;
-constexpr std::string_view kAllocatedEverything = ";";  // PROTOCOL.md §4: an empty list, not "" nor removed
+// Nothing left to allocate is a value made only of `;`, not "" nor a removed key (docs/DECISIONS.md).
+constexpr std::string_view kAllocatedEverything = ";";
 
 std::string_view ModeName(PluginMode mode) {
   switch (mode) {

@@ -1,6 +1,6 @@
 #pragma once
-// A simulated vendor device plugin: the node side of PROTOCOL.md, spoken only through k8s::ApiClient and
-// informers, so it runs against sim::ApiServer and a real kube-apiserver alike.
+// A simulated vendor device plugin: the node side of HAMi's protocol (docs/DECISIONS.md), spoken only
+// through k8s::ApiClient and informers, so it runs against sim::ApiServer and a real kube-apiserver alike.
 //
 // What it does, per the backend's BackendSpec (config overrides included) and what the backend says its
 // vendor's plugin publishes (Backend::Publish, the inverse of its Discover):
