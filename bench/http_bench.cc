@@ -330,10 +330,10 @@ class Harness {
   // The scheduler service (and the plugins), run until ready and quiet. Then, unless --one-thread, the
   // loop moves to a thread of its own.
   bool Start(const std::vector<std::vector<hami::sim::SimDevice>>* plugin_devices) {
-    cfg_.http_bind = "127.0.0.1:0";
-    cfg_.metrics_bind_address = "";
-    cfg_.kube_qps = 0;
-    cfg_.policies.node_policy = flags_.node_policy;
+    cfg_.serving.http_bind = "127.0.0.1:0";
+    cfg_.serving.metrics_bind_address = "";
+    cfg_.kube.qps = 0;
+    cfg_.extender.filter.policies.node_policy = flags_.node_policy;
     auto backends = hami::cmd::BuildBackends(cfg_);
     if (!backends) return Fail(backends.error().message);
     backends_ = std::move(*backends);

@@ -179,9 +179,9 @@ void DemoRun::Line(std::string_view pod, std::string_view event, std::string_vie
 }
 
 int DemoRun::Run() {
-  cfg_.http_bind = "127.0.0.1:0";
-  cfg_.metrics_bind_address = "";
-  cfg_.kube_qps = 0;  // no client-side rate limit against the embedded server
+  cfg_.serving.http_bind = "127.0.0.1:0";
+  cfg_.serving.metrics_bind_address = "";
+  cfg_.kube.qps = 0;  // no client-side rate limit against the embedded server
   // Every vendor runs in the demo, also those a deployment switches on with a flag.
   for (const auto& section : Vendors().Sections()) cfg_.vendors[section].enabled = true;
   auto backends = BuildBackends(cfg_);
@@ -310,7 +310,7 @@ asio::awaitable<void> DemoRun::Script() {
   service_->Start();
 
   sim::StandInOptions sio;
-  sio.scheduler_name = cfg_.scheduler_name;
+  sio.scheduler_name = cfg_.extender.admission.scheduler_name;
   sio.extender_url = service_->url();
   sio.initial_backoff = 200ms;
   sio.max_backoff = 2s;
@@ -351,7 +351,7 @@ asio::awaitable<void> DemoRun::Script() {
       api_->url(), DemoNodes().size(), device_count, fmt::join(vendors, ", "), service_->url());
   log_ << fmt::format("{:>8}  {:<18} {:<14} {:<17} {}\n", "TIME", "POD", "EVENT", "NODE", "DETAIL");
 
-  for (const auto& pod : DemoPods(cfg_.scheduler_name)) {
+  for (const auto& pod : DemoPods(cfg_.extender.admission.scheduler_name)) {
     pod_names_.push_back(std::string(pod.at("metadata").at("name").as_string()));
     const std::string path = "/api/v1/namespaces/default/pods";
     if (auto c = co_await user_client_->Create(path, pod); !c) throw std::runtime_error(c.error().message);

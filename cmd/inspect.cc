@@ -72,7 +72,8 @@ json::object InspectNode(const NodeView& node, const Backends& backends, const c
         (!keys.register_annotation.empty() && node.annotations.contains(keys.register_annotation)) ||
         (!b->Spec().resources.cores.empty() && node.capacity.contains(b->Spec().resources.cores));
     if (publishes) {
-      const HealthVerdict v = EvaluateHealth(b->Spec(), node, HealthMemory{}, now, cfg.handshake_timeout);
+      const HealthVerdict v =
+          EvaluateHealth(b->Spec(), node, HealthMemory{}, now, cfg.extender.handshake_timeout);
       health.push_back(json::object{{"vendor", b->Vendor()}, {"healthy", v.healthy}, {"why", v.why}});
     }
     auto found = b->Discover(node);

@@ -32,12 +32,6 @@ std::string HostName() {
   return buf;
 }
 
-std::string LabelSelector(const std::map<std::string, std::string>& selector) {
-  std::string out;
-  for (const auto& [k, v] : selector) out += fmt::format("{}{}={}", out.empty() ? "" : ",", k, v);
-  return out;
-}
-
 }  // namespace
 
 SchedulerService::SchedulerService(asio::io_context& ioc) : ioc_(&ioc) {}
@@ -49,9 +43,9 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
     const Clock& clock, ServiceOptions options) {
   std::unique_ptr<SchedulerService> s(new SchedulerService(ioc));
   k8s::ClientOptions co;
-  co.qps = cfg.kube_qps;
-  co.burst = cfg.kube_burst;
-  if (cfg.kube_timeout.count() > 0) co.timeout = cfg.kube_timeout;
+  co.qps = cfg.kube.qps;
+  co.burst = cfg.kube.burst;
+  if (cfg.kube.timeout.count() > 0) co.timeout = cfg.kube.timeout;
   auto event_client = k8s::ApiClient::Create(ioc.get_executor(), rest, co);
   if (!event_client) return event_client.error();
   s->event_client_ = std::move(*event_client);
@@ -63,52 +57,34 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   auto background = k8s::ApiClient::Create(ioc.get_executor(), rest, co);
   if (!background) return background.error();
   s->background_client_ = std::move(*background);
-  if (cfg.leader_elect && cfg.leader_elect_mode == "acquire") {
+  const extender::LeadershipOptions& election = cfg.extender.leadership;
+  if (election.enabled && election.mode == extender::LeaderElectMode::kAcquire) {
     // One attempt per request, bounded by half the renew deadline (at least the retry period): the rounds are
     // the retries, and one hung request must not use up the whole term.
     k8s::ClientOptions lo;
-    lo.timeout =
-        std::min(std::max(cfg.leader_elect_renew_deadline / 2, cfg.leader_elect_retry_period), co.timeout);
+    lo.timeout = std::min(std::max(election.renew_deadline / 2, election.retry_period), co.timeout);
     lo.max_attempts = 1;
     auto leases = k8s::ApiClient::Create(ioc.get_executor(), rest, lo);
     if (!leases) return leases.error();
     s->lease_client_ = std::move(*leases);
   }
 
-  extender::ExtenderOptions o;
-  o.scheduler_name = cfg.scheduler_name;
-  o.force_overwrite_default_scheduler = cfg.force_overwrite_default_scheduler;
-  o.hostname = options.hostname.empty() ? HostName() : options.hostname;
-  o.leadership = extender::LeadershipOptions{
-      .enabled = cfg.leader_elect,
-      .ns = cfg.leader_elect_resource_namespace,
-      .name = cfg.leader_elect_resource_name,
-      .identity = cfg.leader_elect_identity.empty() ? o.hostname : cfg.leader_elect_identity,
-      .mode = cfg.leader_elect_mode == "acquire" ? extender::LeaderElectMode::kAcquire
-                                                 : extender::LeaderElectMode::kFollow,
-      .lease_duration = cfg.leader_elect_lease_duration,
-      .renew_deadline = cfg.leader_elect_renew_deadline,
-      .retry_period = cfg.leader_elect_retry_period};
-  for (auto [var, field] :
-       {std::pair<const char*, std::string*>{"POD_NAME", &o.pod_name}, {"POD_NAMESPACE", &o.pod_namespace}}) {
+  extender::ExtenderOptions settings = cfg.extender;
+  if (options.health_interval) settings.health_interval = *options.health_interval;
+  if (options.bind_backlog) settings.filter.bind_backlog = *options.bind_backlog;
+  extender::ExtenderSite site;
+  site.hostname = options.hostname.empty() ? HostName() : options.hostname;
+  for (auto [var, field] : {std::pair<const char*, std::string*>{"POD_NAME", &site.pod_name},
+                            {"POD_NAMESPACE", &site.pod_namespace}}) {
     if (const char* v = std::getenv(var)) *field = v;
   }
-  o.policies = cfg.policies;
-  o.node_label_selector = LabelSelector(cfg.node_label_selector);
-  o.health_interval = options.health_interval.value_or(cfg.health_check_interval);
-  o.handshake_timeout = cfg.handshake_timeout;
-  o.node_lock_timeout = cfg.node_lock_timeout;
-  o.node_lock_retry_timeout = cfg.node_lock_retry_timeout;
-  o.reservation_timeout = cfg.reservation_timeout;
-  o.legacy_metrics = cfg.legacy_metrics;
-  if (options.reflector_backoff) o.reflector_defaults.backoff_initial = *options.reflector_backoff;
-  if (options.bind_backlog) o.bind_backlog = *options.bind_backlog;
+  if (options.reflector_backoff) site.reflector.backoff_initial = *options.reflector_backoff;
   s->extender_ = std::make_unique<extender::Extender>(
       ioc.get_executor(),
       extender::Extender::Clients{s->client_.get(), s->background_client_.get(), s->event_client_.get(),
                                   s->lease_client_.get()},
-      backends, o, clock);
-  if (cfg.leader_elect) {
+      backends, std::move(settings), std::move(site), clock);
+  if (election.enabled) {
     // The last fence: every attempt of every write (retries included) asks whether we still lead.
     const extender::Leadership* leadership = &s->extender_->leadership();
     const k8s::ApiClient::WriteGate gate = [leadership] {
@@ -126,13 +102,13 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   using Serves = extender::HttpRoutes::Serves;
   // The memory request bodies can hold at once, in two pools shared by every listener: reviews, and the
   // extender's requests (and the probes'), so that neither can starve the other.
-  const std::size_t pool_bytes = static_cast<std::size_t>(cfg.request_body_budget_mib) << 20;
+  const std::size_t pool_bytes = static_cast<std::size_t>(cfg.serving.request_body_budget_mib) << 20;
   const auto extender_bodies = std::make_shared<k8s::BodyBudget>(pool_bytes);
   const auto review_bodies = std::make_shared<k8s::BodyBudget>(pool_bytes);
   s->routes_->ShowBodyBudget("extender", extender_bodies);
   s->routes_->ShowBodyBudget("webhook", review_bodies);
   const auto add = [&](k8s::HttpServerOptions server, std::string listener, Serves serves) {
-    server.max_connections = static_cast<std::size_t>(cfg.max_connections);
+    server.max_connections = static_cast<std::size_t>(cfg.serving.max_connections);
     server.body_budget = extender_bodies;
     server.path_body_budgets["/webhook"] = review_bodies;
     // A pod's AdmissionReview may be larger than an extender request: the API server sends up to its 3 MiB
@@ -143,23 +119,24 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
     return s->servers_.back().get();
   };
   k8s::HttpServerOptions main;
-  main.address = cfg.http_bind;
-  main.cert_file = cfg.cert_file;
-  main.key_file = cfg.key_file;
-  main.client_ca_file = cfg.client_ca_file;
-  s->server_ = add(main, "extender", Serves{.extender = true, .webhook = cfg.webhook_bind.empty()});
-  if (!cfg.metrics_bind_address.empty() && cfg.metrics_bind_address != cfg.http_bind) {
+  main.address = cfg.serving.http_bind;
+  main.cert_file = cfg.serving.cert_file;
+  main.key_file = cfg.serving.key_file;
+  main.client_ca_file = cfg.serving.client_ca_file;
+  s->server_ = add(main, "extender", Serves{.extender = true, .webhook = cfg.serving.webhook_bind.empty()});
+  if (!cfg.serving.metrics_bind_address.empty() &&
+      cfg.serving.metrics_bind_address != cfg.serving.http_bind) {
     k8s::HttpServerOptions m;
-    m.address = cfg.metrics_bind_address;
+    m.address = cfg.serving.metrics_bind_address;
     m.address_flag = "--metrics-bind-address";
     s->metrics_ = add(m, "metrics", Serves{});
   }
-  if (!cfg.webhook_bind.empty()) {
+  if (!cfg.serving.webhook_bind.empty()) {
     k8s::HttpServerOptions w;
-    w.address = cfg.webhook_bind;
+    w.address = cfg.serving.webhook_bind;
     w.address_flag = "--webhook-bind";
-    w.cert_file = cfg.webhook_cert_file;
-    w.key_file = cfg.webhook_key_file;
+    w.cert_file = cfg.serving.webhook_cert_file;
+    w.key_file = cfg.serving.webhook_key_file;
     w.body_limit = extender::kWebhookBodyLimit;
     s->webhook_ = add(w, "webhook", Serves{.webhook = true, .metrics = false});
   }
@@ -277,21 +254,19 @@ int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream&
   }
   spdlog::set_level(spdlog::level::from_str(cfg.log_level));
   for (const auto& w : warnings) spdlog::warn("{}", w);
-  if (cfg.leader_elect && cfg.leader_elect_mode == "acquire") {
+  const extender::LeadershipOptions& election = cfg.extender.leadership;
+  if (election.enabled && election.mode == extender::LeaderElectMode::kAcquire) {
     spdlog::info(
         "--leader-elect: acquiring Lease {}/{} (lease duration {}, renew deadline {}, retry period {})",
-        cfg.leader_elect_resource_namespace, cfg.leader_elect_resource_name,
-        config::FormatDuration(cfg.leader_elect_lease_duration),
-        config::FormatDuration(cfg.leader_elect_renew_deadline),
-        config::FormatDuration(cfg.leader_elect_retry_period));
-  } else if (cfg.leader_elect) {
+        election.ns, election.name, config::FormatDuration(election.lease_duration),
+        config::FormatDuration(election.renew_deadline), config::FormatDuration(election.retry_period));
+  } else if (election.enabled) {
     spdlog::info(
         "--leader-elect: following Lease {}/{}; this replica leads while its holder identity starts "
         "with {}_",
-        cfg.leader_elect_resource_namespace, cfg.leader_elect_resource_name,
-        cfg.leader_elect_identity.empty() ? HostName() : cfg.leader_elect_identity);
+        election.ns, election.name, election.identity.empty() ? HostName() : election.identity);
   }
-  auto rest = k8s::ResolveRestConfig(cfg.kubeconfig, k8s::ConfigEnv::System());
+  auto rest = k8s::ResolveRestConfig(cfg.kube.kubeconfig, k8s::ConfigEnv::System());
   if (!rest) {
     err << "hami-scheduler serve: cannot find the Kubernetes API server: " << rest.error().message << "\n";
     return kExitFailure;

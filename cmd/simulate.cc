@@ -239,7 +239,7 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
     // decides before it answers its first filter. Handshake writes are serve's business, not ours.
     NodeHealthRecord fresh;
     for (const NodeHealthStep& step :
-         NodeHealthPass(*backends, n, entry, fresh, now, loaded->config.handshake_timeout)) {
+         NodeHealthPass(*backends, n, entry, fresh, now, loaded->config.extender.handshake_timeout)) {
       if (!step.withhold) continue;
       state.RemoveVendorDevices(n.name, step.backend);
       err << fmt::format("warning: node {}: {} devices withheld, as serve would: {}\n", n.name,
@@ -263,12 +263,12 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
   for (const auto& p : extra.pods) to_place.push_back(&p);
 
-  Scheduler scheduler(state, loaded->config.policies);
+  Scheduler scheduler(state, loaded->config.extender.filter.policies);
   // Candidates: every node, or those matching --node-label-selector (equality, like HAMi's).
   std::vector<std::string> candidates;
   for (const auto& n : cluster.nodes) {
-    const bool selected = std::all_of(loaded->config.node_label_selector.begin(),
-                                      loaded->config.node_label_selector.end(), [&](const auto& kv) {
+    const bool selected = std::all_of(loaded->config.extender.node_label_selector.begin(),
+                                      loaded->config.extender.node_label_selector.end(), [&](const auto& kv) {
                                         auto l = n.labels.find(kv.first);
                                         return l != n.labels.end() && l->second == kv.second;
                                       });

@@ -208,8 +208,10 @@ class Reader {
     }
     return *d;
   }
-  void Seconds(const Item& it, std::chrono::seconds min, std::chrono::seconds& out) {
-    if (auto d = Duration(it, min, true)) out = std::chrono::duration_cast<std::chrono::seconds>(*d);
+  // A whole number of seconds, into a field of seconds or milliseconds.
+  template <typename Field>
+  void Seconds(const Item& it, std::chrono::seconds min, Field& out) {
+    if (auto d = Duration(it, min, true)) out = std::chrono::duration_cast<Field>(*d);
   }
 
   std::optional<std::vector<std::string>> StringList(const Item& it) {
@@ -354,14 +356,14 @@ void ReadGpuPolicy(Reader& r, const Item& it, Config& c) {
   auto s = r.Scalar(it, "a GPU scheduler policy");
   if (!s) return;
   if (auto p = GpuPolicyProblem(*s); !p.empty()) return r.Problem(it.key, it.path, p);
-  c.policies.gpu_policy = *s;
+  c.extender.filter.policies.gpu_policy = *s;
 }
 
 void ReadNodePolicy(Reader& r, const Item& it, Config& c) {
   auto s = r.Scalar(it, "a node scheduler policy");
   if (!s) return;
   if (auto p = NodePolicyProblem(*s); !p.empty()) return r.Problem(it.key, it.path, p);
-  c.policies.node_policy = *s;
+  c.extender.filter.policies.node_policy = *s;
 }
 
 void ReadLogLevel(Reader& r, const Item& it, Config& c) {
@@ -371,88 +373,101 @@ void ReadLogLevel(Reader& r, const Item& it, Config& c) {
   c.log_level = *s;
 }
 
+void ReadLeaderElectMode(Reader& r, const Item& it, Config& c) {
+  auto s = r.Scalar(it, "follow or acquire");
+  if (!s) return;
+  auto mode = ParseLeaderElectMode(*s);
+  if (!mode) return r.Problem(it.key, it.path, mode.error().message);
+  c.extender.leadership.mode = *mode;
+}
+
 void ReadLabelSelector(Reader& r, const Item& it, Config& c) {
-  if (auto m = r.StringMap(it)) c.node_label_selector = std::move(*m);
+  if (auto m = r.StringMap(it)) c.extender.node_label_selector = std::move(*m);
 }
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 constexpr Field<Config> kSchedulerFields[] = {
-    {"httpBind", [](Reader& r, const Item& it, Config& c) { r.String(it, c.http_bind); }},
-    {"certFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.cert_file); }},
-    {"keyFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.key_file); }},
-    {"clientCaFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.client_ca_file); }},
-    {"webhookBind", [](Reader& r, const Item& it, Config& c) { r.String(it, c.webhook_bind); }},
-    {"webhookCertFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.webhook_cert_file); }},
-    {"webhookKeyFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.webhook_key_file); }},
+    {"httpBind", [](Reader& r, const Item& it, Config& c) { r.String(it, c.serving.http_bind); }},
+    {"certFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.serving.cert_file); }},
+    {"keyFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.serving.key_file); }},
+    {"clientCaFile", [](Reader& r, const Item& it, Config& c) { r.String(it, c.serving.client_ca_file); }},
+    {"webhookBind", [](Reader& r, const Item& it, Config& c) { r.String(it, c.serving.webhook_bind); }},
+    {"webhookCertFile",
+     [](Reader& r, const Item& it, Config& c) { r.String(it, c.serving.webhook_cert_file); }},
+    {"webhookKeyFile",
+     [](Reader& r, const Item& it, Config& c) { r.String(it, c.serving.webhook_key_file); }},
     {"maxConnections",
      [](Reader& r, const Item& it, Config& c) {
        if (auto v = r.Int(it, 0, 1048576, "a number of connections from 0 (no cap) to 1048576"))
-         c.max_connections = static_cast<int>(*v);
+         c.serving.max_connections = static_cast<int>(*v);
      }},
     {"requestBodyBudget",
      [](Reader& r, const Item& it, Config& c) {
        if (auto v = r.Int(it, 8, 65536, "MiB of request bodies in flight, from 8 to 65536"))
-         c.request_body_budget_mib = static_cast<int>(*v);
+         c.serving.request_body_budget_mib = static_cast<int>(*v);
      }},
-    {"schedulerName", [](Reader& r, const Item& it, Config& c) { r.String(it, c.scheduler_name); }},
+    {"schedulerName",
+     [](Reader& r, const Item& it, Config& c) { r.String(it, c.extender.admission.scheduler_name); }},
     {"metricsBindAddress",
-     [](Reader& r, const Item& it, Config& c) { r.String(it, c.metrics_bind_address); }},
-    {"profiling", [](Reader& r, const Item& it, Config& c) { r.Bool(it, c.profiling); }},
+     [](Reader& r, const Item& it, Config& c) { r.String(it, c.serving.metrics_bind_address); }},
+    {"profiling", [](Reader& r, const Item& it, Config& c) { r.Bool(it, c.serving.profiling); }},
     {"gpuSchedulerPolicy", &ReadGpuPolicy},
     {"nodeSchedulerPolicy", &ReadNodePolicy},
     {"nodeLabelSelector", &ReadLabelSelector},
     {"busyNodeThreshold",
      [](Reader& r, const Item& it, Config& c) {
        if (auto v = r.Int(it, 0, 1000000, "a number of allocations from 0 (off) to 1000000"))
-         c.policies.busy_node_threshold = static_cast<int>(*v);
+         c.extender.filter.policies.busy_node_threshold = static_cast<int>(*v);
      }},
     {"nodeLockTimeout",
-     [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(1), c.node_lock_timeout); }},
+     [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(1), c.extender.node_lock_timeout); }},
     {"nodeLockRetryTimeout",
      [](Reader& r, const Item& it, Config& c) {
-       if (auto d = r.Duration(it, milliseconds(0), false)) c.node_lock_retry_timeout = *d;
+       if (auto d = r.Duration(it, milliseconds(0), false)) c.extender.bind.node_lock_retry_timeout = *d;
      }},
     {"forceOverwriteDefaultScheduler",
-     [](Reader& r, const Item& it, Config& c) { r.Bool(it, c.force_overwrite_default_scheduler); }},
+     [](Reader& r, const Item& it, Config& c) {
+       r.Bool(it, c.extender.admission.force_overwrite_default_scheduler);
+     }},
     {"healthCheckInterval",
-     [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(1), c.health_check_interval); }},
+     [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(1), c.extender.health_interval); }},
     {"handshakeTimeout",
-     [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(1), c.handshake_timeout); }},
-    {"reservationTimeout",
-     [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(1), c.reservation_timeout); }},
-    {"kubeconfig", [](Reader& r, const Item& it, Config& c) { r.String(it, c.kubeconfig); }},
+     [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(1), c.extender.handshake_timeout); }},
+    {"reservationTimeout", [](Reader& r, const Item& it,
+                              Config& c) { r.Seconds(it, seconds(1), c.extender.bind.reservation_timeout); }},
+    {"kubeconfig", [](Reader& r, const Item& it, Config& c) { r.String(it, c.kube.kubeconfig); }},
     {"kubeQPS",
      [](Reader& r, const Item& it, Config& c) {
-       if (auto v = r.PositiveNumber(it)) c.kube_qps = *v;
+       if (auto v = r.PositiveNumber(it)) c.kube.qps = *v;
      }},
     {"kubeBurst",
      [](Reader& r, const Item& it, Config& c) {
-       if (auto v = r.Int(it, 1, kInt32Max, "an integer >= 1")) c.kube_burst = static_cast<int>(*v);
+       if (auto v = r.Int(it, 1, kInt32Max, "an integer >= 1")) c.kube.burst = static_cast<int>(*v);
      }},
-    {"kubeTimeout", [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(0), c.kube_timeout); }},
-    {"leaderElect", [](Reader& r, const Item& it, Config& c) { r.Bool(it, c.leader_elect); }},
+    {"kubeTimeout", [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(0), c.kube.timeout); }},
+    {"leaderElect", [](Reader& r, const Item& it, Config& c) { r.Bool(it, c.extender.leadership.enabled); }},
     {"leaderElectResourceName",
-     [](Reader& r, const Item& it, Config& c) { r.String(it, c.leader_elect_resource_name); }},
+     [](Reader& r, const Item& it, Config& c) { r.String(it, c.extender.leadership.name); }},
     {"leaderElectResourceNamespace",
-     [](Reader& r, const Item& it, Config& c) { r.String(it, c.leader_elect_resource_namespace); }},
-    {"leaderElectMode", [](Reader& r, const Item& it, Config& c) { r.String(it, c.leader_elect_mode); }},
+     [](Reader& r, const Item& it, Config& c) { r.String(it, c.extender.leadership.ns); }},
+    {"leaderElectMode", &ReadLeaderElectMode},
     {"leaderElectIdentity",
-     [](Reader& r, const Item& it, Config& c) { r.String(it, c.leader_elect_identity); }},
+     [](Reader& r, const Item& it, Config& c) { r.String(it, c.extender.leadership.identity); }},
     {"leaderElectLeaseDuration",
      [](Reader& r, const Item& it, Config& c) {
-       if (auto d = r.Duration(it, milliseconds(1), false)) c.leader_elect_lease_duration = *d;
+       if (auto d = r.Duration(it, milliseconds(1), false)) c.extender.leadership.lease_duration = *d;
      }},
     {"leaderElectRenewDeadline",
      [](Reader& r, const Item& it, Config& c) {
-       if (auto d = r.Duration(it, milliseconds(1), false)) c.leader_elect_renew_deadline = *d;
+       if (auto d = r.Duration(it, milliseconds(1), false)) c.extender.leadership.renew_deadline = *d;
      }},
     {"leaderElectRetryPeriod",
      [](Reader& r, const Item& it, Config& c) {
-       if (auto d = r.Duration(it, milliseconds(1), false)) c.leader_elect_retry_period = *d;
+       if (auto d = r.Duration(it, milliseconds(1), false)) c.extender.leadership.retry_period = *d;
      }},
-    {"legacyMetrics", [](Reader& r, const Item& it, Config& c) { r.Bool(it, c.legacy_metrics); }},
+    {"legacyMetrics", [](Reader& r, const Item& it, Config& c) { r.Bool(it, c.extender.legacy_metrics); }},
     {"logLevel", &ReadLogLevel},
 };
 
@@ -675,100 +690,112 @@ std::string LogLevelProblem(std::string_view value) {
   return fmt::format("'{}' is not a log level (want one of {})", value, JoinViews(kLogLevels, ", "));
 }
 
+Result<extender::LeaderElectMode> ParseLeaderElectMode(std::string_view value) {
+  if (value == "follow") return extender::LeaderElectMode::kFollow;
+  if (value == "acquire") return extender::LeaderElectMode::kAcquire;
+  return Error{fmt::format("{} is not follow or acquire", Quoted(value))};
+}
+
+std::string_view LeaderElectModeName(extender::LeaderElectMode mode) {
+  return mode == extender::LeaderElectMode::kAcquire ? "acquire" : "follow";
+}
+
 void ValidateConfig(const Config& cfg, std::vector<std::string>& problems) {
   const auto check = [&](std::string_view what, const std::string& problem) {
     if (!problem.empty()) problems.push_back(fmt::format("{}: {}", what, problem));
   };
   check("gpu scheduler policy (--gpu-scheduler-policy, scheduler.gpuSchedulerPolicy)",
-        GpuPolicyProblem(cfg.policies.gpu_policy));
+        GpuPolicyProblem(cfg.extender.filter.policies.gpu_policy));
   check("node scheduler policy (--node-scheduler-policy, scheduler.nodeSchedulerPolicy)",
-        NodePolicyProblem(cfg.policies.node_policy));
+        NodePolicyProblem(cfg.extender.filter.policies.node_policy));
   check("log level (--log-level, scheduler.logLevel)", LogLevelProblem(cfg.log_level));
-  if (!(cfg.kube_qps > 0) || !std::isfinite(cfg.kube_qps))
-    problems.push_back(fmt::format("--kube-qps (scheduler.kubeQPS): {} is not a number > 0", cfg.kube_qps));
-  if (cfg.kube_burst < 1)
+  if (!(cfg.kube.qps > 0) || !std::isfinite(cfg.kube.qps))
+    problems.push_back(fmt::format("--kube-qps (scheduler.kubeQPS): {} is not a number > 0", cfg.kube.qps));
+  if (cfg.kube.burst < 1)
     problems.push_back(
-        fmt::format("--kube-burst (scheduler.kubeBurst): {} is not an integer >= 1", cfg.kube_burst));
-  if (cfg.kube_timeout.count() < 0)
+        fmt::format("--kube-burst (scheduler.kubeBurst): {} is not an integer >= 1", cfg.kube.burst));
+  if (cfg.kube.timeout.count() < 0)
     problems.push_back("--kube-timeout (scheduler.kubeTimeout): must not be negative");
-  if (cfg.node_lock_timeout.count() <= 0)
+  if (cfg.extender.node_lock_timeout.count() <= 0)
     problems.push_back("--node-lock-timeout (scheduler.nodeLockTimeout): must be > 0");
-  if (cfg.node_lock_retry_timeout.count() < 0)
+  if (cfg.extender.bind.node_lock_retry_timeout.count() < 0)
     problems.push_back("--node-lock-retry-timeout (scheduler.nodeLockRetryTimeout): must not be negative");
-  if (cfg.health_check_interval.count() <= 0)
+  if (cfg.extender.health_interval.count() <= 0)
     problems.push_back("--health-check-interval (scheduler.healthCheckInterval): must be > 0");
-  if (cfg.handshake_timeout.count() <= 0)
+  if (cfg.extender.handshake_timeout.count() <= 0)
     problems.push_back("--handshake-timeout (scheduler.handshakeTimeout): must be > 0");
-  if (cfg.reservation_timeout.count() <= 0)
+  if (cfg.extender.bind.reservation_timeout.count() <= 0)
     problems.push_back("--reservation-timeout (scheduler.reservationTimeout): must be > 0");
-  if (cfg.cert_file.empty() != cfg.key_file.empty()) {
+  if (cfg.serving.cert_file.empty() != cfg.serving.key_file.empty()) {
     problems.push_back(
         fmt::format("TLS needs both a certificate and a key (--cert_file/scheduler.certFile and "
                     "--key_file/scheduler.keyFile); "
                     "only {} is set",
-                    cfg.cert_file.empty() ? "the key" : "the certificate"));
+                    cfg.serving.cert_file.empty() ? "the key" : "the certificate"));
   }
-  if (!cfg.client_ca_file.empty() && cfg.cert_file.empty()) {
+  if (!cfg.serving.client_ca_file.empty() && cfg.serving.cert_file.empty()) {
     problems.push_back(
         "--client-ca-file (scheduler.clientCaFile) needs TLS: client certificates are verified only over "
         "HTTPS; set --cert_file and --key_file (scheduler.certFile, scheduler.keyFile) too");
   }
-  if (!cfg.webhook_bind.empty() && (cfg.webhook_cert_file.empty() || cfg.webhook_key_file.empty())) {
+  if (!cfg.serving.webhook_bind.empty() &&
+      (cfg.serving.webhook_cert_file.empty() || cfg.serving.webhook_key_file.empty())) {
     problems.push_back(
         "--webhook-bind (scheduler.webhookBind) needs --webhook-cert-file and --webhook-key-file "
         "(scheduler.webhookCertFile, scheduler.webhookKeyFile): the API server calls webhooks over HTTPS "
         "only");
   }
-  if (cfg.webhook_bind.empty() && !(cfg.webhook_cert_file.empty() && cfg.webhook_key_file.empty())) {
+  if (cfg.serving.webhook_bind.empty() &&
+      !(cfg.serving.webhook_cert_file.empty() && cfg.serving.webhook_key_file.empty())) {
     problems.push_back(
         "--webhook-cert-file and --webhook-key-file serve --webhook-bind, which is not set (without it the "
         "webhook is served on --http_bind with --cert_file and --key_file)");
   }
-  if (!cfg.webhook_bind.empty() && cfg.webhook_bind == cfg.http_bind)
+  if (!cfg.serving.webhook_bind.empty() && cfg.serving.webhook_bind == cfg.serving.http_bind)
     problems.push_back("--webhook-bind: must differ from --http_bind (leave it empty to serve both on one)");
-  if (cfg.leader_elect &&
-      (cfg.leader_elect_resource_name.empty() || cfg.leader_elect_resource_namespace.empty()))
+  if (cfg.extender.leadership.enabled &&
+      (cfg.extender.leadership.name.empty() || cfg.extender.leadership.ns.empty()))
     problems.push_back(
         "--leader-elect needs --leader-elect-resource-name and --leader-elect-resource-namespace (the "
         "co-located kube-scheduler's Lease, e.g. kube-system/hami-scheduler)");
-  if (cfg.leader_elect_mode != "follow" && cfg.leader_elect_mode != "acquire")
-    problems.push_back(
-        fmt::format("--leader-elect-mode (scheduler.leaderElectMode): {} is not follow or acquire",
-                    Quoted(cfg.leader_elect_mode)));
   // It is written into the Lease and compared with kube-scheduler's "<host>_<uuid>": a host name's
   // characters.
-  if (!cfg.leader_elect_identity.empty() && !IsLeaderIdentity(cfg.leader_elect_identity))
+  if (!cfg.extender.leadership.identity.empty() && !IsLeaderIdentity(cfg.extender.leadership.identity))
     problems.push_back(fmt::format(
         "--leader-elect-identity (scheduler.leaderElectIdentity): {} is not an identity (want 1 to 128 "
         "letters, digits, '.', '-' or '_')",
-        Quoted(cfg.leader_elect_identity)));
+        Quoted(cfg.extender.leadership.identity)));
   // client-go's rules: another replica waits the lease duration, the leader stops at the renew deadline, and
   // a renewal (retried every retry period, jittered up to 1.2x) must fit in the deadline.
-  if (cfg.leader_elect_lease_duration < std::chrono::seconds(1) ||
-      cfg.leader_elect_lease_duration.count() % 1000 != 0)
+  if (cfg.extender.leadership.lease_duration < std::chrono::seconds(1) ||
+      cfg.extender.leadership.lease_duration.count() % 1000 != 0)
     problems.push_back(fmt::format(
         "--leader-elect-lease-duration (scheduler.leaderElectLeaseDuration): {} is not a whole number of "
         "seconds of at least 1s (a Lease counts whole seconds)",
-        FormatDuration(cfg.leader_elect_lease_duration)));
-  if (cfg.leader_elect_lease_duration <= cfg.leader_elect_renew_deadline)
+        FormatDuration(cfg.extender.leadership.lease_duration)));
+  if (cfg.extender.leadership.lease_duration <= cfg.extender.leadership.renew_deadline)
     problems.push_back(fmt::format(
         "--leader-elect-lease-duration ({}) must be greater than --leader-elect-renew-deadline ({})",
-        FormatDuration(cfg.leader_elect_lease_duration), FormatDuration(cfg.leader_elect_renew_deadline)));
-  if (cfg.leader_elect_renew_deadline.count() * 10 <= cfg.leader_elect_retry_period.count() * 12)
+        FormatDuration(cfg.extender.leadership.lease_duration),
+        FormatDuration(cfg.extender.leadership.renew_deadline)));
+  if (cfg.extender.leadership.renew_deadline.count() * 10 <=
+      cfg.extender.leadership.retry_period.count() * 12)
     problems.push_back(fmt::format(
         "--leader-elect-renew-deadline ({}) must be greater than 1.2 x --leader-elect-retry-period ({})",
-        FormatDuration(cfg.leader_elect_renew_deadline), FormatDuration(cfg.leader_elect_retry_period)));
+        FormatDuration(cfg.extender.leadership.renew_deadline),
+        FormatDuration(cfg.extender.leadership.retry_period)));
   // They reach the Lease's URL path and field selector.
-  if (!cfg.leader_elect_resource_namespace.empty() && !IsDns1123Label(cfg.leader_elect_resource_namespace))
+  if (!cfg.extender.leadership.ns.empty() && !IsDns1123Label(cfg.extender.leadership.ns))
     problems.push_back(
         fmt::format("--leader-elect-resource-namespace: {} is not a namespace name (a DNS label)",
-                    Quoted(cfg.leader_elect_resource_namespace)));
-  if (!cfg.leader_elect_resource_name.empty() && !IsDns1123Subdomain(cfg.leader_elect_resource_name))
+                    Quoted(cfg.extender.leadership.ns)));
+  if (!cfg.extender.leadership.name.empty() && !IsDns1123Subdomain(cfg.extender.leadership.name))
     problems.push_back(fmt::format("--leader-elect-resource-name: {} is not a Lease name (a DNS subdomain)",
-                                   Quoted(cfg.leader_elect_resource_name)));
-  if (cfg.max_connections < 0)
+                                   Quoted(cfg.extender.leadership.name)));
+  if (cfg.serving.max_connections < 0)
     problems.push_back("--max-connections (scheduler.maxConnections): must not be negative");
-  if (cfg.http_bind.empty()) problems.push_back("--http_bind (scheduler.httpBind): must not be empty");
+  if (cfg.serving.http_bind.empty())
+    problems.push_back("--http_bind (scheduler.httpBind): must not be empty");
 }
 
 Result<std::chrono::milliseconds> ParseDuration(std::string_view text) {
@@ -950,49 +977,52 @@ std::string ToYaml(const Config& cfg, const BackendRegistry& vendors) {
   if (!cfg.sources.empty()) out << YAML::Comment("read from: " + Join(cfg.sources, ", "));
   out << YAML::BeginMap;
   out << YAML::Key << "scheduler" << YAML::Value << YAML::BeginMap;
-  EmitString(out, "httpBind", cfg.http_bind);
-  EmitString(out, "certFile", cfg.cert_file);
-  EmitString(out, "keyFile", cfg.key_file);
-  EmitString(out, "clientCaFile", cfg.client_ca_file);
-  EmitString(out, "webhookBind", cfg.webhook_bind);
-  EmitString(out, "webhookCertFile", cfg.webhook_cert_file);
-  EmitString(out, "webhookKeyFile", cfg.webhook_key_file);
-  out << YAML::Key << "maxConnections" << YAML::Value << cfg.max_connections;
-  out << YAML::Key << "requestBodyBudget" << YAML::Value << cfg.request_body_budget_mib;
-  EmitString(out, "schedulerName", cfg.scheduler_name);
-  EmitString(out, "metricsBindAddress", cfg.metrics_bind_address);
-  out << YAML::Key << "profiling" << YAML::Value << cfg.profiling;
-  EmitString(out, "gpuSchedulerPolicy", cfg.policies.gpu_policy);
-  EmitString(out, "nodeSchedulerPolicy", cfg.policies.node_policy);
+  EmitString(out, "httpBind", cfg.serving.http_bind);
+  EmitString(out, "certFile", cfg.serving.cert_file);
+  EmitString(out, "keyFile", cfg.serving.key_file);
+  EmitString(out, "clientCaFile", cfg.serving.client_ca_file);
+  EmitString(out, "webhookBind", cfg.serving.webhook_bind);
+  EmitString(out, "webhookCertFile", cfg.serving.webhook_cert_file);
+  EmitString(out, "webhookKeyFile", cfg.serving.webhook_key_file);
+  out << YAML::Key << "maxConnections" << YAML::Value << cfg.serving.max_connections;
+  out << YAML::Key << "requestBodyBudget" << YAML::Value << cfg.serving.request_body_budget_mib;
+  EmitString(out, "schedulerName", cfg.extender.admission.scheduler_name);
+  EmitString(out, "metricsBindAddress", cfg.serving.metrics_bind_address);
+  out << YAML::Key << "profiling" << YAML::Value << cfg.serving.profiling;
+  EmitString(out, "gpuSchedulerPolicy", cfg.extender.filter.policies.gpu_policy);
+  EmitString(out, "nodeSchedulerPolicy", cfg.extender.filter.policies.node_policy);
   out << YAML::Key << "nodeLabelSelector" << YAML::Value;
-  if (cfg.node_label_selector.empty()) out << YAML::Flow;
+  if (cfg.extender.node_label_selector.empty()) out << YAML::Flow;
   out << YAML::BeginMap;
-  for (const auto& [k, v] : cfg.node_label_selector) EmitString(out, k, v);
+  for (const auto& [k, v] : cfg.extender.node_label_selector) EmitString(out, k, v);
   out << YAML::EndMap;
-  out << YAML::Key << "busyNodeThreshold" << YAML::Value << cfg.policies.busy_node_threshold;
-  out << YAML::Key << "nodeLockTimeout" << YAML::Value << FormatDuration(cfg.node_lock_timeout);
-  out << YAML::Key << "nodeLockRetryTimeout" << YAML::Value << FormatDuration(cfg.node_lock_retry_timeout);
+  out << YAML::Key << "busyNodeThreshold" << YAML::Value << cfg.extender.filter.policies.busy_node_threshold;
+  out << YAML::Key << "nodeLockTimeout" << YAML::Value << FormatDuration(cfg.extender.node_lock_timeout);
+  out << YAML::Key << "nodeLockRetryTimeout" << YAML::Value
+      << FormatDuration(cfg.extender.bind.node_lock_retry_timeout);
   out << YAML::Key << "forceOverwriteDefaultScheduler" << YAML::Value
-      << cfg.force_overwrite_default_scheduler;
-  out << YAML::Key << "healthCheckInterval" << YAML::Value << FormatDuration(cfg.health_check_interval);
-  out << YAML::Key << "handshakeTimeout" << YAML::Value << FormatDuration(cfg.handshake_timeout);
-  out << YAML::Key << "reservationTimeout" << YAML::Value << FormatDuration(cfg.reservation_timeout);
-  EmitString(out, "kubeconfig", cfg.kubeconfig);
-  out << YAML::Key << "kubeQPS" << YAML::Value << fmt::format("{}", cfg.kube_qps);
-  out << YAML::Key << "kubeBurst" << YAML::Value << cfg.kube_burst;
-  out << YAML::Key << "kubeTimeout" << YAML::Value << FormatDuration(cfg.kube_timeout);
-  out << YAML::Key << "leaderElect" << YAML::Value << cfg.leader_elect;
-  EmitString(out, "leaderElectResourceName", cfg.leader_elect_resource_name);
-  EmitString(out, "leaderElectResourceNamespace", cfg.leader_elect_resource_namespace);
-  EmitString(out, "leaderElectMode", cfg.leader_elect_mode);
-  if (!cfg.leader_elect_identity.empty()) EmitString(out, "leaderElectIdentity", cfg.leader_elect_identity);
+      << cfg.extender.admission.force_overwrite_default_scheduler;
+  out << YAML::Key << "healthCheckInterval" << YAML::Value << FormatDuration(cfg.extender.health_interval);
+  out << YAML::Key << "handshakeTimeout" << YAML::Value << FormatDuration(cfg.extender.handshake_timeout);
+  out << YAML::Key << "reservationTimeout" << YAML::Value
+      << FormatDuration(cfg.extender.bind.reservation_timeout);
+  EmitString(out, "kubeconfig", cfg.kube.kubeconfig);
+  out << YAML::Key << "kubeQPS" << YAML::Value << fmt::format("{}", cfg.kube.qps);
+  out << YAML::Key << "kubeBurst" << YAML::Value << cfg.kube.burst;
+  out << YAML::Key << "kubeTimeout" << YAML::Value << FormatDuration(cfg.kube.timeout);
+  out << YAML::Key << "leaderElect" << YAML::Value << cfg.extender.leadership.enabled;
+  EmitString(out, "leaderElectResourceName", cfg.extender.leadership.name);
+  EmitString(out, "leaderElectResourceNamespace", cfg.extender.leadership.ns);
+  EmitString(out, "leaderElectMode", std::string(LeaderElectModeName(cfg.extender.leadership.mode)));
+  if (!cfg.extender.leadership.identity.empty())
+    EmitString(out, "leaderElectIdentity", cfg.extender.leadership.identity);
   out << YAML::Key << "leaderElectLeaseDuration" << YAML::Value
-      << FormatDuration(cfg.leader_elect_lease_duration);
+      << FormatDuration(cfg.extender.leadership.lease_duration);
   out << YAML::Key << "leaderElectRenewDeadline" << YAML::Value
-      << FormatDuration(cfg.leader_elect_renew_deadline);
+      << FormatDuration(cfg.extender.leadership.renew_deadline);
   out << YAML::Key << "leaderElectRetryPeriod" << YAML::Value
-      << FormatDuration(cfg.leader_elect_retry_period);
-  out << YAML::Key << "legacyMetrics" << YAML::Value << cfg.legacy_metrics;
+      << FormatDuration(cfg.extender.leadership.retry_period);
+  out << YAML::Key << "legacyMetrics" << YAML::Value << cfg.extender.legacy_metrics;
   EmitString(out, "logLevel", cfg.log_level);
   out << YAML::EndMap;
   for (const auto& [name, settings] : cfg.vendors) {

@@ -15,11 +15,12 @@
 #include "core/backend.h"
 #include "core/result.h"
 #include "core/scheduler.h"
+#include "extender/options.h"
 
 namespace hami::config {
 
-struct Config {
-  // Extender server (HAMi flag names in comments).
+// The listeners, which cmd builds the servers from (HAMi flag names in comments).
+struct ServingOptions {
   std::string http_bind = "127.0.0.1:8080";  // --http_bind
   std::string cert_file;                     // --cert_file
   std::string key_file;                      // --key_file
@@ -27,39 +28,30 @@ struct Config {
   // The admission webhook on a listener of its own (ours; "" = /webhook on --http_bind, as HAMi serves it),
   // so the extender can stay on the pod's loopback. Always TLS: the API server calls webhooks over HTTPS
   // only.
-  std::string webhook_bind;                       // --webhook-bind
-  std::string webhook_cert_file;                  // --webhook-cert-file
-  std::string webhook_key_file;                   // --webhook-key-file
-  int max_connections = 1024;                     // --max-connections (ours), per listener; 0 = no cap
-  int request_body_budget_mib = 64;               // --request-body-budget (ours), per pool (reviews, rest)
-  std::string scheduler_name = "hami-scheduler";  // --scheduler-name
-  std::string metrics_bind_address = ":9395";     // --metrics-bind-address
-  bool profiling = false;                         // --profiling
-  // Scheduling.
-  SchedulerOptions policies;                               // --gpu-scheduler-policy, --node-scheduler-policy
-  std::map<std::string, std::string> node_label_selector;  // --node-label-selector k=v,k2=v2
-  std::chrono::seconds node_lock_timeout{300};             // --node-lock-timeout (Go duration)
-  std::chrono::milliseconds node_lock_retry_timeout{28000};  // --node-lock-retry-timeout
-  bool force_overwrite_default_scheduler = true;             // --force-overwrite-default-scheduler
-  std::chrono::seconds health_check_interval{15};            // --health-check-interval (ours)
-  std::chrono::seconds handshake_timeout{60};                // --handshake-timeout (ours)
-  std::chrono::seconds reservation_timeout{300};             // --reservation-timeout (ours)
-  // Kubernetes client.
-  std::string kubeconfig;                // --kubeconfig
-  double kube_qps = 5;                   // --kube-qps
-  int kube_burst = 10;                   // --kube-burst
-  std::chrono::seconds kube_timeout{0};  // --kube-timeout (seconds, 0 = none)
-  // Leader election (observes kube-scheduler's Lease).
-  bool leader_elect = false;                    // --leader-elect
-  std::string leader_elect_resource_name;       // --leader-elect-resource-name
-  std::string leader_elect_resource_namespace;  // --leader-elect-resource-namespace
-  std::string leader_elect_mode = "follow";     // --leader-elect-mode (ours): follow | acquire
-  std::string leader_elect_identity;            // --leader-elect-identity (ours; "" = the host name)
-  std::chrono::milliseconds leader_elect_lease_duration{15000};  // --leader-elect-lease-duration (acquire)
-  std::chrono::milliseconds leader_elect_renew_deadline{10000};  // --leader-elect-renew-deadline (acquire)
-  std::chrono::milliseconds leader_elect_retry_period{2000};     // --leader-elect-retry-period (acquire)
-  bool legacy_metrics = false;                                   // --legacy-metrics
-  std::string log_level = "info";                                // --log-level, or klog's -v
+  std::string webhook_bind;                    // --webhook-bind
+  std::string webhook_cert_file;               // --webhook-cert-file
+  std::string webhook_key_file;                // --webhook-key-file
+  int max_connections = 1024;                  // --max-connections (ours), per listener; 0 = no cap
+  int request_body_budget_mib = 64;            // --request-body-budget (ours), per pool (reviews, rest)
+  std::string metrics_bind_address = ":9395";  // --metrics-bind-address
+  bool profiling = false;                      // --profiling
+};
+
+// The Kubernetes API clients, which cmd builds (k8s::ClientOptions).
+struct KubeClientOptions {
+  std::string kubeconfig;           // --kubeconfig
+  double qps = 5;                   // --kube-qps
+  int burst = 10;                   // --kube-burst
+  std::chrono::seconds timeout{0};  // --kube-timeout (seconds, 0 = none)
+};
+
+// Made of the settings of the parts that use them: each flag and key is read (and an enum parsed) once,
+// into the struct its component takes whole.
+struct Config {
+  ServingOptions serving;
+  KubeClientOptions kube;
+  extender::ExtenderOptions extender;  // scheduling, node locks, health, leader election
+  std::string log_level = "info";      // --log-level, or klog's -v
   // Vendors, keyed by HAMi section name (nvidia, cambricon, hygon, mthreads...).
   std::map<std::string, VendorSettings, std::less<>> vendors;
   // Files read, in order (for messages and --print-config).
@@ -91,6 +83,9 @@ std::string FormatDuration(std::chrono::milliseconds d);
 std::string GpuPolicyProblem(std::string_view value);
 std::string NodePolicyProblem(std::string_view value);
 std::string LogLevelProblem(std::string_view value);
+// --leader-elect-mode: "follow" or "acquire"; the error says what was given and what is expected.
+Result<extender::LeaderElectMode> ParseLeaderElectMode(std::string_view value);
+std::string_view LeaderElectModeName(extender::LeaderElectMode mode);
 // Checks that only make sense on the whole configuration (e.g. cert_file without key_file).
 void ValidateConfig(const Config& cfg, std::vector<std::string>& problems);
 

@@ -84,10 +84,11 @@ std::optional<std::chrono::milliseconds> Duration(const std::string& flag, const
   return *d;
 }
 
-void Seconds(const std::string& flag, const std::string& value, std::chrono::seconds min,
-             std::chrono::seconds& out, Problems& problems) {
-  if (auto d = Duration(flag, value, min, true, problems))
-    out = std::chrono::duration_cast<std::chrono::seconds>(*d);
+// A whole number of seconds, into a field of seconds or milliseconds.
+template <typename Field>
+void Seconds(const std::string& flag, const std::string& value, std::chrono::seconds min, Field& out,
+             Problems& problems) {
+  if (auto d = Duration(flag, value, min, true, problems)) out = std::chrono::duration_cast<Field>(*d);
 }
 
 void Checked(const std::string& flag, const std::string& value, std::string (*check)(std::string_view),
@@ -115,12 +116,11 @@ void LabelSelector(const std::string& flag, const std::string& value, Config& cf
       selector[std::string(Trim(item.substr(0, eq)))] = std::string(Trim(item.substr(eq + 1)));
     }
   }
-  if (ok) cfg.node_label_selector = std::move(selector);
+  if (ok) cfg.extender.node_label_selector = std::move(selector);
 }
 
 std::string Quote(const std::string& s) { return s.empty() ? "none" : s; }
 std::string ShowBool(bool b) { return b ? "true" : "false"; }
-std::string ShowSeconds(std::chrono::seconds s) { return FormatDuration(s); }
 
 // A flag HAMi registers but whose value never reaches the scheduler (vendor resource names come from the
 // device config). Accepted so the chart's command line works; a warning says where the setting lives.
@@ -141,27 +141,46 @@ void NewerHamiFlag(const std::string& flag, const std::string& value, LoadedConf
       value));
 }
 
-template <std::string Config::*Member>
+// A field of the configuration, named by the path of members to it: Field<kServing,
+// &ServingOptions::http_bind>.
+template <auto... Path>
+auto& Field(Config& c) {
+  return (c.*....*Path);
+}
+template <auto... Path>
+const auto& Field(const Config& c) {
+  return (c.*....*Path);
+}
+constexpr auto kServing = &Config::serving;
+constexpr auto kKube = &Config::kube;
+constexpr auto kExtender = &Config::extender;
+constexpr auto kAdmission = &extender::ExtenderOptions::admission;
+constexpr auto kBind = &extender::ExtenderOptions::bind;
+constexpr auto kLeadership = &extender::ExtenderOptions::leadership;
+using extender::ExtenderOptions;
+using extender::LeadershipOptions;
+
+template <auto... Path>
 void SetString(const std::string&, const std::string& value, LoadedConfig& out, Problems&) {
-  out.config.*Member = value;
+  Field<Path...>(out.config) = value;
 }
 
-template <bool Config::*Member>
+template <auto... Path>
 void SetBool(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
-  if (auto v = Bool(flag, value, problems)) out.config.*Member = *v;
+  if (auto v = Bool(flag, value, problems)) Field<Path...>(out.config) = *v;
 }
 
 // A duration in whole seconds of at least `Min` seconds.
-template <std::chrono::seconds Config::*Member, int Min>
+template <int Min, auto... Path>
 void SetSeconds(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
-  Seconds(flag, value, std::chrono::seconds(Min), out.config.*Member, problems);
+  Seconds(flag, value, std::chrono::seconds(Min), Field<Path...>(out.config), problems);
 }
 
 void SetGpuPolicy(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
-  Checked(flag, value, &GpuPolicyProblem, out.config.policies.gpu_policy, problems);
+  Checked(flag, value, &GpuPolicyProblem, out.config.extender.filter.policies.gpu_policy, problems);
 }
 void SetNodePolicy(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
-  Checked(flag, value, &NodePolicyProblem, out.config.policies.node_policy, problems);
+  Checked(flag, value, &NodePolicyProblem, out.config.extender.filter.policies.node_policy, problems);
 }
 void SetLogLevel(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
   Checked(flag, value, &LogLevelProblem, out.config.log_level, problems);
@@ -173,7 +192,7 @@ void SetLabelSelector(const std::string& flag, const std::string& value, LoadedC
 void SetRetryTimeout(const std::string& flag, const std::string& value, LoadedConfig& out,
                      Problems& problems) {
   if (auto v = Duration(flag, value, std::chrono::milliseconds(0), false, problems))
-    out.config.node_lock_retry_timeout = *v;
+    out.config.extender.bind.node_lock_retry_timeout = *v;
 }
 void SetKubeQps(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
   const std::string_view text = Trim(value);
@@ -184,29 +203,41 @@ void SetKubeQps(const std::string& flag, const std::string& value, LoadedConfig&
   } else if (v <= 0) {
     problems.push_back(fmt::format("{}: {} is not a number > 0", flag, value));
   } else {
-    out.config.kube_qps = v;
+    out.config.kube.qps = v;
   }
 }
 void SetMaxConnections(const std::string& flag, const std::string& value, LoadedConfig& out,
                        Problems& problems) {
   if (auto v =
           Int(flag, value, 0, 1048576, "want a number of connections from 0 (no cap) to 1048576", problems))
-    out.config.max_connections = static_cast<int>(*v);
+    out.config.serving.max_connections = static_cast<int>(*v);
 }
 void SetRequestBodyBudget(const std::string& flag, const std::string& value, LoadedConfig& out,
                           Problems& problems) {
   if (auto v = Int(flag, value, 8, 65536, "want MiB of request bodies in flight, from 8 to 65536", problems))
-    out.config.request_body_budget_mib = static_cast<int>(*v);
+    out.config.serving.request_body_budget_mib = static_cast<int>(*v);
 }
 void SetBusyNodeThreshold(const std::string& flag, const std::string& value, LoadedConfig& out,
                           Problems& problems) {
   if (auto v = Int(flag, value, 0, 1000000, "want a number of allocations from 0 (off) to 1000000", problems))
-    out.config.policies.busy_node_threshold = static_cast<int>(*v);
+    out.config.extender.filter.policies.busy_node_threshold = static_cast<int>(*v);
 }
-std::string ShowBusyNodeThreshold(const Config& d) { return std::to_string(d.policies.busy_node_threshold); }
+std::string ShowBusyNodeThreshold(const Config& d) {
+  return std::to_string(d.extender.filter.policies.busy_node_threshold);
+}
 void SetKubeBurst(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
   if (auto v = Int(flag, value, 1, 2147483647, "want an integer >= 1", problems))
-    out.config.kube_burst = static_cast<int>(*v);
+    out.config.kube.burst = static_cast<int>(*v);
+}
+void SetLeaderElectMode(const std::string& flag, const std::string& value, LoadedConfig& out,
+                        Problems& problems) {
+  auto mode = ParseLeaderElectMode(value);
+  if (!mode)
+    return problems.push_back(fmt::format("{} (scheduler.leaderElectMode): {}", flag, mode.error().message));
+  out.config.extender.leadership.mode = *mode;
+}
+std::string ShowLeaderElectMode(const Config& d) {
+  return std::string(LeaderElectModeName(d.extender.leadership.mode));
 }
 // klog's -v: 0-1 info, 2-3 debug, 4 and up trace.
 void SetVerbosity(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
@@ -224,37 +255,42 @@ void CheckMegabytesOnly(const std::string& flag, const std::string& value, Loade
 }
 
 // A duration of at least a millisecond (fractions of a second allowed).
-template <std::chrono::milliseconds Config::*Member>
+template <auto... Path>
 void SetMillis(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
-  if (auto v = Duration(flag, value, std::chrono::milliseconds(1), false, problems)) out.config.*Member = *v;
+  if (auto v = Duration(flag, value, std::chrono::milliseconds(1), false, problems))
+    Field<Path...>(out.config) = *v;
 }
-template <std::chrono::milliseconds Config::*Member>
+template <auto... Path>
 std::string ShowMillis(const Config& d) {
-  return FormatDuration(d.*Member);
+  return FormatDuration(Field<Path...>(d));
 }
 
-template <std::string Config::*Member>
+template <auto... Path>
 std::string ShowString(const Config& d) {
-  return Quote(d.*Member);
+  return Quote(Field<Path...>(d));
 }
-template <bool Config::*Member>
+template <auto... Path>
 std::string ShowBoolMember(const Config& d) {
-  return ShowBool(d.*Member);
+  return ShowBool(Field<Path...>(d));
 }
-template <std::chrono::seconds Config::*Member>
+template <auto... Path>
 std::string ShowSecondsMember(const Config& d) {
-  return ShowSeconds(d.*Member);
+  return FormatDuration(Field<Path...>(d));
 }
 std::string ShowNone(const Config&) { return "none"; }
 std::string ShowZero(const Config&) { return "0"; }
-std::string ShowGpuPolicy(const Config& d) { return d.policies.gpu_policy; }
-std::string ShowNodePolicy(const Config& d) { return d.policies.node_policy; }
-std::string ShowRetryTimeout(const Config& d) { return FormatDuration(d.node_lock_retry_timeout); }
-std::string ShowMaxConnections(const Config& d) { return std::to_string(d.max_connections); }
-std::string ShowRequestBodyBudget(const Config& d) { return std::to_string(d.request_body_budget_mib); }
-std::string ShowKubeQps(const Config& d) { return fmt::format("{}", d.kube_qps); }
-std::string ShowKubeBurst(const Config& d) { return fmt::format("{}", d.kube_burst); }
-std::string ShowKubeTimeout(const Config& d) { return fmt::format("{}", d.kube_timeout.count()); }
+std::string ShowGpuPolicy(const Config& d) { return d.extender.filter.policies.gpu_policy; }
+std::string ShowNodePolicy(const Config& d) { return d.extender.filter.policies.node_policy; }
+std::string ShowRetryTimeout(const Config& d) {
+  return FormatDuration(d.extender.bind.node_lock_retry_timeout);
+}
+std::string ShowMaxConnections(const Config& d) { return std::to_string(d.serving.max_connections); }
+std::string ShowRequestBodyBudget(const Config& d) {
+  return std::to_string(d.serving.request_body_budget_mib);
+}
+std::string ShowKubeQps(const Config& d) { return fmt::format("{}", d.kube.qps); }
+std::string ShowKubeBurst(const Config& d) { return fmt::format("{}", d.kube.burst); }
+std::string ShowKubeTimeout(const Config& d) { return fmt::format("{}", d.kube.timeout.count()); }
 
 // The single table behind parsing, applying and the help text. Order within a group is the help order, and
 // flags are applied in table order (so --log-level, after -v, wins over it).
@@ -262,22 +298,26 @@ const FlagDef kOwnFlags[] = {
     // Extender server.
     {"http_bind", Group::kServer, false, "ADDR",
      "listen address of the extender (filter, bind, webhook, healthz, readyz, metrics)",
-     &SetString<&Config::http_bind>, &ShowString<&Config::http_bind>},
+     &SetString<kServing, &ServingOptions::http_bind>, &ShowString<kServing, &ServingOptions::http_bind>},
     {"cert_file", Group::kServer, false, "FILE", "TLS certificate; TLS is on when both cert and key are set",
-     &SetString<&Config::cert_file>, &ShowString<&Config::cert_file>},
-    {"key_file", Group::kServer, false, "FILE", "TLS private key", &SetString<&Config::key_file>,
-     &ShowString<&Config::key_file>},
+     &SetString<kServing, &ServingOptions::cert_file>, &ShowString<kServing, &ServingOptions::cert_file>},
+    {"key_file", Group::kServer, false, "FILE", "TLS private key",
+     &SetString<kServing, &ServingOptions::key_file>, &ShowString<kServing, &ServingOptions::key_file>},
     {"client-ca-file", Group::kServer, false, "FILE",
      "with TLS: the extender requires client certificates signed by these PEM CAs (mTLS)",
-     &SetString<&Config::client_ca_file>, &ShowString<&Config::client_ca_file>},
+     &SetString<kServing, &ServingOptions::client_ca_file>,
+     &ShowString<kServing, &ServingOptions::client_ca_file>},
     {"webhook-bind", Group::kServer, false, "ADDR",
      "serve the admission webhook (/webhook, /healthz, /readyz) on this address of its own, always TLS, so "
      "that the extender can stay on loopback (empty: /webhook is served on --http_bind, as HAMi does)",
-     &SetString<&Config::webhook_bind>, &ShowString<&Config::webhook_bind>},
+     &SetString<kServing, &ServingOptions::webhook_bind>,
+     &ShowString<kServing, &ServingOptions::webhook_bind>},
     {"webhook-cert-file", Group::kServer, false, "FILE", "TLS certificate of --webhook-bind",
-     &SetString<&Config::webhook_cert_file>, &ShowString<&Config::webhook_cert_file>},
+     &SetString<kServing, &ServingOptions::webhook_cert_file>,
+     &ShowString<kServing, &ServingOptions::webhook_cert_file>},
     {"webhook-key-file", Group::kServer, false, "FILE", "TLS private key of --webhook-bind",
-     &SetString<&Config::webhook_key_file>, &ShowString<&Config::webhook_key_file>},
+     &SetString<kServing, &ServingOptions::webhook_key_file>,
+     &ShowString<kServing, &ServingOptions::webhook_key_file>},
     {"max-connections", Group::kServer, false, "N",
      "open connections per listener at most (0 = no cap); idle ones are closed first", &SetMaxConnections,
      &ShowMaxConnections},
@@ -288,15 +328,18 @@ const FlagDef kOwnFlags[] = {
     {"scheduler-name", Group::kServer, false, "NAME",
      "written by the webhook as spec.schedulerName of pods using devices (\"\" = left as it is); the "
      "source of pod events",
-     &SetString<&Config::scheduler_name>, &ShowString<&Config::scheduler_name>},
+     &SetString<kExtender, kAdmission, &AdmissionOptions::scheduler_name>,
+     &ShowString<kExtender, kAdmission, &AdmissionOptions::scheduler_name>},
     {"metrics-bind-address", Group::kServer, false, "ADDR",
-     "listen address of the Prometheus /metrics server", &SetString<&Config::metrics_bind_address>,
-     &ShowString<&Config::metrics_bind_address>},
+     "listen address of the Prometheus /metrics server",
+     &SetString<kServing, &ServingOptions::metrics_bind_address>,
+     &ShowString<kServing, &ServingOptions::metrics_bind_address>},
     {"legacy-metrics", Group::kServer, true, "", "also export HAMi's legacy metric names",
-     &SetBool<&Config::legacy_metrics>, &ShowBoolMember<&Config::legacy_metrics>},
+     &SetBool<kExtender, &ExtenderOptions::legacy_metrics>,
+     &ShowBoolMember<kExtender, &ExtenderOptions::legacy_metrics>},
     {"profiling", Group::kServer, true, "",
      "accepted for HAMi compatibility; no effect (HAMi's are Go pprof endpoints; none are served here)",
-     &SetBool<&Config::profiling>, &ShowBoolMember<&Config::profiling>},
+     &SetBool<kServing, &ServingOptions::profiling>, &ShowBoolMember<kServing, &ServingOptions::profiling>},
     // Scheduling.
     {"gpu-scheduler-policy", Group::kScheduling, false, "POLICY",
      "default device policy: binpack, spread, topology-aware, mutex, numa, or a comma list", &SetGpuPolicy,
@@ -311,59 +354,68 @@ const FlagDef kOwnFlags[] = {
     {"node-label-selector", Group::kScheduling, false, "K=V,...",
      "only nodes with all these labels are considered", &SetLabelSelector, &ShowNone},
     {"node-lock-timeout", Group::kScheduling, false, "DURATION", "a node lock older than this is stale",
-     &SetSeconds<&Config::node_lock_timeout, 1>, &ShowSecondsMember<&Config::node_lock_timeout>},
+     &SetSeconds<1, kExtender, &ExtenderOptions::node_lock_timeout>,
+     &ShowSecondsMember<kExtender, &ExtenderOptions::node_lock_timeout>},
     {"node-lock-retry-timeout", Group::kScheduling, false, "DURATION",
      "how long bind retries a busy node lock (0 = no retry; keep below the extender httpTimeout)",
      &SetRetryTimeout, &ShowRetryTimeout},
     {"force-overwrite-default-scheduler", Group::kScheduling, true, "",
      "the webhook also takes pods naming default-scheduler (false: only pods naming no scheduler or ours)",
-     &SetBool<&Config::force_overwrite_default_scheduler>,
-     &ShowBoolMember<&Config::force_overwrite_default_scheduler>},
+     &SetBool<kExtender, kAdmission, &AdmissionOptions::force_overwrite_default_scheduler>,
+     &ShowBoolMember<kExtender, kAdmission, &AdmissionOptions::force_overwrite_default_scheduler>},
     {"health-check-interval", Group::kScheduling, false, "DURATION", "how often node handshakes are checked",
-     &SetSeconds<&Config::health_check_interval, 1>, &ShowSecondsMember<&Config::health_check_interval>},
+     &SetSeconds<1, kExtender, &ExtenderOptions::health_interval>,
+     &ShowSecondsMember<kExtender, &ExtenderOptions::health_interval>},
     {"handshake-timeout", Group::kScheduling, false, "DURATION",
      "a node whose device plugin has not answered the handshake for this long is unhealthy",
-     &SetSeconds<&Config::handshake_timeout, 1>, &ShowSecondsMember<&Config::handshake_timeout>},
+     &SetSeconds<1, kExtender, &ExtenderOptions::handshake_timeout>,
+     &ShowSecondsMember<kExtender, &ExtenderOptions::handshake_timeout>},
     {"reservation-timeout", Group::kScheduling, false, "DURATION",
      "devices reserved for a pod that is not bound this long after its filter (or bind) are freed and its "
      "allocation annotations removed (keep above the extender httpTimeout and --node-lock-retry-timeout)",
-     &SetSeconds<&Config::reservation_timeout, 1>, &ShowSecondsMember<&Config::reservation_timeout>},
+     &SetSeconds<1, kExtender, kBind, &extender::BindOptions::reservation_timeout>,
+     &ShowSecondsMember<kExtender, kBind, &extender::BindOptions::reservation_timeout>},
     // Kubernetes client.
     {"kubeconfig", Group::kKube, false, "FILE",
      "kubeconfig file (none: $KUBECONFIG, else ~/.kube/config, else the in-cluster service account)",
-     &SetString<&Config::kubeconfig>, nullptr},
+     &SetString<kKube, &KubeClientOptions::kubeconfig>, nullptr},
     {"kube-qps", Group::kKube, false, "QPS", "API requests per second", &SetKubeQps, &ShowKubeQps},
     {"kube-burst", Group::kKube, false, "N", "API request burst", &SetKubeBurst, &ShowKubeBurst},
     {"kube-timeout", Group::kKube, false, "SECONDS",
-     "API request timeout in seconds (or a duration); 0 = none", &SetSeconds<&Config::kube_timeout, 0>,
-     &ShowKubeTimeout},
+     "API request timeout in seconds (or a duration); 0 = none",
+     &SetSeconds<0, kKube, &KubeClientOptions::timeout>, &ShowKubeTimeout},
     // Leader election.
     {"leader-elect", Group::kLeader, true, "",
      "follow the co-located kube-scheduler's Lease (HAMi's way): lead while its holder identity starts with "
      "this host's name; only the leader runs the health pass, answers /filter and /bind and exports the "
      "device gauges",
-     &SetBool<&Config::leader_elect>, &ShowBoolMember<&Config::leader_elect>},
+     &SetBool<kExtender, kLeadership, &LeadershipOptions::enabled>,
+     &ShowBoolMember<kExtender, kLeadership, &LeadershipOptions::enabled>},
     {"leader-elect-resource-name", Group::kLeader, false, "NAME", "name of the Lease",
-     &SetString<&Config::leader_elect_resource_name>, &ShowString<&Config::leader_elect_resource_name>},
+     &SetString<kExtender, kLeadership, &LeadershipOptions::name>,
+     &ShowString<kExtender, kLeadership, &LeadershipOptions::name>},
     {"leader-elect-resource-namespace", Group::kLeader, false, "NAMESPACE", "namespace of the Lease",
-     &SetString<&Config::leader_elect_resource_namespace>,
-     &ShowString<&Config::leader_elect_resource_namespace>},
+     &SetString<kExtender, kLeadership, &LeadershipOptions::ns>,
+     &ShowString<kExtender, kLeadership, &LeadershipOptions::ns>},
     {"leader-elect-mode", Group::kLeader, false, "MODE",
      "follow: the co-located kube-scheduler's Lease decides (HAMi's way); acquire: take and renew the Lease "
      "ourselves (client-go's rules; for an extender without a co-located kube-scheduler)",
-     &SetString<&Config::leader_elect_mode>, &ShowString<&Config::leader_elect_mode>},
+     &SetLeaderElectMode, &ShowLeaderElectMode},
     {"leader-elect-identity", Group::kLeader, false, "NAME",
      "our holder identity's prefix (\"<identity>_...\"); default: the host name",
-     &SetString<&Config::leader_elect_identity>, &ShowNone},
+     &SetString<kExtender, kLeadership, &LeadershipOptions::identity>, &ShowNone},
     {"leader-elect-lease-duration", Group::kLeader, false, "DURATION",
      "acquire: how long a Lease not renewed keeps others waiting (kube-scheduler's flag)",
-     &SetMillis<&Config::leader_elect_lease_duration>, &ShowMillis<&Config::leader_elect_lease_duration>},
+     &SetMillis<kExtender, kLeadership, &LeadershipOptions::lease_duration>,
+     &ShowMillis<kExtender, kLeadership, &LeadershipOptions::lease_duration>},
     {"leader-elect-renew-deadline", Group::kLeader, false, "DURATION",
      "acquire: the leader stops leading when it could not renew for this long",
-     &SetMillis<&Config::leader_elect_renew_deadline>, &ShowMillis<&Config::leader_elect_renew_deadline>},
+     &SetMillis<kExtender, kLeadership, &LeadershipOptions::renew_deadline>,
+     &ShowMillis<kExtender, kLeadership, &LeadershipOptions::renew_deadline>},
     {"leader-elect-retry-period", Group::kLeader, false, "DURATION",
-     "acquire: how often the Lease is renewed or tried", &SetMillis<&Config::leader_elect_retry_period>,
-     &ShowMillis<&Config::leader_elect_retry_period>},
+     "acquire: how often the Lease is renewed or tried",
+     &SetMillis<kExtender, kLeadership, &LeadershipOptions::retry_period>,
+     &ShowMillis<kExtender, kLeadership, &LeadershipOptions::retry_period>},
     // Files.
     {"config", Group::kFiles, false, "FILE",
      "YAML configuration: a scheduler: section and HAMi vendor sections", nullptr, &ShowNone},
@@ -662,7 +714,7 @@ Result<LoadedConfig> LoadConfig(const std::vector<std::string>& args, const Back
   ValidateConfig(loaded.config, problems);
   if (!problems.empty()) return ProblemsError(problems);
   // Set by HAMi's chart (flag or YAML key): accepted so that works, but said once that nothing is served.
-  if (loaded.config.profiling)
+  if (loaded.config.serving.profiling)
     loaded.config.warnings.push_back(
         "profiling: accepted for HAMi compatibility and has no effect: HAMi's profiling endpoints are Go's "
         "pprof, which this scheduler does not have");

@@ -16,20 +16,13 @@
 #include "extender/cluster_writer.h"
 #include "extender/lock_queue.h"
 #include "extender/node_locker.h"
+#include "extender/options.h"
 #include "extender/plugin_locks.h"
 #include "extender/pod_ledger.h"
 #include "k8s/metrics.h"
 #include "k8s/waits.h"
 
 namespace hami::extender {
-
-struct BindOptions {
-  // How long a bind waits for a node lock held by another pod (every pod, not only PodGroup members as in
-  // HAMi: kube-scheduler binds asynchronously, so waiting costs nothing while failing costs a requeue with
-  // backoff). 0: fail at once.
-  std::chrono::milliseconds node_lock_retry_timeout{28000};
-  std::chrono::seconds reservation_timeout{300};  // a lock whose owner never bound is released after it
-};
 
 // Which pod goes where: kube-scheduler's ExtenderBindingArgs as the service sees it.
 struct BindRequest {

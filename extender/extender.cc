@@ -11,44 +11,49 @@ namespace asio = boost::asio;
 
 namespace {
 
-CacheOptions CachesOf(const ExtenderOptions& o) {
+CacheOptions CachesOf(const ExtenderOptions& o, const ExtenderSite& site) {
   const bool follow = o.leadership.enabled && o.leadership.mode == LeaderElectMode::kFollow;
-  return CacheOptions{.reflector = o.reflector_defaults,
+  return CacheOptions{.reflector = site.reflector,
                       .node_label_selector = o.node_label_selector,
                       .watch_lease = follow,
                       .lease_namespace = o.leadership.ns,
                       .lease_name = o.leadership.name};
 }
 
+// --leader-elect-identity, or else the host name.
+LeadershipOptions IdentifiedOn(LeadershipOptions o, const ExtenderSite& site) {
+  if (o.identity.empty()) o.identity = site.hostname;
+  return o;
+}
+
 }  // namespace
 
 Extender::Extender(asio::any_io_executor executor, Clients clients, const Backends& backends,
-                   ExtenderOptions options, const Clock& clock)
+                   ExtenderOptions options, ExtenderSite site, const Clock& clock)
     : clients_(clients),
       options_(std::move(options)),
-      leadership_(options_.leadership),
+      site_(std::move(site)),
+      leadership_(IdentifiedOn(options_.leadership, site_)),
       readiness_(leadership_),
       events_(executor, *clients.events, clock,
-              k8s::EventRecorderOptions{options_.scheduler_name, options_.hostname}),
+              k8s::EventRecorderOptions{options_.admission.scheduler_name, site_.hostname}),
       writer_(*clients.decisions, *clients.background, events_),
       fenced_(writer_, leadership_),
       feed_(backends, fenced_),
       health_(backends, fenced_, clock, options_.handshake_timeout, &readiness_.changed()),
       ledger_(feed_),
-      expiry_(ledger_, fenced_, backends, clock, options_.reservation_timeout),
+      expiry_(ledger_, fenced_, backends, clock, options_.bind.reservation_timeout),
       locker_(fenced_, clock, options_.node_lock_timeout),
-      caches_(*clients.decisions, CachesOf(options_)),
-      lock_queue_(executor, feed_.state(), caches_.pods.views(), locker_, options_.node_lock_retry_timeout),
+      caches_(*clients.decisions, CachesOf(options_, site_)),
+      lock_queue_(executor, feed_.state(), caches_.pods.views(), locker_,
+                  options_.bind.node_lock_retry_timeout),
       plugin_locks_(executor, feed_.state(), ledger_, caches_.pods.views(), locker_, clock,
-                    options_.reservation_timeout),
+                    options_.bind.reservation_timeout),
       binder_(feed_.state(), ledger_, caches_.pods.views(), lock_queue_, plugin_locks_, locker_, fenced_,
-              clock, BindOptions{options_.node_lock_retry_timeout, options_.reservation_timeout}),
-      filter_(feed_.state(), ledger_, binder_, caches_.pods.views(), fenced_, clock,
-              FilterOptions{options_.policies, options_.ready_wait, options_.bind_backlog,
-                            clients.decisions->options().qps},
-              readiness_),
-      admission_(backends, feed_.state(),
-                 AdmissionOptions{options_.scheduler_name, options_.force_overwrite_default_scheduler}),
+              clock, options_.bind),
+      filter_(feed_.state(), ledger_, binder_, caches_.pods.views(), fenced_, clock, options_.filter,
+              clients.decisions->options().qps, readiness_),
+      admission_(backends, feed_.state(), options_.admission),
       routes_(WatchRoutes::Targets{.feed = feed_,
                                    .health = health_,
                                    .ledger = ledger_,
@@ -56,7 +61,7 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
                                    .plugin_locks = plugin_locks_,
                                    .leadership = leadership_,
                                    .readiness = readiness_,
-                                   .scheduler_name = options_.scheduler_name}),
+                                   .scheduler_name = options_.admission.scheduler_name}),
       housekeeping_(Housekeeping::Parts{.caches = caches_,
                                         .feed = feed_,
                                         .health = health_,
@@ -67,8 +72,8 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
                                         .readiness = readiness_,
                                         .writer = fenced_},
                     HousekeepingOptions{.interval = options_.health_interval,
-                                        .pod_name = options_.pod_name,
-                                        .pod_namespace = options_.pod_namespace}) {
+                                        .pod_name = site_.pod_name,
+                                        .pod_namespace = site_.pod_namespace}) {
   readiness_.RequireSynced("node", caches_.nodes.reflector());
   readiness_.RequireSynced("pod", caches_.pods.reflector());
   readiness_.RequireSynced("resource quota", caches_.quotas.reflector());

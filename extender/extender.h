@@ -23,6 +23,7 @@
 #include "extender/ledger_feed.h"
 #include "extender/lock_queue.h"
 #include "extender/node_locker.h"
+#include "extender/options.h"
 #include "extender/plugin_locks.h"
 #include "extender/pod_ledger.h"
 #include "extender/readiness.h"
@@ -36,30 +37,13 @@
 
 namespace hami::extender {
 
-struct ExtenderOptions {
-  std::string scheduler_name = "hami-scheduler";  // event source; the webhook writes it on pods
-  bool force_overwrite_default_scheduler = true;  // the webhook takes pods naming default-scheduler
-  std::string hostname;                           // event source host
-  SchedulerOptions policies;
-  std::string node_label_selector;  // "k=v,k2=v2"; "" = every node
-  std::chrono::milliseconds health_interval{15000};
-  std::chrono::seconds handshake_timeout{60};
-  std::chrono::seconds node_lock_timeout{300};
-  std::chrono::milliseconds node_lock_retry_timeout{28000};  // BindOptions
-  std::chrono::milliseconds ready_wait{25000};               // FilterOptions
-  // A pod that carries our allocation but has no spec.nodeName this long after its filter (hami.io/vgpu-time)
-  // or its bind (hami.io/bind-time) loses it (ReservationExpiry).
-  std::chrono::seconds reservation_timeout{300};
-  std::chrono::milliseconds bind_backlog{10000};  // FilterOptions
-  bool legacy_metrics = false;
-  // --leader-elect: follow the co-located kube-scheduler's Lease, or acquire one (Leadership, LeaseElector).
-  // Only the leader runs the health pass and the sweep, answers /filter and /bind, exports the device gauges,
-  // and labels the scheduler pods (`pod_name`/`pod_namespace`, from POD_NAME/POD_NAMESPACE)
-  // hami.io/scheduler-role=leader|follower.
-  LeadershipOptions leadership;
+// Where this replica runs, and how fast its watches restart: facts of the process, not settings.
+struct ExtenderSite {
+  std::string hostname;  // the events' source host, and the leader identity's default
+  // The scheduler pod we run in (POD_NAME, POD_NAMESPACE): with --leader-elect the leader labels it
+  // hami.io/scheduler-role=leader and the other scheduler pods of its release follower. Empty: no labels.
   std::string pod_name, pod_namespace;
-  k8s::Reflector::Options
-      reflector_defaults;  // page size and backoffs for the watches (path set per resource)
+  k8s::Reflector::Options reflector;  // page size and backoffs for the watches (path set per resource)
 };
 
 class Extender : public k8s::prom::Source {
@@ -76,7 +60,7 @@ class Extender : public k8s::prom::Source {
     k8s::ApiClient* leases = nullptr;
   };
   Extender(boost::asio::any_io_executor executor, Clients clients, const Backends& backends,
-           ExtenderOptions options, const Clock& clock);
+           ExtenderOptions options, ExtenderSite site, const Clock& clock);
   ~Extender() override;
   Extender(const Extender&) = delete;
   Extender& operator=(const Extender&) = delete;
@@ -131,6 +115,7 @@ class Extender : public k8s::prom::Source {
  private:
   Clients clients_;
   ExtenderOptions options_;
+  ExtenderSite site_;
   Leadership leadership_;
   Readiness readiness_;
   k8s::EventRecorder events_;

@@ -31,7 +31,8 @@ std::string SummarizeFailures(const std::map<std::string, std::string>& failed) 
 
 FilterService::FilterService(ClusterState& state, PodLedger& ledger, const BindService& binds,
                              const std::map<std::string, PodView>& pods, ClusterWriter& writer,
-                             const Clock& clock, FilterOptions options, Readiness& readiness)
+                             const Clock& clock, FilterOptions options, double decision_qps,
+                             Readiness& readiness)
     : state_(&state),
       ledger_(&ledger),
       binds_(&binds),
@@ -39,6 +40,7 @@ FilterService::FilterService(ClusterState& state, PodLedger& ledger, const BindS
       writer_(&writer),
       clock_(&clock),
       options_(std::move(options)),
+      decision_qps_(decision_qps),
       readiness_(&readiness),
       scheduler_(state, options_.policies),
       latency_(k8s::prom::Histogram::LatencyBuckets()) {}
@@ -85,7 +87,7 @@ asio::awaitable<void> FilterService::AwaitBindBacklog() {
   constexpr double kRequestsPerBind = 2;  // the lock's compare-and-swap and the Binding
   constexpr std::chrono::seconds kMaxHold{20};
   const std::chrono::duration<double> limit = options_.bind_backlog;
-  const double qps = options_.qps;
+  const double qps = decision_qps_;
   if (qps <= 0 || options_.bind_backlog.count() == 0) co_return;
   const auto backlog = [&] {
     return std::chrono::duration<double>(static_cast<double>(binds_->BindsUsingBudget()) * kRequestsPerBind /

@@ -12,6 +12,7 @@
 #include "core/scheduler.h"
 #include "extender/bind_service.h"
 #include "extender/cluster_writer.h"
+#include "extender/options.h"
 #include "extender/pod_ledger.h"
 #include "extender/readiness.h"
 #include "k8s/metrics.h"
@@ -19,22 +20,13 @@
 
 namespace hami::extender {
 
-struct FilterOptions {
-  SchedulerOptions policies;
-  // How long a filter waits for the caches and the first health pass before answering an error.
-  std::chrono::milliseconds ready_wait{25000};
-  // A filter is held (at most 20 s) while the binds in flight need more than this of the decisions' budget
-  // (`qps`, two requests each): binds queued longer would pass kube-scheduler's 30 s httpTimeout. 0: never.
-  std::chrono::milliseconds bind_backlog{10000};
-  double qps = 0;  // the decisions' --kube-qps; 0: no limit, no backpressure
-};
-
 class FilterService {
  public:
-  // `pods`: the pod cache ("ns/name" -> pod), alive as long as the service.
+  // `pods`: the pod cache ("ns/name" -> pod), alive as long as the service. `decision_qps`: the decisions'
+  // client's --kube-qps, the budget the binds in flight share (0: no limit, no backpressure).
   FilterService(ClusterState& state, PodLedger& ledger, const BindService& binds,
                 const std::map<std::string, PodView>& pods, ClusterWriter& writer, const Clock& clock,
-                FilterOptions options, Readiness& readiness);
+                FilterOptions options, double decision_qps, Readiness& readiness);
 
   // The decision for `pod` among `candidates` (node names), as kube-scheduler is to hear it: a failure is
   // an outcome of kind kError with its message.
@@ -73,6 +65,7 @@ class FilterService {
   ClusterWriter* writer_;
   const Clock* clock_;
   FilterOptions options_;
+  double decision_qps_;
   Readiness* readiness_;
   Scheduler scheduler_;
   Stats stats_;

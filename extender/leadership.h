@@ -16,25 +16,10 @@
 
 #include "core/model.h"
 #include "extender/cluster_writer.h"
+#include "extender/options.h"
 #include "k8s/waits.h"
 
 namespace hami::extender {
-
-enum class LeaderElectMode { kFollow, kAcquire };
-
-struct LeadershipOptions {
-  bool enabled = false;  // --leader-elect
-  std::string ns;        // --leader-elect-resource-namespace
-  std::string name;      // --leader-elect-resource-name
-  // --leader-elect-identity (default: the host name): the holder identity's prefix ("<identity>_..."); in
-  // acquire mode the elector writes "<identity>_<random>", as kube-scheduler does.
-  std::string identity;
-  LeaderElectMode mode = LeaderElectMode::kFollow;  // --leader-elect-mode
-  // Acquire mode (kube-scheduler's flags and defaults).
-  std::chrono::milliseconds lease_duration{15000};  // --leader-elect-lease-duration
-  std::chrono::milliseconds renew_deadline{10000};  // --leader-elect-renew-deadline
-  std::chrono::milliseconds retry_period{2000};     // --leader-elect-retry-period
-};
 
 class Leadership {
  public:

@@ -20,7 +20,8 @@ k8s::Reflector::Options At(k8s::Reflector::Options o, std::string path) {
 
 k8s::Reflector::Options NodeWatch(const CacheOptions& options) {
   k8s::Reflector::Options o = At(options.reflector, "/api/v1/nodes");
-  o.label_selector = options.node_label_selector;
+  for (const auto& [key, value] : options.node_label_selector)
+    o.label_selector += fmt::format("{}{}={}", o.label_selector.empty() ? "" : ",", key, value);
   return o;
 }
 

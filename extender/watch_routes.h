@@ -19,6 +19,7 @@
 // An update whose uid differs (an object re-created under its name while we were not watching; a relist
 // shows it as an update) is the old object's delete, then the new one's add.
 #include <boost/asio/awaitable.hpp>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -36,7 +37,7 @@ namespace hami::extender {
 
 struct CacheOptions {
   k8s::Reflector::Options reflector;  // page size and backoffs (the path is set per resource)
-  std::string node_label_selector;    // "k=v,k2=v2"; "" = every node
+  std::map<std::string, std::string> node_label_selector;  // empty: every node
   // Follow mode: the co-located kube-scheduler's Lease (namespace, name) is watched; otherwise it is not.
   bool watch_lease = false;
   std::string lease_namespace, lease_name;

@@ -2,7 +2,8 @@
 # The layering, checked: every `#include "<folder>/..."` in a folder may only point at the folders below it.
 #
 #   core/                    the pure decision engine: includes core/ only
-#   backends/, config/, k8s/ core/ and themselves (none knows another of the three)
+#   backends/, config/, k8s/ core/ and themselves (none knows another of the three); config/ also reads the
+#                            extender's settings into its own (extender/options.h, plain data on core/)
 #   extender/                core/, k8s/ and itself (the extender's services and their HTTP adapter)
 #   sim/                     core/, k8s/ and itself: three components that never include one another,
 #     sim/apiserver/           the embedded API server (and sim/tls/, its throwaway certificates)
@@ -14,7 +15,7 @@
 #
 # A folder's rule is the most specific one listed for it (sim/apiserver/ before sim/). An include is
 # allowed when its first folder is listed (`sim` allows every sim/ include), or its first two are
-# (`sim/tls` allows sim/tls/ only).
+# (`sim/tls` allows sim/tls/ only), or the file itself is (`extender/options.h`).
 #
 #   scripts/check-layers.sh [ROOT]   # prints each upward (or sideways) include; exit 1 if there is one
 set -uo pipefail
@@ -23,7 +24,7 @@ ROOT="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 declare -A ALLOWED=(
   [core]="core"
   [backends]="core backends"
-  [config]="core config"
+  [config]="core config extender/options.h"
   [k8s]="core k8s"
   [extender]="core k8s extender"
   [sim]="core k8s sim"
@@ -46,6 +47,8 @@ rule_for() {
   done
 }
 
+# `#include "<folder>/[<subfolder>/]<file>"`: 1 the whole path, 2 the folder, 4 the subfolder.
+include_pattern='^[[:space:]]*#[[:space:]]*include[[:space:]]*"(([a-z0-9_]+)/(([a-z0-9_]+)/)?[^"]*)"'
 violations=0
 checked=0
 for folder in "${!ALLOWED[@]}"; do
@@ -58,12 +61,12 @@ for folder in "${!ALLOWED[@]}"; do
     line_no=0
     while IFS= read -r line; do
       line_no=$((line_no + 1))
-      [[ "$line" =~ ^[[:space:]]*#[[:space:]]*include[[:space:]]*\"([a-z0-9_]+)/(([a-z0-9_]+)/)? ]] ||
-        continue
-      target="${BASH_REMATCH[1]}"
+      [[ "$line" =~ $include_pattern ]] || continue
+      target="${BASH_REMATCH[2]}"
       [ -d "$ROOT/$target" ] || continue  # not one of ours
       [[ " ${ALLOWED[$rule]} " == *" $target "* ]] && continue
-      sub="${BASH_REMATCH[3]}"
+      [[ " ${ALLOWED[$rule]} " == *" ${BASH_REMATCH[1]} "* ]] && continue
+      sub="${BASH_REMATCH[4]}"
       [ -n "$sub" ] && [[ " ${ALLOWED[$rule]} " == *" $target/$sub "* ]] && continue
       echo "$relative:$line_no: includes $target/${sub:+$sub/} (${rule}/ may include only: ${ALLOWED[$rule]})"
       violations=$((violations + 1))

@@ -64,10 +64,10 @@ class ControllerTest : public ::testing::Test {
   void SetUp() override {
     port_ = server_.Start().value();
     rest_ = k8s::LoopbackHttp(port_);
-    cfg_.http_bind = "127.0.0.1:0";
-    cfg_.metrics_bind_address = "";
-    cfg_.kube_qps = 0;
-    cfg_.node_lock_retry_timeout = 3s;
+    cfg_.serving.http_bind = "127.0.0.1:0";
+    cfg_.serving.metrics_bind_address = "";
+    cfg_.kube.qps = 0;
+    cfg_.extender.bind.node_lock_retry_timeout = 3s;
     backends_ = testing::BuiltinBackends();
   }
   void StartService(std::chrono::milliseconds health_interval = 50ms) {
@@ -349,7 +349,7 @@ TEST_F(ControllerTest, QueuedBindsTakeTheLockInArrivalOrderWithoutPolling) {
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 2)));
   const std::vector<std::string> pods{"q1", "q2", "q3", "q4"};
   for (const auto& p : pods) ASSERT_TRUE(server_.store().Create(GpuPod(p, 1000)));
-  cfg_.node_lock_retry_timeout = 20s;
+  cfg_.extender.bind.node_lock_retry_timeout = 20s;
   StartService(std::chrono::hours(1));  // no health pass writes the node meanwhile
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
@@ -418,7 +418,7 @@ TEST_F(ControllerTest, ALockTheStaleCacheShowsAsOursIsReadBackBeforeItIsReentere
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   ASSERT_TRUE(server_.store().Create(GpuPod("p1", 1000)));
   ASSERT_TRUE(server_.store().Create(GpuPod("other", 1000)));
-  cfg_.node_lock_retry_timeout = 1s;
+  cfg_.extender.bind.node_lock_retry_timeout = 1s;
   StartService(std::chrono::hours(1));
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
@@ -466,9 +466,9 @@ TEST_F(ControllerTest, AFilterWaitsWhileTheBindsInFlightNeedMoreOfTheBudgetThanT
       {"q1", "gpu-a"}, {"q2", "gpu-b"}, {"q3", "gpu-a"}, {"q4", "gpu-b"}, {"q5", "gpu-a"}};
   for (const auto& [p, node] : pods) ASSERT_TRUE(server_.store().Create(GpuPod(p, 1000)));
   // 2 requests/s (the burst is large, so no request actually waits): a bind in flight needs 1 s of it.
-  cfg_.kube_qps = 2;
-  cfg_.kube_burst = 1000;
-  cfg_.node_lock_retry_timeout = 20s;
+  cfg_.kube.qps = 2;
+  cfg_.kube.burst = 1000;
+  cfg_.extender.bind.node_lock_retry_timeout = 20s;
   service_options_.bind_backlog = 1500ms;
   StartService(std::chrono::hours(1));
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
@@ -832,7 +832,7 @@ TEST_F(ControllerTest, ABindRetriedBeforeTheWatchShowsThePodBoundLeavesLockAndPh
 
 TEST_F(ControllerTest, AReservationNeverBoundExpiresAndItsAnnotationsGo) {
   FixedClock* clock = UseFixedClock();
-  cfg_.reservation_timeout = 300s;
+  cfg_.extender.bind.reservation_timeout = 300s;
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   ASSERT_TRUE(server_.store().Create(GpuPod("p1", 10000)));
   ASSERT_TRUE(server_.store().Create(GpuPod("p2", 3000)));
@@ -916,7 +916,7 @@ TEST_F(ControllerTest, AReservationNeverBoundExpiresAndItsAnnotationsGo) {
 
 TEST_F(ControllerTest, OurReservationOfAPodNeverBoundIsFreedAfterTheTimeoutWithNothingToClean) {
   FixedClock* clock = UseFixedClock();
-  cfg_.reservation_timeout = 300s;
+  cfg_.extender.bind.reservation_timeout = 300s;
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   ASSERT_TRUE(server_.store().Create(GpuPod("p1", 10000)));
   StartService(std::chrono::hours(1));  // passes (and expiry) run when the test says so
@@ -955,7 +955,7 @@ TEST_F(ControllerTest, OurReservationOfAPodNeverBoundIsFreedAfterTheTimeoutWithN
 TEST_F(ControllerTest, ReservationsAndLocksLeftByAKilledProcessAreFreedButNotADecisionRewrittenMeanwhile) {
   const auto start = std::chrono::system_clock::now();
   FixedClock* clock = UseFixedClock(start);
-  cfg_.reservation_timeout = 120s;
+  cfg_.extender.bind.reservation_timeout = 120s;
   // The killed process had also locked the node for p1's bind.
   json::value node = NvidiaNode("gpu-a", 1);
   node.at("metadata").at("annotations").as_object()["hami.io/mutex.lock"] =
@@ -1007,7 +1007,7 @@ TEST_F(ControllerTest, ReservationsAndLocksLeftByAKilledProcessAreFreedButNotADe
 }
 
 TEST_F(ControllerTest, MetricsUseHamiNamesAndCountDecisions) {
-  cfg_.legacy_metrics = true;
+  cfg_.extender.legacy_metrics = true;
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   ASSERT_TRUE(server_.store().Create(GpuPod("p1", 3000)));
   StartService();
@@ -1038,7 +1038,8 @@ TEST_F(ControllerTest, MetricsUseHamiNamesAndCountDecisions) {
 // The metrics listener serves /metrics, /healthz and /readyz and nothing else: /filter and /bind are only
 // on the extender listener. /metrics shows the listeners' connection counters and the loop's exceptions.
 TEST_F(ControllerTest, MetricsListenerHasNoExtenderRoutes) {
-  cfg_.metrics_bind_address = "127.0.0.2:0";  // "127.0.0.1:0", the extender's, would mean the same listener
+  cfg_.serving.metrics_bind_address =
+      "127.0.0.2:0";  // "127.0.0.1:0", the extender's, would mean the same listener
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   StartService();
   k8s::RestConfig metrics_rest = k8s::LoopbackHttp(service_->metrics_port());

@@ -170,9 +170,9 @@ class SystemTest : public ::testing::Test {
   void SetUp() override {
     const std::uint16_t port = api_.Start().value();
     rest_ = k8s::LoopbackHttp(port);
-    cfg_.http_bind = "127.0.0.1:0";
-    cfg_.metrics_bind_address = "";
-    cfg_.kube_qps = 0;
+    cfg_.serving.http_bind = "127.0.0.1:0";
+    cfg_.serving.metrics_bind_address = "";
+    cfg_.kube.qps = 0;
     backends_ = testing::BuiltinBackends();
     k8s::ClientOptions co;
     co.qps = 0;
@@ -917,7 +917,7 @@ TEST_F(SystemTest, ABurstUnderBinpackLeavesAsManyNodesEmptyAsStrictBinpack) {
 // 6. Health: a device plugin that goes silent.
 
 TEST_F(SystemTest, SilentHygonPluginLosesItsDevicesAndGetsThemBack) {
-  cfg_.handshake_timeout = 1s;
+  cfg_.extender.handshake_timeout = 1s;
   AddNode("dcu-h", {{"hygon", Cards("hygon", "dcu-h", 2)}});
   StartAll();
   RunCoro(
@@ -1027,7 +1027,7 @@ class LeftoverLockTest : public SystemTest, public ::testing::WithParamInterface
 TEST_P(LeftoverLockTest, LockOfADeletedPodDoesNotBlockTheNode) {
   const std::string vendor = GetParam();
   const std::string node = "node-" + vendor;
-  cfg_.node_lock_retry_timeout = 2s;
+  cfg_.extender.bind.node_lock_retry_timeout = 2s;
   AddNode(node, {{vendor, Cards(vendor, node, 2)}});
   StartAll();
   RunCoro(
@@ -1064,7 +1064,7 @@ INSTANTIATE_TEST_SUITE_P(LockKinds, LeftoverLockTest, ::testing::Values("nvidia"
 // Kill() is "an abrupt stop, as a killed process": a /bind waiting for a busy node lock ends at once instead
 // of keeping the service alive until node-lock-retry-timeout.
 TEST_F(SystemTest, KillEndsABindWaitingForALock) {
-  cfg_.node_lock_retry_timeout = 4s;  // long enough to tell, short enough for the teardown
+  cfg_.extender.bind.node_lock_retry_timeout = 4s;  // long enough to tell, short enough for the teardown
   AddNode("nv-w", {{"nvidia", Cards("nvidia", "nv-w", 2)}});
   StartAll();
   RunCoro(
@@ -1233,7 +1233,7 @@ class HostileInputTest : public SystemTest {
 };
 
 TEST_F(HostileInputTest, NamesFromRequestsAndLocksNeverReachAnotherObject) {
-  cfg_.node_lock_retry_timeout = 300ms;
+  cfg_.extender.bind.node_lock_retry_timeout = 300ms;
   AddNode("nv-a", {{"nvidia", Cards("nvidia", "nv-a", 2)}});
   AddNode("nv-b", {{"nvidia", Cards("nvidia", "nv-b", 2)}});
   StartService();
@@ -1428,11 +1428,11 @@ TEST_F(HostileInputTest, AReviewOfSeveralMiBOnTheExtendersListenerIsAnsweredWith
 // the extender's listener (which can then stay on loopback).
 TEST_F(HostileInputTest, AWebhookListenerOfItsOwnServesOnlyTheWebhookOverTls) {
   const auto& pki = testing::SharedTestPki();
-  cfg_.webhook_bind = "127.0.0.1:0";
-  cfg_.webhook_cert_file = ::testing::TempDir() + "webhook.crt";
-  cfg_.webhook_key_file = ::testing::TempDir() + "webhook.key";
-  std::ofstream(cfg_.webhook_cert_file) << pki.server.cert_pem;
-  std::ofstream(cfg_.webhook_key_file) << pki.server.key_pem;
+  cfg_.serving.webhook_bind = "127.0.0.1:0";
+  cfg_.serving.webhook_cert_file = ::testing::TempDir() + "webhook.crt";
+  cfg_.serving.webhook_key_file = ::testing::TempDir() + "webhook.key";
+  std::ofstream(cfg_.serving.webhook_cert_file) << pki.server.cert_pem;
+  std::ofstream(cfg_.serving.webhook_key_file) << pki.server.key_pem;
   AddNode("nv-a", {{"nvidia", Cards("nvidia", "nv-a", 2)}});
   StartService();
   ASSERT_NE(service_->webhook_port(), service_->port());
@@ -1474,9 +1474,9 @@ TEST_F(HostileInputTest, AWebhookListenerOfItsOwnServesOnlyTheWebhookOverTls) {
 // /readyz and exports no device gauges; once the Lease names our host it runs a pass at once, decides, and
 // labels the scheduler pods leader/follower.
 TEST_F(HostileInputTest, AFollowerWritesNothingUntilTheLeaseNamesItsHost) {
-  cfg_.leader_elect = true;
-  cfg_.leader_elect_resource_name = "hami-scheduler";
-  cfg_.leader_elect_resource_namespace = "kube-system";
+  cfg_.extender.leadership.enabled = true;
+  cfg_.extender.leadership.name = "hami-scheduler";
+  cfg_.extender.leadership.ns = "kube-system";
   // Long enough that a pass after the Lease changes can only come from the change itself.
   health_interval_ = 60s;
   struct Env {

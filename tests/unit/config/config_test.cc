@@ -156,20 +156,20 @@ TEST(ConfigDefaults, EmptyDocumentKeepsDefaults) {
     ApplyYaml(text, "empty.yaml", cfg, problems);
     EXPECT_THAT(problems, IsEmpty()) << text;
     EXPECT_THAT(cfg.warnings, IsEmpty());
-    EXPECT_EQ(cfg.http_bind, "127.0.0.1:8080");
-    EXPECT_EQ(cfg.scheduler_name, "hami-scheduler");
-    EXPECT_EQ(cfg.metrics_bind_address, ":9395");
-    EXPECT_EQ(cfg.policies.gpu_policy, "spread");
-    EXPECT_EQ(cfg.policies.node_policy, "binpack");
-    EXPECT_EQ(cfg.node_lock_timeout, seconds(300));
-    EXPECT_EQ(cfg.node_lock_retry_timeout, milliseconds(28000));
-    EXPECT_TRUE(cfg.force_overwrite_default_scheduler);
-    EXPECT_EQ(cfg.health_check_interval, seconds(15));
-    EXPECT_EQ(cfg.handshake_timeout, seconds(60));
-    EXPECT_EQ(cfg.kube_qps, 5);
-    EXPECT_EQ(cfg.kube_burst, 10);
-    EXPECT_EQ(cfg.kube_timeout, seconds(0));
-    EXPECT_FALSE(cfg.leader_elect);
+    EXPECT_EQ(cfg.serving.http_bind, "127.0.0.1:8080");
+    EXPECT_EQ(cfg.extender.admission.scheduler_name, "hami-scheduler");
+    EXPECT_EQ(cfg.serving.metrics_bind_address, ":9395");
+    EXPECT_EQ(cfg.extender.filter.policies.gpu_policy, "spread");
+    EXPECT_EQ(cfg.extender.filter.policies.node_policy, "binpack");
+    EXPECT_EQ(cfg.extender.node_lock_timeout, seconds(300));
+    EXPECT_EQ(cfg.extender.bind.node_lock_retry_timeout, milliseconds(28000));
+    EXPECT_TRUE(cfg.extender.admission.force_overwrite_default_scheduler);
+    EXPECT_EQ(cfg.extender.health_interval, seconds(15));
+    EXPECT_EQ(cfg.extender.handshake_timeout, seconds(60));
+    EXPECT_EQ(cfg.kube.qps, 5);
+    EXPECT_EQ(cfg.kube.burst, 10);
+    EXPECT_EQ(cfg.kube.timeout, seconds(0));
+    EXPECT_FALSE(cfg.extender.leadership.enabled);
     EXPECT_EQ(cfg.log_level, "info");
     EXPECT_TRUE(cfg.vendors.empty());
   }
@@ -208,29 +208,30 @@ TEST(ConfigYaml, FullSchedulerSection) {
   std::vector<std::string> problems;
   ApplyYaml(text, "full.yaml", cfg, problems);
   ASSERT_THAT(problems, IsEmpty());
-  EXPECT_EQ(cfg.http_bind, "0.0.0.0:443");
-  EXPECT_EQ(cfg.cert_file, "/tls/tls.crt");
-  EXPECT_EQ(cfg.key_file, "/tls/tls.key");
-  EXPECT_EQ(cfg.scheduler_name, "my-scheduler");
-  EXPECT_EQ(cfg.metrics_bind_address, ":9400");
-  EXPECT_TRUE(cfg.profiling);
-  EXPECT_EQ(cfg.policies.gpu_policy, "binpack,topology-aware");
-  EXPECT_EQ(cfg.policies.node_policy, "spread");
-  EXPECT_EQ(cfg.node_label_selector, (std::map<std::string, std::string>{{"gpu", "on"}, {"zone", "a"}}));
-  EXPECT_EQ(cfg.node_lock_timeout, seconds(120));
-  EXPECT_EQ(cfg.node_lock_retry_timeout, milliseconds(1500));
-  EXPECT_FALSE(cfg.force_overwrite_default_scheduler);
-  EXPECT_EQ(cfg.health_check_interval, seconds(30));
-  EXPECT_EQ(cfg.handshake_timeout, seconds(5400));
-  EXPECT_EQ(cfg.reservation_timeout, seconds(150));
-  EXPECT_EQ(cfg.kubeconfig, "/root/.kube/config");
-  EXPECT_DOUBLE_EQ(cfg.kube_qps, 50.5);
-  EXPECT_EQ(cfg.kube_burst, 100);
-  EXPECT_EQ(cfg.kube_timeout, seconds(10));
-  EXPECT_TRUE(cfg.leader_elect);
-  EXPECT_EQ(cfg.leader_elect_resource_name, "hami-scheduler");
-  EXPECT_EQ(cfg.leader_elect_resource_namespace, "kube-system");
-  EXPECT_TRUE(cfg.legacy_metrics);
+  EXPECT_EQ(cfg.serving.http_bind, "0.0.0.0:443");
+  EXPECT_EQ(cfg.serving.cert_file, "/tls/tls.crt");
+  EXPECT_EQ(cfg.serving.key_file, "/tls/tls.key");
+  EXPECT_EQ(cfg.extender.admission.scheduler_name, "my-scheduler");
+  EXPECT_EQ(cfg.serving.metrics_bind_address, ":9400");
+  EXPECT_TRUE(cfg.serving.profiling);
+  EXPECT_EQ(cfg.extender.filter.policies.gpu_policy, "binpack,topology-aware");
+  EXPECT_EQ(cfg.extender.filter.policies.node_policy, "spread");
+  EXPECT_EQ(cfg.extender.node_label_selector,
+            (std::map<std::string, std::string>{{"gpu", "on"}, {"zone", "a"}}));
+  EXPECT_EQ(cfg.extender.node_lock_timeout, seconds(120));
+  EXPECT_EQ(cfg.extender.bind.node_lock_retry_timeout, milliseconds(1500));
+  EXPECT_FALSE(cfg.extender.admission.force_overwrite_default_scheduler);
+  EXPECT_EQ(cfg.extender.health_interval, seconds(30));
+  EXPECT_EQ(cfg.extender.handshake_timeout, seconds(5400));
+  EXPECT_EQ(cfg.extender.bind.reservation_timeout, seconds(150));
+  EXPECT_EQ(cfg.kube.kubeconfig, "/root/.kube/config");
+  EXPECT_DOUBLE_EQ(cfg.kube.qps, 50.5);
+  EXPECT_EQ(cfg.kube.burst, 100);
+  EXPECT_EQ(cfg.kube.timeout, seconds(10));
+  EXPECT_TRUE(cfg.extender.leadership.enabled);
+  EXPECT_EQ(cfg.extender.leadership.name, "hami-scheduler");
+  EXPECT_EQ(cfg.extender.leadership.ns, "kube-system");
+  EXPECT_TRUE(cfg.extender.legacy_metrics);
   EXPECT_EQ(cfg.log_level, "debug");
 }
 
@@ -410,7 +411,7 @@ Scheduler: {}
   EXPECT_EQ(problems[3], At("c.yaml", text, "Scheduler:") +
                              "unknown top-level key 'Scheduler'; did you mean 'scheduler'?");
   // What was valid is still applied.
-  EXPECT_EQ(cfg.http_bind, "0.0.0.0:80");
+  EXPECT_EQ(cfg.serving.http_bind, "0.0.0.0:80");
   EXPECT_EQ(cfg.vendors.at("nvidia").String("resourceCountName"), "nvidia.com/gpu");
 }
 
@@ -476,9 +477,9 @@ mthreads: [a]
   };
   EXPECT_EQ(problems, want) << ProblemsError(problems).message;
   // Nothing wrong was applied.
-  EXPECT_EQ(cfg.kube_burst, 10);
-  EXPECT_EQ(cfg.policies.gpu_policy, "spread");
-  EXPECT_EQ(cfg.health_check_interval, seconds(15));
+  EXPECT_EQ(cfg.kube.burst, 10);
+  EXPECT_EQ(cfg.extender.filter.policies.gpu_policy, "spread");
+  EXPECT_EQ(cfg.extender.health_interval, seconds(15));
 }
 
 TEST(ConfigYaml, MigAllowlistEntriesAreChecked) {
@@ -620,8 +621,8 @@ TEST(ConfigYaml, LaterFileOverridesOnlyWhatItSets) {
       "one.yaml", cfg, problems);
   ApplyYaml("scheduler:\n  kubeBurst: 30\nnvidia:\n  memoryFactor: 4\n", "two.yaml", cfg, problems);
   ASSERT_THAT(problems, IsEmpty());
-  EXPECT_EQ(cfg.kube_burst, 30);
-  EXPECT_EQ(cfg.http_bind, "a:1");
+  EXPECT_EQ(cfg.kube.burst, 30);
+  EXPECT_EQ(cfg.serving.http_bind, "a:1");
   EXPECT_EQ(cfg.vendors.at("nvidia").String("resourceCountName"), "x/gpu");
   EXPECT_EQ(cfg.vendors.at("nvidia").Int("memoryFactor"), 4);
 }
@@ -632,8 +633,8 @@ TEST(ConfigYaml, NullValueKeepsTheCurrentSetting) {
   ApplyYaml("scheduler:\n  httpBind:\n  kubeBurst: ~\nnvidia:\n  resourceCountName:\n", "n.yaml", cfg,
             problems);
   ASSERT_THAT(problems, IsEmpty());
-  EXPECT_EQ(cfg.http_bind, "127.0.0.1:8080");
-  EXPECT_EQ(cfg.kube_burst, 10);
+  EXPECT_EQ(cfg.serving.http_bind, "127.0.0.1:8080");
+  EXPECT_EQ(cfg.kube.burst, 10);
   EXPECT_FALSE(cfg.vendors.at("nvidia").String("resourceCountName").has_value());
 }
 
@@ -643,7 +644,7 @@ TEST(ConfigFile, ReadsAndRecordsTheSource) {
   std::vector<std::string> problems;
   ApplyYamlFile(path, cfg, problems);
   EXPECT_THAT(problems, IsEmpty());
-  EXPECT_EQ(cfg.scheduler_name, "from-file");
+  EXPECT_EQ(cfg.extender.admission.scheduler_name, "from-file");
   EXPECT_THAT(cfg.sources, ElementsAre(path));
 }
 
@@ -729,34 +730,34 @@ TEST(ParseDuration, RejectsWithAReason) {
 
 Config RichConfig() {
   Config cfg;
-  cfg.http_bind = "0.0.0.0:443";
-  cfg.cert_file = "/tls/tls.crt";
-  cfg.key_file = "/tls/tls.key";
-  cfg.scheduler_name = "true";  // a string that looks like a boolean must stay a string
-  cfg.metrics_bind_address = ":9395";
-  cfg.profiling = true;
-  cfg.policies.gpu_policy = "binpack,numa";
-  cfg.policies.node_policy = "spread";
-  cfg.node_label_selector = {{"gpu", "on"}, {"zone", ""}, {"rack", "12"}};
-  cfg.node_lock_timeout = seconds(5400);
-  cfg.node_lock_retry_timeout = milliseconds(1500);
-  cfg.force_overwrite_default_scheduler = false;
-  cfg.health_check_interval = seconds(7);
-  cfg.handshake_timeout = seconds(90);
-  cfg.reservation_timeout = seconds(45);
-  cfg.kubeconfig = "~";  // null in plain YAML
-  cfg.kube_qps = 12.25;
-  cfg.kube_burst = 33;
-  cfg.kube_timeout = seconds(45);
-  cfg.leader_elect = true;
-  cfg.leader_elect_resource_name = "hami-scheduler";
-  cfg.leader_elect_resource_namespace = "kube-system";
-  cfg.leader_elect_mode = "acquire";
-  cfg.leader_elect_identity = "pair-a";
-  cfg.leader_elect_lease_duration = seconds(20);
-  cfg.leader_elect_renew_deadline = milliseconds(12500);
-  cfg.leader_elect_retry_period = seconds(3);
-  cfg.legacy_metrics = true;
+  cfg.serving.http_bind = "0.0.0.0:443";
+  cfg.serving.cert_file = "/tls/tls.crt";
+  cfg.serving.key_file = "/tls/tls.key";
+  cfg.extender.admission.scheduler_name = "true";  // a string that looks like a boolean must stay a string
+  cfg.serving.metrics_bind_address = ":9395";
+  cfg.serving.profiling = true;
+  cfg.extender.filter.policies.gpu_policy = "binpack,numa";
+  cfg.extender.filter.policies.node_policy = "spread";
+  cfg.extender.node_label_selector = {{"gpu", "on"}, {"zone", ""}, {"rack", "12"}};
+  cfg.extender.node_lock_timeout = seconds(5400);
+  cfg.extender.bind.node_lock_retry_timeout = milliseconds(1500);
+  cfg.extender.admission.force_overwrite_default_scheduler = false;
+  cfg.extender.health_interval = seconds(7);
+  cfg.extender.handshake_timeout = seconds(90);
+  cfg.extender.bind.reservation_timeout = seconds(45);
+  cfg.kube.kubeconfig = "~";  // null in plain YAML
+  cfg.kube.qps = 12.25;
+  cfg.kube.burst = 33;
+  cfg.kube.timeout = seconds(45);
+  cfg.extender.leadership.enabled = true;
+  cfg.extender.leadership.name = "hami-scheduler";
+  cfg.extender.leadership.ns = "kube-system";
+  cfg.extender.leadership.mode = extender::LeaderElectMode::kAcquire;
+  cfg.extender.leadership.identity = "pair-a";
+  cfg.extender.leadership.lease_duration = seconds(20);
+  cfg.extender.leadership.renew_deadline = milliseconds(12500);
+  cfg.extender.leadership.retry_period = seconds(3);
+  cfg.extender.legacy_metrics = true;
   cfg.log_level = "warn";
   VendorSettings nv;
   nv.Set("resourceCountName", "nvidia.com/gpu");
@@ -796,34 +797,35 @@ TEST(ConfigToYaml, RoundTripsThroughApplyYaml) {
   std::vector<std::string> problems;
   ApplyYaml(yaml, "printed.yaml", got, problems);
   ASSERT_THAT(problems, IsEmpty()) << yaml;
-  EXPECT_EQ(got.http_bind, want.http_bind);
-  EXPECT_EQ(got.cert_file, want.cert_file);
-  EXPECT_EQ(got.key_file, want.key_file);
-  EXPECT_EQ(got.scheduler_name, want.scheduler_name);
-  EXPECT_EQ(got.metrics_bind_address, want.metrics_bind_address);
-  EXPECT_EQ(got.profiling, want.profiling);
-  EXPECT_EQ(got.policies.gpu_policy, want.policies.gpu_policy);
-  EXPECT_EQ(got.policies.node_policy, want.policies.node_policy);
-  EXPECT_EQ(got.node_label_selector, want.node_label_selector);
-  EXPECT_EQ(got.node_lock_timeout, want.node_lock_timeout);
-  EXPECT_EQ(got.node_lock_retry_timeout, want.node_lock_retry_timeout);
-  EXPECT_EQ(got.force_overwrite_default_scheduler, want.force_overwrite_default_scheduler);
-  EXPECT_EQ(got.health_check_interval, want.health_check_interval);
-  EXPECT_EQ(got.handshake_timeout, want.handshake_timeout);
-  EXPECT_EQ(got.reservation_timeout, want.reservation_timeout);
-  EXPECT_EQ(got.kubeconfig, want.kubeconfig);
-  EXPECT_EQ(got.kube_qps, want.kube_qps);
-  EXPECT_EQ(got.kube_burst, want.kube_burst);
-  EXPECT_EQ(got.kube_timeout, want.kube_timeout);
-  EXPECT_EQ(got.leader_elect, want.leader_elect);
-  EXPECT_EQ(got.leader_elect_resource_name, want.leader_elect_resource_name);
-  EXPECT_EQ(got.leader_elect_resource_namespace, want.leader_elect_resource_namespace);
-  EXPECT_EQ(got.leader_elect_mode, want.leader_elect_mode);
-  EXPECT_EQ(got.leader_elect_identity, want.leader_elect_identity);
-  EXPECT_EQ(got.leader_elect_lease_duration, want.leader_elect_lease_duration);
-  EXPECT_EQ(got.leader_elect_renew_deadline, want.leader_elect_renew_deadline);
-  EXPECT_EQ(got.leader_elect_retry_period, want.leader_elect_retry_period);
-  EXPECT_EQ(got.legacy_metrics, want.legacy_metrics);
+  EXPECT_EQ(got.serving.http_bind, want.serving.http_bind);
+  EXPECT_EQ(got.serving.cert_file, want.serving.cert_file);
+  EXPECT_EQ(got.serving.key_file, want.serving.key_file);
+  EXPECT_EQ(got.extender.admission.scheduler_name, want.extender.admission.scheduler_name);
+  EXPECT_EQ(got.serving.metrics_bind_address, want.serving.metrics_bind_address);
+  EXPECT_EQ(got.serving.profiling, want.serving.profiling);
+  EXPECT_EQ(got.extender.filter.policies.gpu_policy, want.extender.filter.policies.gpu_policy);
+  EXPECT_EQ(got.extender.filter.policies.node_policy, want.extender.filter.policies.node_policy);
+  EXPECT_EQ(got.extender.node_label_selector, want.extender.node_label_selector);
+  EXPECT_EQ(got.extender.node_lock_timeout, want.extender.node_lock_timeout);
+  EXPECT_EQ(got.extender.bind.node_lock_retry_timeout, want.extender.bind.node_lock_retry_timeout);
+  EXPECT_EQ(got.extender.admission.force_overwrite_default_scheduler,
+            want.extender.admission.force_overwrite_default_scheduler);
+  EXPECT_EQ(got.extender.health_interval, want.extender.health_interval);
+  EXPECT_EQ(got.extender.handshake_timeout, want.extender.handshake_timeout);
+  EXPECT_EQ(got.extender.bind.reservation_timeout, want.extender.bind.reservation_timeout);
+  EXPECT_EQ(got.kube.kubeconfig, want.kube.kubeconfig);
+  EXPECT_EQ(got.kube.qps, want.kube.qps);
+  EXPECT_EQ(got.kube.burst, want.kube.burst);
+  EXPECT_EQ(got.kube.timeout, want.kube.timeout);
+  EXPECT_EQ(got.extender.leadership.enabled, want.extender.leadership.enabled);
+  EXPECT_EQ(got.extender.leadership.name, want.extender.leadership.name);
+  EXPECT_EQ(got.extender.leadership.ns, want.extender.leadership.ns);
+  EXPECT_EQ(got.extender.leadership.mode, want.extender.leadership.mode);
+  EXPECT_EQ(got.extender.leadership.identity, want.extender.leadership.identity);
+  EXPECT_EQ(got.extender.leadership.lease_duration, want.extender.leadership.lease_duration);
+  EXPECT_EQ(got.extender.leadership.renew_deadline, want.extender.leadership.renew_deadline);
+  EXPECT_EQ(got.extender.leadership.retry_period, want.extender.leadership.retry_period);
+  EXPECT_EQ(got.extender.legacy_metrics, want.extender.legacy_metrics);
   EXPECT_EQ(got.log_level, want.log_level);
   ASSERT_EQ(got.vendors.size(), want.vendors.size()) << yaml;
   for (const auto& [name, settings] : want.vendors) {

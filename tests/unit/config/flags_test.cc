@@ -52,9 +52,9 @@ TEST(Flags, NoFlagsGiveTheDefaults) {
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_FALSE(r->help);
   EXPECT_FALSE(r->print_config);
-  EXPECT_EQ(r->config.http_bind, "127.0.0.1:8080");
-  EXPECT_EQ(r->config.policies.gpu_policy, "spread");
-  EXPECT_EQ(r->config.node_lock_timeout, seconds(300));
+  EXPECT_EQ(r->config.serving.http_bind, "127.0.0.1:8080");
+  EXPECT_EQ(r->config.extender.filter.policies.gpu_policy, "spread");
+  EXPECT_EQ(r->config.extender.node_lock_timeout, seconds(300));
   EXPECT_TRUE(r->config.sources.empty());
   EXPECT_TRUE(r->config.warnings.empty());
 }
@@ -73,18 +73,18 @@ TEST(Flags, HamiChartCommandLine) {
                  "--legacy-metrics=true", "--debug", "-v=4"});
   ASSERT_TRUE(r) << r.error().message;
   const Config& c = r->config;
-  EXPECT_EQ(c.http_bind, "0.0.0.0:443");
-  EXPECT_EQ(c.cert_file, "/tls/tls.crt");
-  EXPECT_EQ(c.key_file, "/tls/tls.key");
-  EXPECT_EQ(c.scheduler_name, "hami-scheduler");
-  EXPECT_EQ(c.metrics_bind_address, ":9395");
-  EXPECT_EQ(c.policies.node_policy, "binpack");
-  EXPECT_EQ(c.policies.gpu_policy, "spread");
-  EXPECT_TRUE(c.force_overwrite_default_scheduler);
-  EXPECT_TRUE(c.leader_elect);
-  EXPECT_EQ(c.leader_elect_resource_name, "hami-scheduler");
-  EXPECT_EQ(c.leader_elect_resource_namespace, "kube-system");
-  EXPECT_TRUE(c.legacy_metrics);
+  EXPECT_EQ(c.serving.http_bind, "0.0.0.0:443");
+  EXPECT_EQ(c.serving.cert_file, "/tls/tls.crt");
+  EXPECT_EQ(c.serving.key_file, "/tls/tls.key");
+  EXPECT_EQ(c.extender.admission.scheduler_name, "hami-scheduler");
+  EXPECT_EQ(c.serving.metrics_bind_address, ":9395");
+  EXPECT_EQ(c.extender.filter.policies.node_policy, "binpack");
+  EXPECT_EQ(c.extender.filter.policies.gpu_policy, "spread");
+  EXPECT_TRUE(c.extender.admission.force_overwrite_default_scheduler);
+  EXPECT_TRUE(c.extender.leadership.enabled);
+  EXPECT_EQ(c.extender.leadership.name, "hami-scheduler");
+  EXPECT_EQ(c.extender.leadership.ns, "kube-system");
+  EXPECT_TRUE(c.extender.legacy_metrics);
   EXPECT_EQ(c.log_level, "trace");
   EXPECT_EQ(c.vendors.at("nvidia").String("resourceCountName"), "nvidia.com/gpu");
   EXPECT_THAT(c.sources, ElementsAre(device_config));
@@ -99,15 +99,15 @@ TEST(Flags, GoSpellings) {
                  "--node-label-selector=gpu=on,zone=a", "-kube-burst", "30", "--kube-qps", "7.5",
                  "--profiling=false", "-force-overwrite-default-scheduler=F"});
   ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(r->config.http_bind, "0.0.0.0:443");
-  EXPECT_TRUE(r->config.leader_elect);
+  EXPECT_EQ(r->config.serving.http_bind, "0.0.0.0:443");
+  EXPECT_TRUE(r->config.extender.leadership.enabled);
   EXPECT_EQ(r->config.log_level, "trace");
-  EXPECT_EQ(r->config.node_label_selector,
+  EXPECT_EQ(r->config.extender.node_label_selector,
             (std::map<std::string, std::string>{{"gpu", "on"}, {"zone", "a"}}));
-  EXPECT_EQ(r->config.kube_burst, 30);
-  EXPECT_DOUBLE_EQ(r->config.kube_qps, 7.5);
-  EXPECT_FALSE(r->config.profiling);
-  EXPECT_FALSE(r->config.force_overwrite_default_scheduler);
+  EXPECT_EQ(r->config.kube.burst, 30);
+  EXPECT_DOUBLE_EQ(r->config.kube.qps, 7.5);
+  EXPECT_FALSE(r->config.serving.profiling);
+  EXPECT_FALSE(r->config.extender.admission.force_overwrite_default_scheduler);
 }
 
 TEST(Flags, KlogVerbosityInEverySpelling) {
@@ -130,11 +130,11 @@ TEST(Flags, BooleansTakeTheirValueAfterEquals) {
   for (const std::string v : {"true", "TRUE", "True", "t", "1"}) {
     auto r = Load({"--legacy-metrics=" + v});
     ASSERT_TRUE(r) << v;
-    EXPECT_TRUE(r->config.legacy_metrics) << v;
+    EXPECT_TRUE(r->config.extender.legacy_metrics) << v;
   }
   auto off = Load({"--force-overwrite-default-scheduler=false"});
   ASSERT_TRUE(off);
-  EXPECT_FALSE(off->config.force_overwrite_default_scheduler);
+  EXPECT_FALSE(off->config.extender.admission.force_overwrite_default_scheduler);
   // Go's flag package would take `false` as a positional argument here and quietly enable the flag.
   auto spaced = Load({"--leader-elect", "false"});
   EXPECT_THAT(ProblemLines(spaced),
@@ -146,16 +146,16 @@ TEST(Flags, DurationsAndOurFlags) {
                  "--health-check-interval=10s", "--handshake-timeout=2m30s", "--kubeconfig=/tmp/kc",
                  "--log-level=error", "--print-config", "--reservation-timeout=90s"});
   ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(r->config.reservation_timeout, seconds(90));
+  EXPECT_EQ(r->config.extender.bind.reservation_timeout, seconds(90));
   auto zero = Load({"--reservation-timeout=0s"});
   ASSERT_FALSE(zero);
   EXPECT_THAT(zero.error().message, HasSubstr("--reservation-timeout"));
-  EXPECT_EQ(r->config.node_lock_timeout, seconds(120));
-  EXPECT_EQ(r->config.node_lock_retry_timeout, milliseconds(500));
-  EXPECT_EQ(r->config.kube_timeout, seconds(30));
-  EXPECT_EQ(r->config.health_check_interval, seconds(10));
-  EXPECT_EQ(r->config.handshake_timeout, seconds(150));
-  EXPECT_EQ(r->config.kubeconfig, "/tmp/kc");
+  EXPECT_EQ(r->config.extender.node_lock_timeout, seconds(120));
+  EXPECT_EQ(r->config.extender.bind.node_lock_retry_timeout, milliseconds(500));
+  EXPECT_EQ(r->config.kube.timeout, seconds(30));
+  EXPECT_EQ(r->config.extender.health_interval, seconds(10));
+  EXPECT_EQ(r->config.extender.handshake_timeout, seconds(150));
+  EXPECT_EQ(r->config.kube.kubeconfig, "/tmp/kc");
   EXPECT_EQ(r->config.log_level, "error");
   EXPECT_TRUE(r->print_config);
   EXPECT_FALSE(r->help);
@@ -169,9 +169,9 @@ TEST(Flags, FlagsOverrideTheConfigFileWhichOverridesDefaults) {
   const std::string device = WriteTemp("override-device.yaml", "nvidia:\n  memoryFactor: 4\n");
   auto r = Load({"--kube-burst=30", "--device-config-file", device, "--config=" + config});
   ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(r->config.kube_burst, 30);             // flag over file
-  EXPECT_EQ(r->config.http_bind, "0.0.0.0:8443");  // file over default
-  EXPECT_EQ(r->config.node_label_selector.at("pool"), "gpu");
+  EXPECT_EQ(r->config.kube.burst, 30);                     // flag over file
+  EXPECT_EQ(r->config.serving.http_bind, "0.0.0.0:8443");  // file over default
+  EXPECT_EQ(r->config.extender.node_label_selector.at("pool"), "gpu");
   EXPECT_EQ(r->config.vendors.at("nvidia").String("resourceCountName"), "a/gpu");
   EXPECT_EQ(r->config.vendors.at("nvidia").Int("memoryFactor"), 4);  // --device-config-file after --config
   EXPECT_THAT(r->config.sources, ElementsAre(config, device));
@@ -179,7 +179,7 @@ TEST(Flags, FlagsOverrideTheConfigFileWhichOverridesDefaults) {
   // A flag replaces the file's selector as a whole.
   auto s = Load({"--config=" + config, "--node-label-selector=zone=b"});
   ASSERT_TRUE(s) << s.error().message;
-  EXPECT_EQ(s->config.node_label_selector, (std::map<std::string, std::string>{{"zone", "b"}}));
+  EXPECT_EQ(s->config.extender.node_label_selector, (std::map<std::string, std::string>{{"zone", "b"}}));
 }
 
 TEST(Flags, ManyBadFlagsAreReportedTogether) {
@@ -243,12 +243,12 @@ TEST(Flags, CrossSettingRulesAreCheckedOnTheFinalConfig) {
 }
 
 TEST(Flags, ClientCaFileAndMaxConnections) {
-  EXPECT_EQ(Load({})->config.max_connections, 1024);
+  EXPECT_EQ(Load({})->config.serving.max_connections, 1024);
   auto r = Load({"--cert_file=/tls/tls.crt", "--key_file=/tls/tls.key", "--client-ca-file=/tls/ca.crt",
                  "--max-connections=8"});
   ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(r->config.client_ca_file, "/tls/ca.crt");
-  EXPECT_EQ(r->config.max_connections, 8);
+  EXPECT_EQ(r->config.serving.client_ca_file, "/tls/ca.crt");
+  EXPECT_EQ(r->config.serving.max_connections, 8);
   const std::string config =
       WriteTemp("mtls.yaml", "scheduler:\n  clientCaFile: /etc/ca.crt\n  maxConnections: 0\n");
   auto no_tls = Load({"--config=" + config});
@@ -258,8 +258,8 @@ TEST(Flags, ClientCaFileAndMaxConnections) {
                           "scheduler.keyFile) too"));
   auto yaml = Load({"--config=" + config, "--cert_file=/c", "--key_file=/k"});
   ASSERT_TRUE(yaml) << yaml.error().message;
-  EXPECT_EQ(yaml->config.client_ca_file, "/etc/ca.crt");
-  EXPECT_EQ(yaml->config.max_connections, 0);
+  EXPECT_EQ(yaml->config.serving.client_ca_file, "/etc/ca.crt");
+  EXPECT_EQ(yaml->config.serving.max_connections, 0);
   EXPECT_THAT(
       ProblemLines(Load({"--max-connections=-1"})),
       ElementsAre("--max-connections: -1 is out of range (want a number of connections from 0 (no cap) "
@@ -267,10 +267,10 @@ TEST(Flags, ClientCaFileAndMaxConnections) {
 }
 
 TEST(Flags, BusyNodeThreshold) {
-  EXPECT_EQ(Load({})->config.policies.busy_node_threshold, 2);
-  EXPECT_EQ(Load({"--busy-node-threshold=0"})->config.policies.busy_node_threshold, 0);
+  EXPECT_EQ(Load({})->config.extender.filter.policies.busy_node_threshold, 2);
+  EXPECT_EQ(Load({"--busy-node-threshold=0"})->config.extender.filter.policies.busy_node_threshold, 0);
   const std::string config = WriteTemp("busy.yaml", "scheduler:\n  busyNodeThreshold: 5\n");
-  EXPECT_EQ(Load({"--config=" + config})->config.policies.busy_node_threshold, 5);
+  EXPECT_EQ(Load({"--config=" + config})->config.extender.filter.policies.busy_node_threshold, 5);
   EXPECT_THAT(ProblemLines(Load({"--busy-node-threshold=many"})),
               ElementsAre(HasSubstr("--busy-node-threshold: 'many'")));
   EXPECT_THAT(ProblemLines(Load({"--busy-node-threshold=-1"})),
@@ -282,7 +282,7 @@ TEST(Flags, AWebhookListenerOfItsOwnNeedsItsCertificate) {
   auto ok = Load(
       {"--webhook-bind=0.0.0.0:8443", "--webhook-cert-file=/tls/tls.crt", "--webhook-key-file=/tls/tls.key"});
   ASSERT_TRUE(ok) << ok.error().message;
-  EXPECT_EQ(ok->config.webhook_bind, "0.0.0.0:8443");
+  EXPECT_EQ(ok->config.serving.webhook_bind, "0.0.0.0:8443");
   EXPECT_THAT(ProblemLines(Load({"--webhook-bind=0.0.0.0:8443"})),
               ElementsAre(HasSubstr("--webhook-bind (scheduler.webhookBind) needs --webhook-cert-file and "
                                     "--webhook-key-file")));
@@ -315,16 +315,16 @@ TEST(Flags, AcquiringTheLeaseTakesKubeSchedulersTimingFlags) {
   };
   auto defaults = with({"--leader-elect-mode=acquire"});
   ASSERT_TRUE(defaults) << defaults.error().message;
-  EXPECT_EQ(defaults->config.leader_elect_mode, "acquire");
-  EXPECT_EQ(defaults->config.leader_elect_lease_duration, std::chrono::seconds(15));
-  EXPECT_EQ(defaults->config.leader_elect_renew_deadline, std::chrono::seconds(10));
-  EXPECT_EQ(defaults->config.leader_elect_retry_period, std::chrono::seconds(2));
+  EXPECT_EQ(defaults->config.extender.leadership.mode, extender::LeaderElectMode::kAcquire);
+  EXPECT_EQ(defaults->config.extender.leadership.lease_duration, std::chrono::seconds(15));
+  EXPECT_EQ(defaults->config.extender.leadership.renew_deadline, std::chrono::seconds(10));
+  EXPECT_EQ(defaults->config.extender.leadership.retry_period, std::chrono::seconds(2));
   auto set = with({"--leader-elect-mode=acquire", "--leader-elect-identity=pair-a.zone_1",
                    "--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s",
                    "--leader-elect-retry-period=500ms"});
   ASSERT_TRUE(set) << set.error().message;
-  EXPECT_EQ(set->config.leader_elect_identity, "pair-a.zone_1");
-  EXPECT_EQ(set->config.leader_elect_retry_period, std::chrono::milliseconds(500));
+  EXPECT_EQ(set->config.extender.leadership.identity, "pair-a.zone_1");
+  EXPECT_EQ(set->config.extender.leadership.retry_period, std::chrono::milliseconds(500));
 
   EXPECT_THAT(
       ProblemLines(with({"--leader-elect-mode=steal"})),
@@ -474,7 +474,7 @@ TEST(Flags, ProfilingIsAcceptedWithOneWarningAndAnHonestHelpLine) {
   };
   auto flag = Load({"--profiling"});
   ASSERT_TRUE(flag) << flag.error().message;
-  EXPECT_TRUE(flag->config.profiling);
+  EXPECT_TRUE(flag->config.serving.profiling);
   EXPECT_EQ(profiling_warnings(*flag), 1u);
   EXPECT_THAT(flag->config.warnings, Contains(HasSubstr("has no effect")));
   // From the file and the flag at once: still one warning.

@@ -99,14 +99,7 @@ class ServicesTest : public ::testing::Test {
     return readiness_.ready();
   }();
   extender::FilterService filter_{
-      feed_.state(),
-      ledger_,
-      binder_,
-      pods_,
-      writer_,
-      clock_,
-      extender::FilterOptions{},
-      readiness_};
+      feed_.state(), ledger_, binder_, pods_, writer_, clock_, extender::FilterOptions{}, 0, readiness_};
   extender::AdmissionService admission_{backends_, feed_.state(), AdmissionOptions{"hami-scheduler", true}};
 };
 
