@@ -16,6 +16,15 @@ AdmissionDecision NotAllowed(int code, std::string message) {
   return d;
 }
 
+// Refused by a rule or by a quota: the verdict says why, and its code and message answer the review.
+AdmissionDecision Denied(AdmissionVerdict verdict, std::string ns, std::string shown) {
+  AdmissionDecision d = NotAllowed(verdict.code, verdict.message);
+  d.verdict = std::move(verdict);
+  d.ns = std::move(ns);
+  d.shown = std::move(shown);
+  return d;
+}
+
 }  // namespace
 
 AdmissionService::AdmissionService(const Backends& backends, const ClusterState& state,
@@ -45,13 +54,7 @@ AdmissionDecision AdmissionService::Prepare(PodView& pod, std::string shown) con
   out.ns = pod.ns;
   out.shown = std::move(shown);
   out.verdict = AdmitPodRules(pod, *backends_, options_);
-  if (!out.verdict.allowed()) {
-    AdmissionDecision denied = NotAllowed(out.verdict.code, out.verdict.message);
-    denied.verdict = std::move(out.verdict);
-    denied.ns = std::move(out.ns);
-    denied.shown = std::move(out.shown);
-    return denied;
-  }
+  if (!out.verdict.allowed()) return Denied(std::move(out.verdict), std::move(out.ns), std::move(out.shown));
   out.kind = AdmissionDecision::Kind::kAdmitted;
   out.message = out.verdict.message;  // HAMi's "pod already has different scheduler assigned"
   if (!out.verdict.stripped.empty()) {
@@ -68,13 +71,8 @@ AdmissionDecision AdmissionService::Conclude(AdmissionDecision decision,
                                              std::chrono::steady_clock::time_point start) {
   using Kind = AdmissionDecision::Kind;
   if (decision.kind == Kind::kAdmitted) {
-    if (auto denied = QuotaDenial(decision.ns, decision.verdict, *backends_, state_->quotas())) {
-      AdmissionDecision refused = NotAllowed(denied->code, denied->message);
-      refused.verdict = std::move(*denied);
-      refused.ns = std::move(decision.ns);
-      refused.shown = std::move(decision.shown);
-      decision = std::move(refused);
-    }
+    if (auto denied = QuotaDenial(decision.ns, decision.verdict, *backends_, state_->quotas()))
+      decision = Denied(std::move(*denied), std::move(decision.ns), std::move(decision.shown));
   }
   switch (decision.kind) {
     case Kind::kPassed:

@@ -41,7 +41,8 @@ class Housekeeping {
     Readiness& readiness;
     ClusterWriter& writer;
   };
-  Housekeeping(Parts parts, HousekeepingOptions options) : p_(std::move(parts)), options_(std::move(options)) {}
+  Housekeeping(Parts parts, HousekeepingOptions options)
+      : p_(std::move(parts)), options_(std::move(options)) {}
 
   // The rounds, until cancelled.
   boost::asio::awaitable<void> Run();
