@@ -10,6 +10,7 @@
 #include "core/fit.h"
 #include "core/health.h"
 #include "core/keys.h"
+#include "k8s/files.h"
 #include "k8s/objects.h"
 
 namespace hami::cmd {

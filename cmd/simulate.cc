@@ -11,6 +11,7 @@
 #include "core/health.h"
 #include "core/scheduler.h"
 #include "core/strings.h"
+#include "k8s/files.h"
 #include "k8s/objects.h"
 
 namespace hami::cmd {

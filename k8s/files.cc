@@ -7,7 +7,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iostream>
 #include <random>
+#include <sstream>
 
 namespace hami::k8s {
 namespace {
@@ -22,7 +24,43 @@ Result<void> Failed(std::string_view what, const std::string& path, std::string_
   return Error{fmt::format("cannot write {} '{}': {}: {}", what, path, step, std::strerror(error))};
 }
 
+FileError CannotRead(const std::string& path, int error) {
+  FileError e;
+  e.path = path;
+  e.reason = std::strerror(error);
+  e.message = fmt::format("cannot read '{}': {}", path, e.reason);
+  return e;
+}
+
 }  // namespace
+
+FileText ReadWholeFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return CannotRead(path, errno);
+  std::string text;
+  if (struct stat st {}; ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    text.reserve(static_cast<std::size_t>(st.st_size));
+  }
+  char chunk[64 * 1024];
+  int error = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) error = errno;  // EISDIR for a directory
+    if (n <= 0) break;
+    text.append(chunk, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  if (error != 0) return CannotRead(path, error);
+  return text;
+}
+
+FileText ReadInput(const std::string& path) {
+  if (path != "-") return ReadWholeFile(path);
+  std::ostringstream text;
+  text << std::cin.rdbuf();
+  return text.str();
+}
 
 Result<void> ReplaceFile(const std::string& path, std::string_view content, mode_t mode,
                          std::string_view what) {

@@ -22,14 +22,11 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <type_traits>
 
+#include "k8s/files.h"
 #include "k8s/request_parser.h"
 
 namespace hami::k8s {
@@ -64,13 +61,11 @@ FileStamp StampOf(const std::string& path) {
           st.st_size};
 }
 
+// `what` "<path>": <reason>, as the operator's flags name the file.
 Result<std::string> ReadFile(std::string_view what, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{fmt::format("{} \"{}\": {}", what, path, std::strerror(errno))};
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return Error{fmt::format("{} \"{}\": read error", what, path)};
-  return Ok(text.str());
+  auto text = ReadWholeFile(path);
+  if (!text) return Error{fmt::format("{} \"{}\": {}", what, path, text.error().reason)};
+  return Ok(std::move(*text));
 }
 
 // A TLS 1.2+ server context from the PEM files, checked: the key must belong to the certificate.

@@ -3,11 +3,7 @@
 #include <fmt/format.h>
 
 #include <boost/json.hpp>
-#include <fstream>
-#include <iostream>
-#include <iterator>
 #include <limits>
-#include <sstream>
 
 #include "core/keys.h"
 #include "k8s/yaml_json.h"
@@ -355,17 +351,6 @@ Result<std::vector<json::value>> ParseDocuments(std::string_view text, std::stri
     return out;
   }
   return YamlToJson(text, source);
-}
-
-Result<std::string> ReadInput(const std::string& path) {
-  if (path == "-") {
-    std::ostringstream ss;
-    ss << std::cin.rdbuf();
-    return Ok(ss.str());
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{fmt::format("cannot read '{}': no such file or not readable", path)};
-  return Ok(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
 }
 
 }  // namespace hami::k8s

@@ -8,6 +8,8 @@
 
 #include "core/model.h"
 #include "core/result.h"
+// ReadInput moved to k8s/files.h; sim/cli.cc still finds it here. Goes once sim/ includes k8s/files.h.
+#include "k8s/files.h"
 
 namespace hami::k8s {
 
@@ -31,8 +33,5 @@ Result<void> CollectObjects(const boost::json::value& document, std::string_view
 
 // Parses text that is JSON, or YAML with one or more documents, into JSON values (one per document).
 Result<std::vector<boost::json::value>> ParseDocuments(std::string_view text, std::string_view source);
-
-// Reads a file, or standard input for "-".
-Result<std::string> ReadInput(const std::string& path);
 
 }  // namespace hami::k8s

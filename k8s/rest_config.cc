@@ -4,11 +4,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 
 #include "core/base64.h"
 #include "core/strings.h"
+#include "k8s/files.h"
 
 namespace hami::k8s {
 
@@ -25,9 +24,9 @@ ConfigEnv ConfigEnv::System() {
     return std::string(v);
   };
   e.read_file = [](const std::string& path) -> Result<std::string> {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return Error{fmt::format("cannot read '{}'", path)};
-    return Ok(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+    auto text = ReadWholeFile(path);
+    if (!text) return text.error();
+    return Ok(std::move(*text));
   };
   return e;
 }

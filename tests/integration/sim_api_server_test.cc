@@ -30,6 +30,7 @@
 
 #include "cmd/sim_apiserver.h"
 #include "k8s/api_client.h"
+#include "k8s/files.h"
 #include "k8s/json_patch.h"
 #include "k8s/objects.h"
 #include "k8s/rest_config.h"

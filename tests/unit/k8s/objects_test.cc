@@ -5,6 +5,7 @@
 
 #include <boost/json/serialize.hpp>
 
+#include "k8s/files.h"
 #include "k8s/yaml_json.h"
 
 namespace hami::k8s {

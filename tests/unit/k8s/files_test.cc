@@ -1,0 +1,68 @@
+// k8s/files: the one reader of whole files (certificates, kubeconfigs, snapshots) and its errors.
+#include "k8s/files.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace hami::k8s {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ReadWholeFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("hami-files-test-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Write(const std::string& name, const std::string& content) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p, std::ios::binary) << content;
+    return p.string();
+  }
+  fs::path dir_;
+};
+
+TEST_F(ReadWholeFileTest, ReadsEveryByte) {
+  std::string big(200 * 1024, 'x');  // more than one read(2)
+  big[0] = '\0';
+  big[big.size() - 1] = '\n';
+  const std::string path = Write("big.bin", big);
+  auto text = ReadWholeFile(path);
+  ASSERT_TRUE(text) << text.error().message;
+  EXPECT_EQ(*text, big);
+  auto same = ReadInput(path);
+  ASSERT_TRUE(same) << same.error().message;
+  EXPECT_EQ(*same, big);
+  auto empty = ReadWholeFile(Write("empty", ""));
+  ASSERT_TRUE(empty) << empty.error().message;
+  EXPECT_EQ(*empty, "");
+}
+
+TEST_F(ReadWholeFileTest, ErrorsNameTheFileAndTheReason) {
+  const std::string missing = (dir_ / "missing.pem").string();
+  auto text = ReadWholeFile(missing);
+  ASSERT_FALSE(text);
+  EXPECT_EQ(text.error().path, missing);
+  EXPECT_EQ(text.error().reason, "No such file or directory");
+  EXPECT_EQ(text.error().message, "cannot read '" + missing + "': No such file or directory");
+  // A directory opens but does not read: it is an error, not an empty file.
+  auto dir = ReadWholeFile(dir_.string());
+  ASSERT_FALSE(dir);
+  EXPECT_EQ(dir.error().reason, "Is a directory");
+  // As an Error, for callers returning Result<T>.
+  const auto as_result = [&]() -> Result<int> {
+    auto t = ReadInput(missing);
+    if (!t) return t.error();
+    return 0;
+  };
+  EXPECT_EQ(as_result().error().message, text.error().message);
+}
+
+}  // namespace
+}  // namespace hami::k8s
