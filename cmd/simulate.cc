@@ -105,8 +105,6 @@ Result<void> Load(const std::string& path, k8s::ObjectSet& into) {
   return {};
 }
 
-bool Terminal(const PodView& p) { return p.phase == "Succeeded" || p.phase == "Failed"; }
-
 struct PodResult {
   const PodView* pod;
   FilterOutcome outcome;
@@ -249,7 +247,7 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
   }
   std::vector<const PodView*> to_place;
   for (const auto& p : cluster.pods) {
-    if (Terminal(p)) continue;
+    if (p.Finished()) continue;
     auto allocation = AllocationFromAnnotations(p, *backends);
     if (!allocation) {
       err << "hami-scheduler simulate: " << allocation.error().message << "\n";
@@ -281,12 +279,12 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
   // but what the snapshot holds, the node policy alone decides, as a serve whose device plugins keep up.
   for (const PodView* p : to_place) {
     if (auto requests = CollectRequests(*p, *backends); requests)
-      state.SetWaiting(p->uid.empty() ? p->Key() : p->uid, requests->BackendsAsked());
+      state.SetWaiting(p->UidOrKey(), requests->BackendsAsked());
   }
   std::vector<PodResult> results;
   for (const PodView* p : to_place) {
     PodResult r{p, scheduler.Filter(*p, candidates, now)};
-    const std::string uid = p->uid.empty() ? p->Key() : p->uid;
+    const std::string uid = p->UidOrKey();
     if (r.outcome.kind == FilterOutcome::Kind::kScheduled) {
       scheduler.Reserve(*p, r.outcome, Scheduler::Hold::kSetUp);
       state.ClearWaiting(uid);

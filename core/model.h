@@ -68,6 +68,10 @@ struct PodView {
   std::vector<ContainerStatusView> init_container_statuses;
 
   std::string Key() const { return ns + "/" + name; }
+  // The pod's identity in the ledger and the reservations: its uid, or Key() for a pod without one.
+  std::string UidOrKey() const { return uid.empty() ? Key() : uid; }
+  // In phase Succeeded or Failed: its containers have ended and it holds no devices any more.
+  bool Finished() const { return phase == "Succeeded" || phase == "Failed"; }
   std::size_t ContainerCount() const { return init_containers.size() + containers.size(); }
   // Container i in annotation order: init containers first, then regular containers.
   const ContainerView& ContainerAt(std::size_t i) const {

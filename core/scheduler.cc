@@ -165,7 +165,7 @@ std::size_t Scheduler::BurstShare(const PodView& pod, const PodRequests& request
     nodes = first ? state_->NodesWith(backend) : std::min(nodes, state_->NodesWith(backend));
     first = false;
   }
-  const std::string uid = pod.uid.empty() ? pod.Key() : pod.uid;
+  const std::string uid = pod.UidOrKey();
   if (waiting > 0 && state_->CountsAsWaiting(uid)) --waiting;  // itself, counted below
   std::size_t burst = 1 + waiting;
   // kube-scheduler hands an extender a window of the nodes that pass its own filters (at least 100 of them
@@ -178,7 +178,7 @@ std::size_t Scheduler::BurstShare(const PodView& pod, const PodRequests& request
 void Scheduler::Reserve(const PodView& pod, const FilterOutcome& outcome, Hold hold) {
   if (outcome.kind != FilterOutcome::Kind::kScheduled) return;
   PodAllocation a;
-  a.uid = pod.uid.empty() ? pod.Key() : pod.uid;
+  a.uid = pod.UidOrKey();
   a.ns = pod.ns;
   a.name = pod.name;
   a.node = outcome.node;

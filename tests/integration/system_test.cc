@@ -140,8 +140,6 @@ std::string Annotation(const PodView& pod, std::string_view key) {
   return it == pod.annotations.end() ? "" : it->second;
 }
 
-bool IsFinished(const PodView& pod) { return pod.phase == "Succeeded" || pod.phase == "Failed"; }
-
 // What live pods hold on one device, read from their allocation annotations.
 struct Held {
   std::int64_t slots = 0, memory = 0, cores = 0;
@@ -438,7 +436,7 @@ class SystemTest : public ::testing::Test {
         continue;
       }
       const std::string node = Annotation(*pod, keys::kAssignedNode);
-      if (node.empty() || IsFinished(*pod)) continue;
+      if (node.empty() || pod->Finished()) continue;
       PodDevices devices;
       for (const auto& b : backends_) {
         auto it = pod->annotations.find(b->Spec().keys.allocated);
