@@ -18,8 +18,10 @@ Error Bad(std::string_view field, std::string_view what) {
   return Error{fmt::format("AdmissionReview: {}: {}", field, what)};
 }
 
-// A string member of `o`: "" when absent or null, an error when of another type.
-Result<std::string> StringField(const json::object& o, std::string_view key, std::string_view shown) {
+// A string member of `o` whose key is matched exactly, as the API server's decoder matches an
+// AdmissionReview's (k8s/extender.h's StringFieldAnyCase is for the extender protocol's untagged Go types):
+// "" when absent or null, an error naming `shown` when of another type.
+Result<std::string> StringFieldExact(const json::object& o, std::string_view key, std::string_view shown) {
   const json::value* v = o.if_contains(key);
   if (v == nullptr || v->is_null()) return Ok(std::string());
   if (!v->is_string()) return Bad(shown, fmt::format("expected a string, got {}", json::serialize(*v)));
@@ -95,13 +97,13 @@ Result<AdmissionRequest> ParseAdmissionReview(std::string_view body) {
   if (!doc.is_object()) return Bad("(document)", "expected a JSON object");
   const json::object& top = doc.get_object();
   AdmissionRequest out;
-  auto api_version = StringField(top, "apiVersion", "apiVersion");
+  auto api_version = StringFieldExact(top, "apiVersion", "apiVersion");
   if (!api_version) return api_version.error();
   if (*api_version != kV1 && *api_version != kV1beta1) {
     return Bad("apiVersion", fmt::format("expected {} or {}, got \"{}\"", kV1, kV1beta1, *api_version));
   }
   out.api_version = *api_version;
-  auto kind = StringField(top, "kind", "kind");
+  auto kind = StringFieldExact(top, "kind", "kind");
   if (!kind) return kind.error();
   if (*kind != "AdmissionReview")
     return Bad("kind", fmt::format("expected AdmissionReview, got \"{}\"", *kind));
@@ -112,13 +114,13 @@ Result<AdmissionRequest> ParseAdmissionReview(std::string_view body) {
                             {"operation", &out.operation},
                             {"namespace", &out.ns},
                             {"name", &out.name}}) {
-    auto v = StringField(req, key, fmt::format("request.{}", key));
+    auto v = StringFieldExact(req, key, fmt::format("request.{}", key));
     if (!v) return v.error();
     *field = std::move(*v);
   }
   if (out.uid.empty()) return Bad("request.uid", "missing");
   if (const json::value* k = req.if_contains("kind"); k != nullptr && k->is_object()) {
-    auto kk = StringField(k->get_object(), "kind", "request.kind.kind");
+    auto kk = StringFieldExact(k->get_object(), "kind", "request.kind.kind");
     if (!kk) return kk.error();
     out.kind = std::move(*kk);
   }

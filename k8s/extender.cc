@@ -54,7 +54,8 @@ Result<json::object> ParseObject(std::string_view body, std::string_view what) {
   return std::move(v.get_object());
 }
 
-Result<std::string> StringField(const json::object& o, std::string_view key, std::string_view what) {
+Result<std::string> StringFieldAnyCase(const json::object& o, std::string_view key,
+                                       std::string_view what) {
   const json::value* v = FindKey(o, key);
   if (v == nullptr || v->is_null()) return Ok(std::string());
   if (!v->is_string()) return Error{fmt::format("{}.{}: expected a string", what, key)};
@@ -189,7 +190,7 @@ Result<ExtenderBindingArgs> ParseBindingArgs(std::string_view body) {
                             {"PodNamespace", &a.pod_namespace},
                             {"PodUID", &a.pod_uid},
                             {"Node", &a.node}}) {
-    auto v = StringField(*root, key, "ExtenderBindingArgs");
+    auto v = StringFieldAnyCase(*root, key, "ExtenderBindingArgs");
     if (!v) return v.error();
     *field = std::move(*v);
   }

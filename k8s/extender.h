@@ -20,8 +20,15 @@ namespace hami::k8s {
 const boost::json::value* FindKey(const boost::json::object& o, std::string_view key);
 // `body` as a JSON object; errors name `what` ("ExtenderArgs: invalid JSON: ...", an empty body is "EOF").
 Result<boost::json::object> ParseObject(std::string_view body, std::string_view what);
-// A string field read with FindKey: "" when absent or null, an error naming `what`.`key` otherwise.
-Result<std::string> StringField(const boost::json::object& o, std::string_view key, std::string_view what);
+// A string field whose key is matched in any case (FindKey): "" when absent or null, an error naming
+// `what`.`key` otherwise. (An AdmissionReview's fields are matched exactly: k8s/admission.cc.)
+Result<std::string> StringFieldAnyCase(const boost::json::object& o, std::string_view key,
+                                       std::string_view what);
+// The former name of StringFieldAnyCase, still used by sim/kube_scheduler.cc; goes when it switches.
+inline Result<std::string> StringField(const boost::json::object& o, std::string_view key,
+                                       std::string_view what) {
+  return StringFieldAnyCase(o, key, what);
+}
 
 struct ExtenderArgs {
   PodView pod;
