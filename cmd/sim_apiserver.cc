@@ -19,6 +19,7 @@
 
 #include "core/strings.h"
 #include "k8s/event_loop.h"
+#include "k8s/files.h"
 #include "k8s/objects.h"
 #include "sim/apiserver/api_server.h"
 #include "sim/tls/tls.h"

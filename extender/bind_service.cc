@@ -107,7 +107,7 @@ asio::awaitable<std::string> BindService::BindPod(const BindRequest& request) {
     ReleaseIfHeldBy(request.uid.empty() ? key : request.uid, key);
     co_return fmt::format("pod \"{}\" not found", key);
   }
-  const std::string uid = UidOf(*pod);
+  const std::string uid = pod->UidOrKey();
   if (!request.uid.empty() && request.uid != pod->uid) {
     // The pod of that name now is another one: the hold of the uid asked for, if it was made for this name,
     // belongs to a pod that is gone.
@@ -141,7 +141,7 @@ asio::awaitable<std::string> BindService::BindPod(const BindRequest& request) {
 asio::awaitable<std::string> BindService::TakeLocks(const PodView& pod, const PodRequests& requests,
                                                     const std::string& node, HeldLocks& held) {
   const std::string key = pod.Key();
-  const std::string uid = UidOf(pod);
+  const std::string uid = pod.UidOrKey();
   // Only a decision our filter made for this pod is bound: devices a pod's own annotations name (written
   // by anyone who may edit the pod) would skip the fit and could be another pod's.
   const PodAllocation* charged = state_->FindPod(uid);
@@ -177,7 +177,7 @@ asio::awaitable<std::string> BindService::TakeLocks(const PodView& pod, const Po
 asio::awaitable<std::string> BindService::PostBinding(const PodView& pod, const PodRequests& requests,
                                                       const std::string& node, HeldLocks& held) {
   const std::string key = pod.Key();
-  const std::string uid = UidOf(pod);
+  const std::string uid = pod.UidOrKey();
   // The decision (our filter's, held since) and bind-phase `allocating` travel in the Binding: the API
   // server writes them in the same update as spec.nodeName. HAMi patches the pod at filter and again before
   // binding: two requests more, and a failed binding leaves the pod `allocating`. A pod bound already is

@@ -104,11 +104,11 @@ asio::awaitable<void> FilterService::AwaitBindBacklog() {
 }
 
 asio::awaitable<FilterService::Identity> FilterService::Identify(const PodView& pod) {
-  const std::string uid = UidOf(pod);
+  const std::string uid = pod.UidOrKey();
   const std::string key = pod.Key();
   std::string bound = pod.node_name;  // the body's spec.nodeName
   auto it = pods_->find(key);
-  if (it == pods_->end() || UidOf(it->second) != uid) {
+  if (it == pods_->end() || it->second.UidOrKey() != uid) {
     // Not watched yet (just created), re-created under this name with the cache behind, or a request naming
     // a pod that does not exist or another pod's uid: the API server tells which. Devices are reserved only
     // for a pod that exists with this uid.
@@ -119,8 +119,8 @@ asio::awaitable<FilterService::Identity> FilterService::Identify(const PodView& 
                              : fmt::format("cannot read pod {}: {}", key, got.error().message),
                          ""};
     }
-    if (UidOf(*got) != uid)
-      co_return Identity{fmt::format("pod {} has uid {}, not the request's {}", key, UidOf(*got), uid), ""};
+    if (got->UidOrKey() != uid)
+      co_return Identity{fmt::format("pod {} has uid {}, not the request's {}", key, got->UidOrKey(), uid), ""};
     if (bound.empty()) bound = got->node_name;
   } else if (bound.empty()) {
     bound = it->second.node_name;
@@ -159,7 +159,7 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
                                                     const std::vector<std::string>& candidates) {
   if (!co_await WaitReady())
     co_return Fail("hami-scheduler is not ready: " + readiness_->NotReadyReason());
-  const std::string uid = UidOf(pod);
+  const std::string uid = pod.UidOrKey();
   // Collected once: the backlog check and the decision both read them.
   const Result<PodRequests> requests = CollectRequests(pod, state_->backends());
   if (requests && requests->Any()) co_await AwaitBindBacklog();

@@ -61,7 +61,7 @@ void LedgerFeed::ReportRegistrationErrors(const NodeView& node) {
 }
 
 void LedgerFeed::RecordAllocation(const PodView& pod) {
-  const std::string uid = UidOf(pod);
+  const std::string uid = pod.UidOrKey();
   auto decoded = AllocationFromAnnotations(pod, *backends_);
   if (!decoded) {
     ++stats_.annotation_errors;
@@ -174,7 +174,7 @@ std::optional<std::string> LedgerFeed::KeepChargeable(const PodView& pod,
 }
 
 void LedgerFeed::MarkUnreadable(const PodView& pod, std::string error, std::vector<std::size_t> backends) {
-  const std::string uid = UidOf(pod);
+  const std::string uid = pod.UidOrKey();
   // The error quotes the annotation: enough of it to find the fault, not a whole 256 KiB value in every
   // refusal and event.
   constexpr std::size_t kShown = 300;
@@ -229,8 +229,8 @@ void LedgerFeed::RefreshBlocks(const std::string& node) {
 }
 
 void LedgerFeed::TrackWaiting(const PodView& pod, bool ours) {
-  const std::string uid = UidOf(pod);
-  if (!ours || !pod.node_name.empty() || pod.terminating || Finished(pod)) {
+  const std::string uid = pod.UidOrKey();
+  if (!ours || !pod.node_name.empty() || pod.terminating || pod.Finished()) {
     state_.ClearWaiting(uid);
     return;
   }
@@ -253,7 +253,7 @@ std::vector<std::string> LedgerFeed::Orphans(const std::map<std::string, PodView
   state_.ForEachPod([&](const PodAllocation& a, const auto&) {
     if (reserved(a.uid)) return;
     auto it = pods.find(a.ns + "/" + a.name);
-    if (it == pods.end() || UidOf(it->second) != a.uid) {
+    if (it == pods.end() || it->second.UidOrKey() != a.uid) {
       orphans.push_back(a.uid);
       return;
     }

@@ -96,9 +96,4 @@ class LedgerFeed {
   Stats stats_;
 };
 
-// The pod's key in the ledger: its uid, or "ns/name" for a pod without one.
-inline std::string UidOf(const PodView& pod) { return pod.uid.empty() ? pod.Key() : pod.uid; }
-// Succeeded or Failed: it holds nothing any more.
-inline bool Finished(const PodView& pod) { return pod.phase == "Succeeded" || pod.phase == "Failed"; }
-
 }  // namespace hami::extender

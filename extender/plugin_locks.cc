@@ -95,7 +95,7 @@ asio::awaitable<void> PluginLocks::ReleaseAbandoned(const std::map<std::string, 
       if (auto held = held_.find(node.name);
           held != held_.end() && owner != nullptr &&
           std::any_of(held->second.begin(), held->second.end(),
-                      [&](const HeldLock& h) { return h.value == value->second && h.uid != UidOf(*owner); }))
+                      [&](const HeldLock& h) { return h.value == value->second && h.uid != owner->UidOrKey(); }))
         continue;
       const bool elsewhere = owner != nullptr && !owner->node_name.empty() && owner->node_name != node.name;
       // Unbound, gone, or allocated already (the device plugin's release was lost): nobody needs it now.

@@ -41,8 +41,8 @@ std::vector<ReservationExpiry::Due> ReservationExpiry::Expire(const std::map<std
   std::vector<Due> due;
   std::unordered_set<std::string> dated;
   for (const auto& [key, pod] : pods) {
-    if (!pod.node_name.empty() || Finished(pod) || !pod.annotations.contains(keys::kAssignedNode)) continue;
-    const std::string uid = UidOf(pod);
+    if (!pod.node_name.empty() || pod.Finished() || !pod.annotations.contains(keys::kAssignedNode)) continue;
+    const std::string uid = pod.UidOrKey();
     if (ledger_->reserved(uid)) continue;     // ours, in memory: expired below
     if (ledger_->Binding(key, uid)) continue;  // a bind is using it
     // The latest of filter and bind; a stamp far in the future is no stamp (it would never expire).

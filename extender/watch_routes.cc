@@ -109,9 +109,9 @@ void WatchRoutes::OnNodeDeleted(const NodeView& node) {
 }
 
 void WatchRoutes::OnPod(const PodView& pod) {
-  const std::string uid = UidOf(pod);
+  const std::string uid = pod.UidOrKey();
   t_.feed.TrackWaiting(pod, pod.scheduler_name == t_.scheduler_name);
-  if (Finished(pod)) {
+  if (pod.Finished()) {
     PodGone(uid);
     return;
   }
@@ -132,7 +132,7 @@ void WatchRoutes::OnPod(const PodView& pod) {
 }
 
 void WatchRoutes::OnPodDeleted(const PodView& pod) {
-  const std::string uid = UidOf(pod);
+  const std::string uid = pod.UidOrKey();
   t_.feed.StopWaiting(uid);
   PodGone(uid);
 }

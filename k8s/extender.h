@@ -24,11 +24,6 @@ Result<boost::json::object> ParseObject(std::string_view body, std::string_view 
 // `what`.`key` otherwise. (An AdmissionReview's fields are matched exactly: k8s/admission.cc.)
 Result<std::string> StringFieldAnyCase(const boost::json::object& o, std::string_view key,
                                        std::string_view what);
-// The former name of StringFieldAnyCase, still used by sim/kube_scheduler.cc; goes when it switches.
-inline Result<std::string> StringField(const boost::json::object& o, std::string_view key,
-                                       std::string_view what) {
-  return StringFieldAnyCase(o, key, what);
-}
 
 struct ExtenderArgs {
   PodView pod;

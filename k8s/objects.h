@@ -8,8 +8,6 @@
 
 #include "core/model.h"
 #include "core/result.h"
-// ReadInput moved to k8s/files.h; sim/cli.cc still finds it here. Goes once sim/ includes k8s/files.h.
-#include "k8s/files.h"
 
 namespace hami::k8s {
 

@@ -30,7 +30,7 @@ using SteadyClock = std::chrono::steady_clock;
 
 using k8s::FindKey;
 using k8s::ParseObject;
-using k8s::StringField;
+using k8s::StringFieldAnyCase;
 
 namespace {
 
@@ -169,7 +169,7 @@ Result<k8s::ExtenderFilterResult> ParseFilterResult(std::string_view body) {
   auto unresolvable = StringMapField(*root, "FailedAndUnresolvableNodes");
   if (!unresolvable) return unresolvable.error();
   result.failed_and_unresolvable = std::move(*unresolvable);
-  auto error = StringField(*root, "Error", "ExtenderFilterResult");
+  auto error = StringFieldAnyCase(*root, "Error", "ExtenderFilterResult");
   if (!error) return error.error();
   result.error = std::move(*error);
   return result;
@@ -216,7 +216,7 @@ std::string BindingArgsJson(const k8s::ExtenderBindingArgs& args) {
 Result<std::string> ParseBindingResult(std::string_view body) {
   auto root = ParseObject(body, "ExtenderBindingResult");
   if (!root) return root.error();
-  return StringField(*root, "Error", "ExtenderBindingResult");
+  return StringFieldAnyCase(*root, "Error", "ExtenderBindingResult");
 }
 
 std::string UnschedulableMessage(std::size_t node_count, const std::map<std::string, std::string>& failed) {

@@ -45,7 +45,7 @@ class IdentityTest : public ServicesTest {
   void Observe(const PodView& pod) {
     pods_[pod.Key()] = pod;
     writer_.pods[pod.Key()] = pod;
-    if (!pod.node_name.empty()) ledger_.DropReservation(extender::UidOf(pod));
+    if (!pod.node_name.empty()) ledger_.DropReservation(pod.UidOrKey());
     feed_.RecordAllocation(pod);
   }
   std::string BindAs(const std::string& name, const std::string& uid, const std::string& node) {
