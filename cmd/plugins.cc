@@ -23,6 +23,7 @@
 
 #include "cmd/app.h"
 #include "cmd/service.h"
+#include "cmd/subcommand_flags.h"
 #include "config/config.h"
 #include "config/flags.h"
 #include "k8s/api_client.h"
@@ -85,32 +86,26 @@ Result<std::chrono::milliseconds> DurationFlag(std::string_view flag, const std:
 }
 
 // What the flags of `args` say, with values checked one by one (the cross-checks come after).
-Result<void> ApplyFlag(std::string_view flag, const std::string& value, SimPluginsFlags& flags) {
-  if (flag == "--kubeconfig") {
+Result<void> ApplyFlag(const std::string& name, const std::string& value, SimPluginsFlags& flags) {
+  const std::string flag = "--" + name;
+  if (name == "kubeconfig") {
     flags.kubeconfig = value;
-  } else if (flag == "--node") {
+  } else if (name == "node") {
     auto node = ParseSimNodeSpec(value);
     if (!node) return node.error();
     flags.nodes.push_back(std::move(*node));
-  } else if (flag == "--allocate-delay") {
+  } else if (name == "allocate-delay") {
     auto d = DurationFlag(flag, value, true);
     if (!d) return d.error();
     flags.allocate_delay = *d;
-  } else if (flag == "--register-interval") {
+  } else if (name == "register-interval") {
     auto d = DurationFlag(flag, value, false);
     if (!d) return d.error();
     flags.register_interval = *d;
-  } else {
+  } else {  // device-config-file
     flags.device_config_file = value;
   }
   return {};
-}
-
-constexpr std::string_view kValueFlags[] = {"--kubeconfig", "--node", "--allocate-delay",
-                                            "--register-interval", "--device-config-file"};
-
-bool IsValueFlag(std::string_view flag) {
-  return std::find(std::begin(kValueFlags), std::end(kValueFlags), flag) != std::end(kValueFlags);
 }
 
 std::string WhatOf(const std::exception_ptr& e) {
@@ -347,30 +342,16 @@ Result<SimNodeSpec> ParseSimNodeSpec(std::string_view text) {
 }
 
 Result<SimPluginsFlags> ParseSimPluginsFlags(const std::vector<std::string>& args) {
+  const SubcommandFlags declared(
+      "hami-scheduler sim-device-plugins",
+      {"kubeconfig", "node", "allocate-delay", "register-interval", "device-config-file"});
+  auto given = declared.Parse(args);
+  if (!given) return given.error();
+  if (!given->undeclared.empty()) return declared.Unexpected(given->undeclared.front());
   SimPluginsFlags flags;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "-h" || arg == "--help") {
-      flags.help = true;
-      continue;
-    }
-    if (!arg.starts_with("--")) return Error{fmt::format("unexpected argument '{}'", arg)};
-    const auto eq = arg.find('=');
-    const std::string flag = arg.substr(0, eq);
-    if (!IsValueFlag(flag))
-      return Error{
-          fmt::format("unknown flag '{}'; expected --kubeconfig, --node, --allocate-delay, "
-                      "--register-interval or --device-config-file",
-                      flag)};
-    std::string value;
-    if (eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return Error{fmt::format("{} needs a value", flag)};
-    }
-    if (auto applied = ApplyFlag(flag, value, flags); !applied) return applied.error();
+  flags.help = given->help;
+  for (const auto& [name, value] : given->flags) {
+    if (auto applied = ApplyFlag(name, value, flags); !applied) return applied.error();
   }
   if (flags.help) return flags;
   if (flags.kubeconfig.empty())

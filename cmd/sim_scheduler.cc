@@ -13,6 +13,7 @@
 
 #include "cmd/app.h"
 #include "cmd/service.h"
+#include "cmd/subcommand_flags.h"
 #include "config/config.h"
 #include "k8s/api_client.h"
 #include "k8s/rest_config.h"
@@ -44,22 +45,15 @@ struct Flags {
 };
 
 Result<Flags> ParseFlags(const std::vector<std::string>& args) {
+  const SubcommandFlags declared("hami-scheduler sim-kube-scheduler",
+                                 {"kubeconfig", "extender", "scheduler-name", "http-timeout", "max-backoff"});
+  auto given = declared.Parse(args);
+  if (!given) return given.error();
+  if (!given->undeclared.empty()) return declared.Unexpected(given->undeclared.front());
   Flags f;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i];
-    if (flag == "-h" || flag == "--help") {
-      f.help = true;
-      continue;
-    }
-    std::string value;
-    if (auto eq = flag.find('='); flag.starts_with("--") && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return Error{fmt::format("{}: missing value", flag)};
-    }
+  f.help = given->help;
+  for (const auto& [name, value] : given->flags) {
+    const std::string flag = "--" + name;
     const auto duration = [&](std::chrono::milliseconds& out) -> Result<void> {
       auto d = config::ParseDuration(value);
       if (!d || d->count() <= 0)
@@ -67,18 +61,16 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
       out = *d;
       return {};
     };
-    if (flag == "--kubeconfig") {
+    if (name == "kubeconfig") {
       f.kubeconfig = value;
-    } else if (flag == "--extender") {
+    } else if (name == "extender") {
       f.extender = value;
-    } else if (flag == "--scheduler-name") {
+    } else if (name == "scheduler-name") {
       f.scheduler_name = value;
-    } else if (flag == "--http-timeout") {
+    } else if (name == "http-timeout") {
       if (auto r = duration(f.http_timeout); !r) return r.error();
-    } else if (flag == "--max-backoff") {
+    } else {  // max-backoff
       if (auto r = duration(f.max_backoff); !r) return r.error();
-    } else {
-      return Error{fmt::format("unknown flag '{}'", args[i])};
     }
   }
   if (f.help) return f;

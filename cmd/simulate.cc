@@ -6,6 +6,7 @@
 #include <ostream>
 
 #include "cmd/app.h"
+#include "cmd/subcommand_flags.h"
 #include "config/flags.h"
 #include "core/codec/stamps.h"
 #include "core/health.h"
@@ -43,49 +44,32 @@ struct SimulateArgs {
   bool help = false;
 };
 
+// Its own flags; every other argument is a configuration flag (config/flags.h reads them, Go forms too).
 Result<SimulateArgs> ParseArgs(const std::vector<std::string>& args) {
+  const SubcommandFlags declared("hami-scheduler simulate", {"cluster", "pods", "o,output", "now"});
+  auto given = declared.Parse(args);
+  if (!given) return given.error();
   SimulateArgs a;
+  a.help = given->help;
+  a.config_args.insert(a.config_args.end(), given->undeclared.begin(), given->undeclared.end());
   std::vector<std::string> problems;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i];
-    std::string value;
-    bool has_value = false;
-    if (auto eq = arg.find('='); arg.starts_with("--") && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    const auto take = [&](std::string& into) {
-      if (has_value) {
-        into = value;
-      } else if (i + 1 < args.size()) {
-        into = args[++i];
-      } else {
-        problems.push_back(fmt::format("{}: missing value", arg));
-      }
-    };
-    if (arg == "--cluster") {
-      take(a.cluster);
-    } else if (arg == "--pods") {
-      take(a.pods);
-    } else if (arg == "-o" || arg == "--output") {
-      take(a.output);
+  for (const auto& [name, value] : given->flags) {
+    if (name == "cluster") {
+      a.cluster = value;
+    } else if (name == "pods") {
+      a.pods = value;
+    } else if (name == "output") {
+      a.output = value;
       if (a.output != "json" && a.output != "table") {
-        problems.push_back(fmt::format("{}: '{}' is not json or table", arg, a.output));
+        problems.push_back(fmt::format("--output: '{}' is not json or table", a.output));
       }
-    } else if (arg == "--now") {
-      std::string t;
-      take(t);
-      auto parsed = codec::ParseRfc3339(t);
+    } else {  // now
+      auto parsed = codec::ParseRfc3339(value);
       if (!parsed) {
         problems.push_back(fmt::format("--now: {}", parsed.error().message));
       } else {
         a.now = *parsed;
       }
-    } else if (arg == "-h" || arg == "--help") {
-      a.help = true;
-    } else {
-      a.config_args.push_back(args[i]);
     }
   }
   if (a.cluster.empty() && !a.help) problems.push_back("--cluster FILE is required");
