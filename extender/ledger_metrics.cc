@@ -7,20 +7,205 @@
 namespace hami::extender {
 namespace {
 
+namespace prom = k8s::prom;
+using prom::Labels;
+using Opt = std::optional<double>;
+
 constexpr double kBytesPerMiB = 1048576.0;
 
 std::string Int(std::int64_t v) { return std::to_string(v); }
 
+// HAMi puts every sample of these families in zone "vGPU", first.
+Labels InZone(Labels l) {
+  l.insert(l.begin(), {"zone", "vGPU"});
+  return l;
+}
+
+// One device of the registry, with its usage.
+struct DeviceRow {
+  const std::string* node;
+  const DeviceInfo* device;
+  const DeviceUsage* usage;
+};
+
+std::vector<DeviceRow> DeviceRows(const ClusterState& state) {
+  std::vector<DeviceRow> rows;
+  for (const auto& name : state.NodeNames()) {
+    const NodeEntry* e = state.FindNode(name);
+    for (std::size_t i = 0; i < e->devices.size(); ++i)
+      rows.push_back({&e->node.name, &e->devices[i], &e->usage[i]});
+  }
+  return rows;
+}
+
+// One device a pod holds (init containers collapsed, so container_index is 0 as in HAMi).
+struct PodRow {
+  const PodAllocation* pod;
+  const DeviceCharge* charge;
+};
+
+std::vector<PodRow> PodRows(const ClusterState& state) {
+  std::vector<PodRow> rows;
+  state.ForEachPod([&](const PodAllocation& a, const std::vector<DeviceCharge>& charges) {
+    for (const auto& c : charges) {
+      if (!c.uuid.empty()) rows.push_back({&a, &c});
+    }
+  });
+  return rows;
+}
+
+// A gauge family with one sample per device row (one pass per family keeps each family contiguous); a row
+// whose value is nullopt has no sample.
+template <typename LabelsOf, typename ValueOf>
+void DeviceFamily(prom::TextWriter& w, const std::vector<DeviceRow>& rows, const char* name, const char* help,
+                  LabelsOf labels, ValueOf value) {
+  w.Family(name, help, "gauge");
+  for (const DeviceRow& r : rows) {
+    if (Opt v = value(r)) w.Sample(name, labels(r), *v);
+  }
+}
+
+Opt MemoryBytes(const DeviceRow& r) { return static_cast<double>(r.device->devmem.value()) * kBytesPerMiB; }
+Opt Cores(const DeviceRow& r) { return static_cast<double>(r.device->devcore.value()); }
+Opt AllocatedBytes(const DeviceRow& r) { return static_cast<double>(r.usage->mem.value()) * kBytesPerMiB; }
+Opt Sharers(const DeviceRow& r) { return static_cast<double>(r.usage->used); }
+Opt AllocatedCores(const DeviceRow& r) { return static_cast<double>(r.usage->cores.value()); }
+Opt AllocatedMemoryShare(const DeviceRow& r) {
+  if (r.device->devmem.value() <= 0) return std::nullopt;
+  return static_cast<double>(r.usage->mem.value()) / static_cast<double>(r.device->devmem.value());
+}
+
+void WriteDeviceFamilies(prom::TextWriter& w, const std::vector<DeviceRow>& rows) {
+  const auto device = [](const DeviceRow& r) {
+    return InZone({{"node", *r.node},
+                   {"device_uuid", r.device->id},
+                   {"device_index", Int(r.device->index)},
+                   {"device_type", r.device->type}});
+  };
+  const auto device_cores = [](const DeviceRow& r) {
+    return InZone({{"node", *r.node},
+                   {"device_uuid", r.device->id},
+                   {"device_index", Int(r.device->index)},
+                   {"device_cores", Int(r.device->devcore.value())},
+                   {"device_type", r.device->type}});
+  };
+  const auto device_limits = [](const DeviceRow& r) {
+    return InZone({{"node", *r.node},
+                   {"device_uuid", r.device->id},
+                   {"device_index", Int(r.device->index)},
+                   {"device_cores", Int(r.device->devcore.value())},
+                   {"device_memory_limit", Int(r.device->devmem.value())},
+                   {"device_type", r.device->type}});
+  };
+  DeviceFamily(w, rows, "hami_gpu_memory_limit_bytes", "Device memory in bytes.", device, MemoryBytes);
+  DeviceFamily(w, rows, "hami_gpu_core_limit_ratio", "Device cores (100 = one whole device).", device, Cores);
+  DeviceFamily(w, rows, "hami_gpu_memory_allocated_bytes", "Device memory allocated to pods, in bytes.",
+               device_cores, AllocatedBytes);
+  DeviceFamily(w, rows, "hami_gpu_shared_count", "Tasks sharing the device.", device, Sharers);
+  DeviceFamily(w, rows, "hami_gpu_core_allocated_ratio", "Device cores allocated to pods.", device,
+               AllocatedCores);
+  DeviceFamily(w, rows, "hami_node_gpu_overview",
+               "Device memory allocated, with the device's limits as labels.", device_limits, AllocatedBytes);
+  DeviceFamily(w, rows, "hami_node_gpu_memory_allocated_ratio", "Allocated share of the device memory.",
+               device, AllocatedMemoryShare);
+}
+
+void WriteQuotaFamilies(prom::TextWriter& w, const std::vector<QuotaBook::Entry>& quota) {
+  w.Family("hami_resource_quota_used", "Device resources used in a namespace, by HAMi's accounting.",
+           "gauge");
+  for (const auto& q : quota)
+    w.Sample("hami_resource_quota_used",
+             InZone({{"namespace", q.ns}, {"quota_name", q.resource}, {"limit", Int(q.limit.value_or(0))}}),
+             static_cast<double>(q.used));
+  w.Family("hami_resource_quota_limit", "Device resource limits of a namespace (limits.* of ResourceQuotas).",
+           "gauge");
+  for (const auto& q : quota) {
+    if (q.limit)
+      w.Sample("hami_resource_quota_limit", InZone({{"namespace", q.ns}, {"quota_name", q.resource}}),
+               static_cast<double>(*q.limit));
+  }
+}
+
+void WritePodFamilies(prom::TextWriter& w, const std::vector<PodRow>& rows) {
+  const auto pod = [](const PodRow& r) {
+    return InZone({{"namespace", r.pod->ns},
+                   {"node", r.pod->node},
+                   {"pod", r.pod->name},
+                   {"container_index", "0"},
+                   {"device_uuid", r.charge->uuid}});
+  };
+  w.Family("hami_vgpu_memory_allocated_bytes", "Device memory allocated to a pod, in bytes.", "gauge");
+  for (const auto& r : rows)
+    w.Sample("hami_vgpu_memory_allocated_bytes", pod(r),
+             static_cast<double>(r.charge->mem.value()) * kBytesPerMiB);
+  w.Family("hami_vgpu_core_allocated_ratio", "Device cores allocated to a pod.", "gauge");
+  for (const auto& r : rows)
+    w.Sample("hami_vgpu_core_allocated_ratio", pod(r), static_cast<double>(r.charge->cores.value()));
+}
+
+// --legacy-metrics: HAMi's older names and label names, besides the current ones.
+void WriteLegacyFamilies(prom::TextWriter& w, const std::vector<DeviceRow>& rows,
+                         const std::vector<QuotaBook::Entry>& quota, const std::vector<PodRow>& pod_rows) {
+  const auto device = [](const DeviceRow& r) {
+    return InZone({{"nodeid", *r.node},
+                   {"deviceuuid", r.device->id},
+                   {"deviceidx", Int(r.device->index)},
+                   {"devicetype", r.device->type}});
+  };
+  const auto device_cores = [](const DeviceRow& r) {
+    return InZone({{"nodeid", *r.node},
+                   {"deviceuuid", r.device->id},
+                   {"deviceidx", Int(r.device->index)},
+                   {"devicecores", Int(r.device->devcore.value())},
+                   {"devicetype", r.device->type}});
+  };
+  const auto device_limits = [](const DeviceRow& r) {
+    return InZone({{"nodeid", *r.node},
+                   {"deviceuuid", r.device->id},
+                   {"deviceidx", Int(r.device->index)},
+                   {"devicecores", Int(r.device->devcore.value())},
+                   {"devicememorylimit", Int(r.device->devmem.value())},
+                   {"devicetype", r.device->type}});
+  };
+  const auto device_short = [](const DeviceRow& r) {
+    return InZone({{"nodeid", *r.node}, {"deviceuuid", r.device->id}, {"deviceidx", Int(r.device->index)}});
+  };
+  DeviceFamily(w, rows, "GPUDeviceMemoryLimit", "Device memory in bytes (legacy name).", device, MemoryBytes);
+  DeviceFamily(w, rows, "GPUDeviceCoreLimit", "Device cores (legacy name).", device, Cores);
+  DeviceFamily(w, rows, "GPUDeviceMemoryAllocated", "Device memory allocated, in bytes (legacy name).",
+               device_cores, AllocatedBytes);
+  DeviceFamily(w, rows, "GPUDeviceSharedNum", "Tasks sharing the device (legacy name).", device, Sharers);
+  DeviceFamily(w, rows, "GPUDeviceCoreAllocated", "Device cores allocated (legacy name).", device,
+               AllocatedCores);
+  DeviceFamily(w, rows, "nodeGPUOverview",
+               "Device memory allocated, with the device's limits as labels (legacy name).", device_limits,
+               AllocatedBytes);
+  DeviceFamily(w, rows, "nodeGPUMemoryPercentage", "Allocated share of the device memory (legacy name).",
+               device_short, AllocatedMemoryShare);
+  w.Family("QuotaUsed", "Device resources used in a namespace (legacy name).", "gauge");
+  for (const auto& q : quota)
+    w.Sample(
+        "QuotaUsed",
+        InZone({{"quotanamespace", q.ns}, {"quotaName", q.resource}, {"limit", Int(q.limit.value_or(0))}}),
+        static_cast<double>(q.used));
+  const auto pod = [](const PodRow& r) {
+    return InZone({{"podnamespace", r.pod->ns},
+                   {"nodename", r.pod->node},
+                   {"podname", r.pod->name},
+                   {"containeridx", "0"},
+                   {"deviceuuid", r.charge->uuid}});
+  };
+  w.Family("vGPUMemoryAllocated", "Device memory allocated to a pod, in bytes (legacy name).", "gauge");
+  for (const auto& r : pod_rows)
+    w.Sample("vGPUMemoryAllocated", pod(r), static_cast<double>(r.charge->mem.value()) * kBytesPerMiB);
+  w.Family("vGPUCoreAllocated", "Device cores allocated to a pod (legacy name).", "gauge");
+  for (const auto& r : pod_rows)
+    w.Sample("vGPUCoreAllocated", pod(r), static_cast<double>(r.charge->cores.value()));
+}
+
 }  // namespace
 
 void LedgerFeed::WriteMetrics(k8s::prom::TextWriter& w, bool legacy) const {
-  namespace prom = k8s::prom;
-  using prom::Labels;
-  const Labels zone{{"zone", "vGPU"}};
-  const auto with_zone = [&](Labels l) {
-    l.insert(l.begin(), zone.begin(), zone.end());
-    return l;
-  };
   w.Counter("hami_scheduler_annotation_errors_total",
             "Pod events whose allocation annotations could not be read.",
             static_cast<double>(stats_.annotation_errors));
@@ -41,177 +226,18 @@ void LedgerFeed::WriteMetrics(k8s::prom::TextWriter& w, bool legacy) const {
   w.Gauge("hami_scheduler_nodes", "Nodes in the registry.", static_cast<double>(state_.NodeCount()));
   w.Gauge("hami_scheduler_pods", "Pods holding devices in the ledger.",
           static_cast<double>(state_.PodCount()));
-  w.Gauge("hami_scheduler_pods_waiting",
-          "Pods of ours not bound yet that ask for devices (placed or not): the burst binpack's decision reads.",
-          static_cast<double>(state_.WaitingPods()));
+  w.Gauge(
+      "hami_scheduler_pods_waiting",
+      "Pods of ours not bound yet that ask for devices (placed or not): the burst binpack's decision reads.",
+      static_cast<double>(state_.WaitingPods()));
 
-  // Per device, HAMi's names. One pass over the registry per family keeps each family contiguous.
-  struct Row {
-    const std::string* node;
-    const DeviceInfo* device;
-    const DeviceUsage* usage;
-  };
-  std::vector<Row> rows;
-  for (const auto& name : state_.NodeNames()) {
-    const NodeEntry* e = state_.FindNode(name);
-    for (std::size_t i = 0; i < e->devices.size(); ++i)
-      rows.push_back({&e->node.name, &e->devices[i], &e->usage[i]});
-  }
-  const auto device_labels = [&](const Row& r) {
-    return with_zone({{"node", *r.node},
-                      {"device_uuid", r.device->id},
-                      {"device_index", Int(r.device->index)},
-                      {"device_type", r.device->type}});
-  };
-  const auto family = [&](const char* name, const char* help, auto labels, auto value) {
-    w.Family(name, help, "gauge");
-    for (const Row& r : rows) {
-      if (auto v = value(r)) w.Sample(name, labels(r), *v);
-    }
-  };
-  using Opt = std::optional<double>;
-  family("hami_gpu_memory_limit_bytes", "Device memory in bytes.", device_labels,
-         [](const Row& r) -> Opt { return static_cast<double>(r.device->devmem.value()) * kBytesPerMiB; });
-  family("hami_gpu_core_limit_ratio", "Device cores (100 = one whole device).", device_labels,
-         [](const Row& r) -> Opt { return static_cast<double>(r.device->devcore.value()); });
-  family(
-      "hami_gpu_memory_allocated_bytes", "Device memory allocated to pods, in bytes.",
-      [&](const Row& r) {
-        return with_zone({{"node", *r.node},
-                          {"device_uuid", r.device->id},
-                          {"device_index", Int(r.device->index)},
-                          {"device_cores", Int(r.device->devcore.value())},
-                          {"device_type", r.device->type}});
-      },
-      [](const Row& r) -> Opt { return static_cast<double>(r.usage->mem.value()) * kBytesPerMiB; });
-  family("hami_gpu_shared_count", "Tasks sharing the device.", device_labels,
-         [](const Row& r) -> Opt { return static_cast<double>(r.usage->used); });
-  family("hami_gpu_core_allocated_ratio", "Device cores allocated to pods.", device_labels,
-         [](const Row& r) -> Opt { return static_cast<double>(r.usage->cores.value()); });
-  family(
-      "hami_node_gpu_overview", "Device memory allocated, with the device's limits as labels.",
-      [&](const Row& r) {
-        return with_zone({{"node", *r.node},
-                          {"device_uuid", r.device->id},
-                          {"device_index", Int(r.device->index)},
-                          {"device_cores", Int(r.device->devcore.value())},
-                          {"device_memory_limit", Int(r.device->devmem.value())},
-                          {"device_type", r.device->type}});
-      },
-      [](const Row& r) -> Opt { return static_cast<double>(r.usage->mem.value()) * kBytesPerMiB; });
-  family("hami_node_gpu_memory_allocated_ratio", "Allocated share of the device memory.", device_labels,
-         [](const Row& r) -> Opt {
-           if (r.device->devmem.value() <= 0) return std::nullopt;
-           return static_cast<double>(r.usage->mem.value()) / static_cast<double>(r.device->devmem.value());
-         });
-
+  const std::vector<DeviceRow> rows = DeviceRows(state_);
   const auto quota = state_.quotas().Entries();
-  w.Family("hami_resource_quota_used", "Device resources used in a namespace, by HAMi's accounting.",
-           "gauge");
-  for (const auto& q : quota)
-    w.Sample(
-        "hami_resource_quota_used",
-        with_zone({{"namespace", q.ns}, {"quota_name", q.resource}, {"limit", Int(q.limit.value_or(0))}}),
-        static_cast<double>(q.used));
-  w.Family("hami_resource_quota_limit", "Device resource limits of a namespace (limits.* of ResourceQuotas).",
-           "gauge");
-  for (const auto& q : quota) {
-    if (q.limit)
-      w.Sample("hami_resource_quota_limit", with_zone({{"namespace", q.ns}, {"quota_name", q.resource}}),
-               static_cast<double>(*q.limit));
-  }
-
-  // Per pod and device (init containers collapsed, so container_index is 0 as in HAMi).
-  struct PodRow {
-    const PodAllocation* pod;
-    const DeviceCharge* charge;
-  };
-  std::vector<PodRow> pod_rows;
-  state_.ForEachPod([&](const PodAllocation& a, const std::vector<DeviceCharge>& charges) {
-    for (const auto& c : charges) {
-      if (!c.uuid.empty()) pod_rows.push_back({&a, &c});
-    }
-  });
-  const auto pod_labels = [&](const PodRow& r) {
-    return with_zone({{"namespace", r.pod->ns},
-                      {"node", r.pod->node},
-                      {"pod", r.pod->name},
-                      {"container_index", "0"},
-                      {"device_uuid", r.charge->uuid}});
-  };
-  w.Family("hami_vgpu_memory_allocated_bytes", "Device memory allocated to a pod, in bytes.", "gauge");
-  for (const auto& r : pod_rows)
-    w.Sample("hami_vgpu_memory_allocated_bytes", pod_labels(r),
-             static_cast<double>(r.charge->mem.value()) * kBytesPerMiB);
-  w.Family("hami_vgpu_core_allocated_ratio", "Device cores allocated to a pod.", "gauge");
-  for (const auto& r : pod_rows)
-    w.Sample("hami_vgpu_core_allocated_ratio", pod_labels(r), static_cast<double>(r.charge->cores.value()));
-  if (!legacy) return;
-
-  // --legacy-metrics: HAMi's older names and label names, besides the current ones.
-  const auto legacy_device = [&](const Row& r) {
-    return with_zone({{"nodeid", *r.node},
-                      {"deviceuuid", r.device->id},
-                      {"deviceidx", Int(r.device->index)},
-                      {"devicetype", r.device->type}});
-  };
-  const auto legacy_device_cores = [&](const Row& r) {
-    return with_zone({{"nodeid", *r.node},
-                      {"deviceuuid", r.device->id},
-                      {"deviceidx", Int(r.device->index)},
-                      {"devicecores", Int(r.device->devcore.value())},
-                      {"devicetype", r.device->type}});
-  };
-  family("GPUDeviceMemoryLimit", "Device memory in bytes (legacy name).", legacy_device,
-         [](const Row& r) -> Opt { return static_cast<double>(r.device->devmem.value()) * kBytesPerMiB; });
-  family("GPUDeviceCoreLimit", "Device cores (legacy name).", legacy_device,
-         [](const Row& r) -> Opt { return static_cast<double>(r.device->devcore.value()); });
-  family("GPUDeviceMemoryAllocated", "Device memory allocated, in bytes (legacy name).", legacy_device_cores,
-         [](const Row& r) -> Opt { return static_cast<double>(r.usage->mem.value()) * kBytesPerMiB; });
-  family("GPUDeviceSharedNum", "Tasks sharing the device (legacy name).", legacy_device,
-         [](const Row& r) -> Opt { return static_cast<double>(r.usage->used); });
-  family("GPUDeviceCoreAllocated", "Device cores allocated (legacy name).", legacy_device,
-         [](const Row& r) -> Opt { return static_cast<double>(r.usage->cores.value()); });
-  family(
-      "nodeGPUOverview", "Device memory allocated, with the device's limits as labels (legacy name).",
-      [&](const Row& r) {
-        return with_zone({{"nodeid", *r.node},
-                          {"deviceuuid", r.device->id},
-                          {"deviceidx", Int(r.device->index)},
-                          {"devicecores", Int(r.device->devcore.value())},
-                          {"devicememorylimit", Int(r.device->devmem.value())},
-                          {"devicetype", r.device->type}});
-      },
-      [](const Row& r) -> Opt { return static_cast<double>(r.usage->mem.value()) * kBytesPerMiB; });
-  family(
-      "nodeGPUMemoryPercentage", "Allocated share of the device memory (legacy name).",
-      [&](const Row& r) {
-        return with_zone(
-            {{"nodeid", *r.node}, {"deviceuuid", r.device->id}, {"deviceidx", Int(r.device->index)}});
-      },
-      [](const Row& r) -> Opt {
-        if (r.device->devmem.value() <= 0) return std::nullopt;
-        return static_cast<double>(r.usage->mem.value()) / static_cast<double>(r.device->devmem.value());
-      });
-  w.Family("QuotaUsed", "Device resources used in a namespace (legacy name).", "gauge");
-  for (const auto& q : quota)
-    w.Sample(
-        "QuotaUsed",
-        with_zone({{"quotanamespace", q.ns}, {"quotaName", q.resource}, {"limit", Int(q.limit.value_or(0))}}),
-        static_cast<double>(q.used));
-  const auto legacy_pod = [&](const PodRow& r) {
-    return with_zone({{"podnamespace", r.pod->ns},
-                      {"nodename", r.pod->node},
-                      {"podname", r.pod->name},
-                      {"containeridx", "0"},
-                      {"deviceuuid", r.charge->uuid}});
-  };
-  w.Family("vGPUMemoryAllocated", "Device memory allocated to a pod, in bytes (legacy name).", "gauge");
-  for (const auto& r : pod_rows)
-    w.Sample("vGPUMemoryAllocated", legacy_pod(r), static_cast<double>(r.charge->mem.value()) * kBytesPerMiB);
-  w.Family("vGPUCoreAllocated", "Device cores allocated to a pod (legacy name).", "gauge");
-  for (const auto& r : pod_rows)
-    w.Sample("vGPUCoreAllocated", legacy_pod(r), static_cast<double>(r.charge->cores.value()));
+  const std::vector<PodRow> pod_rows = PodRows(state_);
+  WriteDeviceFamilies(w, rows);
+  WriteQuotaFamilies(w, quota);
+  WritePodFamilies(w, pod_rows);
+  if (legacy) WriteLegacyFamilies(w, rows, quota, pod_rows);
 }
 
 }  // namespace hami::extender
