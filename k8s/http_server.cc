@@ -12,6 +12,7 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/ssl.hpp>
@@ -40,8 +41,8 @@ using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 namespace {
 
 constexpr auto kTuple = asio::as_tuple(asio::use_awaitable);
-// How long a closing connection waits for the client to finish (its close_notify, or the end of what it was
-// still sending), so that closing does not reset the connection before the client read the answer.
+using namespace asio::experimental::awaitable_operators;
+// How long a refused connection waits for the client to finish (HttpServerOptions::linger_timeout's default).
 constexpr std::chrono::milliseconds kLingerTimeout{500};
 constexpr std::size_t kReadChunk = 16 * 1024;
 
@@ -186,14 +187,41 @@ ReadStatus Classify(const boost::system::error_code& ec) {
   return ReadStatus::kClosed;  // reset, aborted, TLS failures: the connection is gone
 }
 
+// What the client certificate of a finished server handshake says. `chain_ok` is false when the verify
+// callback saw a failure.
+PeerCertificate PeerCertificateOf(SSL* ssl, bool chain_ok) {
+  PeerCertificate out;
+  X509* peer = ssl ? SSL_get0_peer_certificate(ssl) : nullptr;
+  if (peer == nullptr) return out;
+  out.presented = true;
+  const long result = SSL_get_verify_result(ssl);
+  if (result != X509_V_OK || !chain_ok) return out;
+  X509_NAME* subject = X509_get_subject_name(peer);
+  const int index = subject ? X509_NAME_get_index_by_NID(subject, NID_commonName, -1) : -1;
+  ASN1_STRING* cn = index >= 0 ? X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index)) : nullptr;
+  unsigned char* utf8 = nullptr;
+  const int len = cn ? ASN1_STRING_to_UTF8(&utf8, cn) : -1;
+  if (len <= 0) {  // no CN: no name to authenticate
+    OPENSSL_free(utf8);
+    return out;
+  }
+  out.common_name.assign(reinterpret_cast<const char*>(utf8), static_cast<std::size_t>(len));
+  OPENSSL_free(utf8);
+  out.verified = true;
+  return out;
+}
+
 // One accepted connection as the server sees it, for Shutdown() and the deadline of Drained().
 struct ConnectionState {
-  explicit ConnectionState(beast::tcp_stream& stream) : lowest(stream), idle_since(Clock::now()) {}
+  explicit ConnectionState(beast::tcp_stream& stream)
+      : lowest(stream), wake(stream.get_executor()), idle_since(Clock::now()) {}
   void Close() {
     closing = true;
     lowest.close();  // pending reads and writes complete with an error
+    wake.cancel();   // and a streamed answer's wait
   }
   beast::tcp_stream& lowest;
+  asio::steady_timer wake;       // a streamed answer's waits (ResponseStream::WaitUntil)
   bool busy = false;             // a request is in flight on it (from its first byte)
   bool handling = false;         // its request was read whole: the handler runs or the answer is written
   Clock::time_point idle_since;  // when it last finished a request (or was accepted)
@@ -321,6 +349,7 @@ struct HttpServer::Impl {
   asio::any_io_executor executor;
   HttpServerOptions options;
   std::map<std::string, std::map<http::verb, RouteHandler>, std::less<>> routes;
+  RouteHandler fallback;  // for paths no route has
   tcp::acceptor acceptor;
   std::shared_ptr<asio::ssl::context> tls_context;  // each connection keeps the one it started with
   FileStamp cert_stamp, key_stamp, ca_stamp;
@@ -455,11 +484,13 @@ asio::awaitable<ReadStatus> ReadRequest(const HttpServerOptions& o, Stream& stre
   in.request.body = std::move(req.body());
   in.request.body_too_large = parser.body_too_large();
   in.request.method = req.method();
+  in.request.method_string = std::string(req.method_string());
   in.request.target = std::string(req.target());
   in.request.path = in.request.target.substr(0, in.request.target.find('?'));
   in.request.content_type = std::string(req[http::field::content_type]);
   in.version = req.version();
   in.keep_alive = req.keep_alive();
+  in.request.headers = std::move(req.base());
   co_return ReadStatus::kOk;
 }
 
@@ -470,16 +501,22 @@ std::string AllowedMethods(const std::map<http::verb, RouteHandler>& methods) {
   return fmt::format("{}", fmt::join(names, ", "));
 }
 
-asio::awaitable<ServerResponse> Dispatch(Impl& server, const ServerRequest& request) {
+// Calls the request's handler; `threw` says whether it ended with an exception (answered 500).
+asio::awaitable<ServerResponse> Dispatch(Impl& server, const ServerRequest& request, bool& threw) {
+  RouteHandler handler;  // a copy: Route() may change the table while it runs
   const auto path = server.routes.find(request.path);
-  if (path == server.routes.end()) co_return TextResponse(404, "404 page not found\n");
-  const auto method = path->second.find(request.method);
-  if (method == path->second.end()) {
-    ServerResponse r = TextResponse(405, "Method Not Allowed\n");
-    r.headers.emplace_back("Allow", AllowedMethods(path->second));
-    co_return r;
+  if (path == server.routes.end()) {
+    if (!server.fallback) co_return TextResponse(404, "404 page not found\n");
+    handler = server.fallback;
+  } else {
+    const auto method = path->second.find(request.method);
+    if (method == path->second.end()) {
+      ServerResponse r = TextResponse(405, "Method Not Allowed\n");
+      r.headers.emplace_back("Allow", AllowedMethods(path->second));
+      co_return r;
+    }
+    handler = method->second;
   }
-  const RouteHandler handler = method->second;  // a copy: Route() may change the table while it runs
   std::string failure;
   try {
     co_return co_await handler(request);
@@ -488,9 +525,26 @@ asio::awaitable<ServerResponse> Dispatch(Impl& server, const ServerRequest& requ
   } catch (...) {
     failure = "unknown exception";
   }
+  threw = true;
   spdlog::error("{} {}: handler failed: {}", std::string(http::to_string(request.method)), request.target,
                 failure);
   co_return TextResponse(500, failure + "\n");
+}
+
+// Status, the handler's headers (not those the server owns, nor any that would inject a line), Content-Type
+// and Connection.
+template <class Body>
+void SetHead(http::response<Body>& res, const ServerResponse& r, unsigned version, bool keep_alive) {
+  res.version(version);
+  res.result(r.status);
+  for (const auto& [name, value] : r.headers) {
+    const bool injects =
+        name.find_first_of("\r\n:") != std::string::npos || value.find_first_of("\r\n") != std::string::npos;
+    if (name.empty() || injects || OwnedByServer(name)) continue;
+    res.insert(name, value);
+  }
+  res.set(http::field::content_type, r.content_type.empty() ? "text/plain; charset=utf-8" : r.content_type);
+  res.keep_alive(keep_alive);
 }
 
 // Writes `r` (its body is moved out). Content-Type and Content-Length always, except Content-Length on 204
@@ -503,16 +557,7 @@ asio::awaitable<bool> WriteResponse(Stream& stream, ConnectionState& conn, Serve
     r = TextResponse(500, fmt::format("invalid HTTP status {}\n", r.status));
   }
   http::response<http::string_body> res;
-  res.version(version);
-  res.result(r.status);
-  for (const auto& [name, value] : r.headers) {
-    const bool injects =
-        name.find_first_of("\r\n:") != std::string::npos || value.find_first_of("\r\n") != std::string::npos;
-    if (name.empty() || injects || OwnedByServer(name)) continue;
-    res.insert(name, value);
-  }
-  res.set(http::field::content_type, r.content_type.empty() ? "text/plain; charset=utf-8" : r.content_type);
-  res.keep_alive(keep_alive);
+  SetHead(res, r, version, keep_alive);
   if (r.status != 204 && r.status != 304) {
     res.content_length(r.body.size());
     if (!r.body_omitted) res.body() = std::move(r.body);
@@ -524,8 +569,9 @@ asio::awaitable<bool> WriteResponse(Stream& stream, ConnectionState& conn, Serve
 
 // Ends a connection the server chose to close, without resetting it under the client's feet.
 template <class Stream>
-asio::awaitable<void> CloseGracefully(Stream& stream, ConnectionState& conn) {
-  conn.lowest.expires_after(kLingerTimeout);
+asio::awaitable<void> CloseGracefully(Stream& stream, ConnectionState& conn,
+                                      std::chrono::milliseconds linger) {
+  conn.lowest.expires_after(linger);
   if constexpr (std::is_same_v<Stream, TlsStream>) {
     co_await stream.async_shutdown(kTuple);  // close_notify both ways; its outcome does not matter
   } else {
@@ -539,13 +585,127 @@ asio::awaitable<void> CloseGracefully(Stream& stream, ConnectionState& conn) {
   }
 }
 
+// The connection's ResponseStream: a streamed answer written on the session's stream. What a pipelining
+// client sends meanwhile waits in the session's read buffer for the next request.
+template <class Stream>
+class SessionStream final : public ResponseStream {
+ public:
+  SessionStream(Stream& stream, ConnectionState& conn, beast::flat_buffer& buffer,
+                std::chrono::milliseconds write_timeout)
+      : stream_(stream), conn_(conn), buffer_(buffer), write_timeout_(write_timeout) {}
+
+  // Before each request: its HTTP version, and whether the connection stays open after its answer.
+  void Begin(unsigned version, bool keep_alive) {
+    version_ = version;
+    keep_alive_ = keep_alive;
+    head_written_ = failed_ = notified_ = false;
+    watch_peer_ = true;
+  }
+  bool head_written() const { return head_written_; }
+  bool keep_alive() const { return keep_alive_; }
+
+  asio::awaitable<bool> WriteHead(const ServerResponse& head) override {
+    if (head_written_ || conn_.closing) co_return false;
+    head_written_ = true;
+    http::response<http::empty_body> res;
+    SetHead(res, head, version_, keep_alive_);
+    res.chunked(true);
+    http::response_serializer<http::empty_body> serializer{res};
+    conn_.lowest.expires_after(write_timeout_);
+    auto [ec, n] = co_await http::async_write_header(stream_, serializer, kTuple);
+    failed_ = failed_ || ec;
+    co_return !ec;
+  }
+
+  asio::awaitable<bool> WriteChunk(std::string_view data) override {
+    if (!head_written_ || failed_ || conn_.closing) co_return false;
+    if (data.empty()) co_return true;  // an empty chunk would end the stream
+    conn_.lowest.expires_after(write_timeout_);
+    auto [ec, n] = co_await asio::async_write(stream_, http::make_chunk(asio::buffer(data)), kTuple);
+    failed_ = failed_ || ec;
+    co_return !ec;
+  }
+
+  asio::awaitable<Woke> WaitUntil(Clock::time_point deadline) override {
+    if (conn_.closing) co_return Woke::kClosed;
+    if (std::exchange(notified_, false)) co_return Woke::kNotified;
+    conn_.wake.expires_at(deadline);
+    if (head_written_ && watch_peer_) {
+      // Also notice a client that goes away while nothing happens: its socket turns readable (EOF).
+      auto woke = co_await (conn_.wake.async_wait(kTuple) ||
+                            conn_.lowest.socket().async_wait(tcp::socket::wait_read, kTuple));
+      if (woke.index() == 1 && !std::get<0>(std::get<1>(woke))) {
+        if (!co_await PeerStillThere()) co_return Woke::kPeerGone;
+        watch_peer_ = false;  // the client sent more (pipelining): stop watching the socket, or we would spin
+      }
+    } else {
+      co_await conn_.wake.async_wait(kTuple);
+    }
+    if (conn_.closing) co_return Woke::kClosed;
+    if (std::exchange(notified_, false)) co_return Woke::kNotified;
+    co_return Clock::now() >= deadline ? Woke::kDeadline : Woke::kNotified;
+  }
+
+  void Notify() override {
+    notified_ = true;
+    conn_.wake.cancel();
+  }
+  void Abort() override { conn_.Close(); }
+  bool closed() const override { return conn_.closing; }
+
+  // After the handler: the last chunk. False when the connection cannot carry another request.
+  asio::awaitable<bool> Finish() {
+    if (failed_ || conn_.closing) co_return false;
+    conn_.lowest.expires_after(write_timeout_);
+    auto [ec, n] = co_await asio::async_write(stream_, http::make_chunk_last(), kTuple);
+    co_return !ec && !conn_.closing;
+  }
+
+ private:
+  // The client's socket turned readable: false if the client has gone (end of stream, or a TLS
+  // close_notify); true if it sent more (pipelining), which then waits in the buffer for the next request.
+  asio::awaitable<bool> PeerStillThere() {
+    std::array<char, 1> peek;
+    beast::error_code pec;
+    const std::size_t n = conn_.lowest.socket().receive(asio::buffer(peek), tcp::socket::message_peek, pec);
+    if (pec || n == 0) co_return false;
+    if constexpr (std::is_same_v<Stream, TlsStream>) {
+      // TLS 1.3 hides the record type (an alert looks like data): decrypt what came. The record is already
+      // arriving, so this read does not wait long; the deadline bounds it anyway.
+      conn_.lowest.expires_after(write_timeout_);
+      auto [ec, got] = co_await stream_.async_read_some(buffer_.prepare(kReadChunk), kTuple);
+      if (ec) co_return false;
+      buffer_.commit(got);
+    }
+    co_return true;
+  }
+
+  Stream& stream_;
+  ConnectionState& conn_;
+  beast::flat_buffer& buffer_;
+  std::chrono::milliseconds write_timeout_;
+  unsigned version_ = 11;
+  bool keep_alive_ = false;
+  bool head_written_ = false;
+  bool failed_ = false;     // a write failed: the stream cannot be ended cleanly
+  bool notified_ = false;   // a Notify() since the last wait
+  bool watch_peer_ = true;  // the socket is watched for the client going away
+};
+
+std::optional<ServerResponse> DefaultBadRequestAnswer(BadRequest bad) {
+  return bad == BadRequest::kMalformed ? TextResponse(400, "400 Bad Request\n")
+                                       : TextResponse(431, "431 Request Header Fields Too Large\n");
+}
+
 // Requests in turn on one connection (keep-alive, pipelining), until the client or the server ends it.
 template <class Stream>
 asio::awaitable<void> RunSession(std::shared_ptr<Impl> self, Stream& stream, ConnectionState& conn,
-                                 Clock::time_point connected) {
+                                 Clock::time_point connected, const PeerCertificate* peer) {
   const HttpServerOptions& o = self->options;
   beast::flat_buffer buffer = MakeRequestBuffer(o.header_limit);
+  SessionStream<Stream> answer(stream, conn, buffer, o.write_timeout);
   for (bool first = true; !conn.closing && !self->stopping; first = false) {
+    const Clock::time_point waiting_since = first ? connected : Clock::now();
     // The first byte of the next request (unless pipelined bytes already wait): a new connection gets the
     // header timeout for its whole first head, a kept-alive one waits up to the idle timeout.
     if (buffer.size() == 0) {
@@ -559,8 +719,8 @@ asio::awaitable<void> RunSession(std::shared_ptr<Impl> self, Stream& stream, Con
     }
     InFlight in_flight(*self, conn);
     IncomingRequest in;
-    const ReadStatus status =
-        co_await ReadRequest(o, stream, conn, buffer, first ? connected : Clock::now(), in);
+    const Clock::time_point start = first || o.read_timeout_counts_idle_wait ? waiting_since : Clock::now();
+    const ReadStatus status = co_await ReadRequest(o, stream, conn, buffer, start, in);
     if (status == ReadStatus::kClosed) break;
     if (status == ReadStatus::kTimeout) {
       ++self->timeouts;
@@ -568,15 +728,26 @@ asio::awaitable<void> RunSession(std::shared_ptr<Impl> self, Stream& stream, Con
       break;
     }
     if (status == ReadStatus::kMalformed || status == ReadStatus::kHeaderTooLarge) {
-      ServerResponse refusal = status == ReadStatus::kMalformed
-                                   ? TextResponse(400, "400 Bad Request\n")
-                                   : TextResponse(431, "431 Request Header Fields Too Large\n");
-      co_await WriteResponse(stream, conn, refusal, 11, false, o.write_timeout);
+      const BadRequest bad =
+          status == ReadStatus::kMalformed ? BadRequest::kMalformed : BadRequest::kHeadTooLarge;
+      std::optional<ServerResponse> refusal =
+          o.bad_request_answer ? o.bad_request_answer(bad) : DefaultBadRequestAnswer(bad);
+      if (refusal) co_await WriteResponse(stream, conn, *refusal, 11, false, o.write_timeout);
       break;
     }
     ++self->requests;
     conn.handling = true;
-    ServerResponse response = co_await Dispatch(*self, in.request);
+    in.request.peer_certificate = peer;
+    in.request.stream = &answer;
+    answer.Begin(in.version, in.keep_alive && !in.request.body_too_large && !self->stopping);
+    bool handler_threw = false;
+    ServerResponse response = co_await Dispatch(*self, in.request, handler_threw);
+    if (answer.head_written()) {        // a streamed answer
+      if (handler_threw) conn.Close();  // cut mid-stream: the client must not take it for a whole answer
+      if (!co_await answer.Finish() || !answer.keep_alive()) break;
+      continue;
+    }
+    if (response.close_without_answer) break;
     // A response to HEAD has no body (its Content-Length still says how long it would be): bytes after the
     // head would be read by the client as the next response.
     if (in.request.method == http::verb::head) response.body_omitted = true;
@@ -586,29 +757,38 @@ asio::awaitable<void> RunSession(std::shared_ptr<Impl> self, Stream& stream, Con
     if (!co_await WriteResponse(stream, conn, response, in.version, keep_alive, o.write_timeout)) break;
     if (!keep_alive) break;
   }
-  if (!conn.closing) co_await CloseGracefully(stream, conn);
+  if (!conn.closing) co_await CloseGracefully(stream, conn, o.linger_timeout);
 }
 
 asio::awaitable<void> RunConnection(std::shared_ptr<Impl> self, tcp::socket socket,
                                     std::shared_ptr<asio::ssl::context> tls) {
+  const HttpServerOptions& o = self->options;
   if (!tls) {
     beast::tcp_stream stream(std::move(socket));
     ConnectionState conn(stream);
     Registration registration(*self, conn);
-    co_await RunSession(self, stream, conn, Clock::now());
+    co_await RunSession(self, stream, conn, Clock::now(), nullptr);
     co_return;
   }
   TlsStream stream(std::move(socket), *tls);
   ConnectionState conn(beast::get_lowest_layer(stream));
   Registration registration(*self, conn);
-  conn.lowest.expires_after(self->options.header_timeout);
+  bool chain_ok = true;
+  if (o.unverified_client_certificates_complete_handshake) {
+    stream.set_verify_callback([&chain_ok](bool preverified, asio::ssl::verify_context&) {
+      if (!preverified) chain_ok = false;
+      return true;  // finish the handshake; the certificate is shown to the handler as not verified
+    });
+  }
+  conn.lowest.expires_after(o.handshake_timeout.count() > 0 ? o.handshake_timeout : o.header_timeout);
   auto [ec] = co_await stream.async_handshake(asio::ssl::stream_base::server, kTuple);
   if (ec) {
     if (ec == beast::error::timeout) ++self->timeouts;
-    spdlog::debug("{}: TLS handshake failed: {}", self->options.address, ec.message());
+    spdlog::debug("{}: TLS handshake failed: {}", o.address, ec.message());
     co_return;
   }
-  co_await RunSession(self, stream, conn, Clock::now());
+  const PeerCertificate peer = PeerCertificateOf(stream.native_handle(), chain_ok);
+  co_await RunSession(self, stream, conn, Clock::now(), &peer);
 }
 
 // A connection coroutine that threw: a bug, or an input no limit caught. That connection is gone (its
@@ -653,14 +833,13 @@ asio::awaitable<void> Refuse(tcp::socket socket, bool tls) {
 HttpServer::HttpServer(asio::any_io_executor executor, HttpServerOptions options)
     : impl_(std::make_shared<Impl>(std::move(executor), std::move(options))) {}
 
-HttpServer::~HttpServer() {
-  Shutdown();
-  impl_->CloseConnections(/*idle_only=*/false);
-}
+HttpServer::~HttpServer() { Close(); }
 
 void HttpServer::Route(http::verb method, std::string path, RouteHandler handler) {
   impl_->routes[std::move(path)][method] = std::move(handler);
 }
+
+void HttpServer::Fallback(RouteHandler handler) { impl_->fallback = std::move(handler); }
 
 Result<std::uint16_t> HttpServer::Listen() {
   Impl& s = *impl_;
@@ -680,7 +859,9 @@ Result<std::uint16_t> HttpServer::Listen() {
   if (!address) return address.error();
   const auto endpoints = Endpoints(s.executor, o.address_flag, o.address, *address);
   if (!endpoints) return endpoints.error();
-  if (!o.cert_file.empty()) {
+  if (o.tls_context) {
+    s.tls_context = o.tls_context;
+  } else if (!o.cert_file.empty()) {
     if (auto loaded = s.LoadTls(); !loaded) return loaded.error();
   }
   boost::system::error_code ec;
@@ -738,7 +919,7 @@ asio::awaitable<void> HttpServer::Serve() {
       asio::co_spawn(self->executor, Refuse(std::move(socket), self->tls_context != nullptr), asio::detached);
       continue;
     }
-    if (self->tls_context) self->ReloadTlsIfChanged();
+    if (self->tls_context && !self->options.cert_file.empty()) self->ReloadTlsIfChanged();
     asio::co_spawn(self->executor, RunConnection(self, std::move(socket), self->tls_context),
                    [weak = std::weak_ptr<Impl>(self), address = self->options.address](std::exception_ptr e) {
                      RecordConnectionFailure(weak, address, e);
@@ -752,6 +933,11 @@ void HttpServer::Shutdown() {
   boost::system::error_code ignored;
   s.acceptor.close(ignored);
   s.CloseConnections(/*idle_only=*/true);
+}
+
+void HttpServer::Close() {
+  Shutdown();
+  impl_->CloseConnections(/*idle_only=*/false);
 }
 
 asio::awaitable<void> HttpServer::Drained(std::chrono::steady_clock::time_point deadline) {

@@ -1,24 +1,33 @@
 #pragma once
-// An HTTP/1.1 server for the extender (POST /filter, /bind, /webhook; GET /healthz, /readyz, /metrics):
-// plain TCP or TLS with certificate hot reload, keep-alive and pipelined requests, exact-path routes, the
-// request timeouts of HAMi's Go server, a body limit that hands the handler the truncated body instead of
-// failing, head and trailer limits (k8s/request_parser.h), a connection cap, optional client certificates
-// (mTLS), and a graceful shutdown. One coroutine per connection on the caller's executor (the one event
-// loop); not thread-safe.
+// The HTTP/1.1 server of the process: the extender's (POST /filter, /bind, /webhook; GET /healthz, /readyz,
+// /metrics) and the embedded API server's (sim/apiserver, which routes by itself and streams watches).
+// Plain TCP or TLS with certificate hot reload (or a TLS context made by the caller), keep-alive and
+// pipelined requests, exact-path routes and a fallback, the request timeouts of HAMi's Go server, a body
+// limit that hands the handler the truncated body instead of failing, head and trailer limits
+// (k8s/request_parser.h), a connection cap, client certificates (required, or requested and shown to the
+// handler), answers whole or streamed (chunked), and a graceful shutdown. One coroutine per connection on
+// the caller's executor (the one event loop); not thread-safe.
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
+#include <boost/beast/http/fields.hpp>
 #include <boost/beast/http/verb.hpp>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "core/result.h"
 #include "k8s/waits.h"
+
+namespace boost::asio::ssl {
+class context;
+}
 
 namespace hami::k8s {
 
@@ -48,15 +57,55 @@ class BodyBudget {
   Signal freed_;
 };
 
+// A TLS client's certificate, read once after the connection's handshake.
+struct PeerCertificate {
+  bool presented = false;
+  bool verified = false;    // chains to the client CA, in its validity period, usable for client auth
+  std::string common_name;  // its subject CN, when verified
+};
+
+struct ServerResponse;
+class ResponseStream;
+
 struct ServerRequest {
   boost::beast::http::verb method = boost::beast::http::verb::unknown;
-  std::string target;  // as sent ("/filter?x=1")
-  std::string path;    // target without the query
+  std::string method_string;  // as sent (a method Beast does not know is verb::unknown)
+  std::string target;         // as sent ("/filter?x=1")
+  std::string path;           // target without the query
   std::string content_type;
+  boost::beast::http::fields headers;  // every field of the head
   std::string body;
   // The body exceeded HttpServerOptions::body_limit; `body` holds its first body_limit bytes. The rest was
   // not read, so the connection closes after the response.
   bool body_too_large = false;
+  // TLS: the client's certificate (null on plain TCP). Lives as long as the connection.
+  const PeerCertificate* peer_certificate = nullptr;
+  // The connection's answer as a stream, for a handler that answers with one (never null).
+  ResponseStream* stream = nullptr;
+};
+
+// An answer written as it happens (chunked transfer encoding), e.g. a watch's events: the handler writes the
+// head, then chunks, and returns; the server then writes the last chunk (unless the connection failed or
+// was aborted) and goes on with the next request. What the handler returns is not sent. Used on the
+// server's executor only, while its request is handled.
+class ResponseStream {
+ public:
+  enum class Woke { kDeadline, kNotified, kPeerGone, kClosed };
+  virtual ~ResponseStream() = default;
+  // Writes the head (status, content type and headers of `head`; its body is ignored), at most once, within
+  // the write timeout. False: the connection failed.
+  virtual boost::asio::awaitable<bool> WriteHead(const ServerResponse& head) = 0;
+  // One chunk, within the write timeout. False: the connection failed or was closed.
+  virtual boost::asio::awaitable<bool> WriteChunk(std::string_view data) = 0;
+  // Waits until `deadline`, a Notify() (one since the last wait counts), the server closing the connection,
+  // or, once the head is written, the client going away (then Abort() is the caller's to call).
+  virtual boost::asio::awaitable<Woke> WaitUntil(std::chrono::steady_clock::time_point deadline) = 0;
+  // Ends the current or next WaitUntil(); for callbacks on the server's executor.
+  virtual void Notify() = 0;
+  // Closes the connection at once: the client sees the stream end without its last chunk.
+  virtual void Abort() = 0;
+  // The connection was closed by the server (Close(), Abort(), the drain deadline): nothing more is sent.
+  virtual bool closed() const = 0;
 };
 
 struct ServerResponse {
@@ -67,11 +116,18 @@ struct ServerResponse {
   // belong to the server. Those, and names or values with CR/LF, are ignored here.
   std::vector<std::pair<std::string, std::string>> headers;
   bool body_omitted = false;  // set by the server for HEAD: Content-Length of `body`, no body sent
+  // Fault injection: the request was carried out, but the connection closes without an answer.
+  bool close_without_answer = false;
 };
 
 // Handlers run on the server's executor; they may co_await (e.g. API calls). The request outlives the call.
 // An exception becomes a 500 with its message.
 using RouteHandler = std::function<boost::asio::awaitable<ServerResponse>(const ServerRequest&)>;
+
+// A request the server cannot read, answered before any handler sees it.
+enum class BadRequest { kMalformed, kHeadTooLarge };
+// nullopt: the connection closes without an answer.
+using BadRequestAnswer = std::function<std::optional<ServerResponse>(BadRequest)>;
 
 struct HttpServerOptions {
   std::string address =
@@ -89,6 +145,15 @@ struct HttpServerOptions {
   std::chrono::milliseconds read_timeout{60000};    // whole request (head + body), HAMi ReadTimeout
   std::chrono::milliseconds idle_timeout{120000};   // keep-alive wait for the next request
   std::chrono::milliseconds write_timeout{60000};
+  // The TLS handshake's deadline (0: header_timeout).
+  std::chrono::milliseconds handshake_timeout{0};
+  // How long a closing connection waits for the client to finish (its close_notify, or the end of what it
+  // was still sending), so that closing does not reset the connection before the client read the answer.
+  std::chrono::milliseconds linger_timeout{500};
+  // The next request on a kept-alive connection arrives whole within read_timeout of when the server began
+  // waiting for it (the idle wait counts; idle_timeout still bounds the wait for its first byte). False:
+  // read_timeout counts from its first byte, as Go's server does.
+  bool read_timeout_counts_idle_wait = false;
   // Open connections at most (0 = no cap). At the cap, a new connection closes the one idle the longest;
   // when every one is busy with a request, the new one gets a 503 and is closed. Logged once a second.
   std::size_t max_connections = 1024;
@@ -99,6 +164,14 @@ struct HttpServerOptions {
   // Set (needs TLS): clients must present a certificate that chains to one of these PEM CAs, else the
   // handshake fails. Reloaded with the certificate.
   std::string client_ca_file{};
+  // Instead of cert_file and key_file: this context (made by the caller, e.g. from PEM in memory; not
+  // reloaded). Its verify mode says whether client certificates are required, requested or ignored.
+  std::shared_ptr<boost::asio::ssl::context> tls_context{};
+  // A client certificate that does not verify still completes the handshake; the handler sees it as not
+  // verified (ServerRequest::peer_certificate) and answers as it sees fit (kube-apiserver answers 401).
+  bool unverified_client_certificates_complete_handshake = false;
+  // How a request that cannot be read is answered (null: 400 or 431 in text, then the connection closes).
+  BadRequestAnswer bad_request_answer{};
 };
 
 class HttpServer {
@@ -111,6 +184,9 @@ class HttpServer {
 
   // Exact-path routes. Unknown path -> 404 text/plain; known path, other method -> 405 with `Allow`.
   void Route(boost::beast::http::verb method, std::string path, RouteHandler handler);
+  // Every request no route's path matches goes to `handler` instead of the 404 (a server that routes by
+  // itself, like the embedded API server).
+  void Fallback(RouteHandler handler);
   // Parses the address, loads TLS material, binds, listens. Errors name the address or the file and what is
   // wrong. Returns the port (the kernel's choice for port 0).
   Result<std::uint16_t> Listen();
@@ -122,6 +198,8 @@ class HttpServer {
   void Shutdown();
   // Completes when no request is in flight any more, or at `deadline` (then open connections are closed).
   boost::asio::awaitable<void> Drained(std::chrono::steady_clock::time_point deadline);
+  // Abrupt stop: closes the listener and every connection at once (streams end without their last chunk).
+  void Close();
 
   std::uint16_t port() const;
   bool tls() const;
