@@ -5,33 +5,25 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <array>
-#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/experimental/awaitable_operators.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/ssl.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/this_coro.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl/ssl_stream.hpp>
+#include <boost/beast/http/field.hpp>
+#include <boost/beast/http/status.hpp>
 #include <boost/json.hpp>
-#include <cstring>
 #include <deque>
 #include <map>
 #include <optional>
 #include <random>
-#include <type_traits>
+#include <stdexcept>
 #include <utility>
 #include <variant>
 
 #include "core/base64.h"
 #include "core/strings.h"
 #include "k8s/files.h"
+#include "k8s/http_server.h"
 #include "k8s/request_parser.h"
 #include "k8s/yaml_json.h"
 #include "sim/apiserver/protobuf.h"
@@ -44,13 +36,9 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace json = boost::json;
-using tcp = asio::ip::tcp;
-using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 namespace {
 
-constexpr auto kUseAwaitable = asio::as_tuple(asio::use_awaitable);
-using namespace asio::experimental::awaitable_operators;
 constexpr std::string_view kPatchTypes =
     "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json";
 
@@ -111,11 +99,11 @@ struct Call {
   }
 };
 
-Call Decode(const http::request<http::string_body>& req) {
+Call Decode(const k8s::ServerRequest& req) {
   Call c;
-  c.method = req.method();
-  c.method_name = std::string(req.method_string());
-  const std::string_view target = req.target();
+  c.method = req.method;
+  c.method_name = req.method_string;
+  const std::string_view target = req.target;
   const std::size_t q = target.find('?');
   c.path = PercentDecode(target.substr(0, q), false);
   for (auto part : Split(c.path, '/')) {
@@ -129,11 +117,11 @@ Call Decode(const http::request<http::string_body>& req) {
           eq == std::string_view::npos ? std::string() : PercentDecode(pair.substr(eq + 1), true);
     }
   }
-  c.content_type = MediaType(req[http::field::content_type]);
-  c.accept = std::string(req[http::field::accept]);
-  c.host = std::string(req[http::field::host]);
-  c.authorization = std::string(req[http::field::authorization]);
-  c.body = &req.body();
+  c.content_type = MediaType(req.content_type);
+  c.accept = std::string(req.headers[http::field::accept]);
+  c.host = std::string(req.headers[http::field::host]);
+  c.authorization = std::string(req.headers[http::field::authorization]);
+  c.body = &req.body;
   return c;
 }
 
@@ -346,38 +334,20 @@ users:
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------------------
-// Server state shared by the accept loop and every connection coroutine.
-
-// One client connection, whatever its stream (beast::tcp_stream, or TlsStream over one).
-struct Connection {
-  explicit Connection(beast::tcp_stream& tcp_stream) : lowest(tcp_stream), wake(tcp_stream.get_executor()) {}
-  void Close() {
-    closing = true;
-    beast::error_code ignored;
-    lowest.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    lowest.close();
-    wake.cancel();
-  }
-  beast::tcp_stream& lowest;  // the TCP layer: deadlines, readiness, closing
-  asio::steady_timer wake;    // watch notifications, latency waits
-  bool closing = false;
-  // TLS: the client certificate. `user` is set when one verified; `chain_ok` is cleared by the verify
-  // callback when the chain fails.
-  bool chain_ok = true;
-  std::string user;
-};
+// Server state shared by the HTTP server's handler and every request it handles.
 
 struct ApiServer::Impl {
   Impl(asio::io_context& io, ApiServerOptions o, const Clock* clock)
-      : ioc(io), options(std::move(o)), store(options.store, clock), acceptor(io) {}
+      : ioc(io), options(std::move(o)), store(options.store, clock) {}
 
   Outcome Handle(const Call& c);
   Outcome HandleResource(const Call& c, const Target& t);
   Outcome Collection(const Call& c, const Target& t);
   Outcome Item(const Call& c, const Target& t);
   Outcome Watch(const Call& c, const Target& t);
-  // The 401 to answer when authentication is required and the request has no valid credentials.
-  std::optional<ApiError> Unauthenticated(const Call& c, const Connection& conn) const;
+  // The 401 to answer when authentication is required and the request has no valid credentials (a token,
+  // or the verified client certificate of its connection).
+  std::optional<ApiError> Unauthenticated(const Call& c, const k8s::PeerCertificate* peer) const;
   bool ValidToken(std::string_view authorization) const;
   std::chrono::milliseconds LatencyFor(std::string_view path) const {
     return latency.count() > 0 && path.starts_with(latency_prefix) ? latency : std::chrono::milliseconds(0);
@@ -388,23 +358,14 @@ struct ApiServer::Impl {
                                                                                : options.host;
     return fmt::format("{}://{}:{}", options.tls_cert_pem.empty() ? "http" : "https", host, port);
   }
-  void CloseAll() {
-    for (auto& [id, conn] : connections) conn->Close();
-  }
-
   asio::io_context& ioc;
   ApiServerOptions options;
   Store store;
-  tcp::acceptor acceptor;
-  std::unique_ptr<asio::ssl::context> tls_context;  // set by Listen() when TLS is configured
+  std::unique_ptr<k8s::HttpServer> http;  // made by Listen()
   std::uint16_t port = 0;
-  bool stopped = false;
   std::exception_ptr failure;
-  std::map<std::uint64_t, Connection*> connections;
-  std::uint64_t next_connection = 1;
   std::size_t watches = 0;
   std::uint64_t requests = 0;
-  std::uint64_t connection_failures = 0;
   std::deque<FaultRule> faults;
   RandomFaults random_faults;
   std::mt19937_64 fault_rng;
@@ -455,9 +416,10 @@ bool ApiServer::Impl::ValidToken(std::string_view authorization) const {
   return found;
 }
 
-std::optional<ApiError> ApiServer::Impl::Unauthenticated(const Call& c, const Connection& conn) const {
+std::optional<ApiError> ApiServer::Impl::Unauthenticated(const Call& c,
+                                                         const k8s::PeerCertificate* peer) const {
   if (!options.require_auth) return std::nullopt;
-  if (!conn.user.empty() || ValidToken(c.authorization)) return std::nullopt;
+  if ((peer && peer->verified) || ValidToken(c.authorization)) return std::nullopt;
   const auto& s = c.segments;
   if (s.size() == 1 && (s[0] == "version" || s[0] == "healthz" || s[0] == "livez" || s[0] == "readyz")) {
     return std::nullopt;
@@ -726,7 +688,7 @@ Outcome ApiServer::Impl::Watch(const Call& c, const Target& t) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Connections
+// Answers
 
 namespace {
 
@@ -744,270 +706,110 @@ std::string EventChunk(const WatchEvent& e, bool table, const ResourceType& type
   return out;
 }
 
-template <class Stream>
-constexpr bool kIsTls = std::is_same_v<Stream, TlsStream>;
-
-template <class Stream>
-asio::awaitable<bool> WriteChunk(Stream& stream, Connection& conn, std::chrono::milliseconds timeout,
-                                 const std::string& payload) {
-  conn.lowest.expires_after(timeout);
-  auto [ec, n] = co_await asio::async_write(stream, http::make_chunk(asio::buffer(payload)), kUseAwaitable);
-  co_return !ec;
-}
-
-// While a watch waits for events: the client's socket turned readable. Returns false if the client has gone
-// (end of stream, or a TLS close_notify); true if it sent more (pipelining), which then waits in `buffer` for
-// the next request.
-template <class Stream>
-asio::awaitable<bool> PeerStillThere(Stream& stream, Connection& conn, beast::flat_buffer& buffer,
-                                     std::chrono::milliseconds timeout) {
-  std::array<char, 1> peek;
-  beast::error_code pec;
-  const std::size_t n = conn.lowest.socket().receive(asio::buffer(peek), tcp::socket::message_peek, pec);
-  if (pec || n == 0) co_return false;
-  if constexpr (kIsTls<Stream>) {
-    // TLS 1.3 hides the record type (an alert looks like data): decrypt what came. Data is kept for the next
-    // request; a close_notify or an error means the client is gone. The record is already arriving, so this
-    // read does not wait long; the deadline bounds it anyway.
-    conn.lowest.expires_after(timeout);
-    auto [ec, got] = co_await stream.async_read_some(buffer.prepare(16 * 1024), kUseAwaitable);
-    if (ec) co_return false;
-    buffer.commit(got);
-  }
-  co_return true;
-}
-
-// Streams one watch. Returns false when the connection must close (dropped, write failed, server stopping).
-template <class Stream>
-asio::awaitable<bool> StreamWatch(std::shared_ptr<ApiServer::Impl> self, Stream& stream, Connection& conn,
-                                  beast::flat_buffer& buffer, WatchStart start, unsigned version,
-                                  bool keep_alive, bool table) {
-  http::response<http::empty_body> res{http::status::ok, version};
-  res.set(http::field::content_type, "application/json");
-  res.set(http::field::cache_control, "no-cache, private");
-  res.keep_alive(keep_alive);
-  res.chunked(true);
-  http::response_serializer<http::empty_body> sr{res};
-  conn.lowest.expires_after(self->options.write_timeout);
-  auto [hec, hn] = co_await http::async_write_header(stream, sr, kUseAwaitable);
-  if (hec) co_return false;
-  const auto write_timeout = self->options.write_timeout;
-  if (start.error) {
-    const WatchEvent e{EventType::kError, std::make_shared<const json::object>(StatusJson(*start.error))};
-    if (!co_await WriteChunk(stream, conn, write_timeout,
-                             EventChunk(e, false, *FindResource("", "v1", "pods"), {}))) {
-      co_return false;
-    }
-  } else {
-    Watcher& w = *start.watcher;
-    ++self->watches;
-    ScopeExit unregister([&] {
-      w.SetNotify(nullptr);
-      --self->watches;
-    });
-    w.SetNotify([&conn] { conn.wake.cancel(); });
-    using Clock = std::chrono::steady_clock;
-    const auto deadline = Clock::now() + start.timeout;
-    bool watch_peer = true;
-    auto next_bookmark = Clock::now() + self->options.bookmark_interval;
-    for (;;) {
-      while (w.HasEvents()) {
-        const WatchEvent e = w.Pop();
-        if (!co_await WriteChunk(stream, conn, write_timeout,
-                                 EventChunk(e, table, w.type(), self->store.Now()))) {
-          co_return false;
-        }
-      }
-      if (conn.closing) co_return false;
-      if (w.end() == Watcher::End::kDropped) {
-        conn.Close();  // abrupt: no final chunk
-        co_return false;
-      }
-      if (w.end() == Watcher::End::kOverflow) break;
-      const auto now = Clock::now();
-      if (now >= deadline) break;
-      if (w.bookmarks_allowed() && (w.TakeBookmarkRequest() || now >= next_bookmark)) {
-        next_bookmark = now + self->options.bookmark_interval;
-        const WatchEvent mark = w.Bookmark(self->store.resource_version());
-        if (!co_await WriteChunk(stream, conn, write_timeout, EventChunk(mark, false, w.type(), {}))) {
-          co_return false;
-        }
-        continue;
-      }
-      conn.wake.expires_at(w.bookmarks_allowed() ? std::min(deadline, next_bookmark) : deadline);
-      if (watch_peer) {
-        // Also notice a client that goes away while nothing happens: its socket turns readable (EOF).
-        auto woke = co_await (conn.wake.async_wait(kUseAwaitable) ||
-                              conn.lowest.socket().async_wait(tcp::socket::wait_read, kUseAwaitable));
-        if (woke.index() == 1 && !std::get<0>(std::get<1>(woke))) {
-          if (!co_await PeerStillThere(stream, conn, buffer, write_timeout)) {
-            conn.Close();  // the client is gone
-            co_return false;
-          }
-          watch_peer =
-              false;  // the client sent more (pipelining): stop watching the socket, or we would spin
-        }
-      } else {
-        co_await conn.wake.async_wait(kUseAwaitable);
-      }
-    }
-  }
-  conn.lowest.expires_after(write_timeout);
-  auto [lec, ln] = co_await asio::async_write(stream, http::make_chunk_last(), kUseAwaitable);
-  co_return !lec && !conn.closing;
-}
-
-http::response<http::string_body> MakeResponse(const Reply& r, unsigned version, bool keep_alive, bool head) {
-  http::response<http::string_body> res{r.status, version};
-  res.set(http::field::content_type, r.content_type);
-  res.set(http::field::cache_control, "no-cache, private");
-  if (r.retry_after > 0) res.set(http::field::retry_after, std::to_string(r.retry_after));
-  res.keep_alive(keep_alive);
-  if (!head) res.body() = r.body;
-  res.prepare_payload();
-  if (head) res.content_length(r.body.size());
+// Built field by field: GCC 12 destroys members of a braced aggregate twice when the braces hold a co_await.
+k8s::ServerResponse ResponseOf(const Reply& r) {
+  k8s::ServerResponse res;
+  res.status = static_cast<unsigned>(r.status);
+  res.content_type = r.content_type;
+  res.body = r.body;
+  res.headers.emplace_back("Cache-Control", "no-cache, private");
+  if (r.retry_after > 0) res.headers.emplace_back("Retry-After", std::to_string(r.retry_after));
   return res;
 }
 
-// TLS: the server handshake within its deadline, then who the client certificate (if any) names.
-asio::awaitable<bool> Handshake(const ApiServer::Impl& self, TlsStream& stream, Connection& conn) {
-  if (!self.options.client_ca_pem.empty()) {
-    stream.set_verify_callback([&conn](bool preverified, asio::ssl::verify_context&) {
-      if (!preverified) conn.chain_ok = false;
-      return true;  // finish the handshake; an unverified certificate authenticates nobody (401)
-    });
-  }
-  conn.lowest.expires_after(self.options.tls_handshake_timeout);
-  auto [ec] = co_await stream.async_handshake(asio::ssl::stream_base::server, kUseAwaitable);
-  if (ec) co_return false;
-  const ClientCertificate cert = ClientCertificateOf(stream.native_handle(), conn.chain_ok);
-  if (cert.verified) conn.user = cert.user;
-  co_return true;
+k8s::ServerResponse Unanswered() {
+  k8s::ServerResponse res;
+  res.close_without_answer = true;
+  return res;
 }
 
-// One connection: requests in turn (keep-alive), until the client or the server ends it.
-template <class Stream>
-asio::awaitable<void> RunSession(std::shared_ptr<ApiServer::Impl> self, Stream& stream) {
-  Connection conn(beast::get_lowest_layer(stream));
-  const std::uint64_t id = self->next_connection++;
-  self->connections[id] = &conn;
-  ScopeExit unregister([&] { self->connections.erase(id); });
-  if constexpr (kIsTls<Stream>) {
-    if (!co_await Handshake(*self, stream, conn)) co_return;
-  }
-  constexpr std::size_t kHeaderLimit = 64 * 1024;
-  beast::flat_buffer buffer = k8s::MakeRequestBuffer(kHeaderLimit);
-  while (!conn.closing) {
-    // Bounded head, trailer and body, and no throw from inside the read (k8s/request_parser.h).
-    k8s::BoundedRequestParser parser({.header_limit = kHeaderLimit, .body_limit = self->options.body_limit});
-    conn.lowest.expires_after(self->options.read_timeout);
-    auto [ec, n] = co_await http::async_read(stream, buffer, parser, kUseAwaitable);
-    if (ec == http::error::body_limit || ec == http::error::header_limit ||
-        ec == http::error::buffer_overflow) {
-      const Reply r = ErrorReply(RequestEntityTooLarge(
-          ec == http::error::body_limit
-              ? fmt::format("the request is larger than the server accepts ({} bytes of body)",
-                            self->options.body_limit)
-              : fmt::format("the request head or trailer is larger than the server accepts ({} bytes)",
-                            k8s::kMaxHeaderLimit)));
-      auto res = MakeResponse(r, 11, false, false);
-      conn.lowest.expires_after(self->options.write_timeout);
-      co_await http::async_write(stream, res, kUseAwaitable);
-      // Discard what the client is still sending, so that closing does not reset the connection before the
-      // client has read the answer. Over plain TCP, half-close first so the client sees the end.
-      if constexpr (!kIsTls<Stream>) {
-        beast::error_code ignored;
-        conn.lowest.socket().shutdown(tcp::socket::shutdown_send, ignored);
-      }
-      conn.lowest.expires_after(std::chrono::seconds(1));
-      std::array<char, 4096> sink;
-      for (;;) {
-        auto [rec, rn] = co_await stream.async_read_some(asio::buffer(sink), kUseAwaitable);
-        if (rec) break;
-      }
-      break;
-    }
-    if (ec) break;  // end of stream, timeout, reset, or a malformed request: close
-    const http::request<http::string_body>& req = parser.get();
-    ++self->requests;
-    const Call call = Decode(req);
-    if (auto delay = self->LatencyFor(call.path); delay.count() > 0) {
-      conn.wake.expires_after(delay);
-      co_await conn.wake.async_wait(kUseAwaitable);
-      if (conn.closing) break;
-    }
-    const bool keep_alive = req.keep_alive();
-    Outcome outcome = Reply{};
-    if (auto refused = self->Unauthenticated(call, conn)) {
-      outcome = ErrorReply(*refused);
-    } else {
-      outcome = self->Handle(call);
-    }
-    if (auto* reply = std::get_if<Reply>(&outcome)) {
-      if (self->DropAnswer(call)) break;  // done, but the client never hears of it
-      auto res = MakeResponse(*reply, req.version(), keep_alive, req.method() == http::verb::head);
-      conn.lowest.expires_after(self->options.write_timeout);
-      auto [wec, wn] = co_await http::async_write(stream, res, kUseAwaitable);
-      if (wec) break;
-    } else {
-      const bool table = WantsTable(call.accept);
-      if (!co_await StreamWatch(self, stream, conn, buffer, std::move(std::get<WatchStart>(outcome)),
-                                req.version(), keep_alive, table)) {
-        break;
-      }
-    }
-    if (!keep_alive) break;
-  }
-  if (conn.closing) co_return;  // closed by the server (Stop, dropped watch): nothing more to say
-  if constexpr (kIsTls<Stream>) {
-    // close_notify, and wait (briefly) for the client's.
-    conn.lowest.expires_after(self->options.tls_shutdown_timeout);
-    auto [sec] = co_await stream.async_shutdown(kUseAwaitable);
-    (void)sec;
-  } else {
-    beast::error_code ignored;
-    conn.lowest.socket().shutdown(tcp::socket::shutdown_send, ignored);
-  }
+// A request the server could not read: a head or trailer too large is answered 413 with a Status; a
+// malformed one closes the connection unanswered.
+std::optional<k8s::ServerResponse> AnswerBadRequest(k8s::BadRequest bad) {
+  if (bad == k8s::BadRequest::kMalformed) return std::nullopt;
+  return ResponseOf(ErrorReply(RequestEntityTooLarge(fmt::format(
+      "the request head or trailer is larger than the server accepts ({} bytes)", k8s::kMaxHeaderLimit))));
 }
 
-asio::awaitable<void> RunConnection(std::shared_ptr<ApiServer::Impl> self, tcp::socket socket) {
-  if (self->tls_context) {
-    TlsStream stream(std::move(socket), *self->tls_context);
-    co_await RunSession(self, stream);
-  } else {
-    beast::tcp_stream stream(std::move(socket));
-    co_await RunSession(self, stream);
+// Streams one watch: chunked JSON events as they happen, bookmarks, until its timeout, an overflow, the
+// watch dropped (the connection closed abruptly) or the client gone.
+asio::awaitable<void> StreamWatch(std::shared_ptr<ApiServer::Impl> self, k8s::ResponseStream& out,
+                                  WatchStart start, bool table) {
+  k8s::ServerResponse head;
+  head.content_type = "application/json";
+  head.headers.emplace_back("Cache-Control", "no-cache, private");
+  if (!co_await out.WriteHead(head)) co_return;
+  if (start.error) {
+    const WatchEvent e{EventType::kError, std::make_shared<const json::object>(StatusJson(*start.error))};
+    co_await out.WriteChunk(EventChunk(e, false, *FindResource("", "v1", "pods"), {}));
+    co_return;
   }
-}
-
-asio::awaitable<void> AcceptLoop(std::shared_ptr<ApiServer::Impl> self) {
-  ScopeExit done([&] { self->CloseAll(); });
-  auto executor = co_await asio::this_coro::executor;
-  while (!self->stopped) {
-    auto [ec, socket] = co_await self->acceptor.async_accept(kUseAwaitable);
-    if (ec == asio::error::operation_aborted || self->stopped) break;
-    if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
-        ec == asio::error::connection_aborted) {
-      asio::steady_timer pause(executor, std::chrono::milliseconds(50));
-      co_await pause.async_wait(kUseAwaitable);
+  Watcher& w = *start.watcher;
+  ++self->watches;
+  ScopeExit unregister([&] {
+    w.SetNotify(nullptr);
+    --self->watches;
+  });
+  w.SetNotify([&out] { out.Notify(); });
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + start.timeout;
+  auto next_bookmark = Clock::now() + self->options.bookmark_interval;
+  for (;;) {
+    while (w.HasEvents()) {
+      const WatchEvent e = w.Pop();
+      if (!co_await out.WriteChunk(EventChunk(e, table, w.type(), self->store.Now()))) co_return;
+    }
+    if (out.closed()) co_return;
+    if (w.end() == Watcher::End::kDropped) {
+      out.Abort();  // abrupt: no final chunk
+      co_return;
+    }
+    if (w.end() == Watcher::End::kOverflow) co_return;
+    const auto now = Clock::now();
+    if (now >= deadline) co_return;
+    if (w.bookmarks_allowed() && (w.TakeBookmarkRequest() || now >= next_bookmark)) {
+      next_bookmark = now + self->options.bookmark_interval;
+      const WatchEvent mark = w.Bookmark(self->store.resource_version());
+      if (!co_await out.WriteChunk(EventChunk(mark, false, w.type(), {}))) co_return;
       continue;
     }
-    if (ec) throw boost::system::system_error(ec, "sim-apiserver accept");
-    socket.set_option(tcp::no_delay(true), ec);
-    // A connection that fails ends alone (logged, counted); the server goes on.
-    asio::co_spawn(executor, RunConnection(self, std::move(socket)),
-                   [weak = std::weak_ptr<ApiServer::Impl>(self)](std::exception_ptr e) {
-                     if (!e) return;
-                     if (auto server = weak.lock()) ++server->connection_failures;
-                     try {
-                       std::rethrow_exception(e);
-                     } catch (const std::exception& failure) {
-                       spdlog::error("sim-apiserver: connection failed: {}", failure.what());
-                     } catch (...) {
-                       spdlog::error("sim-apiserver: connection failed with a non-standard exception");
-                     }
-                   });
+    const auto woke =
+        co_await out.WaitUntil(w.bookmarks_allowed() ? std::min(deadline, next_bookmark) : deadline);
+    if (woke == k8s::ResponseStream::Woke::kPeerGone) {
+      out.Abort();  // the client is gone
+      co_return;
+    }
   }
+}
+
+// One request, as the HTTP server hands it over: authenticated, delayed, fault-injected, handled, answered
+// whole or streamed.
+asio::awaitable<k8s::ServerResponse> Answer(std::shared_ptr<ApiServer::Impl> self,
+                                            const k8s::ServerRequest& r) {
+  if (r.body_too_large) {
+    co_return ResponseOf(ErrorReply(RequestEntityTooLarge(fmt::format(
+        "the request is larger than the server accepts ({} bytes of body)", self->options.body_limit))));
+  }
+  ++self->requests;
+  const Call call = Decode(r);
+  if (auto delay = self->LatencyFor(call.path); delay.count() > 0) {
+    const auto until = std::chrono::steady_clock::now() + delay;
+    while (!r.stream->closed() && std::chrono::steady_clock::now() < until)
+      co_await r.stream->WaitUntil(until);
+    if (r.stream->closed()) co_return Unanswered();
+  }
+  Outcome outcome = Reply{};
+  if (auto refused = self->Unauthenticated(call, r.peer_certificate)) {
+    outcome = ErrorReply(*refused);
+  } else {
+    outcome = self->Handle(call);
+  }
+  if (auto* reply = std::get_if<Reply>(&outcome)) {
+    if (self->DropAnswer(call)) co_return Unanswered();  // done, but the client never hears of it
+    co_return ResponseOf(*reply);
+  }
+  co_await StreamWatch(self, *r.stream, std::move(std::get<WatchStart>(outcome)), WantsTable(call.accept));
+  co_return k8s::ServerResponse{};  // not sent: the answer was streamed
 }
 
 }  // namespace
@@ -1022,57 +824,73 @@ ApiServer::~ApiServer() { Stop(); }
 
 Result<std::uint16_t> ApiServer::Listen() {
   Impl& s = *impl_;
-  if (s.acceptor.is_open()) return s.port;
-  const ApiServerOptions& o = s.options;
-  if (o.tls_cert_pem.empty() != o.tls_key_pem.empty()) {
-    return Error{"sim-apiserver: TLS needs both a certificate and its private key"};
+  if (!s.http) {
+    const ApiServerOptions& o = s.options;
+    if (o.tls_cert_pem.empty() != o.tls_key_pem.empty()) {
+      return Error{"sim-apiserver: TLS needs both a certificate and its private key"};
+    }
+    if (!o.client_ca_pem.empty() && o.tls_cert_pem.empty()) {
+      return Error{"sim-apiserver: client certificates need TLS (a serving certificate and key)"};
+    }
+    k8s::HttpServerOptions http;
+    if (!o.tls_cert_pem.empty()) {
+      auto ctx = MakeServerTlsContext(o.tls_cert_pem, o.tls_key_pem, o.client_ca_pem);
+      if (!ctx) return Error{"sim-apiserver: " + ctx.error().message};
+      http.tls_context = std::move(*ctx);
+      // A client certificate that does not verify is answered 401, as kube-apiserver does.
+      http.unverified_client_certificates_complete_handshake = true;
+    }
+    boost::system::error_code ec;
+    const std::string host = o.host == "localhost" ? "127.0.0.1" : o.host;
+    const auto address = asio::ip::make_address(host, ec);
+    if (ec) return Error{fmt::format("sim-apiserver: '{}' is not an IP address", o.host)};
+    http.address =
+        address.is_v6() ? fmt::format("[{}]:{}", host, o.port) : fmt::format("{}:{}", host, o.port);
+    http.address_flag = "sim-apiserver";
+    http.body_limit = o.body_limit;
+    // One deadline for the wait for a request and the request itself; no connection cap.
+    http.header_timeout = http.read_timeout = http.idle_timeout = o.read_timeout;
+    http.read_timeout_counts_idle_wait = true;
+    http.write_timeout = o.write_timeout;
+    http.handshake_timeout = o.tls_handshake_timeout;
+    http.linger_timeout = o.tls_shutdown_timeout;
+    http.max_connections = 0;
+    http.bad_request_answer = AnswerBadRequest;
+    s.http = std::make_unique<k8s::HttpServer>(s.ioc.get_executor(), std::move(http));
+    // Weak: the server's routes must not keep the state that owns the server alive.
+    s.http->Fallback([weak = std::weak_ptr<Impl>(impl_)](
+                         const k8s::ServerRequest& r) -> asio::awaitable<k8s::ServerResponse> {
+      auto self = weak.lock();
+      if (!self) co_return Unanswered();
+      co_return co_await Answer(std::move(self), r);
+    });
   }
-  if (!o.client_ca_pem.empty() && o.tls_cert_pem.empty()) {
-    return Error{"sim-apiserver: client certificates need TLS (a serving certificate and key)"};
-  }
-  if (!o.tls_cert_pem.empty() && !s.tls_context) {
-    auto ctx = MakeServerTlsContext(o.tls_cert_pem, o.tls_key_pem, o.client_ca_pem);
-    if (!ctx) return Error{"sim-apiserver: " + ctx.error().message};
-    s.tls_context = std::move(*ctx);
-  }
-  boost::system::error_code ec;
-  const std::string host = s.options.host == "localhost" ? "127.0.0.1" : s.options.host;
-  const auto address = asio::ip::make_address(host, ec);
-  if (ec) return Error{fmt::format("sim-apiserver: '{}' is not an IP address", s.options.host)};
-  const tcp::endpoint endpoint(address, s.options.port);
-  s.acceptor.open(endpoint.protocol(), ec);
-  if (!ec) s.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) s.acceptor.bind(endpoint, ec);
-  if (!ec) s.acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    boost::system::error_code ignored;
-    s.acceptor.close(ignored);
-    return Error{fmt::format("sim-apiserver: cannot listen on {}:{}: {}", s.options.host, s.options.port,
-                             ec.message())};
-  }
-  s.port = s.acceptor.local_endpoint().port();
-  s.stopped = false;
+  auto port = s.http->Listen();
+  if (!port) return Error{"sim-apiserver: " + port.error().message};
+  s.port = *port;
   return s.port;
 }
 
-asio::awaitable<void> ApiServer::Serve() { return AcceptLoop(impl_); }
+asio::awaitable<void> ApiServer::Serve() {
+  const std::shared_ptr<Impl> self = impl_;
+  if (!self->http) throw std::logic_error("sim-apiserver: Serve() without a successful Listen()");
+  // However the accept loop ends, every connection ends with it.
+  ScopeExit close_all([&] { self->http->Close(); });
+  co_await self->http->Serve();
+}
 
 Result<std::uint16_t> ApiServer::Start() {
   auto port = Listen();
   if (!port) return port;
   std::weak_ptr<Impl> weak = impl_;
-  asio::co_spawn(impl_->ioc, AcceptLoop(impl_), [weak](std::exception_ptr e) {
+  asio::co_spawn(impl_->ioc, Serve(), [weak](std::exception_ptr e) {
     if (auto self = weak.lock(); self && e) self->failure = e;
   });
   return port;
 }
 
 void ApiServer::Stop() {
-  Impl& s = *impl_;
-  s.stopped = true;
-  boost::system::error_code ignored;
-  s.acceptor.close(ignored);
-  s.CloseAll();
+  if (impl_->http) impl_->http->Close();
 }
 
 std::exception_ptr ApiServer::failure() const { return impl_->failure; }
@@ -1112,8 +930,10 @@ void ApiServer::ExpireContinueTokens() { impl_->store.ExpireContinueTokens(); }
 void ApiServer::set_expired_watch_mode(ExpiredWatchMode mode) { impl_->options.expired_watch_mode = mode; }
 void ApiServer::SendBookmarks() { impl_->store.RequestBookmarks(); }
 std::size_t ApiServer::open_watches() const { return impl_->watches; }
-std::size_t ApiServer::open_connections() const { return impl_->connections.size(); }
+std::size_t ApiServer::open_connections() const { return impl_->http ? impl_->http->open_connections() : 0; }
 std::uint64_t ApiServer::requests_served() const { return impl_->requests; }
-std::uint64_t ApiServer::connection_failures() const { return impl_->connection_failures; }
+std::uint64_t ApiServer::connection_failures() const {
+  return impl_->http ? impl_->http->connection_failures() : 0;
+}
 
 }  // namespace hami::sim

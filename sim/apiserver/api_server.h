@@ -1,10 +1,12 @@
 #pragma once
-// An in-memory Kubernetes API server over HTTP/1.1 (Beast), plain or TLS: the subset the scheduler, the demo,
-// the integration tests and `kubectl` use. Objects live in a sim::Store; this layer authenticates (bearer
-// tokens, client certificates), routes URLs, negotiates content types, streams watches as chunked JSON
-// events, and injects faults on request.
+// An in-memory Kubernetes API server over HTTP/1.1, plain or TLS: the subset the scheduler, the demo, the
+// integration tests and `kubectl` use. Objects live in a sim::Store. The connections (accept loop, TLS
+// handshake, reading requests, writing answers, limits, timeouts) are the process's one HTTP server's
+// (k8s::HttpServer); this layer is its handler: it authenticates (bearer tokens, the client certificate the
+// server shows it), routes URLs, negotiates content types, streams watches as chunked JSON events, and
+// injects faults on request.
 //
-// Thread rule: everything (the accept loop, one coroutine per connection, the Store, the fault controls) runs
+// Thread rule: everything (the HTTP server, one coroutine per connection, the Store, the fault controls) runs
 // on the one thread that runs the io_context given at construction. Call the methods from that thread (or
 // while the io_context is not running).
 #include <boost/asio/awaitable.hpp>

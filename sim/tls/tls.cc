@@ -302,26 +302,4 @@ Result<std::unique_ptr<asio::ssl::context>> MakeServerTlsContext(std::string_vie
   return ctx;
 }
 
-ClientCertificate ClientCertificateOf(SSL* ssl, bool chain_ok) {
-  ClientCertificate out;
-  X509* peer = ssl ? SSL_get0_peer_certificate(ssl) : nullptr;
-  if (peer == nullptr) return out;
-  out.presented = true;
-  const long result = SSL_get_verify_result(ssl);
-  if (result != X509_V_OK || !chain_ok) return out;
-  X509_NAME* subject = X509_get_subject_name(peer);
-  const int index = subject ? X509_NAME_get_index_by_NID(subject, NID_commonName, -1) : -1;
-  ASN1_STRING* cn = index >= 0 ? X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index)) : nullptr;
-  unsigned char* utf8 = nullptr;
-  const int len = cn ? ASN1_STRING_to_UTF8(&utf8, cn) : -1;
-  if (len <= 0) {  // no CN: no user name
-    OPENSSL_free(utf8);
-    return out;
-  }
-  out.user.assign(reinterpret_cast<const char*>(utf8), static_cast<std::size_t>(len));
-  OPENSSL_free(utf8);
-  out.verified = true;
-  return out;
-}
-
 }  // namespace hami::sim

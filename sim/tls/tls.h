@@ -1,7 +1,6 @@
 #pragma once
 // TLS for the in-memory API server: throwaway certificates made in memory (EC P-256 keys, for
-// `sim-apiserver --generate-tls` and the tests), the server's TLS context built from PEM text (no files),
-// and what a client certificate presented in a finished handshake says.
+// `sim-apiserver --generate-tls` and the tests) and the server's TLS context built from PEM text (no files).
 #include <boost/asio/ssl/context.hpp>
 #include <chrono>
 #include <memory>
@@ -48,19 +47,12 @@ Result<LoopbackTls> GenerateLoopbackTls(std::string_view client_user = "admin",
 
 // A TLS 1.2+ server context serving `cert_chain_pem` (the leaf first) with `key_pem`. With `client_ca_pem`
 // (one or more CA certificates) it requests a client certificate, advertises those CAs, and lets the
-// handshake finish whatever the client sends: ClientCertificateOf() says afterwards whether it verified, so
-// that a bad certificate is answered 401 like kube-apiserver does, not with a handshake failure.
+// handshake finish whatever the client sends: the HTTP server's PeerCertificate (k8s/http_server.h) says
+// afterwards whether it verified, so that a bad certificate is answered 401 like kube-apiserver does, not
+// with a handshake failure.
 Result<std::unique_ptr<boost::asio::ssl::context>> MakeServerTlsContext(std::string_view cert_chain_pem,
                                                                         std::string_view key_pem,
                                                                         std::string_view client_ca_pem);
-
-struct ClientCertificate {
-  bool presented = false;
-  bool verified = false;  // chains to the client CA, in its validity period, usable for client auth
-  std::string user;       // its CN when verified
-};
-// After a server handshake on `ssl`. `chain_ok` is false when the verify callback saw a failure.
-ClientCertificate ClientCertificateOf(SSL* ssl, bool chain_ok);
 
 // PEM certificates in `pem` (how many, or an error naming `what` when there are none or one is malformed).
 Result<std::size_t> CountCertificates(std::string_view pem, std::string_view what);
