@@ -932,5 +932,34 @@ TEST_F(HttpServerTlsTest, ListenErrorsNameTheFile) {
       R"(--http_bind "127.0.0.1:0": TLS needs both a certificate file and a key file, only the certificate is set)");
 }
 
+// A handler that answers with a stream (what the embedded API server's watches do): the head, chunks as they
+// come, the last chunk written by the server, and the connection kept for the next request. Paths no route
+// has go to the fallback.
+TEST_F(HttpServerTest, FallbackStreamsChunksAndKeepsTheConnection) {
+  const std::uint16_t port = Start();
+  server_->Fallback([](const ServerRequest& req) -> asio::awaitable<ServerResponse> {
+    ServerResponse head;
+    head.headers.emplace_back("Cache-Control", "no-cache");
+    ServerResponse not_sent;
+    if (!co_await req.stream->WriteHead(head)) co_return not_sent;
+    co_await req.stream->WriteChunk("one\n");
+    req.stream->Notify();  // a Notify() before the wait ends it at once
+    const auto woke = co_await req.stream->WaitUntil(std::chrono::steady_clock::now() + 5s);
+    co_await req.stream->WriteChunk(woke == ResponseStream::Woke::kNotified ? "two\n" : "late\n");
+    co_return not_sent;
+  });
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    RawClient client(ioc_);
+    co_await client.Connect(port);
+    RawResponse res = co_await client.RoundTrip(Request("GET", "/watch"));
+    EXPECT_EQ(res.result_int(), 200u);
+    EXPECT_TRUE(res.chunked());
+    EXPECT_EQ(Header(res, "Cache-Control"), "no-cache");
+    EXPECT_EQ(res.body(), "one\ntwo\n");
+    res = co_await client.RoundTrip(Request("GET", "/healthz"));
+    EXPECT_EQ(res.result_int(), 200u);
+  }());
+}
+
 }  // namespace
 }  // namespace hami::k8s
