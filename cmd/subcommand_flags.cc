@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <cxxopts.hpp>
+#include <map>
 
 namespace hami::cmd {
 namespace {
@@ -11,18 +12,19 @@ namespace {
 // cxxopts reads every "-x..." longer than "-x" as a group of one-letter flags ("-v4" as -v -4,
 // "-http_bind=x" as -h -t -t ...) and "--" as the end of the flags; an argument of either form is handed to
 // it as a placeholder ("\x01<index>"), which it leaves alone (or takes as a flag's value), and is put back
-// afterwards. An argument that starts with the placeholder's mark is replaced too, so a placeholder always
-// means one.
+// afterwards. An argument with the placeholder's mark anywhere in it is replaced too, so that what cxxopts
+// hands back holds the mark only as a placeholder this call issued.
 constexpr char kMark = '\x01';
 
 bool NeedsPlaceholder(const std::string& arg) {
-  if (arg == "--" || (!arg.empty() && arg[0] == kMark)) return true;
+  if (arg == "--" || arg.find(kMark) != std::string::npos) return true;
   return arg.size() > 2 && arg[0] == '-' && std::isalnum(static_cast<unsigned char>(arg[1]));
 }
 
-std::string Restored(const std::string& text, const std::vector<std::string>& args) {
-  if (text.empty() || text[0] != kMark) return text;
-  return args.at(std::stoul(text.substr(1)));
+// The argument a placeholder stands for ("\x01<index>" -> args[index]); any other text as it is.
+std::string Restored(const std::string& text, const std::map<std::string, std::string>& placeholders) {
+  auto it = placeholders.find(text);
+  return it == placeholders.end() ? text : it->second;
 }
 
 // "--name" for "name" or "o,output".
@@ -40,8 +42,22 @@ Result<GivenArgs> SubcommandFlags::Parse(const std::vector<std::string>& args) c
   for (const auto& spec : specs_) add(spec, "", cxxopts::value<std::string>());
   add("h,help", "");
   std::vector<std::string> argv_text{command_};
+  std::map<std::string, std::string> placeholders;
   for (std::size_t i = 0; i < args.size(); ++i) {
-    argv_text.push_back(NeedsPlaceholder(args[i]) ? fmt::format("{}{}", kMark, i) : args[i]);
+    const std::string& arg = args[i];
+    const std::string placeholder = fmt::format("{}{}", kMark, i);
+    const auto eq = arg.find('=');
+    const auto mark = arg.find(kMark);
+    if (arg.starts_with("--") && eq != std::string::npos && mark != std::string::npos && mark > eq) {
+      // "--flag=<value with the mark>": only the value stands in.
+      argv_text.push_back(arg.substr(0, eq + 1) + placeholder);
+      placeholders.emplace(placeholder, arg.substr(eq + 1));
+    } else if (NeedsPlaceholder(arg)) {
+      argv_text.push_back(placeholder);
+      placeholders.emplace(placeholder, arg);
+    } else {
+      argv_text.push_back(arg);
+    }
   }
   std::vector<const char*> argv;
   for (const auto& a : argv_text) argv.push_back(a.c_str());
@@ -51,9 +67,9 @@ Result<GivenArgs> SubcommandFlags::Parse(const std::vector<std::string>& args) c
     given.help = result.count("help") > 0;
     for (const auto& kv : result.arguments()) {
       if (kv.key() == "help") continue;
-      given.flags.push_back(GivenFlag{kv.key(), Restored(kv.value(), args)});
+      given.flags.push_back(GivenFlag{kv.key(), Restored(kv.value(), placeholders)});
     }
-    for (const auto& extra : result.unmatched()) given.undeclared.push_back(Restored(extra, args));
+    for (const auto& extra : result.unmatched()) given.undeclared.push_back(Restored(extra, placeholders));
     return given;
   } catch (const cxxopts::exceptions::missing_argument&) {
     // Thrown only for the last argument: a value flag with nothing after it.

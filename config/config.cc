@@ -792,6 +792,23 @@ void ValidateConfig(const Config& cfg, std::vector<std::string>& problems) {
   if (!cfg.extender.leadership.name.empty() && !IsDns1123Subdomain(cfg.extender.leadership.name))
     problems.push_back(fmt::format("--leader-elect-resource-name: {} is not a Lease name (a DNS subdomain)",
                                    Quoted(cfg.extender.leadership.name)));
+  // The node watch's labelSelector query: a key or value outside the label syntax (a ',', '!' or '=' in it)
+  // would select other nodes than the ones named.
+  for (const auto& [key, value] : cfg.extender.node_label_selector) {
+    if (!IsLabelKey(key) || !IsLabelValue(value))
+      problems.push_back(fmt::format(
+          "--node-label-selector (scheduler.nodeLabelSelector): {}={} is not a label (want a label key, "
+          "[prefix/]name, and a value of at most 63 of A-Z a-z 0-9 - _ . that start and end alphanumeric)",
+          Quoted(key), Quoted(value)));
+  }
+  // spec.schedulerName of the pods the webhook takes, and the events' source: the API server would refuse
+  // pods and events that carry anything but a DNS subdomain.
+  if (const std::string& name = cfg.extender.admission.scheduler_name;
+      !name.empty() && !IsDns1123Subdomain(name))
+    problems.push_back(fmt::format(
+        "--scheduler-name (scheduler.schedulerName): {} is not a scheduler name (a DNS subdomain, as "
+        "spec.schedulerName)",
+        Quoted(name)));
   if (cfg.serving.max_connections < 0)
     problems.push_back("--max-connections (scheduler.maxConnections): must not be negative");
   if (cfg.serving.http_bind.empty())

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/strings.h"
+
 namespace hami {
 namespace {
 
@@ -28,6 +30,13 @@ bool IsDns1123Subdomain(std::string_view s) {
     if (dot == std::string_view::npos) return true;
     start = dot + 1;
   }
+}
+
+bool IsLabelKey(std::string_view s) {
+  const std::size_t slash = s.find('/');
+  if (slash != std::string_view::npos && !IsDns1123Subdomain(s.substr(0, slash))) return false;
+  const std::string_view name = slash == std::string_view::npos ? s : s.substr(slash + 1);
+  return !name.empty() && IsLabelValue(name);
 }
 
 Result<void> ValidateName(std::string_view what, std::string_view value, NameKind kind) {

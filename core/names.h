@@ -14,6 +14,10 @@ bool IsDns1123Label(std::string_view s);
 // start and end alphanumeric (no limit per part) - pods, nodes and most other objects.
 bool IsDns1123Subdomain(std::string_view s);
 
+// A label key: a name as a label value (core/strings.h's IsLabelValue) but not empty, after an optional DNS
+// subdomain prefix and '/'.
+bool IsLabelKey(std::string_view s);
+
 enum class NameKind { kNamespace, kPod, kNode };
 
 // Ok when `value` is a valid name of that kind; otherwise an error naming `what` (e.g.

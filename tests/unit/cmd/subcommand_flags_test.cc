@@ -42,6 +42,27 @@ TEST(SubcommandFlags, OtherArgumentsStayWholeAndInOrder) {
   ASSERT_TRUE(marked) << marked.error().message;
   EXPECT_EQ(Names(*marked), (std::vector<std::string>{"node=\x01" "0"}));
   EXPECT_EQ(marked->undeclared, (std::vector<std::string>{"\x01" "7"}));
+  // A value after '=' that looks like a placeholder is the argument's own text, never another argument's.
+  for (const std::string value : {"\x01"
+                                  "0",
+                                  "\x01"
+                                  "9",
+                                  "\x01"
+                                  "x",
+                                  "a\x01"
+                                  "0"}) {
+    auto inline_value = kFlags.Parse({"--node=" + value, "--kubeconfig", "k"});
+    ASSERT_TRUE(inline_value) << inline_value.error().message;
+    EXPECT_EQ(Names(*inline_value), (std::vector<std::string>{"node=" + value, "kubeconfig=k"}));
+    EXPECT_TRUE(inline_value->undeclared.empty());
+  }
+}
+
+TEST(SubcommandFlags, AnArgumentOfTheKernelsLargestSizeIsRead) {
+  const std::string node(128 * 1024 - 32, 'n');
+  auto given = kFlags.Parse({"--node=" + node});
+  ASSERT_TRUE(given) << given.error().message;
+  EXPECT_EQ(Names(*given), (std::vector<std::string>{"node=" + node}));
 }
 
 TEST(SubcommandFlags, ProblemsNameTheFlag) {

@@ -59,6 +59,34 @@ TEST(Flags, NoFlagsGiveTheDefaults) {
   EXPECT_TRUE(r->config.warnings.empty());
 }
 
+// The kernel takes arguments of up to 128 KiB: one that long is read like any other, never a crash.
+TEST(Flags, AnArgumentOfTheKernelsLargestSizeIsRead) {
+  const std::string path(128 * 1024 - 32, 'a');
+  auto loaded = Load({"--kubeconfig=" + path});
+  ASSERT_TRUE(loaded) << loaded.error().message;
+  EXPECT_EQ(loaded->config.kube.kubeconfig, path);
+  EXPECT_FALSE(Load({"--" + path + "=1"}));
+}
+
+// The selector becomes the node watch's labelSelector query: a key or value that is no label would select
+// other nodes (a value "a,gpu!" reads as two requirements).
+TEST(Flags, TheNodeLabelSelectorTakesLabelsOnly) {
+  auto ok = Load({"--node-label-selector=gpu=on,example.com/zone=eu-1,empty="});
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ(ok->config.extender.node_label_selector.at("example.com/zone"), "eu-1");
+  EXPECT_THAT(ProblemLines(Load({"--node-label-selector=gpu=on!,ZONE/x=a"})),
+              ElementsAre(HasSubstr("\"ZONE/x\"=\"a\" is not a label"),
+                          HasSubstr("\"gpu\"=\"on!\" is not a label (want a label key")));
+}
+
+TEST(Flags, TheSchedulerNameIsOneTheApiServerTakes) {
+  EXPECT_TRUE(Load({"--scheduler-name=hami-scheduler.gpu"}));
+  EXPECT_TRUE(Load({"--scheduler-name="}));  // pods keep the scheduler they name
+  EXPECT_THAT(ProblemLines(Load({"--scheduler-name=Hami Scheduler"})),
+              ElementsAre("--scheduler-name (scheduler.schedulerName): \"Hami Scheduler\" is not a scheduler "
+                          "name (a DNS subdomain, as spec.schedulerName)"));
+}
+
 TEST(Flags, HamiChartCommandLine) {
   const std::string device_config =
       WriteTemp("chart-device-config.yaml",
