@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <iostream>
 #include <random>
@@ -32,13 +33,25 @@ FileError CannotRead(const std::string& path, int error) {
   return e;
 }
 
+FileError TooLarge(const std::string& path, std::size_t max_bytes) {
+  FileError e;
+  e.path = path;
+  e.reason = fmt::format("larger than {} bytes, the most read from one file", max_bytes);
+  e.message = fmt::format("cannot read '{}': {}", path, e.reason);
+  return e;
+}
+
 }  // namespace
 
-FileText ReadWholeFile(const std::string& path) {
+FileText ReadWholeFile(const std::string& path, std::size_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return CannotRead(path, errno);
   std::string text;
   if (struct stat st {}; ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    if (static_cast<std::uintmax_t>(st.st_size) > max_bytes) {
+      ::close(fd);
+      return TooLarge(path, max_bytes);
+    }
     text.reserve(static_cast<std::size_t>(st.st_size));
   }
   char chunk[64 * 1024];
@@ -48,6 +61,10 @@ FileText ReadWholeFile(const std::string& path) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) error = errno;  // EISDIR for a directory
     if (n <= 0) break;
+    if (text.size() + static_cast<std::size_t>(n) > max_bytes) {
+      ::close(fd);
+      return TooLarge(path, max_bytes);
+    }
     text.append(chunk, static_cast<std::size_t>(n));
   }
   ::close(fd);
@@ -59,7 +76,9 @@ FileText ReadInput(const std::string& path) {
   if (path != "-") return ReadWholeFile(path);
   std::ostringstream text;
   text << std::cin.rdbuf();
-  return text.str();
+  if (std::cin.bad()) return CannotRead("-", EIO);
+  if (text.view().size() > kMaxFileBytes) return TooLarge("-", kMaxFileBytes);
+  return std::move(text).str();
 }
 
 Result<void> ReplaceFile(const std::string& path, std::string_view content, mode_t mode,

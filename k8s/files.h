@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <boost/system/result.hpp>
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -20,8 +21,11 @@ struct FileError : Error {
 };
 using FileText = boost::system::result<std::string, FileError>;
 
-// The whole content of the file at `path` (anything open(2) and read(2) accept: a FIFO or /dev/stdin too).
-FileText ReadWholeFile(const std::string& path);
+// Larger inputs are refused rather than read until memory runs out (/dev/zero named by mistake).
+inline constexpr std::size_t kMaxFileBytes = std::size_t{1} << 30;
+// The whole content of the file at `path` (anything open(2) and read(2) accept: a FIFO or /dev/stdin too),
+// at most `max_bytes` of it: a longer one is an error that says so.
+FileText ReadWholeFile(const std::string& path, std::size_t max_bytes = kMaxFileBytes);
 // ReadWholeFile, or everything on standard input when `path` is "-" (the tools' `--cluster -`).
 FileText ReadInput(const std::string& path);
 

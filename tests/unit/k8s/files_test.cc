@@ -64,5 +64,20 @@ TEST_F(ReadWholeFileTest, ErrorsNameTheFileAndTheReason) {
   EXPECT_EQ(as_result().error().message, text.error().message);
 }
 
+// A file larger than the caller reads at most, or an endless one (/dev/zero named by mistake), is an error
+// that says so: it is never read until memory runs out.
+TEST_F(ReadWholeFileTest, StopsAtTheMostItReads) {
+  const std::string path = Write("twenty", std::string(20, 'x'));
+  auto fits = ReadWholeFile(path, 20);
+  ASSERT_TRUE(fits) << fits.error().message;
+  auto over = ReadWholeFile(path, 19);
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().message,
+            "cannot read '" + path + "': larger than 19 bytes, the most read from one file");
+  auto endless = ReadWholeFile("/dev/zero", 1 << 20);
+  ASSERT_FALSE(endless);
+  EXPECT_EQ(endless.error().reason, "larger than 1048576 bytes, the most read from one file");
+}
+
 }  // namespace
 }  // namespace hami::k8s
