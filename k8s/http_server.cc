@@ -45,6 +45,8 @@ using namespace asio::experimental::awaitable_operators;
 // How long a refused connection waits for the client to finish (HttpServerOptions::linger_timeout's default).
 constexpr std::chrono::milliseconds kLingerTimeout{500};
 constexpr std::size_t kReadChunk = 16 * 1024;
+// A certificate chain, key or CA bundle is a few kilobytes; anything past this is not one.
+constexpr std::size_t kMaxTlsFileBytes = std::size_t{16} << 20;
 
 // What identifies a file's content for reload detection: it changes when the file is rewritten and when it is
 // replaced by a rename (Kubernetes secret volumes swap a symlink; stat follows it).
@@ -64,7 +66,7 @@ FileStamp StampOf(const std::string& path) {
 
 // `what` "<path>": <reason>, as the operator's flags name the file.
 Result<std::string> ReadFile(std::string_view what, const std::string& path) {
-  auto text = ReadWholeFile(path);
+  auto text = ReadWholeFile(path, kMaxTlsFileBytes);
   if (!text) return Error{fmt::format("{} \"{}\": {}", what, path, text.error().reason)};
   return Ok(std::move(*text));
 }
@@ -227,6 +229,8 @@ struct ConnectionState {
   Clock::time_point idle_since;  // when it last finished a request (or was accepted)
   Clock::time_point read_since;  // when its request in flight began to arrive
   bool closing = false;          // closed by the server: nothing more to say on it
+  bool streaming = false;        // its answer in flight is a stream whose head is written
+  bool stopping = false;         // the server is shutting down: a stream's waits end (Woke::kStopping)
 };
 
 }  // namespace
@@ -599,6 +603,7 @@ class SessionStream final : public ResponseStream {
     version_ = version;
     keep_alive_ = keep_alive;
     head_written_ = failed_ = notified_ = false;
+    conn_.streaming = false;
     watch_peer_ = true;
   }
   bool head_written() const { return head_written_; }
@@ -607,6 +612,7 @@ class SessionStream final : public ResponseStream {
   asio::awaitable<bool> WriteHead(const ServerResponse& head) override {
     if (head_written_ || conn_.closing) co_return false;
     head_written_ = true;
+    conn_.streaming = true;
     http::response<http::empty_body> res;
     SetHead(res, head, version_, keep_alive_);
     res.chunked(true);
@@ -628,6 +634,7 @@ class SessionStream final : public ResponseStream {
 
   asio::awaitable<Woke> WaitUntil(Clock::time_point deadline) override {
     if (conn_.closing) co_return Woke::kClosed;
+    if (conn_.stopping) co_return Woke::kStopping;
     if (std::exchange(notified_, false)) co_return Woke::kNotified;
     conn_.wake.expires_at(deadline);
     if (head_written_ && watch_peer_) {
@@ -642,6 +649,7 @@ class SessionStream final : public ResponseStream {
       co_await conn_.wake.async_wait(kTuple);
     }
     if (conn_.closing) co_return Woke::kClosed;
+    if (conn_.stopping) co_return Woke::kStopping;
     if (std::exchange(notified_, false)) co_return Woke::kNotified;
     co_return Clock::now() >= deadline ? Woke::kDeadline : Woke::kNotified;
   }
@@ -672,8 +680,12 @@ class SessionStream final : public ResponseStream {
     if constexpr (std::is_same_v<Stream, TlsStream>) {
       // TLS 1.3 hides the record type (an alert looks like data): decrypt what came. The record is already
       // arriving, so this read does not wait long; the deadline bounds it anyway.
+      // The buffer holds at most the header limit and a chunk: with pipelined bytes already near that, read
+      // only what fits (none: the client is still there, and sent more than the next request may hold).
+      const std::size_t room = std::min(kReadChunk, buffer_.max_size() - buffer_.size());
+      if (room == 0) co_return true;
       conn_.lowest.expires_after(write_timeout_);
-      auto [ec, got] = co_await stream_.async_read_some(buffer_.prepare(kReadChunk), kTuple);
+      auto [ec, got] = co_await stream_.async_read_some(buffer_.prepare(room), kTuple);
       if (ec) co_return false;
       buffer_.commit(got);
     }
@@ -845,6 +857,12 @@ Result<std::uint16_t> HttpServer::Listen() {
   Impl& s = *impl_;
   if (s.acceptor.is_open()) return s.port;
   const HttpServerOptions& o = s.options;
+  if (o.tls_context && !(o.cert_file.empty() && o.key_file.empty() && o.client_ca_file.empty())) {
+    return Error{
+        fmt::format("{} \"{}\": a TLS context and certificate, key or client CA files are "
+                    "alternatives; give one",
+                    o.address_flag, o.address)};
+  }
   if (!o.client_ca_file.empty() && o.cert_file.empty()) {
     return Error{
         fmt::format("{} \"{}\": a client CA file (client certificates) needs TLS: set a certificate "
@@ -933,6 +951,12 @@ void HttpServer::Shutdown() {
   boost::system::error_code ignored;
   s.acceptor.close(ignored);
   s.CloseConnections(/*idle_only=*/true);
+  // A streamed answer has no end of its own the server knows of (a watch lasts as long as its client asks):
+  // its waits end now, so that its handler ends it and the drain does not wait for it.
+  for (auto& [id, conn] : s.connections) {
+    conn->stopping = true;
+    if (conn->streaming) conn->wake.cancel();
+  }
 }
 
 void HttpServer::Close() {

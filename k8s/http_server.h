@@ -90,15 +90,18 @@ struct ServerRequest {
 // server's executor only, while its request is handled.
 class ResponseStream {
  public:
-  enum class Woke { kDeadline, kNotified, kPeerGone, kClosed };
+  // kStopping: the server is shutting down (Shutdown()); the handler ends its answer, and the server writes
+  // the last chunk.
+  enum class Woke { kDeadline, kNotified, kPeerGone, kClosed, kStopping };
   virtual ~ResponseStream() = default;
   // Writes the head (status, content type and headers of `head`; its body is ignored), at most once, within
   // the write timeout. False: the connection failed.
   virtual boost::asio::awaitable<bool> WriteHead(const ServerResponse& head) = 0;
   // One chunk, within the write timeout. False: the connection failed or was closed.
   virtual boost::asio::awaitable<bool> WriteChunk(std::string_view data) = 0;
-  // Waits until `deadline`, a Notify() (one since the last wait counts), the server closing the connection,
-  // or, once the head is written, the client going away (then Abort() is the caller's to call).
+  // Waits until `deadline`, a Notify() (one since the last wait counts), the server closing the connection
+  // or shutting down, or, once the head is written, the client going away (then Abort() is the caller's to
+  // call).
   virtual boost::asio::awaitable<Woke> WaitUntil(std::chrono::steady_clock::time_point deadline) = 0;
   // Ends the current or next WaitUntil(); for callbacks on the server's executor.
   virtual void Notify() = 0;

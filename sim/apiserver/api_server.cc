@@ -660,7 +660,10 @@ Outcome ApiServer::Impl::Watch(const Call& c, const Target& t) {
   auto timeout = IntParam(c, "timeoutSeconds");
   if (!timeout) return ErrorReply(timeout.error());
   WatchStart start;
-  start.timeout = *timeout > 0 ? std::chrono::seconds(*timeout) : options.default_watch_timeout;
+  // At most a year: a client's number added to the clock must not overflow it.
+  constexpr std::int64_t kLongestWatchSeconds = 365LL * 24 * 3600;
+  start.timeout = *timeout > 0 ? std::chrono::seconds(std::min(*timeout, kLongestWatchSeconds))
+                               : options.default_watch_timeout;
   const auto expired = [&](ApiError e) -> Outcome {
     if (options.expired_watch_mode == ExpiredWatchMode::kHttpStatus) return ErrorReply(e);
     start.error = std::move(e);
@@ -779,6 +782,7 @@ asio::awaitable<void> StreamWatch(std::shared_ptr<ApiServer::Impl> self, k8s::Re
       out.Abort();  // the client is gone
       co_return;
     }
+    if (woke == k8s::ResponseStream::Woke::kStopping) co_return;  // the server shuts down: the watch ends
   }
 }
 
@@ -794,8 +798,9 @@ asio::awaitable<k8s::ServerResponse> Answer(std::shared_ptr<ApiServer::Impl> sel
   const Call call = Decode(r);
   if (auto delay = self->LatencyFor(call.path); delay.count() > 0) {
     const auto until = std::chrono::steady_clock::now() + delay;
-    while (!r.stream->closed() && std::chrono::steady_clock::now() < until)
-      co_await r.stream->WaitUntil(until);
+    while (!r.stream->closed() && std::chrono::steady_clock::now() < until) {
+      if (co_await r.stream->WaitUntil(until) == k8s::ResponseStream::Woke::kStopping) break;
+    }
     if (r.stream->closed()) co_return Unanswered();
   }
   Outcome outcome = Reply{};

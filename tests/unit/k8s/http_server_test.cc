@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
@@ -932,6 +933,17 @@ TEST_F(HttpServerTlsTest, ListenErrorsNameTheFile) {
       R"(--http_bind "127.0.0.1:0": TLS needs both a certificate file and a key file, only the certificate is set)");
 }
 
+// A caller's TLS context is used as it is, never reloaded from files: both at once is refused.
+TEST_F(HttpServerTlsTest, ATlsContextAndCertificateFilesAreAlternatives) {
+  HttpServerOptions options{.address = "127.0.0.1:0"};
+  options.tls_context = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
+  options.client_ca_file = cert_;
+  EXPECT_EQ(
+      ListenError(options),
+      R"(--http_bind "127.0.0.1:0": a TLS context and certificate, key or client CA files are alternatives; )"
+      "give one");
+}
+
 // A handler that answers with a stream (what the embedded API server's watches do): the head, chunks as they
 // come, the last chunk written by the server, and the connection kept for the next request. Paths no route
 // has go to the fallback.
@@ -958,6 +970,39 @@ TEST_F(HttpServerTest, FallbackStreamsChunksAndKeepsTheConnection) {
     EXPECT_EQ(res.body(), "one\ntwo\n");
     res = co_await client.RoundTrip(Request("GET", "/healthz"));
     EXPECT_EQ(res.result_int(), 200u);
+  }());
+}
+
+// A stream has no end the server knows of (a watch lasts as long as its client asks): a graceful shutdown
+// ends its waits, its handler ends it, the client reads the last chunk and the drain completes.
+TEST_F(HttpServerTest, ShutdownEndsAStreamedAnswerWhichTheDrainThenSees) {
+  const std::uint16_t port = Start();
+  ResponseStream::Woke last = ResponseStream::Woke::kDeadline;
+  server_->Fallback([&](const ServerRequest& req) -> asio::awaitable<ServerResponse> {
+    ServerResponse head, not_sent;  // named: GCC 12 frees a temporary in a co_await expression twice
+    if (!co_await req.stream->WriteHead(head)) co_return not_sent;
+    co_await req.stream->WriteChunk("started\n");
+    do {
+      last = co_await req.stream->WaitUntil(std::chrono::steady_clock::now() + 60s);
+    } while (last == ResponseStream::Woke::kNotified);
+    co_await req.stream->WriteChunk("ended\n");
+    co_return not_sent;
+  });
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    RawClient client(ioc_);
+    co_await client.Connect(port);
+    co_await client.Write(Request("GET", "/watch"));
+    const std::function<bool()> streaming = [&] { return server_->in_flight() == 1; };
+    EXPECT_TRUE(co_await WaitUntil(streaming));
+    server_->Shutdown();
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    co_await server_->Drained(deadline);
+    EXPECT_LT(std::chrono::steady_clock::now(), deadline);
+    EXPECT_EQ(last, ResponseStream::Woke::kStopping);
+    const RawResponse res = co_await client.Read();
+    EXPECT_EQ(res.result_int(), 200u);
+    EXPECT_EQ(res.body(), "started\nended\n");  // whole: the last chunk was written
+    EXPECT_TRUE(co_await client.ClosedByServer());
   }());
 }
 
