@@ -70,6 +70,13 @@ json::value StringMap(const std::map<std::string, std::string>& m) {
   return o;
 }
 
+// A UID is echoed in errors and logs and keys the pod ledger: printable ASCII, as the API server's are.
+bool IsUid(std::string_view uid) {
+  return uid.size() <= 128 && std::all_of(uid.begin(), uid.end(), [](char c) {
+           return c > ' ' && c < 0x7f && c != '/' && c != '\\' && c != '"';
+         });
+}
+
 }  // namespace
 
 Result<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
@@ -85,6 +92,8 @@ Result<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
     return ok.error();
   if (auto ok = ValidateName("ExtenderArgs.Pod.metadata.name", view->name, NameKind::kPod); !ok)
     return ok.error();
+  if (!IsUid(view->uid))
+    return Error{fmt::format("ExtenderArgs.Pod.metadata.uid: {} is not a UID", Quoted(view->uid))};
   args.pod = std::move(*view);
   if (const json::value* names = FindKey(*root, "NodeNames"); names && !names->is_null()) {
     if (!names->is_array()) return Error{"ExtenderArgs.NodeNames: expected a list of node names"};
@@ -204,11 +213,8 @@ Result<ExtenderBindingArgs> ParseBindingArgs(std::string_view body) {
         std::tuple{"ExtenderBindingArgs.Node", &a.node, NameKind::kNode}}) {
     if (auto ok = ValidateName(what, *value, kind); !ok) return ok.error();
   }
-  // A UID only goes into the Binding's precondition, but it is echoed in errors and logs: printable ASCII.
-  const bool uid_ok = a.pod_uid.size() <= 128 && std::all_of(a.pod_uid.begin(), a.pod_uid.end(), [](char c) {
-                        return c > ' ' && c < 0x7f && c != '/' && c != '\\' && c != '"';
-                      });
-  if (!uid_ok) return Error{fmt::format("ExtenderBindingArgs.PodUID: {} is not a UID", Quoted(a.pod_uid))};
+  if (!IsUid(a.pod_uid))
+    return Error{fmt::format("ExtenderBindingArgs.PodUID: {} is not a UID", Quoted(a.pod_uid))};
   return a;
 }
 

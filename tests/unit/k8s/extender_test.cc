@@ -138,6 +138,16 @@ TEST(ExtenderArgs, HostileNamesAreRefusedAtTheEdge) {
   EXPECT_NE(nodes.error().message.find("Nodes.items[0].metadata.name"), std::string::npos);
 }
 
+// The pod's uid keys the pod ledger and is echoed in errors and logs: a line break in it is refused, shown
+// escaped.
+TEST(ExtenderArgs, AUidThatIsNoUidIsRefused) {
+  json::object pod = json::parse(kPod).as_object();
+  pod["metadata"].as_object()["uid"] = "u1\nforged log line";
+  auto r = ParseExtenderArgs(json::serialize(json::object{{"Pod", pod}, {"NodeNames", json::array{"n1"}}}));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, R"(ExtenderArgs.Pod.metadata.uid: "u1\nforged log line" is not a UID)");
+}
+
 TEST(ExtenderBinding, HostileNamesAreRefusedAtTheEdge) {
   const auto error = [](std::string_view body) {
     auto r = ParseBindingArgs(body);
