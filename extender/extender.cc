@@ -29,14 +29,13 @@ LeadershipOptions IdentifiedOn(LeadershipOptions o, const ExtenderSite& site) {
 }  // namespace
 
 Extender::Extender(asio::any_io_executor executor, Clients clients, const Backends& backends,
-                   ExtenderOptions options, ExtenderSite site, const Clock& clock)
+                   ExtenderOptions options, const ExtenderSite& site, const Clock& clock)
     : clients_(clients),
       options_(std::move(options)),
-      site_(std::move(site)),
-      leadership_(IdentifiedOn(options_.leadership, site_)),
+      leadership_(IdentifiedOn(options_.leadership, site)),
       readiness_(leadership_),
       events_(executor, *clients.events, clock,
-              k8s::EventRecorderOptions{options_.admission.scheduler_name, site_.hostname}),
+              k8s::EventRecorderOptions{options_.admission.scheduler_name, site.hostname}),
       writer_(*clients.decisions, *clients.background, events_),
       fenced_(writer_, leadership_),
       feed_(backends, fenced_),
@@ -44,7 +43,7 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
       ledger_(feed_),
       expiry_(ledger_, fenced_, backends, clock, options_.bind.reservation_timeout),
       locker_(fenced_, clock, options_.node_lock_timeout),
-      caches_(*clients.decisions, CachesOf(options_, site_)),
+      caches_(*clients.decisions, CachesOf(options_, site)),
       lock_queue_(executor, feed_.state(), caches_.pods.views(), locker_,
                   options_.bind.node_lock_retry_timeout),
       plugin_locks_(executor, feed_.state(), ledger_, caches_.pods.views(), locker_, clock,
@@ -72,8 +71,8 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
                                         .readiness = readiness_,
                                         .writer = fenced_},
                     HousekeepingOptions{.interval = options_.health_interval,
-                                        .pod_name = site_.pod_name,
-                                        .pod_namespace = site_.pod_namespace}) {
+                                        .pod_name = site.pod_name,
+                                        .pod_namespace = site.pod_namespace}) {
   readiness_.RequireSynced("node", caches_.nodes.reflector());
   readiness_.RequireSynced("pod", caches_.pods.reflector());
   readiness_.RequireSynced("resource quota", caches_.quotas.reflector());

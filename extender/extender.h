@@ -60,7 +60,7 @@ class Extender : public k8s::prom::Source {
     k8s::ApiClient* leases = nullptr;
   };
   Extender(boost::asio::any_io_executor executor, Clients clients, const Backends& backends,
-           ExtenderOptions options, ExtenderSite site, const Clock& clock);
+           ExtenderOptions options, const ExtenderSite& site, const Clock& clock);
   ~Extender() override;
   Extender(const Extender&) = delete;
   Extender& operator=(const Extender&) = delete;
@@ -115,7 +115,6 @@ class Extender : public k8s::prom::Source {
  private:
   Clients clients_;
   ExtenderOptions options_;
-  ExtenderSite site_;
   Leadership leadership_;
   Readiness readiness_;
   k8s::EventRecorder events_;

@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include "core/fit.h"
-#include "extender/ledger_feed.h"
 
 namespace hami::extender {
 namespace asio = boost::asio;
@@ -160,6 +159,7 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
   if (!co_await WaitReady())
     co_return Fail("hami-scheduler is not ready: " + readiness_->NotReadyReason());
   const std::string uid = pod.UidOrKey();
+  const std::string key = pod.Key();
   // Collected once: the backlog check and the decision both read them.
   const Result<PodRequests> requests = CollectRequests(pod, state_->backends());
   if (requests && requests->Any()) co_await AwaitBindBacklog();
@@ -168,13 +168,13 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
   const Identity identity = co_await Identify(pod);
   if (!identity.refusal.empty()) {
     spdlog::warn("filter refused, nothing changed: {}", identity.refusal);
-    co_return Fail(fmt::format("filter of pod {} refused: {}", pod.Key(), identity.refusal));
+    co_return Fail(fmt::format("filter of pod {} refused: {}", key, identity.refusal));
   }
   if (!identity.bound.empty()) co_return AnswerBound(identity.bound, candidates);
   // A bind of this pod still running (kube-scheduler gave up waiting for it and filters again) may yet bind
   // it with the devices reserved now: deciding again would hand those devices to another pod.
-  if (ledger_->Binding(pod.Key(), uid))
-    co_return Fail(fmt::format("pod {} is being bound (an earlier bind of it is still running)", pod.Key()));
+  if (ledger_->Binding(key, uid))
+    co_return Fail(fmt::format("pod {} is being bound (an earlier bind of it is still running)", key));
   // A re-filter decides without the pod's earlier reservation (and its quota), which goes. Nothing else can
   // be held for a pod not bound yet: annotations charge only bound pods (docs/DECISIONS.md, "The ledger").
   ledger_->Redecide(uid);
@@ -185,7 +185,7 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
       ++results_["passthrough"];
       co_return outcome;
     case FilterOutcome::Kind::kError:
-      outcome.error = fmt::format("pod {}: {}", pod.Key(), outcome.error);
+      outcome.error = fmt::format("pod {}: {}", key, outcome.error);
       writer_->Event(k8s::InvolvedObject::Of(pod), "Warning", "FilteringFailed", outcome.error);
       co_return Fail(outcome.error);
     case FilterOutcome::Kind::kUnschedulable:
@@ -205,13 +205,15 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
   // plugin never sees a half-written pod. A restart between filter and bind loses the reservation; the bind
   // then fails and kube-scheduler filters the pod again.
   if (!outcome.busy_best.empty() && spdlog::should_log(spdlog::level::debug)) {
-    spdlog::debug("filter {}: binpack's best node {} is busy; {} pods of the burst for these {} candidates: {}",
-                  pod.Key(), outcome.busy_best, outcome.burst, candidates.size(),
-                  outcome.node == outcome.busy_best ? "they fit the busy nodes, it queues there"
-                                                    : "it goes to " + outcome.node);
+    spdlog::debug(
+        "filter {}: binpack's best node {} is busy; {} pods of the burst for these {} candidates: {}", key,
+        outcome.busy_best, outcome.burst, candidates.size(),
+        outcome.node == outcome.busy_best ? "they fit the busy nodes, it queues there"
+                                          : "it goes to " + outcome.node);
   }
   scheduler_.Reserve(pod, outcome);
-  ledger_->Reserve(uid, Reservation{pod.Key(), outcome.node, now, outcome.annotations});
+  // The annotations move into the reservation: kube-scheduler's answer names only the node.
+  ledger_->Reserve(uid, Reservation{key, outcome.node, now, std::move(outcome.annotations)});
   ++results_["scheduled"];
   RecordFilterEvent(pod, outcome);
   co_return outcome;

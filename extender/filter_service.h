@@ -5,7 +5,6 @@
 // binds in flight need more of the API budget than kube-scheduler's timeout leaves them.
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
-#include <functional>
 #include <map>
 #include <string>
 

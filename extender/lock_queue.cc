@@ -50,9 +50,9 @@ LockView LockQueue::CachedLock(const LockTarget& target) {
 }
 
 void LockQueue::Wake(const std::string& node) {
-  ++wakeups_[node];
   auto it = waiters_.find(node);
-  if (it == waiters_.end()) return;
+  if (it == waiters_.end()) return;  // no bind waits there, nor asks (one asking is a waiter too)
+  ++wakeups_[node];
   // Only the longest-waiting bind per lock looks (at the caches); the others keep their turn.
   std::vector<std::string> keys;
   for (auto& w : it->second) {
@@ -81,6 +81,7 @@ void LockQueue::Leave(const LockTarget& target, const asio::steady_timer& timer)
   std::erase_if(it->second, [&](const Waiter& w) { return w.timer == &timer; });
   if (it->second.empty()) {
     waiters_.erase(it);
+    wakeups_.erase(target.node);  // counted only while someone waits: node churn does not grow it
   } else {
     Wake(target.node);
   }

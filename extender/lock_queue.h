@@ -59,7 +59,7 @@ class LockQueue {
   mutable k8s::Signal progress_;
   std::chrono::milliseconds retry_timeout_;
   std::unordered_map<std::string, std::vector<Waiter>> waiters_;  // node -> binds waiting, oldest first
-  std::unordered_map<std::string, std::uint64_t> wakeups_;        // node -> Wake() calls
+  std::unordered_map<std::string, std::uint64_t> wakeups_;        // node -> Wake() calls while binds wait
   bool stopping_ = false;
   std::size_t waits_ = 0;
 };

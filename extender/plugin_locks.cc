@@ -7,7 +7,6 @@
 
 #include "core/codec/stamps.h"
 #include "core/keys.h"
-#include "extender/ledger_feed.h"
 #include "k8s/reflector.h"
 
 namespace hami::extender {

@@ -7,7 +7,6 @@
 
 #include "core/bind_plan.h"
 #include "core/keys.h"
-#include "extender/ledger_feed.h"
 
 namespace hami::extender {
 namespace asio = boost::asio;
