@@ -8,9 +8,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <iostream>
 #include <random>
-#include <sstream>
 
 namespace hami::k8s {
 namespace {
@@ -41,44 +39,36 @@ FileError TooLarge(const std::string& path, std::size_t max_bytes) {
   return e;
 }
 
+// Everything `fd` holds (named `path` in errors), at most `max_bytes`.
+FileText ReadAll(int fd, const std::string& path, std::size_t max_bytes) {
+  std::string text;
+  if (struct stat st {}; ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    if (static_cast<std::uintmax_t>(st.st_size) > max_bytes) return TooLarge(path, max_bytes);
+    text.reserve(static_cast<std::size_t>(st.st_size));
+  }
+  char chunk[64 * 1024];
+  for (;;) {
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return CannotRead(path, errno);  // EISDIR for a directory
+    if (n == 0) return text;
+    if (text.size() + static_cast<std::size_t>(n) > max_bytes) return TooLarge(path, max_bytes);
+    text.append(chunk, static_cast<std::size_t>(n));
+  }
+}
+
 }  // namespace
 
 FileText ReadWholeFile(const std::string& path, std::size_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return CannotRead(path, errno);
-  std::string text;
-  if (struct stat st {}; ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-    if (static_cast<std::uintmax_t>(st.st_size) > max_bytes) {
-      ::close(fd);
-      return TooLarge(path, max_bytes);
-    }
-    text.reserve(static_cast<std::size_t>(st.st_size));
-  }
-  char chunk[64 * 1024];
-  int error = 0;
-  for (;;) {
-    const ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) error = errno;  // EISDIR for a directory
-    if (n <= 0) break;
-    if (text.size() + static_cast<std::size_t>(n) > max_bytes) {
-      ::close(fd);
-      return TooLarge(path, max_bytes);
-    }
-    text.append(chunk, static_cast<std::size_t>(n));
-  }
+  FileText text = ReadAll(fd, path, max_bytes);
   ::close(fd);
-  if (error != 0) return CannotRead(path, error);
   return text;
 }
 
 FileText ReadInput(const std::string& path) {
-  if (path != "-") return ReadWholeFile(path);
-  std::ostringstream text;
-  text << std::cin.rdbuf();
-  if (std::cin.bad()) return CannotRead("-", EIO);
-  if (text.view().size() > kMaxFileBytes) return TooLarge("-", kMaxFileBytes);
-  return std::move(text).str();
+  return path == "-" ? ReadAll(STDIN_FILENO, "-", kMaxFileBytes) : ReadWholeFile(path);
 }
 
 Result<void> ReplaceFile(const std::string& path, std::string_view content, mode_t mode,

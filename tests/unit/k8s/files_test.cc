@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -77,6 +78,20 @@ TEST_F(ReadWholeFileTest, StopsAtTheMostItReads) {
   auto endless = ReadWholeFile("/dev/zero", 1 << 20);
   ASSERT_FALSE(endless);
   EXPECT_EQ(endless.error().reason, "larger than 1048576 bytes, the most read from one file");
+}
+
+// Standard input ("-") goes through the same bounded reader.
+TEST_F(ReadWholeFileTest, StandardInputIsReadLikeAFile) {
+  const std::string path = Write("stdin.txt", "from standard input\n");
+  const int saved = ::dup(STDIN_FILENO);
+  ASSERT_GE(saved, 0);
+  FILE* in = std::freopen(path.c_str(), "r", stdin);
+  ASSERT_NE(in, nullptr);
+  auto text = ReadInput("-");
+  ::dup2(saved, STDIN_FILENO);
+  ::close(saved);
+  ASSERT_TRUE(text) << text.error().message;
+  EXPECT_EQ(*text, "from standard input\n");
 }
 
 }  // namespace
