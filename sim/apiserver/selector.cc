@@ -263,8 +263,7 @@ std::string FieldValue(const json::object& object, std::string_view path) {
   if (!v || v->is_null()) return "";
   if (v->is_string()) return std::string(v->get_string());
   if (v->is_bool()) return v->get_bool() ? "true" : "false";
-  if (v->is_int64() || v->is_uint64() || v->is_double()) return json::serialize(*v);
-  return json::serialize(*v);
+  return json::serialize(*v);  // numbers, and anything else, as JSON
 }
 
 }  // namespace hami::sim

@@ -58,17 +58,6 @@ std::optional<std::uint64_t> ParseRv(std::string_view s) {
 // RFC 1123 subdomain (names of most objects) or label (namespaces: no dots, at most 63).
 bool IsDnsName(std::string_view s, bool label) { return label ? IsDns1123Label(s) : IsDns1123Subdomain(s); }
 
-// A label value, or the name part of a label/annotation key: at most 63 of [A-Za-z0-9_.-], alphanumeric ends.
-bool IsQualifiedPart(std::string_view s, bool allow_empty) {
-  return (allow_empty || !s.empty()) && IsLabelValue(s);
-}
-
-bool IsQualifiedKey(std::string_view key) {
-  const std::size_t slash = key.find('/');
-  if (slash == std::string_view::npos) return IsQualifiedPart(key, false);
-  return IsDnsName(key.substr(0, slash), false) && IsQualifiedPart(key.substr(slash + 1), false);
-}
-
 std::optional<ApiError> ValidateMetadata(const ResourceType& type, const json::object& object) {
   const json::object* meta = MetaOf(object);
   const std::string name(MetaStr(object, "name"));
@@ -85,14 +74,14 @@ std::optional<ApiError> ValidateMetadata(const ResourceType& type, const json::o
       return Invalid(type.group, type.kind, name, "metadata.labels", "must be a map of strings");
     }
     for (const auto& kv : labels->get_object()) {
-      if (!IsQualifiedKey(kv.key())) {
+      if (!IsLabelKey(kv.key())) {
         return Invalid(
             type.group, type.kind, name, "metadata.labels",
             fmt::format("\"{}\": name part must consist of alphanumeric characters, '-', '_' or '.', "
                         "at most 63 characters",
                         std::string_view(kv.key())));
       }
-      if (!kv.value().is_string() || !IsQualifiedPart(kv.value().get_string(), true)) {
+      if (!kv.value().is_string() || !IsLabelValue(kv.value().get_string())) {
         return Invalid(type.group, type.kind, name,
                        fmt::format("metadata.labels[{}]", std::string_view(kv.key())),
                        fmt::format("{}: a valid label must be an empty string or consist of alphanumeric "
