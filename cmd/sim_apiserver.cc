@@ -125,7 +125,7 @@ Result<double> ParseRate(std::string_view flag, std::string_view text) {
 constexpr std::pair<std::string_view, std::string Args::*> kTextFlags[] = {
     {"tls-cert-file", &Args::tls_cert_file},     {"tls-private-key-file", &Args::tls_key_file},
     {"client-ca-file", &Args::client_ca_file},   {"token-auth-file", &Args::token_auth_file},
-    {"kubeconfig-out", &Args::kubeconfig_out},   {"kubeconfig", &Args::kubeconfig_out}};
+    {"kubeconfig-out", &Args::kubeconfig_out}};
 constexpr std::string_view kReadFlags[] = {"listen",           "cluster",          "expired-watch",
                                            "bookmark-interval", "history",         "fault-error-rate",
                                            "fault-conflict-rate", "fault-drop-rate", "fault-seed"};

@@ -645,6 +645,9 @@ TEST(ApiServerCommand, HelpAndBadFlags) {
   EXPECT_NE(out.str().find("--kubeconfig-out"), std::string::npos);
   EXPECT_EQ(cmd::SimApiServer({"--bogus"}, out, err), 2);
   EXPECT_NE(err.str().find("unknown flag '--bogus'"), std::string::npos);
+  // --kubeconfig reads a kubeconfig everywhere else: here it is no flag, so a user's file is never written.
+  EXPECT_EQ(cmd::SimApiServer({"--kubeconfig", "/tmp/never-written"}, out, err), 2);
+  EXPECT_NE(err.str().find("unknown flag '--kubeconfig'"), std::string::npos);
   EXPECT_EQ(cmd::SimApiServer({"--listen", "127.0.0.1:99999"}, out, err), 2);
   EXPECT_EQ(cmd::SimApiServer({"--cluster", "/nonexistent.yaml"}, out, err), 2);
 }
