@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
+#include <span>
 
 #include "backends/common.h"
 #include "core/names.h"
@@ -60,6 +62,22 @@ class AmdBackend final : public BasicBackend {
     req.mem_percent = req.memory.value() == 0 ? 100 : 0;  // no memory (or 0): the whole card's
     req.cores = Cores(cores->value_or(100));              // percent; the fit takes that share of the units
     return std::optional<DeviceRequest>(req);
+  }
+
+  // The allocation names each card by the product name its plugin registered (`GPU-a,AMD-MI300X,16384,76`),
+  // as HAMi's does; a card registered without one keeps the vendor key. The ledger reads an allocation by its
+  // annotation's key, so either reads back.
+  void AnnotateOnNode(const PodView& pod, const PodVendorDevices& devices, std::span<const DeviceInfo> cards,
+                      const Annotations& written, TimePoint now, Annotations& out) const override {
+    PodVendorDevices named = devices;
+    for (ContainerDevices& container : named) {
+      for (ContainerDevice& d : container) {
+        const auto card =
+            std::find_if(cards.begin(), cards.end(), [&](const DeviceInfo& c) { return c.id == d.uuid; });
+        if (card != cards.end() && !card->type.empty()) d.vendor = card->type;
+      }
+    }
+    Annotate(pod, named, written, now, out);
   }
 
   // A container with any of the three resources in its limits is the scheduler's (a memory or core limit

@@ -31,7 +31,8 @@ bool SoftSplitPod(const PodView& pod) {
 
 class AscendBackend final : public BasicBackend {
  public:
-  AscendBackend(BackendSpec spec, Chip chip) : BasicBackend(std::move(spec)), chip_(std::move(chip)) {}
+  AscendBackend(BackendSpec spec, Chip chip, std::vector<std::string> npu_resources)
+      : BasicBackend(std::move(spec)), chip_(std::move(chip)), npu_resources_(std::move(npu_resources)) {}
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
     return ManifestDevices(node, spec_.keys.register_annotation);
@@ -46,13 +47,13 @@ class AscendBackend final : public BasicBackend {
     }
   }
 
-  // 10 x, per container, the share of its cards in its largest interconnect group: nodes that keep a
-  // container's cards together rank first. A card without a group: no container is scored.
+  // 10 x, per container of two cards or more, the share of its cards in its largest interconnect group:
+  // nodes that keep a container's cards together rank first. A card without a group: no container is scored.
   double AllocationScore(const AllocationView& view) const override {
     double score = 0;
     std::map<std::int32_t, int> per_network;
     for (const std::vector<int>& positions : view.containers) {
-      if (positions.empty()) continue;
+      if (positions.size() < 2) continue;  // one card is together anywhere: nothing to rank nodes by
       per_network.clear();
       int largest = 0;
       for (int i : positions) {
@@ -69,6 +70,13 @@ class AscendBackend final : public BasicBackend {
     auto count = CountResource(c, chip_.count_resource);
     if (!count) return count.error();
     if (!*count) return std::optional<DeviceRequest>();
+    if (chip_.super_pod && **count % 2 != 0) {
+      // The webhook rounds 1 up to 2 and refuses other odd counts; a pod it did not see is refused here,
+      // rather than given half a module or more NPUs than the kubelet counts.
+      return Error{fmt::format("{}: a super-pod {} is allocated whole modules of 2 NPUs, so the count must be "
+                               "even, got {} (the webhook rounds 1 up to 2: is it running?)",
+                               chip_.count_resource, chip_.common_word, **count)};
+    }
     auto memory = IntegerResource(c, chip_.memory_resource, MemoryUnit(), 0, kInt32Max / chip_.memory_factor);
     if (!memory) return memory.error();
     auto cores = IntegerResource(c, chip_.core_resource, "percent of an NPU", 0, kInt32Max);
@@ -111,16 +119,24 @@ class AscendBackend final : public BasicBackend {
   // limits and requests; cores only in soft-split mode; the 910C pair rule; the runtime class.
   Result<bool> Admit(ContainerView& container, PodView& pod) const override {
     if (!container.limits.contains(chip_.count_resource)) {
-      if (chip_.overwrite_env &&
-          std::none_of(container.env.begin(), container.env.end(),
-                       [](const EnvVar& e) { return e.name == kVisibleDevices; })) {
-        container.env.push_back(EnvVar{std::string(kVisibleDevices), ""});
-      }
+      if (chip_.overwrite_env) HideNpus(container);
       return false;
     }
     auto count = CountResource(container, chip_.count_resource);
     if (!count) return count.error();
     if (!*count) return false;
+    const std::int32_t asked_count = **count;
+    if (chip_.super_pod) {
+      // A super-pod 910C is allocated a module (two NPUs) at a time: one NPU, whole or a vNPU, becomes its
+      // module's pair, as upstream rounds it (docs/DECISIONS.md "Ascend").
+      if (asked_count == 1) {
+        container.limits[chip_.count_resource] = "2";
+        if (container.requests.contains(chip_.count_resource)) container.requests[chip_.count_resource] = "2";
+      } else if (asked_count % 2 != 0) {
+        return Error{fmt::format("{}: {} device request must be 1 or 2*n, got {}", chip_.count_resource,
+                                 chip_.common_word, asked_count)};
+      }
+    }
     const bool soft = SoftSplitPod(pod);
     if (!soft && !chip_.core_resource.empty()) {
       auto cores = IntegerResource(container, chip_.core_resource, "percent of an NPU", 0, kInt32Max);
@@ -148,22 +164,11 @@ class AscendBackend final : public BasicBackend {
         }
       }
     }
-    const std::int32_t asked_count = **count;
     if (!soft && asked_count > 1 && target != chip_.memory_allocatable) {
       return Error{fmt::format("{}: {} cards with {} {}: vNPU not supported for multiple devices (ask for "
                                "whole cards, or one vNPU)",
                                chip_.count_resource, asked_count, chip_.memory_resource,
                                Quoted(container.limits.at(chip_.memory_resource)))};
-    }
-    if (chip_.super_pod) {
-      // A whole NPU of a super-pod module comes with its pair; a vNPU stays on one NPU (docs/DECISIONS.md).
-      if (asked_count == 1 && target == chip_.memory_allocatable) {
-        container.limits[chip_.count_resource] = "2";
-        if (container.requests.contains(chip_.count_resource)) container.requests[chip_.count_resource] = "2";
-      } else if (asked_count % 2 != 0 && asked_count != 1) {
-        return Error{fmt::format("{}: {} device request must be 1 or 2*n, got {}", chip_.count_resource,
-                                 chip_.common_word, asked_count)};
-      }
     }
     const std::string units = std::to_string((target + chip_.memory_factor - 1) / chip_.memory_factor);
     container.limits[chip_.memory_resource] = units;
@@ -175,7 +180,22 @@ class AscendBackend final : public BasicBackend {
  private:
   std::string_view MemoryUnit() const { return chip_.memory_factor == 1 ? "MiB" : "memory units"; }
 
+  // `overwriteEnv`: a container that asks for no NPU of any chip sees none. The variable's last entry is the
+  // one the container gets (the pod's env comes after the device plugin's), so an empty one goes last unless
+  // it is there already; a container with NPUs of another chip keeps the value its device plugin gives it
+  // (docs/DECISIONS.md "Ascend").
+  void HideNpus(ContainerView& container) const {
+    for (const std::string& resource : npu_resources_) {
+      if (container.limits.contains(resource)) return;
+    }
+    const auto last = std::find_if(container.env.rbegin(), container.env.rend(),
+                                   [](const EnvVar& e) { return e.name == kVisibleDevices; });
+    if (last == container.env.rend() || !last->value.empty())
+      container.env.push_back(EnvVar{std::string(kVisibleDevices), ""});
+  }
+
   Chip chip_;
+  std::vector<std::string> npu_resources_;  // every chip's count resource, this one's included
 };
 
 Chip ChartChip(std::string cw, std::int64_t allocatable, std::int64_t capacity,
@@ -273,9 +293,11 @@ Result<std::vector<BackendPtr>> Create(const VendorSettings& settings) {
     }
   }
   const bool soft_default = settings.Bool("hamiVnpuCore").value_or(false);
+  std::vector<std::string> npu_resources;
+  for (const Chip& chip : chips) npu_resources.push_back(chip.count_resource);
   std::vector<BackendPtr> backends;
   for (const Chip& chip : chips) {
-    auto backend = MakeBackend(chip, soft_default);
+    auto backend = MakeBackend(chip, soft_default, npu_resources);
     if (!backend) return backend.error();
     backends.push_back(std::move(*backend));
   }
@@ -336,7 +358,10 @@ Rounded RoundToTemplate(const Chip& chip, std::int64_t memory) {
   return Rounded{};
 }
 
-Result<BackendPtr> MakeBackend(const Chip& chip, bool soft_split_by_default) {
+Result<BackendPtr> MakeBackend(const Chip& chip, bool soft_split_by_default,
+                               std::vector<std::string> npu_resources) {
+  if (std::find(npu_resources.begin(), npu_resources.end(), chip.count_resource) == npu_resources.end())
+    npu_resources.push_back(chip.count_resource);
   const std::string& cw = chip.common_word;
   BackendSpec s;
   s.vendor = cw;
@@ -359,7 +384,7 @@ Result<BackendPtr> MakeBackend(const Chip& chip, bool soft_split_by_default) {
     s.fit.multi_device = MultiDevice::kNetworkGroups;
   }
   s.fit.vendor_score = s.fit.vendor_score_together = cw.starts_with(kFamily910);
-  return BackendPtr(std::make_unique<AscendBackend>(std::move(s), chip));
+  return BackendPtr(std::make_unique<AscendBackend>(std::move(s), chip, std::move(npu_resources)));
 }
 
 VendorModule Module() {

@@ -43,7 +43,10 @@ struct Rounded {
 Rounded RoundToTemplate(const Chip& chip, std::int64_t memory);
 
 // One chip's backend; `soft_split_by_default` is `vnpus.hamiVnpuCore` (a node's hami-vnpu-core wins).
-Result<BackendPtr> MakeBackend(const Chip& chip, bool soft_split_by_default);
+// `npu_resources`: the count resources of every chip of the section (empty: this chip's alone); a container
+// that asks for none of them is the one `overwriteEnv` hides the NPUs from.
+Result<BackendPtr> MakeBackend(const Chip& chip, bool soft_split_by_default,
+                               std::vector<std::string> npu_resources = {});
 
 VendorModule Module();
 

@@ -25,6 +25,20 @@ constexpr std::string_view kPredicateNode = "aws.amazon.com/predicate-node";
 
 int Bits(std::int64_t mask) { return std::popcount(static_cast<std::uint64_t>(mask)); }
 
+// A count of devices or cores (limits, else requests) from 1 to `hi`; nullopt when absent. Zero is refused as
+// upstream refuses it: a container that wants no Neuron leaves the resource out (docs/DECISIONS.md).
+Result<std::optional<std::int64_t>> PositiveResource(const ContainerView& c, const std::string& name,
+                                                     std::string_view unit, std::int64_t hi) {
+  auto n = IntegerResource(c, name, unit, 0, hi);
+  if (!n) return n.error();
+  if (*n && **n == 0) {
+    return Error{fmt::format("{} must be greater than 0, got \"0\" (leave it out of a container that needs no "
+                             "{})",
+                             name, unit)};
+  }
+  return n;
+}
+
 // A request for whole devices is marked by asking for all of a card's (absent) memory.
 bool Whole(const DeviceRequest& r) { return r.mem_percent == 100; }
 
@@ -75,7 +89,7 @@ class NeuronBackend final : public BasicBackend {
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
     DeviceRequest req;
     req.vendor = spec_.vendor;
-    auto count = CountResource(c, spec_.resources.count);
+    auto count = PositiveResource(c, spec_.resources.count, "Neuron devices", kInt32Max);
     if (!count) return count.error();
     if (*count) {
       auto cores = CoreSplit(c);
@@ -84,7 +98,7 @@ class NeuronBackend final : public BasicBackend {
         return Error{fmt::format("{} and {}: ask for whole devices or for NeuronCores, not both",
                                  spec_.resources.count, spec_.resources.cores)};
       }
-      req.count = **count;
+      req.count = static_cast<std::int32_t>(**count);
       req.mem_percent = 100;
       return std::optional<DeviceRequest>(req);
     }
@@ -177,9 +191,9 @@ class NeuronBackend final : public BasicBackend {
     return c.limits.contains(spec_.resources.count) || c.requests.contains(spec_.resources.count);
   }
   Result<std::optional<std::pair<std::int32_t, std::int32_t>>> CoreSplit(const ContainerView& c) const {
-    auto cores = IntegerResource(c, spec_.resources.cores, "NeuronCores", 0, 2 * kInt32Max);
+    auto cores = PositiveResource(c, spec_.resources.cores, "NeuronCores", 2 * kInt32Max);
     if (!cores) return cores.error();
-    if (!*cores || **cores == 0) return std::optional<std::pair<std::int32_t, std::int32_t>>();
+    if (!*cores) return std::optional<std::pair<std::int32_t, std::int32_t>>();
     auto split = SplitCores(**cores, spec_.resources.cores);
     if (!split) return split.error();
     return std::optional<std::pair<std::int32_t, std::int32_t>>(*split);

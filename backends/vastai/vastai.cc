@@ -46,13 +46,13 @@ class VastaiBackend final : public CountBackend {
     return ChooseDies(candidates, want);
   }
 
-  // Per container, the share of its dies on its fullest card; 0 for the node when a container holds a
-  // device that is no die of a named card.
+  // Per container of two dies or more, the share of its dies on its fullest card; 0 for the node when such
+  // a container holds a device that is no die of a named card.
   double AllocationScore(const AllocationView& view) const override {
     double score = 0;
     std::map<std::string, int, std::less<>> per_card;
     for (const std::vector<int>& positions : view.containers) {
-      if (positions.empty()) continue;
+      if (positions.size() < 2) continue;  // one die is together anywhere: nothing to rank nodes by
       per_card.clear();
       int fullest = 0;
       for (int p : positions) {

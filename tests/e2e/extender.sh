@@ -368,14 +368,15 @@ else
   bad "neuron: core '$core_alloc' ids '$core_ids'; four ids '$four_ids' on $(jp neuron-four '{.spec.nodeName}')"
 fi
 # AMD: a quarter of an MI300X (the plugin publishes its 304 compute units: 25 % are 76), then a whole card
-# (all its memory and units) on the other GPU.
+# (all its memory and units) on the other GPU; the allocation names each card by its registered type.
 pod amd-quarter '{"amd.com/gpu": "1", "amd.com/gpumem": "16384", "amd.com/gpucores": "25"}' >/dev/null
 check_pod amd-quarter amd-1 hami.io/amd-devices-allocated hami.io/amd-devices-to-allocate 16384
 pod amd-whole '{"amd.com/gpu": "1"}' >/dev/null
 check_pod amd-whole amd-1 hami.io/amd-devices-allocated hami.io/amd-devices-to-allocate 196608
 amd_quarter="$(annotation amd-quarter hami.io/amd-devices-allocated)"
 amd_whole="$(annotation amd-whole hami.io/amd-devices-allocated)"
-if [[ "$amd_quarter" == AMD-amd-1-*,AMD,16384,76:\; ]] && [[ "$amd_whole" == AMD-amd-1-*,AMD,196608,304:\; ]] &&
+if [[ "$amd_quarter" == AMD-amd-1-*,AMD-Instinct-MI300X,16384,76:\; ]] &&
+   [[ "$amd_whole" == AMD-amd-1-*,AMD-Instinct-MI300X,196608,304:\; ]] &&
    [ "${amd_quarter%%,*}" != "${amd_whole%%,*}" ]; then
   ok "amd: 25 % of the MI300X's compute units are 76 ($amd_quarter), the whole card all 304 ($amd_whole)"
 else

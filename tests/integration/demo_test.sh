@@ -39,8 +39,8 @@ assert len(wings) == 1, by["xpu-pair"]
 assert ",XPU,24576,25" in by["vxpu-quarter"]["devices"]["XPU"], by["vxpu-quarter"]
 # AMD: a quarter of the 304 compute units of an MI300X is 76, a whole card all of them; Vastai and Biren book
 # no memory and no cores (shared by count), two Vastai devices for the pair
-assert ",AMD,16384,76:" in by["amd-quarter"]["devices"]["AMD"], by["amd-quarter"]
-assert ",AMD,196608,304:" in by["amd-whole"]["devices"]["AMD"], by["amd-whole"]
+assert ",AMD-Instinct-MI300X,16384,76:" in by["amd-quarter"]["devices"]["AMD"], by["amd-quarter"]
+assert ",AMD-Instinct-MI300X,196608,304:" in by["amd-whole"]["devices"]["AMD"], by["amd-whole"]
 assert by["va-pair"]["devices"]["Vastai"].count(",Vastai,0,0:") == 2, by["va-pair"]
 assert ",Biren,0,0:" in by["biren-slot"]["devices"]["Biren"], by["biren-slot"]
 # Enflame: a whole GCU (placeholder 100/100), and the 3g.20gb DRS profile: 20 GB and half the cores

@@ -33,7 +33,9 @@
 #include "core/codec/pod_devices.h"
 #include "core/codec/stamps.h"
 #include "core/keys.h"
+#include "core/base64.h"
 #include "k8s/http_client.h"
+#include "k8s/json_patch.h"
 #include "k8s/objects.h"
 #include "sim/apiserver/api_server.h"
 #include "sim/device_plugins/device_plugin.h"
@@ -1392,6 +1394,100 @@ TEST_F(HostileInputTest, TheWebhookAnswersEveryReviewAndRefusesWhatIsNotOne) {
         EXPECT_EQ(s.patched, 1u);
         EXPECT_EQ(s.denied, 1u);
         EXPECT_EQ(s.invalid, 2u);
+      }(),
+      30s);
+}
+
+// The vendor rules HAMi v2.10's own webhook applies, through /webhook (docs/DECISIONS.md "AWS Neuron" and
+// "Ascend"): a Neuron count of 0 is refused before the privileged container is; a super-pod 910C request
+// of one NPU, a vNPU too, asks for the module pair in limits and requests; with overwriteEnv a container
+// without NPUs sees none, whatever it set, and a native sidecar holding NPUs keeps them.
+TEST_F(HostileInputTest, TheWebhookAppliesHamisVendorRules) {
+  VendorSettings vnpus;
+  vnpus.Set("overwriteEnv", true);
+  backends_ = testing::BuiltinBackends({{"vnpus", vnpus}});
+  StartService();
+  const auto review = [](const std::string& name, json::value spec) {
+    const json::value pod = {{"metadata", {{"name", name}, {"namespace", "default"}}}, {"spec", std::move(spec)}};
+    return json::serialize(json::value{{"apiVersion", "admission.k8s.io/v1"},
+                                       {"kind", "AdmissionReview"},
+                                       {"request",
+                                        {{"uid", "u-" + name},
+                                         {"kind", {{"kind", "Pod"}}},
+                                         {"namespace", "default"},
+                                         {"operation", "CREATE"},
+                                         {"object", pod}}}});
+  };
+  const auto container = [](const std::string& name, json::object resources, json::array env = {}) {
+    json::object c{{"name", name}, {"image", "busybox"}, {"resources", std::move(resources)}};
+    if (!env.empty()) c["env"] = std::move(env);
+    return c;
+  };
+  // The pod as the answer's patch leaves it.
+  const auto patched = [&](const std::string& body, const std::string& name, json::value spec) {
+    const json::value answer = json::parse(body);
+    json::value pod = {{"metadata", {{"name", name}, {"namespace", "default"}}}, {"spec", std::move(spec)}};
+    const json::object& response = answer.at("response").as_object();
+    EXPECT_EQ(response.at("allowed"), true) << body;
+    if (const json::value* patch = response.if_contains("patch")) {
+      const json::value ops = json::parse(Base64Decode(patch->as_string()).value());
+      EXPECT_TRUE(k8s::ApplyJsonPatch(pod, ops)) << ops;
+    }
+    return pod;
+  };
+  const auto env_of = [](const json::value& c) {
+    std::vector<std::string> out;
+    if (const json::value* env = c.as_object().if_contains("env")) {
+      for (const json::value& e : env->as_array()) {
+        const json::value* value = e.as_object().if_contains("value");
+        out.push_back(fmt::format("{}={}", e.at("name").as_string().c_str(),
+                                  value == nullptr ? "" : value->as_string().c_str()));
+      }
+    }
+    return out;
+  };
+
+  const json::value neuron_zero = {
+      {"containers", json::array{json::object{{"name", "a"},
+                                              {"securityContext", {{"privileged", true}}},
+                                              {"resources", {{"limits", {{"aws.amazon.com/neuron", "0"}}}}}}}}};
+  const json::value one_npu = {
+      {"containers", json::array{container(
+                         "a", {{"limits", {{"huawei.com/Ascend910C", "1"}, {"huawei.com/Ascend910C-memory", "16384"}}},
+                               {"requests", {{"huawei.com/Ascend910C", "1"}, {"huawei.com/Ascend910C-memory", "16384"}}}})}}};
+  json::object sidecar = container("sidecar", {{"limits", {{"huawei.com/Ascend910B3", "1"}}}});
+  sidecar["restartPolicy"] = "Always";
+  const json::value with_sidecar = {
+      {"initContainers",
+       json::array{container("plain-init", {}, json::array{json::object{{"name", "ASCEND_VISIBLE_DEVICES"},
+                                                                        {"value", "0"}}}),
+                   sidecar}},
+      {"containers", json::array{container("main", {})}}};
+  RunCoro(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        CO_ASSERT_TRUE(co_await SystemReady());
+        const json::value denied = json::parse(co_await Post("/webhook", review("neuron", neuron_zero)));
+        EXPECT_EQ(denied.at("response").at("allowed"), false);
+        EXPECT_THAT(std::string(denied.at("response").at("status").at("message").as_string()),
+                    ::testing::HasSubstr("aws.amazon.com/neuron must be greater than 0"))
+            << "the value's refusal comes before the privileged container's, as upstream orders them";
+
+        const json::value pair = patched(co_await Post("/webhook", review("pair", one_npu)), "pair", one_npu);
+        const json::value& resources = pair.at("spec").at("containers").at(0).at("resources");
+        EXPECT_EQ(resources.at("limits").at("huawei.com/Ascend910C"), "2") << resources;
+        EXPECT_EQ(resources.at("requests").at("huawei.com/Ascend910C"), "2") << resources;
+        EXPECT_EQ(resources.at("limits").at("huawei.com/Ascend910C-memory"), "16384") << resources;
+
+        const json::value pod =
+            patched(co_await Post("/webhook", review("sidecar", with_sidecar)), "sidecar", with_sidecar);
+        const json::value& spec = pod.at("spec");
+        EXPECT_EQ(env_of(spec.at("initContainers").at(0)),
+                  (std::vector<std::string>{"ASCEND_VISIBLE_DEVICES=0", "ASCEND_VISIBLE_DEVICES="}))
+            << "the last entry is what the container gets";
+        EXPECT_EQ(env_of(spec.at("initContainers").at(1)), std::vector<std::string>{})
+            << "the sidecar keeps the NPUs its device plugin gives it";
+        EXPECT_EQ(env_of(spec.at("containers").at(0)), std::vector<std::string>{"ASCEND_VISIBLE_DEVICES="});
       }(),
       30s);
 }

@@ -1,8 +1,8 @@
 // AMD in isolation and through the scheduler: discovery behind the capacity gate, requests and admission
 // from the limits, the share of a card's compute units, type and UUID selectors, the quota in percent, and
 // pod annotations. The test vectors of HAMi v2.10's AMD backend, with the departures of docs/DECISIONS.md
-// "AMD" (the vendor key in the allocation, unreadable values are errors, the quota counts percent on both
-// sides).
+// "AMD" (every container keeps its place in the allocation, unreadable values are errors, the quota counts
+// percent on both sides).
 #include "backends/amd/amd.h"
 
 #include <gmock/gmock.h>
@@ -202,8 +202,9 @@ TEST(AmdFit, APercentOfEachCardsComputeUnits) {
   c.Node("n", {Card("mi300x", 0, 196608, 304)});
   auto quarter = c.Run(AmdPod(1, 16384, 25));
   ASSERT_EQ(quarter.kind, FilterOutcome::Kind::kScheduled) << Failure(quarter);
-  EXPECT_EQ(quarter.annotations.at(kAllocated), "mi300x,AMD,16384,76:;") << "25 % of 304 compute units";
-  EXPECT_EQ(quarter.annotations.at("hami.io/amd-devices-to-allocate"), "mi300x,AMD,16384,76:;");
+  EXPECT_EQ(quarter.annotations.at(kAllocated), "mi300x,AMD-Instinct-MI300X,16384,76:;")
+      << "25 % of 304 compute units, the card named by its registered type";
+  EXPECT_EQ(quarter.annotations.at("hami.io/amd-devices-to-allocate"), "mi300x,AMD-Instinct-MI300X,16384,76:;");
 
   Cluster small;
   small.Node("n", {Card("dev-0", 0, 1000, 64, 2)});
@@ -296,8 +297,32 @@ TEST(AmdFit, ASidecarFirstKeepsTheCardWithItsContainer) {
   PodView pod = Pod("p", {Ctr("sidecar", {}), AmdCtr(1, 4096, 50)});
   auto out = c.Run(pod);
   ASSERT_EQ(out.kind, FilterOutcome::Kind::kScheduled) << Failure(out);
-  EXPECT_EQ(out.annotations.at(kAllocated), ";mi210,AMD,4096,52:;")
+  EXPECT_EQ(out.annotations.at(kAllocated), ";mi210,AMD-MI210,4096,52:;")
       << "the sidecar's empty list first: the plugin gives the card to the second container";
+}
+
+// HAMi writes each card's registered type into the allocation (its AMD vGPU design); the ledger reads the
+// allocation back by the annotation's key whatever the type says.
+TEST(AmdFit, TheAllocationNamesEachCardByItsRegisteredType) {
+  Cluster c;
+  c.Node("n", {Card("GPU-a", 0, 196608, 304, 4, "AMD-MI300X"), Card("GPU-b", 1, 196608, 304, 4, "")});
+  auto one = c.Run(AmdPod(1, 16384, 25, {{"amd.com/use-gpu-uuid", "GPU-a"}}));
+  ASSERT_EQ(one.kind, FilterOutcome::Kind::kScheduled) << Failure(one);
+  EXPECT_EQ(one.annotations.at(kAllocated), "GPU-a,AMD-MI300X,16384,76:;");
+  EXPECT_EQ(one.devices.at("AMD").at(0).at(0).vendor, "AMD") << "the ledger charges by the vendor key";
+  auto untyped = c.Run(AmdPod(1, 16384, 25, {{"amd.com/use-gpu-uuid", "GPU-b"}}));
+  ASSERT_EQ(untyped.kind, FilterOutcome::Kind::kScheduled) << Failure(untyped);
+  EXPECT_EQ(untyped.annotations.at(kAllocated), "GPU-b,AMD,16384,76:;") << "no registered type: the vendor key";
+
+  PodView bound = AmdPod(1, 16384, 25);
+  bound.uid = "bound";
+  bound.annotations = one.annotations;
+  auto read = AllocationFromAnnotations(bound, c.backends);
+  ASSERT_TRUE(read && *read) << "the ledger reads the typed allocation back";
+  const ContainerDevice& held = (*read)->devices.at("AMD").at(0).at(0);
+  EXPECT_EQ(held.uuid, "GPU-a");
+  EXPECT_EQ(held.vendor, "AMD");
+  EXPECT_EQ(held.cores, Cores(76));
 }
 
 TEST(AmdQuota, CoresCountInPercentOnBothSides) {

@@ -1,8 +1,8 @@
 // Huawei Ascend in isolation: the vnpus section (one backend per chip), discovery with NetworkID, requests,
 // memory templates, the webhook's mutations and refusals, and the pod annotations. Vectors A1-A11 and the
 // worked template values of HAMi v2.10's Ascend backend, with the departures of docs/DECISIONS.md "Ascend"
-// (unreadable quantities are errors, an absent or empty register annotation is no devices, a 910C vNPU stays
-// on one NPU, the visible-devices variable is added once per container).
+// (unreadable quantities are errors, an absent or empty register annotation is no devices, the filter refuses
+// an odd super-pod 910C count, the visible-devices variable is added once per container).
 #include "backends/ascend/ascend.h"
 
 #include <gmock/gmock.h>
@@ -421,11 +421,32 @@ TEST(AscendAdmit, A5SuperPodPairs) {
   ASSERT_TRUE(*Admit(*c, four, pod));
   EXPECT_EQ(four.limits.at("huawei.com/Ascend910C"), "4");
 
-  // A vNPU is carved from one NPU: it is not doubled (upstream doubles it, docs/DECISIONS.md).
+  // A vNPU is rounded up to the module too, as upstream: two vNPUs of the template, one on each NPU.
   ContainerView vnpu = Npu("Ascend910C", "1", "16384");
+  vnpu.requests = vnpu.limits;
   ASSERT_TRUE(*Admit(*c, vnpu, pod));
-  EXPECT_EQ(vnpu.limits.at("huawei.com/Ascend910C"), "1");
+  EXPECT_EQ(vnpu.limits.at("huawei.com/Ascend910C"), "2");
+  EXPECT_EQ(vnpu.requests.at("huawei.com/Ascend910C"), "2");
   EXPECT_EQ(vnpu.limits.at("huawei.com/Ascend910C-memory"), "16384");
+  EXPECT_EQ(vnpu.requests.at("huawei.com/Ascend910C-memory"), "16384");
+  EXPECT_EQ(Request(*c, vnpu), Req("Ascend910C", 2, 16384, 0, 0)) << "what the filter then reads";
+  PodView soft = SoftSplitPod();
+  ContainerView shared = Npu("Ascend910C", "1", "20000");
+  ASSERT_TRUE(*Admit(*c, shared, soft));
+  EXPECT_EQ(shared.limits.at("huawei.com/Ascend910C"), "2") << "soft split too";
+  EXPECT_EQ(shared.limits.at("huawei.com/Ascend910C-memory"), "20000");
+
+  // The odd count comes first, before the other checks (upstream's order).
+  ContainerView odd_cores = Npu("Ascend910C", "3", "", "10");
+  EXPECT_THAT(Admit(*c, odd_cores, pod).error().message, HasSubstr("must be 1 or 2*n, got 3"));
+
+  // A pod the webhook did not see: the filter refuses an odd count rather than split a module.
+  for (const char* n : {"1", "3"}) {
+    auto r = c->RequestFor(Npu("Ascend910C", n));
+    ASSERT_FALSE(r) << n;
+    EXPECT_THAT(r.error().message, HasSubstr(std::string("allocated whole modules of 2 NPUs, so the count must be even, got ") + n)) << n;
+  }
+  EXPECT_EQ(Request(*c, Npu("Ascend910C", "2")), Req("Ascend910C", 2, 0, 100, 0));
 
   // Without superPod a 910C is an ordinary chip.
   SettingRecord plain = ChipRecord("Ascend910C", 65536);
@@ -482,6 +503,25 @@ TEST(AscendAdmit, RuntimeClassAndVisibleDevicesOncePerContainer) {
   EXPECT_EQ(plain.env[0].name, "ASCEND_VISIBLE_DEVICES");
   EXPECT_EQ(plain.env[0].value, "");
   EXPECT_FALSE(pod.runtime_class_name.has_value()) << "only pods that use a chip get its runtime class";
+
+  // The variable's last entry is what the container gets: a value the user set is overridden, as upstream's
+  // appended entry does; an empty one last already is left alone.
+  ContainerView chosen = Ctr("chosen", {});
+  chosen.env = {{"ASCEND_VISIBLE_DEVICES", "0"}, {"FOO", "bar"}};
+  for (const auto& b : backends) EXPECT_FALSE(*Admit(*b, chosen, pod));
+  EXPECT_EQ(chosen.env, (std::vector<EnvVar>{{"ASCEND_VISIBLE_DEVICES", "0"}, {"FOO", "bar"},
+                                             {"ASCEND_VISIBLE_DEVICES", ""}}));
+  ContainerView hidden = Ctr("hidden", {});
+  hidden.env = {{"ASCEND_VISIBLE_DEVICES", ""}};
+  for (const auto& b : backends) EXPECT_FALSE(*Admit(*b, hidden, pod));
+  EXPECT_EQ(hidden.env.size(), 1u);
+
+  // A container with NPUs of one chip gets nothing from the other chip's overwriteEnv: after the device
+  // plugin's value, an empty one would hide the NPUs it was given (upstream appends it).
+  ContainerView holder = Npu("ChipB", "1");
+  EXPECT_FALSE(*Admit(*backends[0], holder, pod));
+  EXPECT_TRUE(*Admit(*backends[1], holder, pod));
+  EXPECT_TRUE(holder.env.empty());
 
   ContainerView asking = Npu("ChipA", "1");
   ASSERT_TRUE(*Admit(*backends[0], asking, pod));

@@ -96,6 +96,16 @@ TEST(AwsNeuron, N1AdmissionTakesEitherResource) {
   EXPECT_THAT(b->Admit(odd, pod).error().message, HasSubstr("must be 1 or a multiple of 2, got 3"));
   ContainerView plain = Ctr("c", {});
   EXPECT_FALSE(b->Admit(plain, pod).value());
+  // Zero of either is refused, as upstream refuses it, in the webhook and the filter alike.
+  for (const char* name : {"aws.amazon.com/neuron", "aws.amazon.com/neuroncore"}) {
+    ContainerView zero = Ctr("c", {{name, "0"}});
+    EXPECT_EQ(b->Admit(zero, pod).error().message,
+              std::string(name) + " must be greater than 0, got \"0\" (leave it out of a container that needs no " +
+                  (std::string(name).ends_with("core") ? "NeuronCores)" : "Neuron devices)"));
+    ContainerView requests_zero = Ctr("c", {});
+    requests_zero.requests[name] = "0";
+    EXPECT_THAT(b->RequestFor(requests_zero).error().message, HasSubstr("must be greater than 0")) << name;
+  }
 }
 
 TEST(AwsNeuron, N5ContiguousWindowsByIndex) {

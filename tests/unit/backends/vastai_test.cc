@@ -275,5 +275,20 @@ TEST(VastaiFit, NodesThatKeepAContainersDiesOnOneCardRankFirst) {
   EXPECT_EQ(out.node, "a") << "equal scores: the smaller name";
 }
 
+// One die is together on any node: it ranks no node first, so spread takes the idle node of whole cards
+// rather than the busier die-mode node, and binpack the busier one.
+TEST(VastaiFit, AOneDieContainerScoresNothingTogether) {
+  Cluster c;
+  c.Node("dies", {Die("d0", 0, "1"), Die("d1", 1, "1")});
+  c.Node("whole", {Device("w0", 0), Device("w1", 1)});
+  Hold(c.state, "h", "dies", "Vastai", "d0", 1, 0, 0);
+  auto spread = c.Run(VaPod(1), {"dies", "whole"}, "spread");
+  ASSERT_EQ(spread.kind, FilterOutcome::Kind::kScheduled) << Failure(spread, "dies");
+  EXPECT_EQ(spread.node, "whole") << "the less busy node";
+  auto binpack = c.Run(VaPod(1), {"dies", "whole"}, "binpack");
+  ASSERT_EQ(binpack.kind, FilterOutcome::Kind::kScheduled);
+  EXPECT_EQ(binpack.node, "dies") << "the busier node";
+}
+
 }  // namespace
 }  // namespace hami

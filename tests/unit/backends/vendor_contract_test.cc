@@ -34,6 +34,7 @@ struct Case {
   const char* section;  // the module's
   VendorModule (*module)();
   const char* vendor = "";  // the backend under test among the section's ("" = its first)
+  int fewest = 1;           // the fewest devices a container asks for (a super-pod 910C: a module pair)
 };
 const Case kModules[] = {{"nvidia", "nvidia", &backends::nvidia::Module},
                          {"cambricon", "cambricon", &backends::cambricon::Module},
@@ -45,7 +46,7 @@ const Case kModules[] = {{"nvidia", "nvidia", &backends::nvidia::Module},
                          {"Ascend910B4_1", "vnpus", &backends::ascend::Module, "Ascend910B4-1"},
                          {"Ascend910B4", "vnpus", &backends::ascend::Module, "Ascend910B4"},
                          {"Ascend310P", "vnpus", &backends::ascend::Module, "Ascend310P"},
-                         {"Ascend910C", "vnpus", &backends::ascend::Module, "Ascend910C"},
+                         {"Ascend910C", "vnpus", &backends::ascend::Module, "Ascend910C", 2},
                          {"kunlun", "kunlun", &backends::kunlun::Module, "kunlun"},
                          {"XPU", "kunlun", &backends::kunlun::Module, "XPU"},
                          {"MR_V100", "iluvatars", &backends::iluvatar::Module, "MR-V100"},
@@ -205,11 +206,12 @@ TEST_P(VendorContract, DiscoversWhatItsSimulatedPluginPublishes) {
 }
 
 TEST_P(VendorContract, ReadsItsCountResource) {
-  auto one = backend_->RequestFor(Asking("1"));
+  const int fewest = GetParam().fewest;
+  auto one = backend_->RequestFor(Asking(std::to_string(fewest)));
   ASSERT_TRUE(one) << one.error().message;
   ASSERT_TRUE(one->has_value());
   EXPECT_EQ((*one)->vendor, spec().vendor);
-  EXPECT_EQ((*one)->count, 1);
+  EXPECT_EQ((*one)->count, fewest);
 
   ContainerView plain;
   plain.name = "plain";
