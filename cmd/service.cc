@@ -18,6 +18,7 @@
 #include "config/flags.h"
 #include "k8s/event_loop.h"
 #include "k8s/metrics.h"
+#include "k8s/waits.h"
 
 namespace hami::cmd {
 namespace asio = boost::asio;
@@ -193,6 +194,14 @@ void SchedulerService::Shutdown(std::chrono::milliseconds grace) {
     // After the last answer's writes: a successor takes over within its retry period.
     co_await s->extender_->ReleaseLeadership();
     s->stop_.emit(asio::cancellation_type::terminal);
+    // Events still queued when the grace ends are dropped: a stop takes the grace, not as long as the
+    // events' own rate limit needs (a burst of refusals queues hundreds).
+    while (s->extender_->busy() && std::chrono::steady_clock::now() < deadline)
+      co_await k8s::SleepFor(std::chrono::milliseconds(50));
+    if (const std::size_t queued = s->extender_->events().queued(); queued > 0) {
+      spdlog::warn("shutdown: {} queued events dropped at the end of the grace period", queued);
+      s->extender_->DropQueuedEvents();
+    }
   };
   Spawn(drain(this, std::chrono::steady_clock::now() + grace), "the drain");
 }

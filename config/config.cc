@@ -170,8 +170,9 @@ class Reader {
     return *v;
   }
 
-  std::optional<double> PositiveNumber(const Item& it) {
-    constexpr std::string_view kWant = "a number > 0";
+  std::optional<double> PositiveNumber(const Item& it) { return Number(it, false); }
+  std::optional<double> Number(const Item& it, bool zero_allowed) {
+    const std::string_view kWant = zero_allowed ? "a number >= 0" : "a number > 0";
     auto s = Scalar(it, kWant);
     if (!s) return std::nullopt;
     const std::string_view text = Trim(*s);
@@ -181,7 +182,7 @@ class Reader {
       Problem(it.key, it.path, fmt::format("'{}' is not a number ({})", *s, kWant));
       return std::nullopt;
     }
-    if (v <= 0) {
+    if (v < 0 || (v == 0 && !zero_allowed)) {
       Problem(it.key, it.path, fmt::format("{} is not {}", *s, kWant));
       return std::nullopt;
     }
@@ -437,6 +438,10 @@ constexpr Field<Config> kSchedulerFields[] = {
      [](Reader& r, const Item& it, Config& c) { r.Seconds(it, seconds(1), c.extender.handshake_timeout); }},
     {"reservationTimeout", [](Reader& r, const Item& it,
                               Config& c) { r.Seconds(it, seconds(1), c.extender.bind.reservation_timeout); }},
+    {"requeueQPS",
+     [](Reader& r, const Item& it, Config& c) {
+       if (auto v = r.Number(it, true)) c.extender.requeue_qps = *v;
+     }},
     {"kubeconfig", [](Reader& r, const Item& it, Config& c) { r.String(it, c.kube.kubeconfig); }},
     {"kubeQPS",
      [](Reader& r, const Item& it, Config& c) {
@@ -1023,6 +1028,8 @@ std::string ToYaml(const Config& cfg, const BackendRegistry& vendors) {
   out << YAML::Key << "handshakeTimeout" << YAML::Value << FormatDuration(cfg.extender.handshake_timeout);
   out << YAML::Key << "reservationTimeout" << YAML::Value
       << FormatDuration(cfg.extender.bind.reservation_timeout);
+  if (cfg.extender.requeue_qps)
+    out << YAML::Key << "requeueQPS" << YAML::Value << fmt::format("{}", *cfg.extender.requeue_qps);
   EmitString(out, "kubeconfig", cfg.kube.kubeconfig);
   out << YAML::Key << "kubeQPS" << YAML::Value << fmt::format("{}", cfg.kube.qps);
   out << YAML::Key << "kubeBurst" << YAML::Value << cfg.kube.burst;

@@ -206,6 +206,16 @@ void SetKubeQps(const std::string& flag, const std::string& value, LoadedConfig&
     out.config.kube.qps = v;
   }
 }
+void SetRequeueQps(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
+  const std::string_view text = Trim(value);
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !std::isfinite(v) || v < 0) {
+    problems.push_back(fmt::format("{}: '{}' is not a number >= 0", flag, value));
+  } else {
+    out.config.extender.requeue_qps = v;
+  }
+}
 void SetMaxConnections(const std::string& flag, const std::string& value, LoadedConfig& out,
                        Problems& problems) {
   if (auto v =
@@ -289,6 +299,9 @@ std::string ShowRequestBodyBudget(const Config& d) {
   return std::to_string(d.serving.request_body_budget_mib);
 }
 std::string ShowKubeQps(const Config& d) { return fmt::format("{}", d.kube.qps); }
+std::string ShowRequeueQps(const Config& d) {
+  return d.extender.requeue_qps ? fmt::format("{}", *d.extender.requeue_qps) : "half of --kube-qps";
+}
 std::string ShowKubeBurst(const Config& d) { return fmt::format("{}", d.kube.burst); }
 std::string ShowKubeTimeout(const Config& d) { return fmt::format("{}", d.kube.timeout.count()); }
 
@@ -375,6 +388,10 @@ const FlagDef kOwnFlags[] = {
      "allocation annotations removed (keep above the extender httpTimeout and --node-lock-retry-timeout)",
      &SetSeconds<1, kExtender, kBind, &extender::BindOptions::reservation_timeout>,
      &ShowSecondsMember<kExtender, kBind, &extender::BindOptions::reservation_timeout>},
+    {"requeue-qps", Group::kScheduling, false, "QPS",
+     "pods our filter refused are nudged (an annotation patched) for kube-scheduler to try again once the "
+     "devices they need are free, at most this many a second (0 = never)",
+     &SetRequeueQps, &ShowRequeueQps},
     // Kubernetes client.
     {"kubeconfig", Group::kKube, false, "FILE",
      "kubeconfig file (none: $KUBECONFIG, else ~/.kube/config, else the in-cluster service account)",

@@ -7,10 +7,12 @@
 // Thread rule: owned by the event loop; no locks.
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -119,6 +121,18 @@ class ClusterState {
     for (const auto& [uid, record] : pods_) visit(record.allocation, record.charges);
   }
 
+  // --- what grew -----------------------------------------------------------------------------------------
+  // The nodes whose devices may take more than before (a hold released or shrunk, devices changed, a vendor
+  // opened again) and the namespaces whose quota use fell, since the last call: what the requeue of refused
+  // pods looks at. Each a set, bounded by the nodes and namespaces there are.
+  struct Grown {
+    std::set<std::string> nodes;
+    std::set<std::string> namespaces;
+    bool empty() const { return nodes.empty() && namespaces.empty(); }
+  };
+  Grown TakeGrown() { return std::exchange(grown_, Grown{}); }
+  bool HasGrown() const { return !grown_.empty(); }
+
   // --- pods waiting for a decision -----------------------------------------------------------------------
   // Pods not bound yet that ask for devices of `backends` (indices into Backends). One counts as waiting
   // while the ledger holds nothing for it and its last decision found a node: the decision reads how many
@@ -154,6 +168,7 @@ class ClusterState {
   void Apply(NodeEntry& entry, const PodRecord& record, int sign);
 
   const Backends* backends_;
+  Grown grown_;
   bool unit_shares_ = false;  // some backend's cores are shares of compute units (QuotaCharges converts)
   QuotaBook quotas_;
   std::unordered_map<std::string, NodeEntry, StringHash, std::equal_to<>> nodes_;

@@ -171,6 +171,28 @@ int NodeFitter::Capacity(const PodContext& ctx, const PodRequests& reqs, const N
   return copies;
 }
 
+bool NodeFitter::FitsIdle(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node) {
+  idle_usage_.assign(node.usage.size(), DeviceUsage{});
+  idle_mig_.assign(node.mig_in_use.size(), {});
+  // A vendor closed by a running pod's unreadable allocation opens when that pod leaves.
+  ignore_blocks_ = true;
+  const bool fits = FitFrom(ctx, reqs, node, idle_usage_, idle_mig_, nullptr, nullptr);
+  ignore_blocks_ = false;
+  return fits;
+}
+
+bool NodeFitter::FitOnto(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+                         std::vector<DeviceUsage>& usage, std::vector<std::vector<MigInUse>>& mig) {
+  if (!FitFrom(ctx, reqs, node, usage, mig, nullptr, nullptr)) return false;
+  // app_usage_ holds only the asked backends' devices: copy those back.
+  for (std::size_t b : asked_) {
+    const auto [begin, end] = node.vendor_range[b];
+    std::copy(app_usage_.begin() + begin, app_usage_.begin() + end, usage.begin() + begin);
+  }
+  if (node.has_mig) mig = app_mig_;
+  return true;
+}
+
 bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
                          const std::vector<DeviceUsage>& base, const std::vector<std::vector<MigInUse>>& base_mig,
                          PodDevices* out, std::string* reason) {
@@ -216,7 +238,7 @@ bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const N
     auto& usage = is_init ? init_usage_ : app_usage_;
     auto& mig = is_init ? init_mig_ : app_mig_;
     for (const auto& [b, request] : requests) {
-      if (!node.blocked.empty() && !node.blocked[static_cast<std::size_t>(b)].empty()) {
+      if (!ignore_blocks_ && !node.blocked.empty() && !node.blocked[static_cast<std::size_t>(b)].empty()) {
         if (reason) *reason = node.blocked[static_cast<std::size_t>(b)];
         return false;
       }

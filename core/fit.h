@@ -85,6 +85,15 @@ class NodeFitter {
   // How many copies of the pod fit `node` one after another (each fit against the usage the ones before it
   // leave), counting up to `limit`.
   int Capacity(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, int limit);
+  // Whether the pod would fit `node` were every pod gone from it (its devices idle, no vendor closed by a
+  // pod's unreadable allocation): false when no pod leaving the node can make room (a type or UUID it
+  // refuses, cards too few or too small, unhealthy).
+  // `ctx` counts no quota (a quota is the namespace's, not the node's).
+  bool FitsIdle(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node);
+  // Whether the pod fits `node` with `usage` and `mig` as its usage (the node's, with pods fitted before
+  // added); on success the pod's app containers are added to them.
+  bool FitOnto(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+               std::vector<DeviceUsage>& usage, std::vector<std::vector<MigInUse>>& mig);
 
  private:
   struct Pick {
@@ -126,6 +135,9 @@ class NodeFitter {
   std::vector<DeviceUsage> app_usage_, init_usage_;
   std::vector<std::vector<MigInUse>> app_mig_, init_mig_;
   std::vector<DeviceUsage> capacity_usage_;  // Capacity(): the usage the next copy is fit against
+  std::vector<DeviceUsage> idle_usage_;      // FitsIdle(): every device idle
+  std::vector<std::vector<MigInUse>> idle_mig_;
+  bool ignore_blocks_ = false;               // FitsIdle(): as if the pods that close vendors were gone
   std::vector<std::vector<MigInUse>> capacity_mig_;
   std::vector<DeviceOrder::Item> items_;
   std::vector<std::vector<ContainerPicks>> allocated_;  // [backend][container], sized for asked_ only

@@ -11,6 +11,8 @@ inline constexpr std::string_view kBindTime = "hami.io/bind-time";
 inline constexpr std::string_view kBindPhaseAllocating = "allocating";
 inline constexpr std::string_view kBindPhaseSuccess = "success";
 inline constexpr std::string_view kBindPhaseFailed = "failed";
+// Pod annotation: when our requeue last asked kube-scheduler to try the pod again (ms since the epoch).
+inline constexpr std::string_view kRequeue = "hami.io/requeue";
 inline constexpr std::string_view kMigAllocations = "hami.io/vgpu-mig-allocations";
 inline constexpr std::string_view kDeviceCordon = "hami.io/device-cordon";        // node annotation
 inline constexpr std::string_view kNodePolicy = "hami.io/node-scheduler-policy";  // pod annotation

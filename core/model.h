@@ -50,6 +50,16 @@ struct NodeView {
   ResourceList allocatable;
 };
 
+// The pod's PodScheduled condition as kube-scheduler last wrote it (all empty: none).
+struct SchedulingCondition {
+  std::string status;  // "True", "False"
+  std::string reason;  // "Unschedulable", "SchedulerError", ...
+  std::string message;
+  std::string last_transition_time;
+  bool Refused() const { return status == "False"; }
+  friend bool operator==(const SchedulingCondition&, const SchedulingCondition&) = default;
+};
+
 struct PodView {
   std::string ns;
   std::string name;
@@ -61,6 +71,10 @@ struct PodView {
   std::optional<std::string> runtime_class_name;
   std::string pod_group;     // label scheduling.x-k8s.io/pod-group or spec.schedulingGroup.podGroupName
   bool terminating = false;  // metadata.deletionTimestamp set
+  bool scheduling_gated = false;    // spec.schedulingGates lists a gate: kube-scheduler does not try it
+  std::int32_t priority = 0;        // spec.priority
+  std::string nominated_node_name;  // status.nominatedNodeName (preemption's choice)
+  SchedulingCondition scheduled;    // status.conditions[type=PodScheduled]
   Labels labels;
   Annotations annotations;
   std::vector<ContainerView> init_containers;

@@ -86,6 +86,14 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const Result<PodRequests>& r
   out.fitting_count = fitting.size();
   if (fitting.empty()) {
     out.kind = FilterOutcome::Kind::kUnschedulable;
+    // Which refusals no pod leaving can lift: kube-scheduler keeps those nodes out of its preemption and
+    // our requeue never waits on them. The quota is the namespace's: it counts here as resolvable.
+    PodContext idle = *ctx;
+    idle.quota_active = false;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      if (resolved_[i] == nullptr || !fitter_.FitsIdle(idle, *requests, *resolved_[i]))
+        out.unresolvable.insert(candidates[i]);
+    }
     return out;
   }
   // The policy's order: binpack the most used node first, spread the least used; ties go to the smaller
@@ -173,6 +181,22 @@ std::size_t Scheduler::BurstShare(const PodView& pod, const PodRequests& request
   // one fills only its part of it, rounded down (docs/DECISIONS.md "Bursts under binpack").
   if (candidates > 0 && nodes > candidates) burst = std::max<std::size_t>(1, burst * candidates / nodes);
   return burst;
+}
+
+std::vector<bool> Scheduler::FitInTurn(std::span<const PodView* const> pods, const std::string& node) {
+  std::vector<bool> fits(pods.size(), false);
+  const NodeEntry* entry = state_->FindNode(node);
+  if (entry == nullptr) return fits;
+  std::vector<DeviceUsage> usage = entry->usage;
+  std::vector<std::vector<MigInUse>> mig = entry->mig_in_use;
+  for (std::size_t i = 0; i < pods.size(); ++i) {
+    const auto requests = CollectRequests(*pods[i], state_->backends());
+    if (!requests || !requests->Any()) continue;
+    auto ctx = MakePodContext(*pods[i], state_->backends(), state_->quotas(), options_.gpu_policy);
+    if (!ctx) continue;
+    fits[i] = fitter_.FitOnto(*ctx, *requests, *entry, usage, mig);
+  }
+  return fits;
 }
 
 void Scheduler::Reserve(const PodView& pod, const FilterOutcome& outcome, Hold hold) {

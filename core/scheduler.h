@@ -2,6 +2,8 @@
 // The filter decision: which node a pod goes to and which devices it gets there. Reads ClusterState;
 // Reserve() records a decision in the ledger so the next decision sees it (before any API call is made).
 #include <map>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,9 @@ struct FilterOutcome {
   PodDevices devices;
   Annotations annotations;  // what to write on the pod (scheduled only)
   std::map<std::string, std::string> failed_nodes;
+  // Unschedulable only: the failed nodes where no pod leaving makes room (kube-scheduler's
+  // FailedAndUnresolvableNodes: unregistered, a type or UUID refused, cards too few or too small).
+  std::set<std::string> unresolvable;
   std::size_t fitting_count = 0;
   std::vector<std::pair<std::string, double>> best;  // up to 10 fitting nodes with scores, best first
   // Binpack's best node when it was busy, and the pods of the burst counted for these candidates (itself
@@ -64,6 +69,11 @@ class Scheduler {
   // after another, each set up before the next).
   enum class Hold { kInFlight, kSetUp };
   void Reserve(const PodView& pod, const FilterOutcome& outcome, Hold hold = Hold::kInFlight);
+
+  // Which of `pods` fit `node` now, taken one after another in the order given (each against the usage the
+  // ones before it would leave); reserves nothing. A pod whose requests or policy cannot be read fits
+  // nowhere; so does every pod on a node not registered.
+  std::vector<bool> FitInTurn(std::span<const PodView* const> pods, const std::string& node);
 
  private:
   // The burst `pod` is part of (itself and the pods waiting for a decision that ask for a vendor it asks

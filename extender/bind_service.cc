@@ -14,7 +14,7 @@ using std::chrono::steady_clock;
 BindService::BindService(const ClusterState& state, PodLedger& ledger,
                          const std::map<std::string, PodView>& pods, LockQueue& queue,
                          PluginLocks& plugin_locks, NodeLocker& locker, ClusterWriter& writer,
-                         const Clock& clock, BindOptions options)
+                         const Clock& clock, BindOptions options, Requeue& requeue)
     : state_(&state),
       ledger_(&ledger),
       pods_(&pods),
@@ -24,6 +24,7 @@ BindService::BindService(const ClusterState& state, PodLedger& ledger,
       writer_(&writer),
       clock_(&clock),
       options_(options),
+      requeue_(&requeue),
       latency_(k8s::prom::Histogram::LatencyBuckets()) {}
 
 std::size_t BindService::BindsUsingBudget() const {
@@ -157,6 +158,9 @@ asio::awaitable<std::string> BindService::TakeLocks(const PodView& pod, const Po
     LockTarget target{node, lock_spec.key, lock_spec.rule, pod.ns, pod.name};
     LockOutcome lock = co_await queue_->Acquire(target, deadline);
     if (!lock.acquired) {
+      // kube-scheduler backs the pod off as unschedulable: once the node shows the lock released, it is
+      // asked to try again at once.
+      if (lock.contention) requeue_->WaitsForLock(pod, node);
       co_await ReleaseAll(held);
       co_return std::move(lock.message);
     }

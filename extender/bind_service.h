@@ -19,6 +19,7 @@
 #include "extender/options.h"
 #include "extender/plugin_locks.h"
 #include "extender/pod_ledger.h"
+#include "extender/requeue.h"
 #include "k8s/metrics.h"
 #include "k8s/waits.h"
 
@@ -37,7 +38,7 @@ class BindService {
   // `pods`: the pod cache ("ns/name" -> pod), alive as long as the service.
   BindService(const ClusterState& state, PodLedger& ledger, const std::map<std::string, PodView>& pods,
               LockQueue& queue, PluginLocks& plugin_locks, NodeLocker& locker, ClusterWriter& writer,
-              const Clock& clock, BindOptions options);
+              const Clock& clock, BindOptions options, Requeue& requeue);
 
   // The bind of one pod: "" on success, else the error kube-scheduler is told (an event says it too).
   boost::asio::awaitable<std::string> Bind(const BindRequest& request);
@@ -91,6 +92,7 @@ class BindService {
   ClusterWriter* writer_;
   const Clock* clock_;
   BindOptions options_;
+  Requeue* requeue_;  // told of binds that timed out on a node lock
   Stats stats_;
   k8s::prom::Histogram latency_;
   std::map<std::string, std::uint64_t> results_;  // success, failure

@@ -44,14 +44,18 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
       expiry_(ledger_, fenced_, backends, clock, options_.bind.reservation_timeout),
       locker_(fenced_, clock, options_.node_lock_timeout),
       caches_(*clients.decisions, CachesOf(options_, site)),
+      requeue_(feed_.state(), caches_.pods.views(), fenced_, clock,
+               RequeueOptions{.qps = options_.requeue_qps.value_or(clients.background->options().qps / 2),
+                              .scheduler_name = options_.admission.scheduler_name,
+                              .policies = options_.filter.policies}),
       lock_queue_(executor, feed_.state(), caches_.pods.views(), locker_,
                   options_.bind.node_lock_retry_timeout),
       plugin_locks_(executor, feed_.state(), ledger_, caches_.pods.views(), locker_, clock,
                     options_.bind.reservation_timeout),
       binder_(feed_.state(), ledger_, caches_.pods.views(), lock_queue_, plugin_locks_, locker_, fenced_,
-              clock, options_.bind),
+              clock, options_.bind, requeue_),
       filter_(feed_.state(), ledger_, binder_, caches_.pods.views(), fenced_, clock, options_.filter,
-              clients.decisions->options().qps, readiness_),
+              clients.decisions->options().qps, readiness_, requeue_),
       admission_(backends, feed_.state(), options_.admission),
       routes_(WatchRoutes::Targets{.feed = feed_,
                                    .health = health_,
@@ -60,6 +64,7 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
                                    .plugin_locks = plugin_locks_,
                                    .leadership = leadership_,
                                    .readiness = readiness_,
+                                   .requeue = requeue_,
                                    .scheduler_name = options_.admission.scheduler_name}),
       housekeeping_(Housekeeping::Parts{.caches = caches_,
                                         .feed = feed_,
@@ -69,7 +74,8 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
                                         .plugin_locks = plugin_locks_,
                                         .leadership = leadership_,
                                         .readiness = readiness_,
-                                        .writer = fenced_},
+                                        .writer = fenced_,
+                                        .requeue = requeue_},
                     HousekeepingOptions{.interval = options_.health_interval,
                                         .pod_name = site.pod_name,
                                         .pod_namespace = site.pod_namespace}) {
@@ -92,9 +98,9 @@ Extender::~Extender() = default;
 asio::awaitable<void> Extender::Run() {
   using namespace asio::experimental::awaitable_operators;
   if (elector_) {
-    co_await (caches_.Run() && elector_->Run() && housekeeping_.Run());
+    co_await (caches_.Run() && elector_->Run() && housekeeping_.Run() && requeue_.Run());
   } else {
-    co_await (caches_.Run() && housekeeping_.Run());
+    co_await (caches_.Run() && housekeeping_.Run() && requeue_.Run());
   }
 }
 
@@ -144,6 +150,7 @@ std::string Extender::Metrics() const {
   admission_.WriteMetrics(w);
   binder_.WriteMetrics(w);
   health_.WriteMetrics(w);
+  requeue_.WriteMetrics(w);
   w.Counter("hami_scheduler_reservations_expired_total",
             "Reservations of pods never bound within --reservation-timeout: freed, annotations removed.",
             static_cast<double>(expiry_.expired()));

@@ -27,6 +27,7 @@
 #include "extender/plugin_locks.h"
 #include "extender/pod_ledger.h"
 #include "extender/readiness.h"
+#include "extender/requeue.h"
 #include "extender/reservation_expiry.h"
 #include "extender/watch_routes.h"
 #include "k8s/api_client.h"
@@ -81,6 +82,7 @@ class Extender : public k8s::prom::Source {
   FilterService& filter() { return filter_; }
   BindService& binder() { return binder_; }
   AdmissionService& admission() { return admission_; }
+  Requeue& requeue() { return requeue_; }
 
   // Acquire mode: ends our term at once (no write leaves after it) and gives the Lease up, so another replica
   // takes over within its retry period. Otherwise nothing.
@@ -126,6 +128,7 @@ class Extender : public k8s::prom::Source {
   ReservationExpiry expiry_;
   NodeLocker locker_;
   Caches caches_;
+  Requeue requeue_;
   LockQueue lock_queue_;
   PluginLocks plugin_locks_;
   BindService binder_;

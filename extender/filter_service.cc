@@ -31,7 +31,7 @@ std::string SummarizeFailures(const std::map<std::string, std::string>& failed) 
 FilterService::FilterService(ClusterState& state, PodLedger& ledger, const BindService& binds,
                              const std::map<std::string, PodView>& pods, ClusterWriter& writer,
                              const Clock& clock, FilterOptions options, double decision_qps,
-                             Readiness& readiness)
+                             Readiness& readiness, Requeue& requeue)
     : state_(&state),
       ledger_(&ledger),
       binds_(&binds),
@@ -41,6 +41,7 @@ FilterService::FilterService(ClusterState& state, PodLedger& ledger, const BindS
       options_(std::move(options)),
       decision_qps_(decision_qps),
       readiness_(&readiness),
+      requeue_(&requeue),
       scheduler_(state, options_.policies),
       latency_(k8s::prom::Histogram::LatencyBuckets()) {}
 
@@ -170,7 +171,10 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
     spdlog::warn("filter refused, nothing changed: {}", identity.refusal);
     co_return Fail(fmt::format("filter of pod {} refused: {}", key, identity.refusal));
   }
-  if (!identity.bound.empty()) co_return AnswerBound(identity.bound, candidates);
+  if (!identity.bound.empty()) {
+    requeue_->Forget(uid);
+    co_return AnswerBound(identity.bound, candidates);
+  }
   // A bind of this pod still running (kube-scheduler gave up waiting for it and filters again) may yet bind
   // it with the devices reserved now: deciding again would hand those devices to another pod.
   if (ledger_->Binding(key, uid))
@@ -180,6 +184,7 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
   ledger_->Redecide(uid);
   const TimePoint now = clock_->Now();
   FilterOutcome outcome = scheduler_.Filter(pod, requests, candidates, now);
+  requeue_->Poke();  // the earlier decision's devices, if any, are free for others
   switch (outcome.kind) {
     case FilterOutcome::Kind::kPassThrough:
       ++results_["passthrough"];
@@ -191,12 +196,14 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
     case FilterOutcome::Kind::kUnschedulable:
       ++results_["unschedulable"];
       state_->SetUnplaceable(uid);  // not part of a burst the nodes can take now
+      requeue_->Refused(pod, outcome);  // nudged when the ledger can take it
       writer_->Event(
           k8s::InvolvedObject::Of(pod), "Warning", "FilteringFailed",
           fmt::format("no node fits the pod's device request; {}",
                       candidates.empty() ? "no candidate nodes" : SummarizeFailures(outcome.failed_nodes)));
       co_return outcome;
     case FilterOutcome::Kind::kScheduled:
+      requeue_->Forget(uid);
       break;
   }
 
@@ -213,7 +220,11 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
   }
   scheduler_.Reserve(pod, outcome);
   // The annotations move into the reservation: kube-scheduler's answer names only the node.
-  ledger_->Reserve(uid, Reservation{key, outcome.node, now, std::move(outcome.annotations)});
+  // What kube-scheduler last reported of the pod, as it sent it and as our cache has it: a report after
+  // this one means the attempt ended without our bind (WatchRoutes drops the reservation then).
+  const auto cached = pods_->find(key);
+  ledger_->Reserve(uid, Reservation{key, outcome.node, now, std::move(outcome.annotations), pod.scheduled,
+                                    cached == pods_->end() ? SchedulingCondition{} : cached->second.scheduled});
   ++results_["scheduled"];
   RecordFilterEvent(pod, outcome);
   co_return outcome;

@@ -14,6 +14,7 @@
 #include "extender/options.h"
 #include "extender/pod_ledger.h"
 #include "extender/readiness.h"
+#include "extender/requeue.h"
 #include "k8s/metrics.h"
 #include "k8s/waits.h"
 
@@ -25,7 +26,7 @@ class FilterService {
   // client's --kube-qps, the budget the binds in flight share (0: no limit, no backpressure).
   FilterService(ClusterState& state, PodLedger& ledger, const BindService& binds,
                 const std::map<std::string, PodView>& pods, ClusterWriter& writer, const Clock& clock,
-                FilterOptions options, double decision_qps, Readiness& readiness);
+                FilterOptions options, double decision_qps, Readiness& readiness, Requeue& requeue);
 
   // The decision for `pod` among `candidates` (node names), as kube-scheduler is to hear it: a failure is
   // an outcome of kind kError with its message.
@@ -66,6 +67,7 @@ class FilterService {
   FilterOptions options_;
   double decision_qps_;
   Readiness* readiness_;
+  Requeue* requeue_;
   Scheduler scheduler_;
   Stats stats_;
   double held_seconds_ = 0;

@@ -37,6 +37,7 @@ asio::awaitable<void> Housekeeping::Run() {
 
 asio::awaitable<void> Housekeeping::HealthPass() {
   co_await p_.health.Pass(p_.caches.nodes.views(), p_.feed.state());
+  p_.requeue.Poke();  // devices usable again
 }
 
 asio::awaitable<void> Housekeeping::Sweep() {
@@ -52,6 +53,7 @@ asio::awaitable<void> Housekeeping::Sweep() {
   } done{this};
   const auto& pods = p_.caches.pods.views();
   const auto due = p_.expiry.Expire(pods);
+  p_.requeue.Poke();  // the expired reservations' devices are free: refused pods may take them now
   // Ledger entries the annotations no longer back (removed by someone, or by an expiry that raced a filter).
   for (const auto& uid :
        p_.feed.Orphans(pods, [this](const std::string& uid) { return p_.ledger.reserved(uid); })) {

@@ -14,6 +14,7 @@
 #include "extender/plugin_locks.h"
 #include "extender/pod_ledger.h"
 #include "extender/readiness.h"
+#include "extender/requeue.h"
 #include "extender/reservation_expiry.h"
 #include "extender/watch_routes.h"
 #include "k8s/waits.h"
@@ -40,6 +41,7 @@ class Housekeeping {
     Leadership& leadership;
     Readiness& readiness;
     ClusterWriter& writer;
+    Requeue& requeue;  // told after each pass and sweep: devices restored, reservations expired
   };
   Housekeeping(Parts parts, HousekeepingOptions options)
       : p_(std::move(parts)), options_(std::move(options)) {}

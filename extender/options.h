@@ -5,6 +5,7 @@
 // this header (and no other of extender/), so nothing here may include more than core/.
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "core/admission.h"
@@ -66,6 +67,8 @@ struct ExtenderOptions {
   // the device gauges and labels the scheduler pods hami.io/scheduler-role=leader|follower.
   LeadershipOptions leadership;
   bool legacy_metrics = false;  // --legacy-metrics: LedgerFeed's families under HAMi's old names too
+  // --requeue-qps: Requeue's nudges a second (0: none); unset: half the background client's --kube-qps.
+  std::optional<double> requeue_qps;
 };
 
 }  // namespace hami::extender

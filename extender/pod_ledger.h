@@ -31,6 +31,16 @@ struct Reservation {
   std::string node;
   TimePoint decided;
   Annotations annotations;  // the allocation, as the Binding writes it
+  // The pod's PodScheduled condition when the filter decided, as the request carried it and as the watch
+  // had shown it: kube-scheduler writing another one ends the attempt the reservation was made for.
+  SchedulingCondition condition_sent, condition_seen;
+  // Whether `pod` shows that kube-scheduler's attempt for this reservation ended without a bind of it
+  // here: it reported the pod unschedulable since, or nominated another node.
+  bool AbandonedBy(const PodView& pod) const {
+    if (!pod.node_name.empty()) return false;
+    if (!pod.nominated_node_name.empty() && pod.nominated_node_name != node) return true;
+    return pod.scheduled.Refused() && pod.scheduled != condition_sent && pod.scheduled != condition_seen;
+  }
 };
 
 class PodLedger {

@@ -1,6 +1,7 @@
 #include "extender/watch_routes.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -67,20 +68,38 @@ void WatchRoutes::Attach(Caches& caches) {
       .on_synced = synced,
   });
   caches.pods.SetHandlers({
-      .on_add = [this](const PodView& p) { OnPod(p); },
+      .on_add =
+          [this](const PodView& p) {
+            OnPod(p);
+            t_.requeue.Poke();  // an allocation read back smaller, a reservation released
+          },
       .on_update =
           [this](const PodView& old_pod, const PodView& p) {
             if (old_pod.uid != p.uid) OnPodDeleted(old_pod);
             OnPod(p);
+            t_.requeue.Poke();
           },
       .on_delete = [this](const PodView& p) { OnPodDeleted(p); },
       .on_synced = synced,
   });
   QuotaBook& quotas = t_.feed.state().quotas();
+  Requeue& requeue = t_.requeue;
   caches.quotas.SetHandlers({
-      .on_add = [&quotas](const ResourceQuotaView& q) { quotas.UpsertQuota(q); },
-      .on_update = [&quotas](const ResourceQuotaView&, const ResourceQuotaView& q) { quotas.UpsertQuota(q); },
-      .on_delete = [&quotas](const ResourceQuotaView& q) { quotas.RemoveQuota(q.ns, q.name); },
+      .on_add =
+          [&quotas, &requeue](const ResourceQuotaView& q) {
+            quotas.UpsertQuota(q);
+            requeue.QuotaChanged(q.ns);
+          },
+      .on_update =
+          [&quotas, &requeue](const ResourceQuotaView&, const ResourceQuotaView& q) {
+            quotas.UpsertQuota(q);
+            requeue.QuotaChanged(q.ns);
+          },
+      .on_delete =
+          [&quotas, &requeue](const ResourceQuotaView& q) {
+            quotas.RemoveQuota(q.ns, q.name);
+            requeue.QuotaChanged(q.ns);
+          },
       .on_synced = synced,
   });
   if (caches.lease) {
@@ -99,6 +118,8 @@ void WatchRoutes::OnNode(const NodeView& node) {
   t_.health.ApplyMask(node.name, t_.feed.state());
   t_.plugin_locks.OnNodeSeen(node);  // locks the node shows released are forgotten
   t_.lock_queue.Wake(node.name);     // the head of each lock queue looks again
+  t_.requeue.NodeSeen(node);         // binds that timed out on its lock are tried again
+  t_.requeue.Poke();                 // devices added or usable again
 }
 
 void WatchRoutes::OnNodeDeleted(const NodeView& node) {
@@ -115,7 +136,20 @@ void WatchRoutes::OnPod(const PodView& pod) {
     PodGone(uid);
     return;
   }
-  if (!pod.node_name.empty()) t_.ledger.ShownBound(uid);
+  if (!pod.node_name.empty()) {
+    t_.ledger.ShownBound(uid);
+    t_.requeue.Forget(uid);
+  } else if (const Reservation* r = t_.ledger.FindReservation(uid);
+             r != nullptr && !t_.ledger.Binding(r->key, uid) && r->AbandonedBy(pod)) {
+    // kube-scheduler ended the attempt our filter reserved for (it reported the pod unschedulable since, or
+    // nominated another node): the devices go back now, not after --reservation-timeout.
+    spdlog::info("pod {}: kube-scheduler {}; its reservation on node {} is released", pod.Key(),
+                 pod.nominated_node_name.empty() || pod.nominated_node_name == r->node
+                     ? "reported it unschedulable after our filter"
+                     : "nominated node " + pod.nominated_node_name,
+                 r->node);
+    t_.ledger.Release(uid);
+  }
   // A pod without hami.io/vgpu-node holds nothing new (our reservation, if any, is written by its Binding).
   // A bound one whose annotations were removed keeps what it held, and a block it caused (fail closed).
   if (!pod.annotations.contains(keys::kAssignedNode)) {
@@ -141,6 +175,8 @@ void WatchRoutes::PodGone(const std::string& uid) {
   t_.ledger.Gone(uid);
   t_.plugin_locks.ReleaseLeftover(uid);
   t_.lock_queue.WakeAll();  // it may own a lock someone waits for
+  t_.requeue.Forget(uid);
+  t_.requeue.Poke();  // what it held is free for the pods our filter refused
 }
 
 }  // namespace hami::extender

@@ -5,14 +5,16 @@
 // whole list of services that event reaches:
 //
 //   node added or updated    -> LedgerFeed::UpsertNode, HealthService::ApplyMask, PluginLocks::OnNodeSeen,
-//                               LockQueue::Wake
+//                               LockQueue::Wake, Requeue::NodeSeen
 //   node deleted             -> LedgerFeed::RemoveNode, HealthService::Forget, PluginLocks::OnNodeDeleted,
 //                               LockQueue::Wake
 //   pod added or updated     -> LedgerFeed (waiting, allocation), PodLedger (shown bound, reservation
-//                               written), and as a pod deleted once finished
+//                               written, reservation abandoned by kube-scheduler), Requeue::Forget once
+//                               bound, and as a pod deleted once finished
 //   pod deleted              -> LedgerFeed::StopWaiting, PodLedger::Gone, PluginLocks::ReleaseLeftover,
-//                               LockQueue::WakeAll
-//   quota added, updated, deleted -> the ledger's quotas
+//                               LockQueue::WakeAll, Requeue::Forget
+//   quota added, updated, deleted -> the ledger's quotas, Requeue::QuotaChanged
+//   (after each of the above: Requeue::Poke, which passes over what the ledger gained)
 //   Lease (follow mode)      -> Leadership::Observe
 //   a cache synced           -> Readiness (wakes the filters waiting to be ready)
 //
@@ -30,6 +32,7 @@
 #include "extender/plugin_locks.h"
 #include "extender/pod_ledger.h"
 #include "extender/readiness.h"
+#include "extender/requeue.h"
 #include "k8s/api_client.h"
 #include "k8s/reflector.h"
 
@@ -67,6 +70,7 @@ class WatchRoutes {
     PluginLocks& plugin_locks;
     Leadership& leadership;
     Readiness& readiness;
+    Requeue& requeue;
     std::string scheduler_name;  // pods naming it are ours (they wait for our decision)
   };
   explicit WatchRoutes(Targets targets) : t_(std::move(targets)) {}

@@ -178,7 +178,12 @@ ExtenderFilterResult ToFilterResult(const FilterOutcome& outcome, const Extender
   const bool scheduled = outcome.kind == FilterOutcome::Kind::kScheduled;
   // With a node chosen, kube-scheduler keeps only that node and never reads the reasons for the others (HAMi
   // sends none either); writing a reason per candidate would double the cost of a decision on large clusters.
-  if (!scheduled) r.failed_nodes = outcome.failed_nodes;
+  if (!scheduled) {
+    // kube-scheduler's two kinds of refusal: a node where pods leaving could make room, and one where none
+    // can (its preemption skips those).
+    for (const auto& [node, reason] : outcome.failed_nodes)
+      (outcome.unresolvable.contains(node) ? r.failed_and_unresolvable : r.failed_nodes)[node] = reason;
+  }
   if (by_nodes) {
     r.nodes.emplace();
     for (std::size_t i = 0; i < args.nodes->size(); ++i) {

@@ -14,7 +14,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <cerrno>
 #include <stdexcept>
+#include <sys/socket.h>
 #include <tuple>
 #include <type_traits>
 #include <variant>
@@ -60,6 +62,13 @@ class Connection {
     if (Tls* t = tls()) return SSL_pending(t->native_handle()) > 0;
     boost::system::error_code ec;
     return Lowest().socket().available(ec) > 0;
+  }
+  // The server closed the connection while it sat idle (its FIN is all there is to read): a request sent
+  // on it would be lost after leaving. API servers close idle connections after a while (about 5 minutes).
+  bool ClosedByPeer() {
+    char byte = 0;
+    const ssize_t n = ::recv(Lowest().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
   }
   // Pending and later operations on the connection fail at once (see CloseOnCancel).
   void Close() {
@@ -200,7 +209,11 @@ asio::awaitable<TransportResult<HttpResponse>> RoundTrip(Stream& s, Connection& 
   auto [rec, rn] = co_await CloseOnCancel<boost::system::error_code, std::size_t>(
       c, [&](auto handler) { http::async_read(s, c.buffer(), parser, std::move(handler)); });
   (void)rn;
-  if (rec) co_return Fail("reading response", rec, true);
+  if (rec) {
+    TransportError e = Fail("reading response", rec, true);
+    e.answer_started = parser.got_some() || c.buffer().size() > 0;
+    co_return e;
+  }
   auto& res = parser.get();
   keep_alive = res.keep_alive();
   HttpResponse out;
@@ -331,7 +344,10 @@ asio::awaitable<TransportResult<HttpResponse>> HttpClient::Send(const HttpReques
       conn = std::move(idle_.back());
       idle_.pop_back();
       conn->reused = true;
-      if (conn->HasUnrequestedBytes()) {
+      if (conn->ClosedByPeer()) {
+        ++closed_while_idle_;
+        conn.reset();
+      } else if (conn->HasUnrequestedBytes()) {
         ++desynced_;
         spdlog::warn("API server {}: unrequested bytes on an idle connection; closing it", cfg_.HostHeader());
         conn.reset();
@@ -346,12 +362,15 @@ asio::awaitable<TransportResult<HttpResponse>> HttpClient::Send(const HttpReques
     Connection& c = *conn;
     auto result = co_await c.Visit([&](auto& s) { return RoundTrip(s, c, req, deadline, keep_alive); });
     if (!result) {
-      // A kept-alive connection the server has closed fails at once; try a fresh one when it is safe:
-      // nothing was sent, or the request is a read.
-      const bool safe = !result.error().request_sent || request.verb == http::verb::get;
+      // A kept-alive connection the server closed just before it was used fails the request with no answer
+      // at all: try once more on a fresh one. That is safe when nothing was sent, for a read, and for any
+      // request no byte of answer came for (every write of ours is a merge patch that sets values, a
+      // compare-and-swap, or a Binding whose repeat answers 409 and is read back).
+      const TransportError& e = result.error();
+      const bool safe = !e.request_sent || request.verb == http::verb::get || !e.answer_started;
       const auto cancellation = co_await asio::this_coro::cancellation_state;
       const bool cancelled = cancellation.cancelled() != asio::cancellation_type::none;
-      if (c.reused && attempt == 0 && safe && !result.error().timed_out && !cancelled) continue;
+      if (c.reused && attempt == 0 && safe && !e.timed_out && !cancelled) continue;
       co_return result;
     }
     if (c.buffer().size() > 0) {

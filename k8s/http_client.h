@@ -39,6 +39,8 @@ struct TransportError {
   bool request_sent = false;  // the request may have reached the server
   bool timed_out = false;
   bool refused = false;  // not sent: the request line or a header would have been malformed (never retry)
+  // Some byte of an answer arrived before the failure: the server did read the request.
+  bool answer_started = false;
 };
 template <class T>
 using TransportResult = boost::system::result<T, TransportError>;
@@ -75,6 +77,8 @@ class HttpClient {
   // Connections closed because the server sent bytes no request of ours asked for (an answer too many, e.g.
   // after a request that the server read as two): their next answer would belong to another request.
   std::size_t desynced_connections() const { return desynced_; }
+  // Idle connections found closed by the server when their turn came, and not used.
+  std::size_t closed_while_idle() const { return closed_while_idle_; }
 
  private:
   HttpClient(boost::asio::any_io_executor executor, RestConfig cfg, std::size_t max_idle);
@@ -88,6 +92,7 @@ class HttpClient {
   std::size_t max_idle_;
   std::size_t opened_ = 0;
   std::size_t desynced_ = 0;
+  std::size_t closed_while_idle_ = 0;
 };
 
 }  // namespace hami::k8s

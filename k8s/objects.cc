@@ -165,6 +165,41 @@ Result<NodeView> NodeFromJson(const json::value& v) {
 }
 
 namespace {
+// What kube-scheduler's queue reads of a pod: its gates, priority, nomination and PodScheduled condition.
+Result<void> ReadSchedulingState(const Reader& r, const json::value& v, PodView& p) {
+  if (const json::value* gates = r.Find(v, "spec.schedulingGates")) {
+    if (!gates->is_array()) return r.Fail("spec.schedulingGates", "expected a list");
+    p.scheduling_gated = !gates->get_array().empty();
+  }
+  if (const json::value* priority = r.Find(v, "spec.priority")) {
+    if (!priority->is_int64() || priority->get_int64() < std::numeric_limits<std::int32_t>::min() ||
+        priority->get_int64() > std::numeric_limits<std::int32_t>::max())
+      return r.Fail("spec.priority", "expected a 32-bit integer");
+    p.priority = static_cast<std::int32_t>(priority->get_int64());
+  }
+  auto nominated = r.String(v, "status.nominatedNodeName", "status.nominatedNodeName");
+  if (!nominated) return nominated.error();
+  p.nominated_node_name = std::move(*nominated);
+  const json::value* conditions = r.Find(v, "status.conditions");
+  if (conditions == nullptr) return {};
+  if (!conditions->is_array()) return r.Fail("status.conditions", "expected a list");
+  for (const json::value& c : conditions->get_array()) {
+    auto type = r.String(c, "type", "status.conditions[].type");
+    if (!type) return type.error();
+    if (*type != "PodScheduled") continue;
+    SchedulingCondition& s = p.scheduled;
+    for (auto [key, field] : {std::pair<std::string_view, std::string*>{"status", &s.status},
+                              {"reason", &s.reason},
+                              {"message", &s.message},
+                              {"lastTransitionTime", &s.last_transition_time}}) {
+      auto value = r.String(c, key, fmt::format("status.conditions[PodScheduled].{}", key));
+      if (!value) return value.error();
+      *field = std::move(*value);
+    }
+  }
+  return {};
+}
+
 enum class PodName { kRequired, kOptional };
 Result<PodView> ReadPod(const json::value& v, PodName name_rule) {
   Reader r(ObjectName(v, "Pod", true), v);
@@ -192,6 +227,7 @@ Result<PodView> ReadPod(const json::value& v, PodName name_rule) {
     p.runtime_class_name = std::string(rc->get_string());
   }
   p.terminating = r.Find(v, "metadata.deletionTimestamp") != nullptr;
+  if (auto ok = ReadSchedulingState(r, v, p); !ok) return ok.error();
   auto labels = r.Map(v, "metadata.labels", "metadata.labels");
   if (!labels) return labels.error();
   p.labels = std::move(*labels);

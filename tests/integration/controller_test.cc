@@ -189,13 +189,16 @@ TEST_F(ControllerTest, FilterReservesThenBindLocksAndWritesTheDecisionWithTheBin
     EXPECT_TRUE(r.at("Error").as_string().empty());
     EXPECT_EQ(json::serialize(r.at("NodeNames")), std::string(R"(["gpu-a"])"));
     EXPECT_TRUE(r.at("FailedNodes").as_object().empty());
-    // Unschedulable, every candidate has its reason: gpu-b is too small, ghost is unknown.
+    // Unschedulable, every candidate has its reason: gpu-b is too small even empty, ghost is unknown, so no
+    // pod leaving either makes room (FailedAndUnresolvableNodes).
     const std::string unfit = FilterArgs("p-big", {"gpu-b", "ghost"});
     auto u = co_await Post("/filter", unfit);
     EXPECT_EQ(json::serialize(u.at("NodeNames")), std::string("[]"));
-    EXPECT_NE(std::string(u.at("FailedNodes").at("gpu-b").as_string()).find("CardInsufficientMemory"),
+    const json::object& unresolvable = u.at("FailedAndUnresolvableNodes").as_object();
+    EXPECT_NE(std::string(unresolvable.at("gpu-b").as_string()).find("CardInsufficientMemory"),
               std::string::npos);
-    EXPECT_EQ(std::string(u.at("FailedNodes").at("ghost").as_string()), std::string("node unregistered"));
+    EXPECT_EQ(std::string(unresolvable.at("ghost").as_string()), std::string("node unregistered"));
+    EXPECT_TRUE(u.at("FailedNodes").as_object().empty());
     // Reserved, and nothing written on the pod yet: the Binding writes the decision.
     json::object pod = Stored("pods", "default", "p1");
     EXPECT_EQ(Annotation(pod, "hami.io/vgpu-node"), std::string());
@@ -669,7 +672,12 @@ TEST_F(ControllerTest, SimulateDecidesAsServeOnTheSameSnapshot) {
       const json::array& chosen = served.at("NodeNames").as_array();
       if (chosen.empty()) {
         EXPECT_EQ(sim.at("outcome").as_string(), "unschedulable") << name;
-        EXPECT_EQ(json::serialize(sim.at("failedNodes")), json::serialize(served.at("FailedNodes"))) << name;
+        // simulate lists every refusal; /filter parts them into the two kinds kube-scheduler tells apart.
+        json::object refusals = served.at("FailedNodes").as_object();
+        for (const auto& [node, reason] : served.at("FailedAndUnresolvableNodes").as_object())
+          refusals[node] = reason;
+        EXPECT_EQ(json::serialize(sim.at("failedNodes")), json::serialize(json::value(std::move(refusals))))
+            << name;
       } else {
         EXPECT_EQ(json::serialize(sim.at("node")), json::serialize(chosen.at(0))) << name;
         // Bound (the Binding writes the decision), and the node lock released as its device plugin would.

@@ -474,11 +474,13 @@ TEST_F(DevicePluginTest, LockHeldByAnotherPodIsLeftInPlace) {
 TEST_F(DevicePluginTest, AnAnswerWhoseReplyWasLostStillReleasesTheLock) {
   const Backend& backend = MakeBackend("nvidia");
   CreateNode({{"hami.io/mutex.lock", LockValue(backend, "p1")}});
-  // The plugin's answer to the pod goes through, but its reply never arrives.
+  // The plugin's answer to the pod goes through, but its reply never arrives, twice: the HTTP client sends
+  // a request that got no byte of answer on a reused connection once more, so the plugin sees the second.
   sim::FaultRule lost;
   lost.method = "PATCH";
   lost.path_prefix = "/api/v1/namespaces/default/pods/p1";
   lost.drop_answer = true;
+  server_.FailNext(lost);
   server_.FailNext(lost);
   DevicePlugin& plugin = Start(backend, Options(DevicesFor("nvidia")));
   CreatePod("p1", {{"hami.io/vgpu-devices-to-allocate", "GPU-aaaa,NVIDIA,3000,30:;"}});

@@ -194,6 +194,7 @@ TEST(ConfigYaml, FullSchedulerSection) {
   healthCheckInterval: 30
   handshakeTimeout: 1h30m
   reservationTimeout: 2m30s
+  requeueQPS: 0
   kubeconfig: /root/.kube/config
   kubeQPS: 50.5
   kubeBurst: 100
@@ -224,6 +225,7 @@ TEST(ConfigYaml, FullSchedulerSection) {
   EXPECT_EQ(cfg.extender.health_interval, seconds(30));
   EXPECT_EQ(cfg.extender.handshake_timeout, seconds(5400));
   EXPECT_EQ(cfg.extender.bind.reservation_timeout, seconds(150));
+  EXPECT_EQ(cfg.extender.requeue_qps, 0.0) << "0: no nudges";
   EXPECT_EQ(cfg.kube.kubeconfig, "/root/.kube/config");
   EXPECT_DOUBLE_EQ(cfg.kube.qps, 50.5);
   EXPECT_EQ(cfg.kube.burst, 100);
@@ -420,6 +422,7 @@ TEST(ConfigYaml, WrongTypesNameFileLinePathAndExpectation) {
   kubeBurst: {a: 1}
   profiling: abc
   kubeQPS: -1
+  requeueQPS: soon
   kubeTimeout: -5
   gpuSchedulerPolicy: spread,fastest
   nodeSchedulerPolicy: topology-aware
@@ -444,6 +447,7 @@ mthreads: [a]
       At("t.yaml", text, "kubeBurst") + "scheduler.kubeBurst: expected an integer >= 1, got a map",
       At("t.yaml", text, "profiling") + "scheduler.profiling: 'abc' is not a boolean (want true or false)",
       At("t.yaml", text, "kubeQPS") + "scheduler.kubeQPS: -1 is not a number > 0",
+      At("t.yaml", text, "requeueQPS") + "scheduler.requeueQPS: 'soon' is not a number (a number >= 0)",
       At("t.yaml", text, "kubeTimeout") +
           "scheduler.kubeTimeout: '-5' is not a duration: it is negative (want a "
           "Go duration such as 300ms, 28s, 5m or 1h30m, or a whole number of seconds)",

@@ -12,6 +12,7 @@
 #include "extender/health_service.h"
 #include "extender/leadership.h"
 #include "extender/readiness.h"
+#include "extender/requeue.h"
 #include "extender/ledger_feed.h"
 #include "extender/lock_queue.h"
 #include "extender/plugin_locks.h"
@@ -78,6 +79,12 @@ class ServicesTest : public ::testing::Test {
                                   std::chrono::milliseconds(0)};
   extender::PluginLocks plugin_locks_{ioc_.get_executor(), feed_.state(), ledger_, pods_, locker_, clock_,
                                       std::chrono::seconds(300)};
+  extender::Requeue requeue_{feed_.state(), pods_, writer_, clock_,
+                             extender::RequeueOptions{.qps = 1000,
+                                                      .scheduler_name = "hami-scheduler",
+                                                      .policies = extender::FilterOptions{}.policies,
+                                                      .settle = std::chrono::milliseconds(0),
+                                                      .renudge_after = std::chrono::seconds(30)}};
   extender::BindService binder_{
       feed_.state(),
       ledger_,
@@ -87,7 +94,8 @@ class ServicesTest : public ::testing::Test {
       locker_,
       writer_,
       clock_,
-      extender::BindOptions{std::chrono::milliseconds(0), std::chrono::seconds(300)}};
+      extender::BindOptions{std::chrono::milliseconds(0), std::chrono::seconds(300)},
+      requeue_};
   // Ready from the start: no cache to wait for, and the first health pass (over no node) has run.
   extender::Leadership leadership_{extender::LeadershipOptions{}};
   extender::HealthService health_{backends_, writer_, clock_, std::chrono::seconds(60)};
@@ -99,7 +107,8 @@ class ServicesTest : public ::testing::Test {
     return readiness_.ready();
   }();
   extender::FilterService filter_{
-      feed_.state(), ledger_, binder_, pods_, writer_, clock_, extender::FilterOptions{}, 0, readiness_};
+      feed_.state(), ledger_, binder_, pods_, writer_, clock_, extender::FilterOptions{}, 0, readiness_,
+      requeue_};
   extender::AdmissionService admission_{backends_, feed_.state(), AdmissionOptions{"hami-scheduler", true}};
 };
 

@@ -69,7 +69,7 @@ TEST_F(ServicesTest, PodsOfOursWaitingForADecisionAreCountedUntilPlacedOrGone) {
   writer_.pods[big.Key()] = big;
   feed_.TrackWaiting(big, true);
   EXPECT_EQ(feed_.state().WaitingFor(testing::BackendIndex(backends_, "nvidia")), 2u);
-  EXPECT_THAT(Filter(big, {"n1"}).failed_nodes, ::testing::Contains(::testing::Key("n1")));
+  EXPECT_THAT(Filter(big, {"n1"}).failed_and_unresolvable, ::testing::Contains(::testing::Key("n1")));
   EXPECT_EQ(feed_.state().WaitingFor(testing::BackendIndex(backends_, "nvidia")), 1u);  // no node fits it: not part of a burst
   a.node_name = "n1";
   feed_.TrackWaiting(a, true);  // bound

@@ -13,6 +13,7 @@
 #include "k8s/api_client.h"
 #include "k8s/reflector.h"
 #include "k8s/rest_config.h"
+#include "k8s/waits.h"
 #include "tests/support/raw_http_server.h"
 #include "tests/support/run_coro.h"
 
@@ -20,6 +21,7 @@ namespace hami::k8s {
 namespace {
 namespace asio = boost::asio;
 namespace json = boost::json;
+namespace http = boost::beast::http;
 using namespace std::chrono_literals;
 using testing::RawHttpServer;
 using testing::RunCoro;
@@ -340,6 +342,60 @@ TEST_F(ScriptedServer, AnswerTooManyClosesTheConnection) {
   }());
   EXPECT_EQ(client->http().desynced_connections(), 1u);
   EXPECT_EQ(client->http().connections_opened(), 2u);
+}
+
+// An API server closes a connection that sat idle (kube-apiserver after about 5 minutes): the client sees
+// the close before reusing the connection, and the write goes on a fresh one instead of being lost.
+TEST_F(ScriptedServer, AConnectionClosedWhileIdleIsNotReused) {
+  RawHttpServer::Answer first = RawHttpServer::Json(200, R"({"kind":"Node","metadata":{"name":"n1"}})");
+  first.close_after = true;  // kept alive by its headers, closed by the server once answered
+  server_.Add(first);
+  server_.Add(RawHttpServer::Json(200, R"({"kind":"Pod","metadata":{"name":"p"}})"));
+  auto client = Client();
+  const HttpRequest patch{http::verb::patch, "/api/v1/namespaces/d/pods/p", R"({"metadata":{}})",
+                          "application/merge-patch+json", "", ""};
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    const std::string path = "/api/v1/nodes/n1";
+    EXPECT_TRUE(co_await client->Get(path));
+    co_await k8s::SleepFor(std::chrono::milliseconds(50));  // the server's close arrives
+    auto r = co_await client->http().Send(patch, std::chrono::seconds(5));
+    EXPECT_TRUE(r) << (r ? "" : r.error().message);
+    if (r) {
+      EXPECT_EQ(r->status, 200u);
+    }
+  }());
+  EXPECT_EQ(client->http().closed_while_idle(), 1u);
+  EXPECT_EQ(client->http().connections_opened(), 2u);
+  EXPECT_EQ(server_.requests().size(), 2u) << "the patch was sent once";
+}
+
+// The server closes a kept-alive connection as a request arrives on it, with no byte of answer: the request
+// is sent once more on a fresh connection, whatever its verb (every write of ours may be repeated), and
+// only once.
+TEST_F(ScriptedServer, ARequestThatGotNoByteOfAnswerOnAReusedConnectionIsSentOnceMore) {
+  server_.Add(RawHttpServer::Json(200, R"({"kind":"Node","metadata":{"name":"n1"}})"));
+  server_.Add(RawHttpServer::Answer{{}, true});  // reads the patch, closes without a word
+  server_.Add(RawHttpServer::Json(200, R"({"kind":"Pod","metadata":{"name":"p"}})"));
+  server_.Add(RawHttpServer::Answer{{}, true});
+  server_.Add(RawHttpServer::Answer{{}, true});
+  auto client = Client();
+  const HttpRequest patch{http::verb::patch, "/api/v1/namespaces/d/pods/p", R"({"metadata":{}})",
+                          "application/merge-patch+json", "", ""};
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    const std::string path = "/api/v1/nodes/n1";
+    EXPECT_TRUE(co_await client->Get(path));
+    auto r = co_await client->http().Send(patch, std::chrono::seconds(5));
+    EXPECT_TRUE(r) << (r ? "" : r.error().message);
+    // On a fresh connection a request with no answer is not sent again: the server may have acted on it.
+    auto lost = co_await client->http().Send(patch, std::chrono::seconds(5));
+    EXPECT_FALSE(lost);
+    if (!lost) {
+      EXPECT_TRUE(lost.error().request_sent);
+      EXPECT_FALSE(lost.error().answer_started);
+    }
+  }());
+  EXPECT_EQ(server_.requests().size(), 5u)
+      << "get, patch, patch again on a fresh connection; then the reused connection's patch and one retry";
 }
 
 TEST_F(ScriptedServer, TypedErrorsAreNotRetried) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include "k8s/files.h"
@@ -157,6 +158,40 @@ TEST(Objects, ErrorsNameObjectAndField) {
       CollectObjects(ParseDocuments(R"({"kind":"Node","metadata":{}})", "f").value()[0], "f", out);
   ASSERT_FALSE(node_name);
   EXPECT_NE(node_name.error().message.find("metadata.name"), std::string::npos);
+}
+
+// What kube-scheduler's queue reads of a pod: gates, priority, nomination and the PodScheduled condition;
+// a value of the wrong type is an error naming the field.
+TEST(Objects, PodSchedulingState) {
+  const auto pod = PodFromJson(boost::json::parse(R"({"metadata":{"name":"p","namespace":"ns"},
+      "spec":{"priority":1000,"schedulingGates":[{"name":"wait"}],"containers":[]},
+      "status":{"nominatedNodeName":"n2","conditions":[
+        {"type":"Ready","status":"False"},
+        {"type":"PodScheduled","status":"False","reason":"Unschedulable","message":"0/3 nodes",
+         "lastTransitionTime":"2026-12-05T07:00:00Z"}]}})"));
+  ASSERT_TRUE(pod) << pod.error().message;
+  EXPECT_EQ(pod->priority, 1000);
+  EXPECT_TRUE(pod->scheduling_gated);
+  EXPECT_EQ(pod->nominated_node_name, "n2");
+  EXPECT_EQ(pod->scheduled,
+            (SchedulingCondition{"False", "Unschedulable", "0/3 nodes", "2026-12-05T07:00:00Z"}));
+  EXPECT_TRUE(pod->scheduled.Refused());
+  const auto plain = PodFromJson(boost::json::parse(R"({"metadata":{"name":"p"},"spec":{"schedulingGates":[]}})"));
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->scheduling_gated);
+  EXPECT_FALSE(plain->scheduled.Refused());
+  for (const char* bad : {R"({"metadata":{"name":"p"},"spec":{"priority":"high"}})",
+                          R"({"metadata":{"name":"p"},"spec":{"priority":4294967296}})",
+                          R"({"metadata":{"name":"p"},"spec":{"schedulingGates":{}}})",
+                          R"({"metadata":{"name":"p"},"status":{"conditions":{}}})",
+                          R"({"metadata":{"name":"p"},"status":{"conditions":[{"type":"PodScheduled","status":1}]}})"}) {
+    const auto r = PodFromJson(boost::json::parse(bad));
+    EXPECT_FALSE(r) << bad;
+  }
+  EXPECT_NE(PodFromJson(boost::json::parse(R"({"metadata":{"name":"p"},"spec":{"priority":"high"}})"))
+                .error()
+                .message.find("spec.priority"),
+            std::string::npos);
 }
 
 TEST(Objects, BadDocuments) {
