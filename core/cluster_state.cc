@@ -126,7 +126,7 @@ void ClusterState::RebuildLayout(NodeEntry& entry, std::vector<std::vector<Devic
     }
   }
   if (!unchanged || entry.usage.size() != entry.devices.size()) ReapplyUsage(entry);
-  if (!unchanged) grown_.nodes.insert(entry.node.name);
+  if (!unchanged) grown_.changed.insert(entry.node.name);
 }
 
 void ClusterState::ReapplyUsage(NodeEntry& entry) {
@@ -172,7 +172,8 @@ void ClusterState::SetVendorBlocks(const std::string& node, std::vector<std::str
   if (auto it = nodes_.find(node); it != nodes_.end()) {
     // A vendor opened again: the node may take pods it refused.
     for (std::size_t b = 0; b < it->second.blocked.size(); ++b) {
-      if (!it->second.blocked[b].empty() && (b >= reasons.size() || reasons[b].empty())) grown_.nodes.insert(node);
+      if (!it->second.blocked[b].empty() && (b >= reasons.size() || reasons[b].empty()))
+        grown_.changed.insert(node);
     }
     it->second.blocked = std::move(reasons);
   }
@@ -308,7 +309,7 @@ std::optional<PodAllocation> ClusterState::RemovePod(std::string_view uid) {
     if (p->second.empty()) pods_by_node_.erase(p);
   }
   quotas_.RemoveUsage(record.allocation.ns, record.quota);
-  grown_.nodes.insert(node);
+  grown_.freed.insert(node);
   grown_.namespaces.insert(record.allocation.ns);
   if (auto w = waiting_.find(std::string(uid)); w != waiting_.end()) {
     w->second.unplaceable = false;  // a re-filter: the pod is placed again with the others
@@ -376,7 +377,7 @@ void ClusterState::ReleaseInitContainers(std::string_view uid) {
   record.init_released = true;
   quotas_.AddUsage(record.allocation.ns, record.quota);
   if (n != nodes_.end()) Apply(n->second, record, +1);
-  grown_.nodes.insert(record.allocation.node);
+  grown_.freed.insert(record.allocation.node);
   grown_.namespaces.insert(record.allocation.ns);
 }
 

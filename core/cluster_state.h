@@ -122,13 +122,15 @@ class ClusterState {
   }
 
   // --- what grew -----------------------------------------------------------------------------------------
-  // The nodes whose devices may take more than before (a hold released or shrunk, devices changed, a vendor
-  // opened again) and the namespaces whose quota use fell, since the last call: what the requeue of refused
-  // pods looks at. Each a set, bounded by the nodes and namespaces there are.
+  // Since the last call: the nodes where a hold was released or shrank, the nodes whose devices changed
+  // (added, removed, healthy again, a vendor opened again: a pod that did not fit them even idle may now),
+  // and the namespaces whose quota use fell. What the requeue of refused pods looks at; each a set, bounded
+  // by the nodes and namespaces there are.
   struct Grown {
-    std::set<std::string> nodes;
+    std::set<std::string> freed;
+    std::set<std::string> changed;
     std::set<std::string> namespaces;
-    bool empty() const { return nodes.empty() && namespaces.empty(); }
+    bool empty() const { return freed.empty() && changed.empty() && namespaces.empty(); }
   };
   Grown TakeGrown() { return std::exchange(grown_, Grown{}); }
   bool HasGrown() const { return !grown_.empty(); }

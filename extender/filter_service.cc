@@ -223,8 +223,10 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
   // What kube-scheduler last reported of the pod, as it sent it and as our cache has it: a report after
   // this one means the attempt ended without our bind (WatchRoutes drops the reservation then).
   const auto cached = pods_->find(key);
+  const bool seen = cached != pods_->end();
   ledger_->Reserve(uid, Reservation{key, outcome.node, now, std::move(outcome.annotations), pod.scheduled,
-                                    cached == pods_->end() ? SchedulingCondition{} : cached->second.scheduled});
+                                    seen ? cached->second.scheduled : SchedulingCondition{},
+                                    pod.nominated_node_name, seen ? cached->second.nominated_node_name : ""});
   ++results_["scheduled"];
   RecordFilterEvent(pod, outcome);
   co_return outcome;

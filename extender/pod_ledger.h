@@ -31,14 +31,18 @@ struct Reservation {
   std::string node;
   TimePoint decided;
   Annotations annotations;  // the allocation, as the Binding writes it
-  // The pod's PodScheduled condition when the filter decided, as the request carried it and as the watch
-  // had shown it: kube-scheduler writing another one ends the attempt the reservation was made for.
+  // The pod's PodScheduled condition and nominated node when the filter decided, as the request carried
+  // them and as the watch had shown them: kube-scheduler writing others ends the attempt the reservation was
+  // made for (a nomination left from an earlier preemption does not).
   SchedulingCondition condition_sent, condition_seen;
+  std::string nominated_sent, nominated_seen;
   // Whether `pod` shows that kube-scheduler's attempt for this reservation ended without a bind of it
-  // here: it reported the pod unschedulable since, or nominated another node.
+  // here: it reported the pod unschedulable since, or nominated another node since.
   bool AbandonedBy(const PodView& pod) const {
     if (!pod.node_name.empty()) return false;
-    if (!pod.nominated_node_name.empty() && pod.nominated_node_name != node) return true;
+    const std::string& nominated = pod.nominated_node_name;
+    if (!nominated.empty() && nominated != node && nominated != nominated_sent && nominated != nominated_seen)
+      return true;
     return pod.scheduled.Refused() && pod.scheduled != condition_sent && pod.scheduled != condition_seen;
   }
 };

@@ -26,24 +26,24 @@ Requeue::Requeue(ClusterState& state, const std::map<std::string, PodView>& pods
 void Requeue::Refused(const PodView& pod, const FilterOutcome& outcome) {
   const std::string uid = pod.UidOrKey();
   Candidate c;
-  for (const auto& [node, reason] : outcome.failed_nodes) {
-    if (outcome.unresolvable.contains(node)) continue;
-    c.nodes.push_back(node);  // failed_nodes is ordered: so is this
+  for (const auto& [node, reason] : outcome.failed_nodes) {  // ordered: so are both lists
+    (outcome.unresolvable.contains(node) ? c.unfit_idle : c.freeable).push_back(node);
     c.quota = c.quota || reason.find(ReasonName(Reason::kResourceQuotaNotFit)) != std::string::npos;
   }
-  if (c.nodes.empty()) {
+  if (c.freeable.empty() && c.unfit_idle.empty()) {
     Forget(uid);
     return;
   }
   c.key = pod.Key();
   c.ns = pod.ns;
   c.priority = pod.priority;
-  c.order = ++refusals_;
-  candidates_[uid] = std::move(c);
+  auto [it, first] = candidates_.try_emplace(uid);
+  c.order = first ? ++refusals_ : it->second.order;  // its place among the refused is its first refusal's
+  it->second = std::move(c);
 }
 
 void Requeue::Forget(const std::string& uid) {
-  candidates_.erase(uid);
+  candidates_.erase(uid);  // a nudge still queued for it is not sent (SendQueued)
   for (auto it = locks_.begin(); it != locks_.end();) {
     it->second.erase(uid);
     it = it->second.empty() ? locks_.erase(it) : std::next(it);
@@ -62,7 +62,7 @@ void Requeue::NodeSeen(const NodeView& node) {
     if (!key.empty() && node.annotations.contains(key)) return;  // still locked
   }
   for (const auto& [uid, key] : it->second) {
-    if (Pending(uid, key) != nullptr) Enqueue(uid, key);
+    if (Pending(uid, key) != nullptr) Enqueue(Nudge{uid, key, "", true});
   }
   locks_.erase(it);
   if (!queue_.empty()) Poke();
@@ -74,7 +74,7 @@ void Requeue::QuotaChanged(const std::string& ns) {
 }
 
 void Requeue::Poke() {
-  if (!state_->HasGrown() && quota_changed_.empty() && queue_.empty()) return;
+  if (!state_->HasGrown() && quota_changed_.empty() && queue_.empty() && given_back_.empty()) return;
   pending_ = true;
   wake_.Notify();
 }
@@ -93,15 +93,41 @@ bool Requeue::MayNudge(const Candidate& c, TimePoint now) const {
   return !c.nudged || now - *c.nudged >= options_.renudge_after;
 }
 
-void Requeue::Enqueue(const std::string& uid, const std::string& key) {
-  if (queued_.insert(uid).second) queue_.emplace_back(uid, key);
+void Requeue::Enqueue(Nudge nudge) {
+  if (queued_.insert(nudge.uid).second) queue_.push_back(std::move(nudge));
+}
+
+template <typename Take>
+void Requeue::FitOn(const std::string& node, const std::vector<std::pair<const std::string*, Candidate*>>& order,
+                    Take&& take, std::unordered_map<const Candidate*, std::string>& fitted) {
+  std::vector<const PodView*> pods;
+  std::vector<const Candidate*> who;
+  for (const auto& [uid, c] : order) {
+    if (fitted.contains(c) || !take(*c)) continue;
+    if (const PodView* p = Pending(*uid, c->key)) {
+      pods.push_back(p);
+      who.push_back(c);
+    }
+  }
+  if (pods.empty()) return;
+  const std::vector<bool> fits = scheduler_.FitInTurn(pods, node);
+  for (std::size_t i = 0; i < fits.size(); ++i) {
+    if (fits[i]) fitted.emplace(who[i], node);
+  }
 }
 
 void Requeue::Pass() {
   ++stats_.passes;
   ClusterState::Grown grown = state_->TakeGrown();
+  grown.freed.merge(given_back_);
+  given_back_.clear();
   grown.namespaces.merge(quota_changed_);
   quota_changed_.clear();
+  // A pod the cache no longer has (deleted while no watch showed it) waits for nothing.
+  std::erase_if(candidates_, [&](const auto& entry) {
+    auto p = pods_->find(entry.second.key);
+    return p == pods_->end() || p->second.UidOrKey() != entry.first;
+  });
   if (candidates_.empty()) return;
   const TimePoint now = clock_->Now();
   // The candidates to look at, in the order they are fitted: higher priority first, then the older refusal.
@@ -113,73 +139,66 @@ void Requeue::Pass() {
     if (a.second->priority != b.second->priority) return a.second->priority > b.second->priority;
     return a.second->order < b.second->order;
   });
-  std::vector<std::string> nudge;
-  std::unordered_set<const Candidate*> taken;
-  std::vector<const PodView*> pods;
-  std::vector<Candidate*> who;
-  // Per node that grew: its candidates, fitted one after another against what the ones before would take.
-  for (const std::string& node : grown.nodes) {
-    pods.clear();
-    who.clear();
-    for (const auto& [uid, c] : order) {
-      if (taken.contains(c) || !std::binary_search(c->nodes.begin(), c->nodes.end(), node)) continue;
-      if (const PodView* p = Pending(*uid, c->key)) {
-        pods.push_back(p);
-        who.push_back(c);
-      }
-    }
-    if (pods.empty()) continue;
-    const std::vector<bool> fits = scheduler_.FitInTurn(pods, node);
-    for (std::size_t i = 0; i < fits.size(); ++i) {
-      if (fits[i]) taken.insert(who[i]);
+  const auto listed = [](const std::vector<std::string>& nodes, const std::string& node) {
+    return std::binary_search(nodes.begin(), nodes.end(), node);
+  };
+  std::unordered_map<const Candidate*, std::string> fitted;  // -> the node whose room it takes
+  // A node whose devices changed: every pod refused on it; then a node with a hold released: the pods that
+  // pods leaving could make room for there.
+  for (const std::string& node : grown.changed) {
+    grown.freed.erase(node);
+    FitOn(
+        node, order,
+        [&](const Candidate& c) { return listed(c.freeable, node) || listed(c.unfit_idle, node); }, fitted);
+  }
+  for (const std::string& node : grown.freed)
+    FitOn(node, order, [&](const Candidate& c) { return listed(c.freeable, node); }, fitted);
+  // A namespace whose quota may allow more: its candidates refused for it, on a node they were refused on
+  // where pods leaving could make room (the first that takes it).
+  for (const auto& [uid, c] : order) {
+    if (fitted.contains(c) || !c->quota || !grown.namespaces.contains(c->ns)) continue;
+    for (const std::string& node : c->freeable) {
+      FitOn(node, order, [&](const Candidate& other) { return &other == c; }, fitted);
+      if (fitted.contains(c)) break;
     }
   }
-  // A namespace whose quota may allow more: its candidates refused for it, on any node they had.
+  std::vector<std::string> nudged;
   for (const auto& [uid, c] : order) {
-    if (taken.contains(c) || !c->quota || !grown.namespaces.contains(c->ns)) continue;
-    const PodView* p = Pending(*uid, c->key);
-    if (p == nullptr) continue;
-    const PodView* one[] = {p};
-    for (const std::string& node : c->nodes) {
-      if (scheduler_.FitInTurn(one, node).front()) {
-        taken.insert(c);
-        break;
-      }
-    }
-  }
-  for (const auto& [uid, c] : order) {
-    if (!taken.contains(c)) continue;
+    auto f = fitted.find(c);
+    if (f == fitted.end()) continue;
     c->nudged = now;
-    Enqueue(*uid, c->key);
-    nudge.push_back(c->key);
+    Enqueue(Nudge{*uid, c->key, f->second, false});
+    nudged.push_back(c->key);
   }
-  if (!nudge.empty() && spdlog::should_log(spdlog::level::debug)) {
-    spdlog::debug("requeue: {} node(s) and {} namespace(s) grew; nudging {} of {} refused pods: {}",
-                  grown.nodes.size(), grown.namespaces.size(), nudge.size(), candidates_.size(),
-                  fmt::join(nudge, ", "));
+  if (!nudged.empty() && spdlog::should_log(spdlog::level::debug)) {
+    spdlog::debug("requeue: {} node(s) freed, {} changed, {} namespace(s); nudging {} of {} refused pods: {}",
+                  grown.freed.size(), grown.changed.size(), grown.namespaces.size(), nudged.size(),
+                  candidates_.size(), fmt::join(nudged, ", "));
   }
 }
 
 asio::awaitable<void> Requeue::SendQueued() {
+  // At least one nudge every 1,000 s, whatever the setting (a tiny rate would overflow the interval).
   const auto interval = std::chrono::duration_cast<steady_clock::duration>(
-      std::chrono::duration<double>(options_.qps > 0 ? 1.0 / options_.qps : 0.0));
+      std::chrono::duration<double>(options_.qps > 0 ? 1.0 / std::max(options_.qps, 0.001) : 0.0));
+  // Its turn may come late: a nudge is sent only if its pod still waits for kube-scheduler, and (but for a
+  // bind that waited for a lock) is still a candidate our filter has not decided meanwhile.
+  const auto still_wanted = [this](const Nudge& n) {
+    return (n.lock || candidates_.contains(n.uid)) ? Pending(n.uid, n.key) : nullptr;
+  };
   while (!queue_.empty()) {
-    const auto [uid, key] = std::move(queue_.front());
+    const Nudge nudge = std::move(queue_.front());
     queue_.pop_front();
-    queued_.erase(uid);
-    // Its turn may come late: it is nudged only if it still waits for kube-scheduler.
-    const PodView* pod = Pending(uid, key);
+    queued_.erase(nudge.uid);
+    const PodView* pod = still_wanted(nudge);
+    if (pod != nullptr && next_send_ > steady_clock::now()) {
+      co_await k8s::SleepFor(std::chrono::duration_cast<std::chrono::milliseconds>(next_send_ - steady_clock::now()));
+      pod = still_wanted(nudge);  // the cache may have moved on while this slept
+    }
     if (pod == nullptr) {
       ++stats_.skipped;
+      if (!nudge.node.empty()) given_back_.insert(nudge.node);  // its room is for the next pass
       continue;
-    }
-    if (const auto now = steady_clock::now(); next_send_ > now) {
-      co_await k8s::SleepFor(std::chrono::duration_cast<std::chrono::milliseconds>(next_send_ - now));
-      pod = Pending(uid, key);  // the cache may have moved on while this slept
-      if (pod == nullptr) {
-        ++stats_.skipped;
-        continue;
-      }
     }
     next_send_ = steady_clock::now() + interval;
     const std::string ns = pod->ns, name = pod->name;
@@ -192,10 +211,12 @@ asio::awaitable<void> Requeue::SendQueued() {
       ++stats_.nudges;
     } else {
       ++stats_.nudge_errors;
-      if (auto again = candidates_.find(uid); again != candidates_.end()) again->second.nudged.reset();
+      if (auto again = candidates_.find(nudge.uid); again != candidates_.end()) again->second.nudged.reset();
+      if (!nudge.node.empty()) given_back_.insert(nudge.node);
       spdlog::warn("requeue: could not nudge pod {}/{}: {}", ns, name, done.error().message);
     }
   }
+  if (!given_back_.empty()) Poke();
 }
 
 asio::awaitable<void> Requeue::Run() {

@@ -7,20 +7,24 @@
 // (5 minutes). The nudge is a merge patch of one annotation of ours (keys::kRequeue, the time in ms): a
 // change of an unscheduled pod's metadata, for which kube-scheduler requeues it (docs/DECISIONS.md
 // "Requeue"). The rules:
-// - a pod is a candidate once our filter refused it with at least one node where pods leaving could make
-//   room; one refused only for reasons no capacity can lift is never nudged;
-// - when the ledger grew on a node, the candidates that had that node are fitted on it against the ledger,
-//   one after another (priority, then the order of their refusals), each against the usage the ones before
-//   it would take: only those that fit are nudged, so a card freed nudges the pods it can take;
+// - a pod our filter refused is a candidate for the nodes it was refused on: those where pods leaving could
+//   make room, and those where only a change of the node itself could (devices added or healthy again);
+// - when a hold is released on a node, the candidates that could fit there once pods leave are fitted on
+//   it against the ledger, one after another (priority, then the order of their first refusal), each against
+//   the usage the ones before it would take: only those that fit are nudged, so a card freed nudges the pods
+//   it can take; when a node's devices change, every candidate refused on it is fitted the same way (a pod
+//   that fits no node however idle, a GPU type the node lacks, never fits and is never nudged);
 // - a namespace whose quota was raised or whose use fell: its candidates refused for the quota are fitted
-//   on the nodes they had;
+//   on the nodes they were refused on;
 // - a pod whose bind timed out on a node lock is nudged when the node shows the lock released;
 // - once per refusal (again only after renudge_after without a filter of it), at most `qps` a second, and
-//   only while the pod is ours, not bound, not gated, not finished and not being deleted.
+//   only while the pod is ours, not bound, not gated, not finished and not being deleted. A nudge that
+//   finds its pod gone or fails gives the node's room back to the next pass.
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <map>
 #include <set>
 #include <string>
@@ -37,7 +41,7 @@
 namespace hami::extender {
 
 struct RequeueOptions {
-  double qps = 2.5;  // nudges a second at most; 0: none are sent
+  double qps = 2.5;  // nudges a second at most (at least one every 1,000 s); 0: none are sent
   std::string scheduler_name;  // pods naming it are ours
   SchedulerOptions policies;   // the filter's (a fit reads the GPU policy)
   // Events that come together (a node's pods deleted at once) make one pass.
@@ -89,15 +93,25 @@ class Requeue {
     std::string key;  // "ns/name"
     std::string ns;
     std::int32_t priority = 0;
-    std::uint64_t order = 0;         // when it was refused, in refusals
-    std::vector<std::string> nodes;  // sorted: where pods leaving could make room
-    bool quota = false;              // some node refused it for the namespace's quota
+    std::uint64_t order = 0;              // its first refusal, in refusals
+    std::vector<std::string> freeable;    // sorted: refused where pods leaving could make room
+    std::vector<std::string> unfit_idle;  // sorted: refused where it does not fit even idle
+    bool quota = false;                   // some node refused it for the namespace's quota
     std::optional<TimePoint> nudged;
+  };
+  struct Nudge {
+    std::string uid, key;
+    std::string node;  // whose room it was for ("" for a quota's): handed back when the nudge is not sent
+    bool lock = false;  // a bind that waited for the node's lock (no candidate)
   };
   bool MayNudge(const Candidate& c, TimePoint now) const;
   // The pod as the cache shows it, if it still waits for kube-scheduler (ours, unbound, not gated, live).
   const PodView* Pending(const std::string& uid, const std::string& key) const;
-  void Enqueue(const std::string& uid, const std::string& key);
+  void Enqueue(Nudge nudge);
+  // Fits the candidates of `order` that `take` selects on `node`, one after another; marks those that fit.
+  template <typename Take>
+  void FitOn(const std::string& node, const std::vector<std::pair<const std::string*, Candidate*>>& order,
+             Take&& take, std::unordered_map<const Candidate*, std::string>& fitted);
 
   ClusterState* state_;
   const std::map<std::string, PodView>* pods_;
@@ -108,9 +122,10 @@ class Requeue {
   std::unordered_map<std::string, Candidate> candidates_;            // by uid
   std::map<std::string, std::map<std::string, std::string>> locks_;  // node -> uid -> key
   std::set<std::string> quota_changed_;                              // namespaces
-  std::deque<std::pair<std::string, std::string>> queue_;  // (uid, "ns/name") to nudge, in order
-  std::unordered_set<std::string> queued_;                 // their uids
-  std::chrono::steady_clock::time_point next_send_{};      // the pace: no nudge before it
+  std::set<std::string> given_back_;  // nodes whose room a nudge not sent leaves for the next pass
+  std::deque<Nudge> queue_;                             // to send, in order
+  std::unordered_set<std::string> queued_;              // their uids
+  std::chrono::steady_clock::time_point next_send_{};  // the pace: no nudge before it
   std::uint64_t refusals_ = 0;
   k8s::Signal wake_;
   bool pending_ = false;  // a pass is due

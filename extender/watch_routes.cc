@@ -91,9 +91,10 @@ void WatchRoutes::Attach(Caches& caches) {
             requeue.QuotaChanged(q.ns);
           },
       .on_update =
-          [&quotas, &requeue](const ResourceQuotaView&, const ResourceQuotaView& q) {
+          [&quotas, &requeue](const ResourceQuotaView& old_quota, const ResourceQuotaView& q) {
             quotas.UpsertQuota(q);
-            requeue.QuotaChanged(q.ns);
+            // The quota controller rewrites status.used on every pod change: only new limits matter here.
+            if (old_quota.hard != q.hard) requeue.QuotaChanged(q.ns);
           },
       .on_delete =
           [&quotas, &requeue](const ResourceQuotaView& q) {

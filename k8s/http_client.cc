@@ -63,12 +63,15 @@ class Connection {
     boost::system::error_code ec;
     return Lowest().socket().available(ec) > 0;
   }
-  // The server closed the connection while it sat idle (its FIN is all there is to read): a request sent
-  // on it would be lost after leaving. API servers close idle connections after a while (about 5 minutes).
+  // The server closed the connection while it sat idle: a request sent on it would be lost after leaving.
+  // API servers close idle connections after a while (about 5 minutes). Over TCP the FIN is all there is to
+  // read; over TLS its close_notify record comes first (the session tickets of the handshake were read with
+  // the first answer), so any record waiting on an idle TLS connection retires it.
   bool ClosedByPeer() {
     char byte = 0;
     const ssize_t n = ::recv(Lowest().socket().native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    if (n > 0) return tls() != nullptr && SSL_pending(tls()->native_handle()) == 0;
+    return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
   }
   // Pending and later operations on the connection fail at once (see CloseOnCancel).
   void Close() {

@@ -79,7 +79,8 @@ TEST_F(RequeueTest, AFreedCardNudgesOnlyThePodsItCanTake) {
   EXPECT_EQ(Nudged(), std::vector<std::string>{"default/urgent"}) << "9000 MiB twice is more than the card";
 }
 
-// Refusals no pod leaving can lift go to FailedAndUnresolvableNodes, and such a pod is never nudged.
+// Refusals no pod leaving can lift go to FailedAndUnresolvableNodes; a pod that fits no such node however
+// its devices change (a GPU type the node lacks) is never nudged.
 TEST_F(RequeueTest, APodRefusedOnlyForWhatNoCapacityLiftsIsNeverNudged) {
   AddNode("n1");
   const PodView too_big = Asking("too-big", 20000);
@@ -88,7 +89,7 @@ TEST_F(RequeueTest, APodRefusedOnlyForWhatNoCapacityLiftsIsNeverNudged) {
   EXPECT_EQ(big.failed_and_unresolvable.size(), 2u) << "larger than the empty card; not registered";
   const PodView wrong_type = Asking("wrong-type", 1000, {{"nvidia.com/use-gputype", "A100"}});
   EXPECT_TRUE(Filter(wrong_type, {"n1"}).failed_and_unresolvable.contains("n1"));
-  EXPECT_EQ(requeue_.candidates(), 0u);
+  feed_.UpsertNode(testing::NvidiaNode("n1", {testing::Gpu("n1-gpu0", 0, 16000), testing::Gpu("n1-gpu1", 1, 16000)}));
   requeue_.Pass();
   EXPECT_TRUE(Nudged().empty());
 }
@@ -121,6 +122,37 @@ TEST_F(RequeueTest, OnlyPodsStillWaitingForKubeSchedulerArePatched) {
   pods_["default/gated"].scheduling_gated = true;  // a scheduling gate added meanwhile
   EXPECT_TRUE(Nudged().empty());
   EXPECT_EQ(requeue_.stats().skipped, 1u);
+  requeue_.Pass();  // the room the gated pod did not take is the next one's
+  EXPECT_EQ(Nudged(), std::vector<std::string>{"default/later"});
+}
+
+// A nudge still queued when the filter decides its pod (kube-scheduler tried it anyway) is not sent.
+TEST_F(RequeueTest, ANudgeForAPodDecidedMeanwhileIsNotSent) {
+  AddNode("n1");
+  const PodView holder = Asking("holder", 16000);
+  ASSERT_EQ(Filter(holder, {"n1"}).node_names, std::vector<std::string>{"n1"});
+  const PodView waiting = Asking("waiting", 9000);
+  Filter(waiting, {"n1"});
+  requeue_.Pass();
+  ledger_.Release(holder.uid);
+  requeue_.Pass();
+  EXPECT_EQ(requeue_.queued(), 1u);
+  ASSERT_EQ(Filter(waiting, {"n1"}).node_names, std::vector<std::string>{"n1"});
+  EXPECT_TRUE(Nudged().empty());
+}
+
+// A node that did not fit the pod even idle is looked at again when its devices change: a larger card
+// registered there lets the pod in, and it is nudged.
+TEST_F(RequeueTest, APodRefusedOnANodeTooSmallIsNudgedWhenTheNodeGetsALargerCard) {
+  AddNode("n1");
+  const PodView big = Asking("big", 20000);
+  EXPECT_TRUE(Filter(big, {"n1"}).failed_and_unresolvable.contains("n1"));
+  EXPECT_EQ(requeue_.candidates(), 1u);
+  requeue_.Pass();
+  EXPECT_TRUE(Nudged().empty());
+  feed_.UpsertNode(testing::NvidiaNode("n1", {testing::Gpu("n1-gpu0", 0, 16000), testing::Gpu("n1-gpu1", 1, 32000)}));
+  requeue_.Pass();
+  EXPECT_EQ(Nudged(), std::vector<std::string>{"default/big"});
 }
 
 TEST(ReservationAbandoned, ByAReportAfterTheFilterOrAnotherNomination) {
@@ -141,6 +173,9 @@ TEST(ReservationAbandoned, ByAReportAfterTheFilterOrAnotherNomination) {
   EXPECT_FALSE(r.AbandonedBy(nominated)) << "the node reserved";
   nominated.nominated_node_name = "n2";
   EXPECT_TRUE(r.AbandonedBy(nominated));
+  r.nominated_sent = "n3";  // left from an earlier preemption when the filter decided
+  nominated.nominated_node_name = "n3";
+  EXPECT_FALSE(r.AbandonedBy(nominated)) << "a nomination older than the reservation";
 }
 
 }  // namespace
