@@ -56,10 +56,10 @@ class Requeue {
   Requeue(ClusterState& state, const std::map<std::string, PodView>& pods, ClusterWriter& writer,
           const Clock& clock, RequeueOptions options);
 
-  // Our /filter found no node for `pod`: it waits for the nodes `outcome` names as resolvable (a quota
-  // refusal among them makes its namespace's quota matter). None: it is never nudged.
+  // Our /filter found no node for `pod`: it waits for the nodes `outcome` refused it on (a quota refusal
+  // among them makes its namespace's quota matter).
   void Refused(const PodView& pod, const FilterOutcome& outcome);
-  // The pod was decided, bound, or is gone: nothing to nudge.
+  // The pod was decided, bound, or is gone: nothing to nudge (a nudge queued for it is not sent).
   void Forget(const std::string& uid);
   // A bind of the pod timed out waiting for `node`'s lock: nudged once the node shows the lock released.
   void WaitsForLock(const PodView& pod, const std::string& node);

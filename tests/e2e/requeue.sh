@@ -125,12 +125,14 @@ quiet_refusals() {
 # refused_once NAME [NS]: our filter has refused the pod (kube-scheduler's event says so).
 refused_once() { K get events -n "${2:-default}" --field-selector "involvedObject.name=$1,reason=FailedScheduling" -o name | grep -q .; }
 # bound_at NAME NS UNTIL: prints when (epoch seconds) the pod was first seen with spec.nodeName, polling
-# every 50 ms until the epoch UNTIL; nothing when it was not.
+# every 50 ms until the epoch UNTIL; nothing when it was not. The time is taken once the read answered: an
+# upper bound (a read takes some 50 ms).
 bound_at() {
-  local t
+  local t node
   while :; do
+    node="$(jp "$1" '{.spec.nodeName}' "$2")"
     t="$(date +%s.%N)"
-    [ -z "$(jp "$1" '{.spec.nodeName}' "$2")" ] || { echo "$t"; return; }
+    [ -z "$node" ] || { echo "$t"; return; }
     awk -v t="$t" -v u="$3" 'BEGIN { exit !(t > u) }' && return
     sleep 0.05
   done
