@@ -1,12 +1,18 @@
 # hami-scheduler container. The build stage runs the same install and build scripts as the README.
+# BINARY picks where the binary comes from: `build` (the default, for release) compiles it here; `prebuilt`
+# takes a stripped hami-scheduler from the context's prebuilt/ folder (scripts/build-image.sh --prebuilt: the
+# binary the README's test command built, so the image adds seconds, not a second compile).
 FROM debian:12 AS build
+ARG BINARY=build
 WORKDIR /src
 COPY scripts/install-deps.sh scripts/check-toolchains.sh scripts/
-RUN ./scripts/install-deps.sh --build-only && ./scripts/check-toolchains.sh --build-only \
- && rm -rf /var/lib/apt/lists/*
+RUN if [ "$BINARY" = build ]; then ./scripts/install-deps.sh --build-only \
+      && ./scripts/check-toolchains.sh --build-only && rm -rf /var/lib/apt/lists/*; fi
 COPY . .
-RUN BUILD_DIR=/build BUILD_TYPE=Release ./scripts/build.sh -DHAMI_BUILD_TESTS=OFF -DHAMI_BUILD_BENCH=OFF \
- && strip /build/hami-scheduler
+RUN if [ "$BINARY" = build ]; then \
+      BUILD_DIR=/build BUILD_TYPE=Release ./scripts/build.sh -DHAMI_BUILD_TESTS=OFF -DHAMI_BUILD_BENCH=OFF \
+      && strip /build/hami-scheduler; \
+    else install -D -m 0755 prebuilt/hami-scheduler /build/hami-scheduler; fi
 
 FROM debian:12-slim
 COPY --from=build /build/hami-scheduler /usr/local/bin/hami-scheduler
@@ -16,12 +22,12 @@ COPY --from=build /build/hami-scheduler /usr/local/bin/hami-scheduler
 # capability cannot exec a binary that has one, and `hami-scheduler` (deploy/, ports >= 1024) must start there.
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      libboost-json1.81.0 libboost-container1.81.0 libyaml-cpp0.7 libfmt9 libspdlog1.10 libssl3 ca-certificates tzdata \
+      libboost-json1.81.0 libyaml-cpp0.7 libfmt9 libspdlog1.10 libssl3 ca-certificates tzdata \
       libcap2-bin \
  && cp /usr/local/bin/hami-scheduler /usr/local/bin/scheduler \
  && setcap cap_net_bind_service=+ep /usr/local/bin/scheduler \
- && apt-get purge -y -qq libcap2-bin && apt-get autoremove -y -qq \
- && rm -rf /var/lib/apt/lists/*
+ && apt-get purge -y -qq libcap2-bin && apt-get autoremove -y -qq && apt-get clean \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log
 # The handshake stamps use the process time zone; HAMi's containers run in UTC.
 ENV TZ=UTC
 USER 65532:65532

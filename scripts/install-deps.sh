@@ -16,7 +16,11 @@ PACKAGES=(
 # recommends its sanitizer runtimes (libclang-rt-16-dev) and --no-install-recommends below skips them, so they
 # are named here; the chart's test reads rendered manifests with PyYAML (tests/e2e/helm.sh).
 # scripts/check-toolchains.sh proves each toolchain works right after this script.
-if [ "${1:-}" != "--build-only" ]; then PACKAGES+=(clang-16 libclang-rt-16-dev libfuzzer-16-dev python3-yaml); fi
+# The container image is built and run with podman (runc: crun refuses this kernel's hybrid cgroup layout)
+# from a base image mmdebstrap makes, no registry needed (scripts/build-image.sh).
+if [ "${1:-}" != "--build-only" ]; then
+  PACKAGES+=(clang-16 libclang-rt-16-dev libfuzzer-16-dev python3-yaml podman runc mmdebstrap)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -48,13 +48,16 @@ timeout 1200 bash tests/e2e/helm.sh "${BUILD_DIR:-build}/hami-scheduler"
 # A pod our filter refused is scheduled within 2 s of its devices being freed (deleted, finished, quota
 # raised, reservation expired), a burst is nudged by what the freed card takes (docs/DECISIONS.md "Requeue").
 timeout 900 bash tests/e2e/requeue.sh "${BUILD_DIR:-build}/hami-scheduler"
+# The container image: built from the Dockerfile around the binary above (scripts/build-image.sh --prebuilt)
+# and run with podman: version, demo, its capabilities, its `scheduler` as the real kube-scheduler's extender.
+timeout 900 bash tests/e2e/image.sh "${BUILD_DIR:-build}/hami-scheduler"
 # A burst under binpack with slow device plugins: 48 pods that strict binpack puts on two of the six nodes
 # must leave the other four empty (docs/DECISIONS.md, "Bursts under binpack").
 timeout 600 bash tests/e2e/bench.sh --allocate-delay 200ms --max-nodes 2 burst=48x6:binpack:30
 # smoke, the conformance suite with two kinds of authentication, the real kube-scheduler + extender, HAMi's
 # chart contract with the webhook, failover between two leader-elected pairs, our Helm chart, the requeue,
-# the burst
-e2e_suites=9
+# the container image, the burst
+e2e_suites=10
 t_e2e=$(date +%s)
 echo "time: deps $((t_deps - start))s, build $((t_build - t_deps))s, tests $((t_test - t_build))s," \
   "asan build $((t_asan_build - t_test))s, asan tests $((t_asan - t_asan_build))s, fuzz $((t_fuzz - t_asan))s," \
