@@ -98,8 +98,9 @@ void Requeue::Enqueue(Nudge nudge) {
 }
 
 template <typename Take>
-void Requeue::FitOn(const std::string& node, const std::vector<std::pair<const std::string*, Candidate*>>& order,
-                    Take&& take, std::unordered_map<const Candidate*, std::string>& fitted) {
+void Requeue::FitOn(const std::string& node,
+                    const std::vector<std::pair<const std::string*, Candidate*>>& order, Take&& take,
+                    std::unordered_map<const Candidate*, std::string>& fitted) {
   std::vector<const PodView*> pods;
   std::vector<const Candidate*> who;
   for (const auto& [uid, c] : order) {
@@ -192,7 +193,8 @@ asio::awaitable<void> Requeue::SendQueued() {
     queued_.erase(nudge.uid);
     const PodView* pod = still_wanted(nudge);
     if (pod != nullptr && next_send_ > steady_clock::now()) {
-      co_await k8s::SleepFor(std::chrono::duration_cast<std::chrono::milliseconds>(next_send_ - steady_clock::now()));
+      const auto wait = next_send_ - steady_clock::now();
+      co_await k8s::SleepFor(std::chrono::duration_cast<std::chrono::milliseconds>(wait));
       pod = still_wanted(nudge);  // the cache may have moved on while this slept
     }
     if (pod == nullptr) {

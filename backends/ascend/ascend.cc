@@ -73,8 +73,8 @@ class AscendBackend final : public BasicBackend {
     if (chip_.super_pod && **count % 2 != 0) {
       // The webhook rounds 1 up to 2 and refuses other odd counts; a pod it did not see is refused here,
       // rather than given half a module or more NPUs than the kubelet counts.
-      return Error{fmt::format("{}: a super-pod {} is allocated whole modules of 2 NPUs, so the count must be "
-                               "even, got {} (the webhook rounds 1 up to 2: is it running?)",
+      return Error{fmt::format("{}: a super-pod {} is allocated whole modules of 2 NPUs, so the count must "
+                               "be even, got {} (the webhook rounds 1 up to 2: is it running?)",
                                chip_.count_resource, chip_.common_word, **count)};
     }
     auto memory = IntegerResource(c, chip_.memory_resource, MemoryUnit(), 0, kInt32Max / chip_.memory_factor);

@@ -32,9 +32,8 @@ Result<std::optional<std::int64_t>> PositiveResource(const ContainerView& c, con
   auto n = IntegerResource(c, name, unit, 0, hi);
   if (!n) return n.error();
   if (*n && **n == 0) {
-    return Error{fmt::format("{} must be greater than 0, got \"0\" (leave it out of a container that needs no "
-                             "{})",
-                             name, unit)};
+    return Error{fmt::format(
+        "{} must be greater than 0, got \"0\" (leave it out of a container that needs no {})", name, unit)};
   }
   return n;
 }

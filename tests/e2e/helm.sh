@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e of the Helm chart charts/hami-scheduler (issue 12): helm built from its Go module (build-helm.sh), then
+# e2e of the Helm chart charts/hami-scheduler: helm built from its Go module (build-helm.sh), then
 #  - `helm lint --strict`;
 #  - `helm template` in every shape (default; an operator's HAMi values file, tests/e2e/chart-v2.10.0/
 #    values-operator.yaml; without the kube-scheduler sidecar; without the webhook; cert-manager; ServiceMonitor

@@ -629,7 +629,7 @@ TEST_F(ControllerTest, HealthPassRequestsHandshakesAndWithholdsDevicesOfAGonePlu
   }());
 }
 
-// `simulate` decides as `serve` does (issue 8 §7): one snapshot, with a node whose handshake request expired
+// `simulate` decides as `serve` does: one snapshot, with a node whose handshake request expired
 // unanswered and whose nvidia.com/gpu allocatable is 0, through `simulate --now T` and through the controller
 // (its first health pass at T) gives the same placements and the same refusals.
 TEST_F(ControllerTest, SimulateDecidesAsServeOnTheSameSnapshot) {

@@ -878,8 +878,8 @@ TEST_F(SystemTest, FortyPodsToOneNodeAreBoundAndAllocatedWellUnderTenSeconds) {
       20s);
 }
 
-// Issue 21: a burst under binpack (the default) with slow device plugins fills the nodes binpack fills and
-// leaves the others empty; several of them take pods at once.
+// Bursts under binpack (docs/DECISIONS.md): a burst under binpack (the default) with slow device plugins
+// fills the nodes binpack fills and leaves the others empty; several of them take pods at once.
 TEST_F(SystemTest, ABurstUnderBinpackLeavesAsManyNodesEmptyAsStrictBinpack) {
   // Six nodes of two cards; three pods of 30 cores per card: binpack puts 18 pods on three nodes.
   for (int n = 0; n < 6; ++n) {
@@ -1192,7 +1192,7 @@ TEST_F(SystemTest, TheGrafanaDashboardQueriesOnlyMetricsWeExport) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Issue 8: hostile requests and annotations, replayed over loopback HTTP; the API server's state afterwards
+// Hostile requests and annotations, replayed over loopback HTTP; the API server's state afterwards
 // shows that nothing but the named object was touched, and the process goes on.
 
 class HostileInputTest : public SystemTest {
@@ -1408,7 +1408,8 @@ TEST_F(HostileInputTest, TheWebhookAppliesHamisVendorRules) {
   backends_ = testing::BuiltinBackends({{"vnpus", vnpus}});
   StartService();
   const auto review = [](const std::string& name, json::value spec) {
-    const json::value pod = {{"metadata", {{"name", name}, {"namespace", "default"}}}, {"spec", std::move(spec)}};
+    const json::value pod = {{"metadata", {{"name", name}, {"namespace", "default"}}},
+                             {"spec", std::move(spec)}};
     return json::serialize(json::value{{"apiVersion", "admission.k8s.io/v1"},
                                        {"kind", "AdmissionReview"},
                                        {"request",
@@ -1426,7 +1427,8 @@ TEST_F(HostileInputTest, TheWebhookAppliesHamisVendorRules) {
   // The pod as the answer's patch leaves it.
   const auto patched = [&](const std::string& body, const std::string& name, json::value spec) {
     const json::value answer = json::parse(body);
-    json::value pod = {{"metadata", {{"name", name}, {"namespace", "default"}}}, {"spec", std::move(spec)}};
+    json::value pod = {{"metadata", {{"name", name}, {"namespace", "default"}}},
+                       {"spec", std::move(spec)}};
     const json::object& response = answer.at("response").as_object();
     EXPECT_EQ(response.at("allowed"), true) << body;
     if (const json::value* patch = response.if_contains("patch")) {
@@ -1447,14 +1449,13 @@ TEST_F(HostileInputTest, TheWebhookAppliesHamisVendorRules) {
     return out;
   };
 
-  const json::value neuron_zero = {
-      {"containers", json::array{json::object{{"name", "a"},
-                                              {"securityContext", {{"privileged", true}}},
-                                              {"resources", {{"limits", {{"aws.amazon.com/neuron", "0"}}}}}}}}};
-  const json::value one_npu = {
-      {"containers", json::array{container(
-                         "a", {{"limits", {{"huawei.com/Ascend910C", "1"}, {"huawei.com/Ascend910C-memory", "16384"}}},
-                               {"requests", {{"huawei.com/Ascend910C", "1"}, {"huawei.com/Ascend910C-memory", "16384"}}}})}}};
+  const json::object privileged_zero = {{"name", "a"},
+                                        {"securityContext", {{"privileged", true}}},
+                                        {"resources", {{"limits", {{"aws.amazon.com/neuron", "0"}}}}}};
+  const json::value neuron_zero = {{"containers", json::array{privileged_zero}}};
+  const json::object npu = {{"huawei.com/Ascend910C", "1"},
+                            {"huawei.com/Ascend910C-memory", "16384"}};
+  const json::value one_npu = {{"containers", json::array{container("a", {{"limits", npu}, {"requests", npu}})}}};
   json::object sidecar = container("sidecar", {{"limits", {{"huawei.com/Ascend910B3", "1"}}}});
   sidecar["restartPolicy"] = "Always";
   const json::value with_sidecar = {

@@ -31,6 +31,8 @@ class RawHttpServer {
   unsigned short port() const { return acceptor_.local_endpoint().port(); }
   void Add(Answer a) { answers_.push_back(std::move(a)); }
   const std::vector<std::string>& requests() const { return requests_; }
+  // Connections this server has closed (or whose client left).
+  std::size_t sessions_ended() const { return sessions_ended_; }
 
   // "HTTP/1.1 <status>" with a JSON body of fixed length.
   static Answer Json(int status, const std::string& body, const std::string& extra_headers = "") {
@@ -61,6 +63,15 @@ class RawHttpServer {
     }
   }
   boost::asio::awaitable<void> Session(boost::asio::ip::tcp::socket socket) {
+    struct Ended {
+      std::size_t& count;
+      boost::asio::ip::tcp::socket& socket;
+      ~Ended() {
+        boost::system::error_code ignored;
+        socket.close(ignored);  // the close reaches the client before this counts
+        ++count;
+      }
+    } ended{sessions_ended_, socket};
     boost::asio::streambuf buf;
     for (;;) {
       auto [ec, n] = co_await boost::asio::async_read_until(
@@ -96,6 +107,7 @@ class RawHttpServer {
   boost::asio::ip::tcp::acceptor acceptor_;
   std::deque<Answer> answers_;
   std::vector<std::string> requests_;
+  std::size_t sessions_ended_ = 0;
 };
 
 }  // namespace hami::testing

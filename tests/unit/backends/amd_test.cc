@@ -204,7 +204,8 @@ TEST(AmdFit, APercentOfEachCardsComputeUnits) {
   ASSERT_EQ(quarter.kind, FilterOutcome::Kind::kScheduled) << Failure(quarter);
   EXPECT_EQ(quarter.annotations.at(kAllocated), "mi300x,AMD-Instinct-MI300X,16384,76:;")
       << "25 % of 304 compute units, the card named by its registered type";
-  EXPECT_EQ(quarter.annotations.at("hami.io/amd-devices-to-allocate"), "mi300x,AMD-Instinct-MI300X,16384,76:;");
+  EXPECT_EQ(quarter.annotations.at("hami.io/amd-devices-to-allocate"),
+            "mi300x,AMD-Instinct-MI300X,16384,76:;");
 
   Cluster small;
   small.Node("n", {Card("dev-0", 0, 1000, 64, 2)});
@@ -312,7 +313,8 @@ TEST(AmdFit, TheAllocationNamesEachCardByItsRegisteredType) {
   EXPECT_EQ(one.devices.at("AMD").at(0).at(0).vendor, "AMD") << "the ledger charges by the vendor key";
   auto untyped = c.Run(AmdPod(1, 16384, 25, {{"amd.com/use-gpu-uuid", "GPU-b"}}));
   ASSERT_EQ(untyped.kind, FilterOutcome::Kind::kScheduled) << Failure(untyped);
-  EXPECT_EQ(untyped.annotations.at(kAllocated), "GPU-b,AMD,16384,76:;") << "no registered type: the vendor key";
+  EXPECT_EQ(untyped.annotations.at(kAllocated), "GPU-b,AMD,16384,76:;")
+      << "no registered type: the vendor key";
 
   PodView bound = AmdPod(1, 16384, 25);
   bound.uid = "bound";

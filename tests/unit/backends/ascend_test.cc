@@ -444,7 +444,9 @@ TEST(AscendAdmit, A5SuperPodPairs) {
   for (const char* n : {"1", "3"}) {
     auto r = c->RequestFor(Npu("Ascend910C", n));
     ASSERT_FALSE(r) << n;
-    EXPECT_THAT(r.error().message, HasSubstr(std::string("allocated whole modules of 2 NPUs, so the count must be even, got ") + n)) << n;
+    EXPECT_THAT(r.error().message,
+                HasSubstr(std::string("allocated whole modules of 2 NPUs, so the count must be even, got ") + n))
+        << n;
   }
   EXPECT_EQ(Request(*c, Npu("Ascend910C", "2")), Req("Ascend910C", 2, 0, 100, 0));
 

@@ -99,9 +99,10 @@ TEST(AwsNeuron, N1AdmissionTakesEitherResource) {
   // Zero of either is refused, as upstream refuses it, in the webhook and the filter alike.
   for (const char* name : {"aws.amazon.com/neuron", "aws.amazon.com/neuroncore"}) {
     ContainerView zero = Ctr("c", {{name, "0"}});
+    const std::string unit = std::string(name).ends_with("core") ? "NeuronCores" : "Neuron devices";
     EXPECT_EQ(b->Admit(zero, pod).error().message,
-              std::string(name) + " must be greater than 0, got \"0\" (leave it out of a container that needs no " +
-                  (std::string(name).ends_with("core") ? "NeuronCores)" : "Neuron devices)"));
+              std::string(name) + " must be greater than 0, got \"0\" (leave it out of a container that needs " +
+                  "no " + unit + ")");
     ContainerView requests_zero = Ctr("c", {});
     requests_zero.requests[name] = "0";
     EXPECT_THAT(b->RequestFor(requests_zero).error().message, HasSubstr("must be greater than 0")) << name;

@@ -1,4 +1,4 @@
-// Issue 8 §5: log records stay one line whatever names they carry, and files named on the command line are
+// Log records stay one line whatever names they carry, and files named on the command line are
 // replaced, never written through a symlink.
 #include <fcntl.h>
 #include <gmock/gmock.h>

@@ -141,14 +141,16 @@ TEST(Flags, GoSpellings) {
 TEST(Flags, RequeueQps) {
   auto unset = Load({});
   ASSERT_TRUE(unset);
-  EXPECT_FALSE(unset->config.extender.requeue_qps) << "unset: half of --kube-qps, decided where the clients are";
+  EXPECT_FALSE(unset->config.extender.requeue_qps)
+      << "unset: half of --kube-qps, decided where the clients are";
   auto off = Load({"--requeue-qps=0"});
   ASSERT_TRUE(off) << off.error().message;
   EXPECT_EQ(off->config.extender.requeue_qps, 0.0);
   auto set = Load({"--requeue-qps", "12.5"});
   ASSERT_TRUE(set) << set.error().message;
   EXPECT_EQ(set->config.extender.requeue_qps, 12.5);
-  EXPECT_THAT(ProblemLines(Load({"--requeue-qps=-1"})), ElementsAre("--requeue-qps: '-1' is not a number >= 0"));
+  EXPECT_THAT(ProblemLines(Load({"--requeue-qps=-1"})),
+              ElementsAre("--requeue-qps: '-1' is not a number >= 0"));
   EXPECT_THAT(ProblemLines(Load({"--requeue-qps=fast"})),
               ElementsAre("--requeue-qps: 'fast' is not a number >= 0"));
 }

@@ -379,7 +379,7 @@ TEST(NodeLock, ParseAndFormat) {
   EXPECT_FALSE(ParseNodeLock("lock-values,default,pod-gpu"));
 }
 
-// --- Issue 8: wire values that the colon/comma formats cannot carry, or absurd ones, are refused on entry
+// --- Hostile wire values: values that the colon/comma formats cannot carry, or absurd ones, are refused on entry
 
 TEST(DeviceManifest, RefusesSeparatorsNegativesAndDuplicateIds) {
   const auto error = [](std::string_view manifest) {

@@ -1343,7 +1343,8 @@ TEST(AscendFit, NodesThatKeepAContainersCardsTogetherRankFirstUnderEitherPolicy)
 // One card is together in any network: it ranks no node first, so spread takes the idle node whose cards
 // publish no network rather than the busier one that does, and binpack the busier one.
 TEST(AscendFit, AOneCardContainerScoresNothingTogether) {
-  for (const auto& [policy, want] : {std::pair<const char*, const char*>{"spread", "plain"}, {"binpack", "rings"}}) {
+  using Case = std::pair<const char*, const char*>;  // the node policy, the node it chooses
+  for (const auto& [policy, want] : {Case{"spread", "plain"}, Case{"binpack", "rings"}}) {
     Env env(kAscend);
     env.state.UpsertNode(AscendNode("rings", "Ascend910B3", {0, 0, 1, 1}));
     env.state.UpsertNode(AscendNode("plain", "Ascend910B3", {std::nullopt, std::nullopt, std::nullopt,

@@ -75,7 +75,7 @@ TEST_F(Health, MalformedStampIsStaleAfterTheGraceNotForever) {
   EXPECT_TRUE(EvaluateHealth(dcu_, Node(key, "Requesting", "2"), later.memory, now_ + 61s, 60s).healthy);
 }
 
-// Issue 8: a request stamped ahead of our clock is unreadable (docs/DECISIONS.md, D10), not pending forever.
+// A request stamped ahead of our clock is unreadable (docs/DECISIONS.md, D10), not pending forever.
 TEST_F(Health, FutureRequestIsStaleAfterTheGrace) {
   const std::string key = "hami.io/node-handshake-dcu";
   const NodeView n = Node(key, codec::FormatHandshakeRequest(now_ + 24h * 365 * 100), std::nullopt);

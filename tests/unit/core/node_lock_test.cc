@@ -65,7 +65,7 @@ TEST(NodeLock, ReleaseOnlyWhatIsOurs) {
   EXPECT_TRUE(MayRelease("2026-07-29T13:00:01Z,ns,pod-a", ours, "ns", "pod-a", false));
 }
 
-// Issue 8: a lock dated in the far future would block its node forever; an owner that is no pod name would
+// A lock dated in the far future would block its node forever; an owner that is no pod name would
 // be looked up as a path.
 TEST(NodeLock, FutureStampsAndForgedOwnersAreMalformed) {
   EXPECT_EQ(Act(codec::FormatNodeLock(kNow + 4min, "ns", "pod-b")), LockAction::kCheckOwner);  // clock skew

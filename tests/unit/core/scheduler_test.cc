@@ -182,8 +182,9 @@ TEST_F(PolicyMatrix, BinpackDivertsFromABusyNodeOnlyWhenTheWaitingPodsReachTheOt
   EXPECT_EQ(state_.FindNode("node2")->allocations_in_flight, 0);
 }
 
-// Issue 21: a burst on empty nodes, every pod reserved and in flight before any is set up. Strict binpack
-// fills one node after another; the busy rule may only fill the same nodes several at a time.
+// Bursts under binpack (docs/DECISIONS.md): a burst on empty nodes, every pod reserved and in flight before
+// any is set up. Strict binpack fills one node after another; the busy rule may only fill the same nodes
+// several at a time.
 TEST(Scheduler, ABurstUnderBinpackLeavesAsManyNodesEmptyAsStrictBinpack) {
   // `windows` > 1: as kube-scheduler does in clusters of 100 nodes or more, each pod's candidates are the
   // next window of the nodes, in turn.

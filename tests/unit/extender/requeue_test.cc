@@ -17,7 +17,8 @@ using testing::RunCoro;
 class RequeueTest : public testing::ServicesTest {
  protected:
   // A pod of ours asking for `mem` MiB of one GPU (the node's card has 16000).
-  PodView Asking(const std::string& name, std::int64_t mem, std::map<std::string, std::string> annotations = {}) {
+  PodView Asking(const std::string& name, std::int64_t mem,
+                 std::map<std::string, std::string> annotations = {}) {
     PodView p = testing::Pod(name, {testing::GpuCtr("main", 1, mem, 30)}, {}, std::move(annotations));
     p.scheduler_name = "hami-scheduler";
     p.resource_version = "7";
@@ -89,7 +90,8 @@ TEST_F(RequeueTest, APodRefusedOnlyForWhatNoCapacityLiftsIsNeverNudged) {
   EXPECT_EQ(big.failed_and_unresolvable.size(), 2u) << "larger than the empty card; not registered";
   const PodView wrong_type = Asking("wrong-type", 1000, {{"nvidia.com/use-gputype", "A100"}});
   EXPECT_TRUE(Filter(wrong_type, {"n1"}).failed_and_unresolvable.contains("n1"));
-  feed_.UpsertNode(testing::NvidiaNode("n1", {testing::Gpu("n1-gpu0", 0, 16000), testing::Gpu("n1-gpu1", 1, 16000)}));
+  feed_.UpsertNode(
+      testing::NvidiaNode("n1", {testing::Gpu("n1-gpu0", 0, 16000), testing::Gpu("n1-gpu1", 1, 16000)}));
   requeue_.Pass();
   EXPECT_TRUE(Nudged().empty());
 }
@@ -150,7 +152,8 @@ TEST_F(RequeueTest, APodRefusedOnANodeTooSmallIsNudgedWhenTheNodeGetsALargerCard
   EXPECT_EQ(requeue_.candidates(), 1u);
   requeue_.Pass();
   EXPECT_TRUE(Nudged().empty());
-  feed_.UpsertNode(testing::NvidiaNode("n1", {testing::Gpu("n1-gpu0", 0, 16000), testing::Gpu("n1-gpu1", 1, 32000)}));
+  feed_.UpsertNode(
+      testing::NvidiaNode("n1", {testing::Gpu("n1-gpu0", 0, 16000), testing::Gpu("n1-gpu1", 1, 32000)}));
   requeue_.Pass();
   EXPECT_EQ(Nudged(), std::vector<std::string>{"default/big"});
 }

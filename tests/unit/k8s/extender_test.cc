@@ -107,7 +107,7 @@ TEST(ExtenderBinding, ParseAndAnswer) {
   EXPECT_EQ(BindingResultJson("node n1 is locked"), R"({"Error":"node n1 is locked"})");
 }
 
-// Issue 8: names from the request reach API paths, annotations and logs: only valid Kubernetes names pass,
+// Names from the request reach API paths, annotations and logs: only valid Kubernetes names pass,
 // and the error names the field and the rule.
 TEST(ExtenderArgs, HostileNamesAreRefusedAtTheEdge) {
   const auto filter_error = [](std::string pod_name, std::string ns, std::string node) {

@@ -176,7 +176,8 @@ TEST(Objects, PodSchedulingState) {
   EXPECT_EQ(pod->scheduled,
             (SchedulingCondition{"False", "Unschedulable", "0/3 nodes", "2026-12-05T07:00:00Z"}));
   EXPECT_TRUE(pod->scheduled.Refused());
-  const auto plain = PodFromJson(boost::json::parse(R"({"metadata":{"name":"p"},"spec":{"schedulingGates":[]}})"));
+  const auto plain =
+      PodFromJson(boost::json::parse(R"({"metadata":{"name":"p"},"spec":{"schedulingGates":[]}})"));
   ASSERT_TRUE(plain);
   EXPECT_FALSE(plain->scheduling_gated);
   EXPECT_FALSE(plain->scheduled.Refused());
@@ -184,7 +185,8 @@ TEST(Objects, PodSchedulingState) {
                           R"({"metadata":{"name":"p"},"spec":{"priority":4294967296}})",
                           R"({"metadata":{"name":"p"},"spec":{"schedulingGates":{}}})",
                           R"({"metadata":{"name":"p"},"status":{"conditions":{}}})",
-                          R"({"metadata":{"name":"p"},"status":{"conditions":[{"type":"PodScheduled","status":1}]}})"}) {
+                          R"({"metadata":{"name":"p"},
+                                 "status":{"conditions":[{"type":"PodScheduled","status":1}]}})"}) {
     const auto r = PodFromJson(boost::json::parse(bad));
     EXPECT_FALSE(r) << bad;
   }
