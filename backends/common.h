@@ -142,5 +142,10 @@ class CountBackend : public BasicBackend {
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override;
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& container) const override;
 };
+// CountBackend as it is, for a vendor with no rule of its own.
+class PlainCountBackend final : public Hooked<PlainCountBackend, CountBackend> {
+ public:
+  using Hooked::Hooked;
+};
 
 }  // namespace hami::backends

@@ -7,6 +7,22 @@ namespace hami {
 Backends::Backends(std::vector<BackendPtr> backends) : list_(std::move(backends)) {
   std::sort(list_.begin(), list_.end(),
             [](const BackendPtr& a, const BackendPtr& b) { return a->Vendor() < b->Vendor(); });
+  for (const BackendPtr& b : list_) hooks_.push_back(b->Hooks());
+}
+
+Result<void> CheckFitRules(const Backend& backend) {
+  const FitRules& rules = backend.Spec().fit;
+  const BackendHooks hooks = backend.Hooks();
+  const auto missing = [&](std::string_view rule, std::string_view hook) {
+    return Error{"backend " + backend.Vendor() + ": FitRules::" + std::string(rule) + " needs " +
+                 std::string(hook) + ", which it does not override"};
+  };
+  if (rules.vendor_checks_first && !hooks.refuse_card) return missing("vendor_checks_first", "RefuseCard");
+  if (rules.vendor_sizes && !hooks.refuse_card) return missing("vendor_sizes", "RefuseCard");
+  if (!rules.split_count_limits && !hooks.refuse_card) return missing("split_count_limits", "RefuseCard");
+  if (rules.vendor_score_together && !hooks.allocation_score)
+    return missing("vendor_score_together", "AllocationScore");
+  return {};
 }
 
 int Backends::IndexOf(std::string_view vendor) const {
@@ -46,7 +62,12 @@ Result<std::vector<BackendPtr>> BackendRegistry::Create(std::string_view section
                                                         const VendorSettings& settings) const {
   auto it = modules_.find(section);
   if (it == modules_.end()) return Error{"unknown backend '" + std::string(section) + "'"};
-  return it->second.create(settings);
+  auto created = it->second.create(settings);
+  if (!created) return created;
+  for (const BackendPtr& b : *created) {
+    if (auto ok = CheckFitRules(*b); !ok) return ok.error();
+  }
+  return created;
 }
 
 std::vector<std::string> BackendRegistry::Advise(std::string_view section,

@@ -2,9 +2,11 @@
 // The vendor seam. A Backend decodes a node's devices, turns a container's resources into a request, writes
 // the pod annotations of an allocation and mutates pods at admission. It is pure: no I/O, no clock (time is
 // passed in), and says what its vendor's device plugin publishes (the inverse of its discovery, for the
-// simulated plugins). Everything else it contributes is data (BackendSpec) that the shared core reads:
-// protocol keys, resource names, health rule and fit rules. Registration is explicit (BackendRegistry,
-// filled by backends/builtin.cc from main).
+// simulated plugins). Besides those it gives the shared core a description (BackendSpec: protocol keys,
+// resource names, health rule, the shared fit rules it opts into) and, optionally, fit hooks of its own: its
+// card checks and charges, its placement of several cards, its pod classes, its score. A hook is on when
+// the backend overrides it, and only then (BackendHooks, read once per backend). Registration is explicit
+// (BackendRegistry, filled by backends/builtin.cc from main).
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -14,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "core/clock.h"
@@ -54,14 +57,6 @@ struct ResourceNames {
   bool cores_share_of_units = false;
 };
 
-// How a request for several devices is placed once the candidates are known.
-enum class MultiDevice : std::uint8_t {
-  kInOrder,        // the first `count` candidates in the policy's order
-  kNetworkGroups,  // all from the largest interconnect groups (DeviceInfo::network), when every card has one
-  kModulePairs,    // whole modules of two cards (index / 2): a module's halves are never split
-  kVendor,         // the backend's ChooseCards picks among every usable card, for any count
-};
-
 // A soft-split (hami-core) mode a pod asks for with an annotation and a node offers with another: such a pod
 // is refused (ModeNotFit) on a node that does not offer it, and counts a card's cores as 100 percent.
 struct SoftSplitRule {
@@ -71,32 +66,26 @@ struct SoftSplitRule {
   bool offered_by_default = false;  // when the node carries no such annotation
 };
 
-// Rules the shared fit skeleton applies on top of its common checks.
+// Rules of the shared fit that a vendor opts into. The vendor's own fit hooks are not switched here: each
+// is on when the backend overrides it (BackendHooks). The rules that hand part of the shared checks to a
+// hook need that hook; BackendRegistry::Create refuses a backend that sets one without it.
 struct FitRules {
   bool cordon = false;                         // honours node annotation hami.io/device-cordon
   std::string numa_bind_annotation;            // pod annotation that keeps a request within one NUMA node
   std::string mode_annotation;                 // pod annotation restricting device modes (substring match)
   bool quota_in_fit = false;                   // ResourceQuota checked per candidate device
-  bool topology = false;                       // "topology-aware" uses pair scores
   bool mig = false;                            // MIG-mode devices are split into instances
   bool same_device_across_containers = false;  // later containers must sit on the earlier ones' device
-  MultiDevice multi_device = MultiDevice::kInOrder;
   std::optional<SoftSplitRule> soft_split;
   // A card's split count bounds how many tasks share it; false: the vendor's own rule (RefuseCard) does.
   bool split_count_limits = true;
-  bool vendor_card_check = false;  // Backend::RefuseCard runs after the shared checks of each card
   // Backend::RefuseCard runs once more before any shared check of a card (CardCheckView::before_shared),
-  // for a vendor whose own checks come first, health included (FitRules::vendor_card_check too).
+  // for a vendor whose own checks come first, health included.
   bool vendor_checks_first = false;
-  bool vendor_charge = false;      // Backend::Charged says what a card taken is charged
   // Backend::RefuseCard checks a card's free memory and cores against what Backend::Charged will charge,
   // and the shared memory and core checks do not run (e.g. hard partitions sized by the node's profiles).
   bool vendor_sizes = false;
-  // Backend::PodClass sorts pods into classes, and the ledger counts each card's holders per class (e.g.
-  // online and offline workloads that may not mix on a card).
-  bool pod_classes = false;
-  bool vendor_score = false;       // Backend::AllocationScore adds to the node score
-  // The vendor's score measures how well each container's own cards are kept together (e.g. in one
+  // Backend::AllocationScore measures how well each container's own cards are kept together (e.g. in one
   // interconnect group) rather than how the pod packs on the node: it ranks first under either policy
   // (spread subtracts it).
   bool vendor_score_together = false;
@@ -148,20 +137,55 @@ struct CardCheckView {
   std::span<const DeviceInfo> cards;
   std::span<const DeviceUsage> used;
   bool mutex = false;  // the pod's GPU policy contains `mutex`
-  // FitRules::pod_classes: the recorded holders of each card by class (index-aligned with cards) and the
-  // class of the pod being placed; empty and 0 otherwise.
+  // With pod classes (Backend::PodClass): the recorded holders of each card by class (index-aligned with
+  // cards) and the class of the pod being placed; empty and 0 otherwise.
   std::span<const CardClasses> classes;
   std::uint8_t pod_class = 0;
   // FitRules::vendor_checks_first: this call comes before the shared checks (the other one after them).
   bool before_shared = false;
 };
 
-// What Backend::ChooseCards may read besides the candidates: the request, and under FitRules::pod_classes
-// the class of the pod and each candidate's recorded holders by class (index-aligned with the candidates).
+// What Backend::ChoosesCards and ChooseCards may read besides the candidates: the request, this vendor's
+// cards on the node (usable or not), whether the pod's GPU policy asks for topology-aware placement, and,
+// for a vendor with pod classes (Backend::PodClass), the class of the pod and each candidate's recorded
+// holders by class (index-aligned with the candidates; empty for ChoosesCards).
 struct ChoiceView {
   const DeviceRequest* request = nullptr;
+  std::span<const DeviceInfo> cards;
+  bool topology = false;
   std::uint8_t pod_class = 0;
   std::span<const CardClasses* const> classes;
+};
+
+// A vendor's placement of one request (Backend::ChooseCards): the positions taken among the candidates,
+// exactly the request's count of them when it fits. When it does not, `refusal` names why in the node's
+// refusal counts (`refused` cards, counted against the request's count or against the vendor's cards on the
+// node); without one, the shared reasons alone say why (e.g. fewer usable cards than asked).
+struct CardChoice {
+  std::vector<std::size_t> chosen;
+  std::optional<Reason> refusal;
+  int refused = 0;
+  bool over_request = false;
+};
+// The answer of a vendor that arranges `want` cards among enough candidates: its `chosen` positions when
+// there are `want` of them; otherwise no arrangement of the usable cards serves the request (NumaNotFit,
+// once, against the vendor's cards).
+inline CardChoice Arranged(std::vector<std::size_t> chosen, std::int32_t want) {
+  if (static_cast<std::int32_t>(chosen.size()) == want) return CardChoice{std::move(chosen), std::nullopt, 0, false};
+  return CardChoice{{}, Reason::kNumaNotFit, 1, false};
+}
+// Whether `candidates` are fewer than `want`: no arrangement to choose, the shared reasons say why.
+inline bool TooFew(std::span<const DeviceInfo* const> candidates, std::int32_t want) {
+  return static_cast<std::int64_t>(candidates.size()) < want;
+}
+
+// Which of a backend's fit hooks it overrides: each is called only then (HooksOf).
+struct BackendHooks {
+  bool refuse_card = false;       // RefuseCard
+  bool charged = false;           // Charged
+  bool chooses_cards = false;     // ChoosesCards and ChooseCards (a pair: overridden together)
+  bool pod_class = false;         // PodClass
+  bool allocation_score = false;  // AllocationScore
 };
 
 // One vendor's part of a fitted node, for Backend::AllocationScore.
@@ -177,8 +201,8 @@ struct AllocationView {
   std::span<const DeviceRequest* const> requests;
   const PodView* pod = nullptr;
   bool spread = false;  // the pod's node policy is spread (else binpack)
-  // FitRules::pod_classes: the class of the pod, and each card's holders by class before it (index-aligned
-  // with cards; empty otherwise).
+  // With pod classes (Backend::PodClass): the class of the pod, and each card's holders by class before it
+  // (index-aligned with cards; empty otherwise).
   std::uint8_t pod_class = 0;
   std::span<const CardClasses> classes_before;
 };
@@ -223,31 +247,38 @@ class Backend {
   // Admission: may rewrite the container (and pod); true when the container uses this vendor's resources.
   virtual Result<bool> Admit(ContainerView& container, PodView& pod) const = 0;
 
-  // The vendor's own refusal of a card that passed the shared checks (FitRules::vendor_card_check), or
-  // nullopt when `request` may use it; `node` shows the vendor's other cards on the node.
+  // --- fit hooks: each is called only by a backend that overrides it (BackendHooks). A concrete backend
+  // derives through Hooked<Self, Base>, which reads its overrides.
+  virtual BackendHooks Hooks() const = 0;
+
+  // The vendor's own refusal of a card that passed the shared checks, or nullopt when `request` may use it;
+  // `node` shows the vendor's other cards on the node.
   virtual std::optional<Reason> RefuseCard(const DeviceInfo& /*card*/, const DeviceUsage& /*used*/,
                                            const DeviceRequest& /*request*/,
                                            const CardCheckView& /*node*/) const {
     return std::nullopt;
   }
-  // What a card taken for `request` is charged (FitRules::vendor_charge), e.g. a mask of its cores;
-  // `shared` is what the shared rules would charge; `node` as for RefuseCard.
+  // What a card taken for `request` is charged, e.g. a mask of its cores; `shared` is what the shared rules
+  // would charge; `node` as for RefuseCard.
   virtual CardCharge Charged(const DeviceInfo& /*card*/, const DeviceUsage& /*used*/,
                              const DeviceRequest& /*request*/, CardCharge shared,
                              const CardCheckView& /*node*/) const {
     return shared;
   }
-  // The cards to take among the usable `candidates` (MultiDevice::kVendor, in the policy's order): their
-  // positions in `candidates`, `want` of them; empty when no arrangement of them serves the request.
-  virtual std::vector<std::size_t> ChooseCards(std::span<const DeviceInfo* const> /*candidates*/,
-                                               std::int32_t /*want*/, const ChoiceView& /*view*/) const {
+  // Whether this vendor places the request itself (ChooseCards): the fit then collects every usable card,
+  // in the policy's order, before choosing; otherwise it takes the first `count` of them.
+  virtual bool ChoosesCards(const ChoiceView& /*view*/) const { return false; }
+  // The cards to take among the usable `candidates` (in the policy's order; perhaps fewer than `want`).
+  virtual CardChoice ChooseCards(std::span<const DeviceInfo* const> /*candidates*/, std::int32_t /*want*/,
+                                 const ChoiceView& /*view*/) const {
     return {};
   }
-  // The class of `pod` as this vendor's rules see it (FitRules::pod_classes), recorded with each card the
-  // pod holds; 0 = a pod of no class.
+  // The class of `pod` as this vendor's rules see it, recorded with each card the pod holds (the ledger
+  // counts each card's holders per class, e.g. online and offline workloads that may not mix on a card);
+  // 0 = a pod of no class.
   virtual std::uint8_t PodClass(const PodView& /*pod*/) const { return 0; }
-  // How well the cards chosen for a pod pack on the node (FitRules::vendor_score), added to the node score
-  // as the node's usage is: binpack prefers the highest, spread the lowest.
+  // How well the cards chosen for a pod pack on the node, added to the node score as the node's usage is:
+  // binpack prefers the highest, spread the lowest (FitRules::vendor_score_together: kept together instead).
   virtual double AllocationScore(const AllocationView& /*view*/) const { return 0; }
 
   // Whether a MIG profile may be used on a card of `model` (config allow-list; empty list = all).
@@ -257,6 +288,33 @@ class Backend {
     return true;
   }
 };
+
+// The hooks `Self` overrides (directly or through a base between it and Backend). ChoosesCards and
+// ChooseCards go together: one without the other would never be called, or always answer "in order".
+template <class Self>
+constexpr BackendHooks HooksOf() {
+  constexpr bool chooses = !std::is_same_v<decltype(&Self::ChoosesCards), decltype(&Backend::ChoosesCards)>;
+  constexpr bool choose = !std::is_same_v<decltype(&Self::ChooseCards), decltype(&Backend::ChooseCards)>;
+  static_assert(chooses == choose, "a backend overrides ChoosesCards and ChooseCards together");
+  return BackendHooks{
+      !std::is_same_v<decltype(&Self::RefuseCard), decltype(&Backend::RefuseCard)>,
+      !std::is_same_v<decltype(&Self::Charged), decltype(&Backend::Charged)>,
+      chooses,
+      !std::is_same_v<decltype(&Self::PodClass), decltype(&Backend::PodClass)>,
+      !std::is_same_v<decltype(&Self::AllocationScore), decltype(&Backend::AllocationScore)>,
+  };
+}
+
+// The base every concrete backend derives through: `class X final : public Hooked<X, BasicBackend>`.
+template <class Self, class Base = Backend>
+class Hooked : public Base {
+ public:
+  using Base::Base;
+  BackendHooks Hooks() const final { return HooksOf<Self>(); }
+};
+
+// Whether the shared fit rules `backend` sets have the hooks they hand work to: an error naming the rule.
+Result<void> CheckFitRules(const Backend& backend);
 
 using BackendPtr = std::unique_ptr<Backend>;
 // Builds the backends of one config section: most vendors build one; a section that lists chips builds one
@@ -342,11 +400,14 @@ class Backends {
   // Index of the backend with this vendor key, or -1.
   int IndexOf(std::string_view vendor) const;
   const Backend* Find(std::string_view vendor) const;
+  // The fit hooks backend `i` overrides (read once).
+  const BackendHooks& hooks(std::size_t i) const { return hooks_[i]; }
   auto begin() const { return list_.begin(); }
   auto end() const { return list_.end(); }
 
  private:
   std::vector<BackendPtr> list_;
+  std::vector<BackendHooks> hooks_;
 };
 
 // Section -> vendor module. Filled explicitly (backends/builtin.cc); a duplicate section is a startup error.

@@ -208,30 +208,34 @@ void CountClass(CardClasses& classes, std::uint8_t pod_class, int sign) {
 
 }  // namespace
 
-void ClusterState::Apply(NodeEntry& entry, const PodRecord& record, int sign) {
-  if (record.allocation.in_flight) entry.allocations_in_flight += sign;
-  for (const auto& c : record.charges) {
-    auto d = entry.by_uuid.find(c.uuid);
-    if (d == entry.by_uuid.end() || entry.devices[static_cast<std::size_t>(d->second)].vendor != c.vendor) {
-      entry.unknown_device_charges += sign;
+int ApplyCharges(const NodeEntry& node, const PodAllocation& pod, int sign, NodeUsage into) {
+  return ApplyCharges(node, pod, codec::CollapseDevices(pod.devices, pod.num_init), sign, into);
+}
+
+int ApplyCharges(const NodeEntry& node, const PodAllocation& pod, const std::vector<DeviceCharge>& charges,
+                 int sign, NodeUsage into) {
+  int unknown = 0;
+  for (const auto& c : charges) {
+    auto d = node.by_uuid.find(c.uuid);
+    if (d == node.by_uuid.end() || node.devices[static_cast<std::size_t>(d->second)].vendor != c.vendor) {
+      ++unknown;
       continue;
     }
-    auto& u = entry.usage[static_cast<std::size_t>(d->second)];
+    auto& u = into.usage[static_cast<std::size_t>(d->second)];
     u.used += sign * c.slots;
     u.mem += MiB(sign * c.mem.value());
     u.cores += Cores(sign * c.cores.value());
-    entry.totals.used += sign * c.slots;
-    entry.totals.used_mem += sign * c.mem.value();
-    entry.totals.used_cores += sign * c.cores.value();
-    for (const auto& [vendor, pod_class] : record.allocation.classes) {
-      if (vendor == c.vendor)
-        CountClass(entry.classes_in_use[static_cast<std::size_t>(d->second)], pod_class, sign);
+    into.totals.used += sign * c.slots;
+    into.totals.used_mem += sign * c.mem.value();
+    into.totals.used_cores += sign * c.cores.value();
+    for (const auto& [vendor, pod_class] : pod.classes) {
+      if (vendor == c.vendor) CountClass(into.classes[static_cast<std::size_t>(d->second)], pod_class, sign);
     }
   }
-  for (const auto& m : record.allocation.mig) {
-    auto d = entry.by_uuid.find(m.gpu_uuid);
-    if (d == entry.by_uuid.end()) continue;
-    auto& slots = entry.mig_in_use[static_cast<std::size_t>(d->second)];
+  for (const auto& m : pod.mig) {
+    auto d = node.by_uuid.find(m.gpu_uuid);
+    if (d == node.by_uuid.end()) continue;
+    auto& slots = into.mig[static_cast<std::size_t>(d->second)];
     if (sign > 0) {
       slots.push_back(MigInUse{m.profile, m.placement});
     } else {
@@ -241,6 +245,14 @@ void ClusterState::Apply(NodeEntry& entry, const PodRecord& record, int sign) {
       if (it != slots.end()) slots.erase(it);
     }
   }
+  return unknown;
+}
+
+void ClusterState::Apply(NodeEntry& entry, const PodRecord& record, int sign) {
+  if (record.allocation.in_flight) entry.allocations_in_flight += sign;
+  entry.unknown_device_charges +=
+      sign * ApplyCharges(entry, record.allocation, record.charges, sign,
+                          NodeUsage{entry.usage, entry.mig_in_use, entry.classes_in_use, entry.totals});
 }
 
 namespace {
@@ -401,9 +413,10 @@ std::vector<std::pair<std::string, std::uint8_t>> PodClassesOf(const PodView& po
                                                                const PodDevices& devices) {
   std::vector<std::pair<std::string, std::uint8_t>> out;
   for (const auto& [vendor, containers] : devices) {  // sorted by vendor
-    const Backend* b = backends.Find(vendor);
-    if (b == nullptr || !b->Spec().fit.pod_classes) continue;
-    if (const std::uint8_t c = b->PodClass(pod); c != 0) out.emplace_back(vendor, c);
+    const int b = backends.IndexOf(vendor);
+    if (b < 0 || !backends.hooks(static_cast<std::size_t>(b)).pod_class) continue;
+    if (const std::uint8_t c = backends.at(static_cast<std::size_t>(b)).PodClass(pod); c != 0)
+      out.emplace_back(vendor, c);
   }
   return out;
 }

@@ -52,7 +52,7 @@ struct NodeEntry {
   std::unordered_map<std::string, int> by_uuid;
   std::unordered_set<std::string> pods;  // uids of pods charged to this node
   int unknown_device_charges = 0;        // charges naming a UUID this node does not have
-  std::vector<CardClasses> classes_in_use;  // per device: its holders by class (FitRules::pod_classes)
+  std::vector<CardClasses> classes_in_use;  // per device: its holders by class (Backend::PodClass)
 
   bool HasDevices() const { return !caps.empty(); }
 };
@@ -66,12 +66,28 @@ struct PodAllocation {
   std::size_t num_init = 0;
   PodDevices devices;  // per vendor, per container
   std::vector<codec::MigAllocation> mig;
-  // Per vendor whose FitRules::pod_classes is set and whose devices the pod holds: its Backend::PodClass,
-  // when not 0. Sorted by vendor.
+  // Per vendor that sorts pods into classes (Backend::PodClass) and whose devices the pod holds: the pod's
+  // class, when not 0. Sorted by vendor.
   std::vector<std::pair<std::string, std::uint8_t>> classes;
   // Reserved or bound, and not yet set up by the device plugin (no hami.io/bind-phase success or failed).
   bool in_flight = true;
 };
+
+// What a pod's charges change on a node: per device (index-aligned with NodeEntry::devices) its usage, its
+// MIG instances and its holders by class, and the node's totals. The ledger's own (ClusterState) or a
+// what-if's copy of them (FitEngine::FitWith).
+struct NodeUsage {
+  std::vector<DeviceUsage>& usage;
+  std::vector<std::vector<MigInUse>>& mig;
+  std::vector<CardClasses>& classes;
+  NodeTotals& totals;
+};
+// Adds (sign +1) or takes away (-1) the charges of `pod` on `node` (its devices by UUID) in `into`; returns
+// how many of them name a card the node does not have (they change nothing).
+int ApplyCharges(const NodeEntry& node, const PodAllocation& pod, int sign, NodeUsage into);
+// The same with the pod's charges collapsed already (codec::CollapseDevices).
+int ApplyCharges(const NodeEntry& node, const PodAllocation& pod, const std::vector<DeviceCharge>& charges,
+                 int sign, NodeUsage into);
 
 // Lets node lookups take a string_view without building a std::string.
 struct StringHash {
@@ -162,7 +178,6 @@ class ClusterState {
   // rounded up; a card the node does not list counts whole.
   std::vector<DeviceCharge> QuotaCharges(const std::vector<DeviceCharge>& charges,
                                          std::string_view node) const;
-  void SetDevices(NodeEntry& entry, std::size_t backend, std::vector<DeviceInfo> devices);
   void RebuildLayout(NodeEntry& entry, std::vector<std::vector<DeviceInfo>> per_backend);
   void ReapplyUsage(NodeEntry& entry);
   // Adds `sign` to nodes_with_ for every backend `entry` has devices of.

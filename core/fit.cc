@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
 
 #include "core/codec/pod_devices.h"
 #include "core/keys.h"
@@ -19,53 +18,14 @@ bool OffersSoftSplit(const NodeEntry& node, const SoftSplitRule& rule) {
   return it == a.end() ? rule.offered_by_default : it->second == "true";
 }
 
-}  // namespace
-
-std::string_view ReasonName(Reason r) {
-  switch (r) {
-    case Reason::kAllocatedCardsInsufficientRequest:
-      return "AllocatedCardsInsufficientRequest";
-    case Reason::kCardAppClassMismatch:
-      return "CardAppClassMismatch";
-    case Reason::kCardComputeUnitsExhausted:
-      return "CardComputeUnitsExhausted";
-    case Reason::kCardCordoned:
-      return "CardCordoned";
-    case Reason::kCardInsufficientCore:
-      return "CardInsufficientCore";
-    case Reason::kCardInsufficientMemory:
-      return "CardInsufficientMemory";
-    case Reason::kCardMigTopologyInfeasible:
-      return "CardMigTopologyInfeasible";
-    case Reason::kCardNotFoundCustomFilterRule:
-      return "CardNotFoundCustomFilterRule";
-    case Reason::kCardNotHealth:
-      return "CardNotHealth";
-    case Reason::kCardQosPolicyMismatch:
-      return "CardQosPolicyMismatch";
-    case Reason::kCardSizeMismatch:
-      return "CardSizeMismatch";
-    case Reason::kCardTimeSlicingExhausted:
-      return "CardTimeSlicingExhausted";
-    case Reason::kCardTypeMismatch:
-      return "CardTypeMismatch";
-    case Reason::kCardUnhealthy:
-      return "CardUnhealthy";
-    case Reason::kCardUuidMismatch:
-      return "CardUuidMismatch";
-    case Reason::kExclusiveDeviceAllocateConflict:
-      return "ExclusiveDeviceAllocateConflict";
-    case Reason::kModeNotFit:
-      return "ModeNotFit";
-    case Reason::kNumaNotFit:
-      return "NumaNotFit";
-    case Reason::kResourceQuotaNotFit:
-      return "ResourceQuotaNotFit";
-    case Reason::kCount:
-      break;
-  }
-  return "Unknown";
+CardRefusal Refusal(Reason reason, std::int64_t short_by = 0) {
+  CardRefusal r;
+  r.reason = reason;
+  r.short_by = short_by;
+  return r;
 }
+
+}  // namespace
 
 std::string ReasonCounts::Format(int total) const {
   std::vector<std::string> parts;
@@ -125,8 +85,9 @@ Result<PodContext> MakePodContext(const PodView& pod, const Backends& backends, 
     ctx.weights = *weights;
   }
   ctx.quota_active = quotas.HasLimits(pod.ns);
-  for (const auto& b : backends) {
-    const auto& spec = b->Spec();
+  for (std::size_t i = 0; i < backends.size(); ++i) {
+    const Backend& b = backends.at(i);
+    const auto& spec = b.Spec();
     PodContext::Vendor v;
     v.uuids = ReadSelector(a, spec.keys.use_uuid, spec.keys.nouse_uuid);
     if (!spec.keys.use_uuid_alt.empty() || !spec.keys.nouse_uuid_alt.empty())
@@ -146,24 +107,45 @@ Result<PodContext> MakePodContext(const PodView& pod, const Backends& backends, 
       v.soft_split = m != a.end() && m->second == spec.fit.soft_split->pod_value;
     }
     v.order = DeviceOrder(ctx.gpu_policy, v.numa_bind);
-    if (spec.fit.pod_classes) v.pod_class = b->PodClass(pod);
+    if (backends.hooks(i).pod_class) v.pod_class = b.PodClass(pod);
     ctx.vendors.push_back(std::move(v));
   }
   return ctx;
 }
 
-bool NodeFitter::Fit(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, PodDevices* out,
-                     std::string* reason) {
-  return FitFrom(ctx, reqs, node, node.usage, node.mig_in_use, out, reason);
+bool FitEngine::Fit(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, PodDevices* out,
+                    std::string* reason) {
+  return FitFrom(ctx, reqs, node, Base{&node.usage, &node.mig_in_use, &node.classes_in_use, &node.totals}, out,
+                 reason);
 }
 
-int NodeFitter::Capacity(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, int limit) {
+bool FitEngine::FitWith(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+                        const UsageOverlay& overlay, PodDevices* out, std::string* reason) {
+  overlay_usage_ = node.usage;
+  overlay_mig_ = node.mig_in_use;
+  overlay_classes_ = node.classes_in_use;
+  overlay_totals_ = node.totals;
+  NodeUsage into{overlay_usage_, overlay_mig_, overlay_classes_, overlay_totals_};
+  const auto apply = [&](std::span<const PodAllocation* const> pods, int sign) {
+    for (const PodAllocation* pod : pods) {
+      if (pod != nullptr && pod->node == node.node.name) ApplyCharges(node, *pod, sign, into);
+    }
+  };
+  apply(overlay.without, -1);
+  apply(overlay.with, +1);
+  return FitFrom(ctx, reqs, node, Base{&overlay_usage_, &overlay_mig_, &overlay_classes_, &overlay_totals_},
+                 out, reason);
+}
+
+int FitEngine::Capacity(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, int limit) {
   capacity_usage_.assign(node.usage.begin(), node.usage.end());
   if (node.has_mig) capacity_mig_ = node.mig_in_use;
   int copies = 0;
   // Each copy that fits leaves its app containers' picks in app_usage_ (init containers release theirs):
   // that is the usage the next copy is fit against. Every copy takes at least one slot, so this ends.
-  while (copies < limit && FitFrom(ctx, reqs, node, capacity_usage_, capacity_mig_, nullptr, nullptr)) {
+  while (copies < limit &&
+         FitFrom(ctx, reqs, node, Base{&capacity_usage_, &capacity_mig_, &node.classes_in_use, &node.totals},
+                 nullptr, nullptr)) {
     ++copies;
     std::swap(capacity_usage_, app_usage_);
     if (node.has_mig) std::swap(capacity_mig_, app_mig_);
@@ -171,19 +153,22 @@ int NodeFitter::Capacity(const PodContext& ctx, const PodRequests& reqs, const N
   return copies;
 }
 
-bool NodeFitter::FitsIdle(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node) {
+bool FitEngine::FitsIdle(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node) {
   idle_usage_.assign(node.usage.size(), DeviceUsage{});
   idle_mig_.assign(node.mig_in_use.size(), {});
+  idle_classes_.assign(node.classes_in_use.size(), {});
   // A vendor closed by a running pod's unreadable allocation opens when that pod leaves.
   ignore_blocks_ = true;
-  const bool fits = FitFrom(ctx, reqs, node, idle_usage_, idle_mig_, nullptr, nullptr);
+  const bool fits = FitFrom(ctx, reqs, node, Base{&idle_usage_, &idle_mig_, &idle_classes_, &node.totals},
+                            nullptr, nullptr);
   ignore_blocks_ = false;
   return fits;
 }
 
-bool NodeFitter::FitOnto(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
-                         std::vector<DeviceUsage>& usage, std::vector<std::vector<MigInUse>>& mig) {
-  if (!FitFrom(ctx, reqs, node, usage, mig, nullptr, nullptr)) return false;
+bool FitEngine::FitOnto(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+                        std::vector<DeviceUsage>& usage, std::vector<std::vector<MigInUse>>& mig) {
+  if (!FitFrom(ctx, reqs, node, Base{&usage, &mig, &node.classes_in_use, &node.totals}, nullptr, nullptr))
+    return false;
   // app_usage_ holds only the asked backends' devices: copy those back.
   for (std::size_t b : asked_) {
     const auto [begin, end] = node.vendor_range[b];
@@ -193,14 +178,21 @@ bool NodeFitter::FitOnto(const PodContext& ctx, const PodRequests& reqs, const N
   return true;
 }
 
-bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
-                         const std::vector<DeviceUsage>& base, const std::vector<std::vector<MigInUse>>& base_mig,
-                         PodDevices* out, std::string* reason) {
+bool FitEngine::FitFrom(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+                        const Base& base, PodDevices* out, std::string* reason) {
+  if (trace_ != nullptr) trace_->clear();
   if (!node.HasDevices()) {
     if (reason) *reason = std::string(kNodeUnregistered);
     return false;
   }
-  const std::size_t nc = reqs.containers.size();
+  NoteAsked(reqs);
+  if (!PlaceContainers(ctx, reqs, node, base, reason)) return false;
+  ScoreNode(ctx, reqs, node, base);
+  if (out != nullptr) WriteDevices(node, reqs.containers.size(), *out);
+  return true;
+}
+
+void FitEngine::NoteAsked(const PodRequests& reqs) {
   // Only the backends the pod asks for are touched per node: a cluster's other vendors cost nothing here.
   asked_.clear();
   for (const auto& container : reqs.containers) {
@@ -211,21 +203,25 @@ bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const N
   }
   allocated_.resize(backends_->size());
   for (std::size_t b : asked_) {
-    allocated_[b].resize(nc);
+    allocated_[b].resize(reqs.containers.size());
     for (auto& picks : allocated_[b]) picks.clear();
   }
+}
+
+bool FitEngine::PlaceContainers(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+                                const Base& base, std::string* reason) {
   // Only the asked backends' devices are read (and their usage copied): on a node of several vendors the
   // others' entries stay untouched, never fetched into the cache.
   const auto copy_asked = [&](std::vector<DeviceUsage>& to) {
-    to.resize(base.size());
+    to.resize(base.usage->size());
     for (std::size_t b : asked_) {
       const auto [begin, end] = node.vendor_range[b];
-      std::copy(base.begin() + begin, base.begin() + end, to.begin() + begin);
+      std::copy(base.usage->begin() + begin, base.usage->begin() + end, to.begin() + begin);
     }
   };
   copy_asked(app_usage_);
-  if (node.has_mig) app_mig_ = base_mig;
-  for (std::size_t c = 0; c < nc; ++c) {
+  if (node.has_mig) app_mig_ = *base.mig;
+  for (std::size_t c = 0; c < reqs.containers.size(); ++c) {
     const auto& requests = reqs.containers[c];
     if (requests.empty()) continue;
     const bool is_init = c < reqs.num_init;
@@ -233,18 +229,18 @@ bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const N
     // alone.
     if (is_init) {
       copy_asked(init_usage_);
-      if (node.has_mig) init_mig_ = base_mig;
+      if (node.has_mig) init_mig_ = *base.mig;
     }
     auto& usage = is_init ? init_usage_ : app_usage_;
     auto& mig = is_init ? init_mig_ : app_mig_;
     for (const auto& [b, request] : requests) {
-      if (!ignore_blocks_ && !node.blocked.empty() && !node.blocked[static_cast<std::size_t>(b)].empty()) {
-        if (reason) *reason = node.blocked[static_cast<std::size_t>(b)];
+      const auto backend = static_cast<std::size_t>(b);
+      if (!ignore_blocks_ && !node.blocked.empty() && !node.blocked[backend].empty()) {
+        if (reason) *reason = node.blocked[backend];
         return false;
       }
-      ContainerPicks& picks = allocated_[static_cast<std::size_t>(b)][c];
-      if (!FitRequest(ctx, node, b, request, c, allocated_, usage, mig, picks, reason)) return false;
-      for (const Pick& p : picks) {
+      if (!FitRequest(ctx, node, base, b, request, c, usage, mig, reason)) return false;
+      for (const Pick& p : allocated_[backend][c]) {
         auto& u = usage[static_cast<std::size_t>(p.device)];
         u.used += 1;
         u.mem += p.mem;
@@ -254,77 +250,88 @@ bool NodeFitter::FitFrom(const PodContext& ctx, const PodRequests& reqs, const N
       }
     }
   }
-  allocation_score_ = 0;
-  packing_score_ = 0;
-  for (std::size_t b : asked_) {
-    const FitRules& rules = backends_->at(b).Spec().fit;
-    if (rules.vendor_score) {
-      (rules.vendor_score_together ? allocation_score_ : packing_score_) +=
-          VendorScore(ctx, reqs, node, b, base);
-    }
-  }
-  if (out != nullptr) {
-    out->clear();
-    for (std::size_t b : asked_) {
-      bool any = false;
-      for (const auto& picks : allocated_[b]) any = any || !picks.empty();
-      if (!any) continue;
-      PodVendorDevices vendor_devices(nc);
-      for (std::size_t c = 0; c < nc; ++c) {
-        for (const Pick& p : allocated_[b][c]) {
-          const DeviceInfo& d = node.devices[static_cast<std::size_t>(p.device)];
-          vendor_devices[c].push_back(
-              ContainerDevice{d.index, d.id, backends_->at(b).Vendor(), p.mem, p.cores, p.mig});
-        }
-      }
-      (*out)[backends_->at(b).Vendor()] = std::move(vendor_devices);
-    }
-  }
   return true;
 }
 
-namespace {
-
-// The shared checks of a card's free memory and cores for a request of `memreq` and `cores` (out of
-// `core_total`), in upstream's order; nullopt when it has room.
-std::optional<Reason> RefuseSize(const DeviceCaps& dev, const DeviceUsage& u, MiB memreq, Cores cores,
-                                 std::int64_t core_total) {
-  if (MiB(dev.devmem) - u.mem < memreq) return Reason::kCardInsufficientMemory;
-  if (Cores(core_total) - u.cores < cores) return Reason::kCardInsufficientCore;
-  if (core_total == 100 && cores == 100_cores && u.used > 0) return Reason::kExclusiveDeviceAllocateConflict;
-  if (core_total != 0 && u.cores.value() == core_total && cores.value() == 0)
-    return Reason::kCardComputeUnitsExhausted;
-  return std::nullopt;
+void FitEngine::ScoreNode(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+                          const Base& base) {
+  // The chosen cards' own score (interconnect groups kept together) counts for either policy: spread,
+  // which takes the lowest score, has it subtracted (docs/DECISIONS.md "Interconnect groups"). A vendor's
+  // packing score counts as the node's usage does (docs/DECISIONS.md "Packing scores").
+  double together = 0;
+  double packing = 0;
+  for (std::size_t b : asked_) {
+    if (!backends_->hooks(b).allocation_score) continue;
+    (backends_->at(b).Spec().fit.vendor_score_together ? together : packing) +=
+        VendorScore(ctx, reqs, node, b, base);
+  }
+  score_ = base.totals->Score() + (ctx.spread ? -together : together) + packing;
 }
 
-}  // namespace
+void FitEngine::WriteDevices(const NodeEntry& node, std::size_t containers, PodDevices& out) const {
+  out.clear();
+  for (std::size_t b : asked_) {
+    bool any = false;
+    for (const auto& picks : allocated_[b]) any = any || !picks.empty();
+    if (!any) continue;
+    PodVendorDevices vendor_devices(containers);
+    for (std::size_t c = 0; c < containers; ++c) {
+      for (const Pick& p : allocated_[b][c]) {
+        const DeviceInfo& d = node.devices[static_cast<std::size_t>(p.device)];
+        vendor_devices[c].push_back(
+            ContainerDevice{d.index, d.id, backends_->at(b).Vendor(), p.mem, p.cores, p.mig});
+      }
+    }
+    out[backends_->at(b).Vendor()] = std::move(vendor_devices);
+  }
+}
 
-bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int backend,
-                            const DeviceRequest& request, std::size_t container,
-                            const std::vector<std::vector<ContainerPicks>>& allocated,
-                            std::vector<DeviceUsage>& usage, std::vector<std::vector<MigInUse>>& mig,
-                            ContainerPicks& picks, std::string* reason) {
+// One request's pass over its vendor's cards: what every card check reads, and what the pass found.
+struct FitEngine::Scan {
+  const PodContext& ctx;
+  const PodContext::Vendor& vctx;
+  const Backend& vendor;
+  const BackendSpec& spec;
+  const BackendHooks& hooks;
+  const NodeEntry& node;
+  const Base& base;
+  int backend;
+  const DeviceRequest& request;
+  std::size_t container;
+  std::vector<DeviceUsage>& usage;
+  std::vector<std::vector<MigInUse>>& mig;
+  ContainerPicks& picks;
+  int begin = 0;
+  int total = 0;  // the vendor's cards on the node
+  // Every usable card is collected for the vendor to choose among (Backend::ChoosesCards).
+  bool collect_all = false;
+  Cores cores_req{};  // the request's cores, at most a whole card
+  CardCheckView view{};  // what the vendor's hooks see of the node
+  ReasonCounts reasons{};
+};
+
+std::optional<std::string> FitEngine::RefuseRequest(const PodContext& ctx, const NodeEntry& node, int backend,
+                                                    const DeviceRequest& request) const {
   const BackendSpec& spec = backends_->at(static_cast<std::size_t>(backend)).Spec();
   const PodContext::Vendor& vctx = ctx.vendors[static_cast<std::size_t>(backend)];
   const auto [begin, end] = node.vendor_range[static_cast<std::size_t>(backend)];
-  const int total = end - begin;
-
   bool mig_request = false;
   if (spec.fit.mig && (!vctx.mode_filter || vctx.mode_filter->find("mig") != std::string::npos)) {
-    for (int d = begin; d < end && !mig_request; ++d)
-      mig_request = node.caps[static_cast<std::size_t>(d)].mig;
+    for (int d = begin; d < end && !mig_request; ++d) mig_request = node.caps[static_cast<std::size_t>(d)].mig;
   }
-  if (!mig_request && request.count > total) {
-    if (reason) *reason = std::string(kNodeInsufficientDevice);
-    return false;
-  }
+  // A MIG card hosts several instances of one request: the count of cards bounds nothing then.
+  if (!mig_request && request.count > end - begin) return std::string(kNodeInsufficientDevice);
   if (vctx.soft_split && !OffersSoftSplit(node, *spec.fit.soft_split)) {
     ReasonCounts mode;
     mode.Add(Reason::kModeNotFit);
-    if (reason) *reason = mode.Format(total);
-    return false;
+    return mode.Format(end - begin);
   }
+  return std::nullopt;
+}
 
+void FitEngine::OrderCards(const PodContext& ctx, const NodeEntry& node, int backend,
+                           const DeviceRequest& request, const std::vector<DeviceUsage>& usage) {
+  const auto [begin, end] = node.vendor_range[static_cast<std::size_t>(backend)];
   items_.clear();
   for (int d = begin; d < end; ++d) {
     const auto i = static_cast<std::size_t>(d);
@@ -332,227 +339,259 @@ bool NodeFitter::FitRequest(const PodContext& ctx, const NodeEntry& node, int ba
     items_.push_back(DeviceOrder::Item{d, DeviceScore(dev, usage[i], &request, ctx.weights), dev.numa,
                                        dev.index, usage[i].used});
   }
-  vctx.order.Sort(items_);
+  ctx.vendors[static_cast<std::size_t>(backend)].order.Sort(items_);
+}
 
-  ReasonCounts reasons;
-  const std::int32_t origin = request.count;
-  // Whether every candidate is collected first and the devices chosen among them afterwards.
-  const bool by_topology = ctx.topology && spec.fit.topology;
-  const bool by_modules = spec.fit.multi_device == MultiDevice::kModulePairs && origin > 1;
-  const bool by_vendor = spec.fit.multi_device == MultiDevice::kVendor;
-  bool by_network = false;
-  if (spec.fit.multi_device == MultiDevice::kNetworkGroups && origin > 1) {
-    by_network = true;
-    for (int d = begin; d < end && by_network; ++d) {
-      by_network = node.devices[static_cast<std::size_t>(d)].network.has_value();
+bool FitEngine::FitRequest(const PodContext& ctx, const NodeEntry& node, const Base& base, int backend,
+                           const DeviceRequest& request, std::size_t container, std::vector<DeviceUsage>& usage,
+                           std::vector<std::vector<MigInUse>>& mig, std::string* reason) {
+  if (auto refused = RefuseRequest(ctx, node, backend, request)) {
+    if (reason) *reason = std::move(*refused);
+    return false;
+  }
+  OrderCards(ctx, node, backend, request, usage);
+  const auto b = static_cast<std::size_t>(backend);
+  const Backend& vendor = backends_->at(b);
+  Scan scan{ctx, ctx.vendors[b], vendor, vendor.Spec(), backends_->hooks(b), node, base, backend, request,
+            container, usage, mig, allocated_[b][container]};
+  const auto [begin, end] = node.vendor_range[b];
+  scan.begin = begin;
+  scan.total = end - begin;
+  const std::span<const DeviceInfo> cards =
+      std::span<const DeviceInfo>(node.devices).subspan(static_cast<std::size_t>(begin),
+                                                        static_cast<std::size_t>(scan.total));
+  scan.collect_all =
+      scan.hooks.chooses_cards && vendor.ChoosesCards(ChoiceView{&request, cards, ctx.topology, 0, {}});
+  scan.cores_req = std::min(request.cores, 100_cores);
+  if (scan.hooks.refuse_card || scan.hooks.charged) {
+    scan.view = CardCheckView{cards, std::span<const DeviceUsage>(usage).subspan(
+                                         static_cast<std::size_t>(begin), static_cast<std::size_t>(scan.total)),
+                              ctx.mutex, {}, 0, false};
+    if (scan.hooks.pod_class) {
+      scan.view.classes = std::span<const CardClasses>(*base.classes).subspan(
+          static_cast<std::size_t>(begin), static_cast<std::size_t>(scan.total));
+      scan.view.pod_class = scan.vctx.pod_class;
     }
   }
-  const bool collect_all = by_topology || by_modules || by_network || by_vendor;
+  ContainerPicks& picks = scan.picks;
+  picks.clear();
+  const std::int32_t origin = request.count;
   std::int32_t remaining = origin;
   std::int64_t prev_numa = std::numeric_limits<std::int64_t>::min();
-  Cores cores_req = request.cores;
-  picks.clear();
-  bool done = false;
-  // What the vendor's own checks and charges see of the node (FitRules::vendor_card_check, vendor_charge).
-  const Backend& vendor = backends_->at(static_cast<std::size_t>(backend));
-  CardCheckView view{{}, {}, ctx.mutex, {}, 0, false};
-  if (spec.fit.vendor_card_check || spec.fit.vendor_charge) {
-    const auto first = static_cast<std::size_t>(begin);
-    const auto n = static_cast<std::size_t>(total);
-    view.cards = std::span<const DeviceInfo>(node.devices).subspan(first, n);
-    view.used = std::span<const DeviceUsage>(usage).subspan(first, n);
-    if (spec.fit.pod_classes) {
-      view.classes = std::span<const CardClasses>(node.classes_in_use).subspan(first, n);
-      view.pod_class = vctx.pod_class;
-    }
-  }
-
-  for (int i = static_cast<int>(items_.size()) - 1; i >= 0 && !done; --i) {
-    const int d = items_[static_cast<std::size_t>(i)].device;
-    const auto di = static_cast<std::size_t>(d);
-    const DeviceCaps& dev = node.caps[di];
-    const DeviceUsage& u = usage[di];
-    if (spec.fit.vendor_checks_first) {
-      view.before_shared = true;
-      if (auto refused = vendor.RefuseCard(node.devices[di], u, request, view)) {
-        reasons.Add(*refused);
-        continue;
-      }
-      view.before_shared = false;
-    }
-    if (!dev.health) {
-      reasons.Add(Reason::kCardNotHealth);
+  for (int i = static_cast<int>(items_.size()) - 1; i >= 0; --i) {
+    const auto d = static_cast<std::size_t>(items_[static_cast<std::size_t>(i)].device);
+    if (auto refused = FirstChecks(scan, d)) {
+      Refused(scan, *refused);
       continue;
     }
-    if (spec.fit.cordon && dev.cordoned) {
-      reasons.Add(Reason::kCardCordoned);
-      continue;
-    }
-    // Selectors need the device's strings; only read them when the pod has selectors.
-    if ((vctx.types.active() && !SelectorAllowsType(vctx.types, node.devices[di].type)) ||
-        (vctx.mode_filter && vctx.mode_filter->find(node.devices[di].mode) == std::string::npos)) {
-      reasons.Add(Reason::kCardTypeMismatch);
-      continue;
-    }
-    if (vctx.numa_bind && dev.numa != prev_numa) {
-      if (remaining != origin) reasons.Add(Reason::kNumaNotFit, static_cast<int>(picks.size()));
+    // A NUMA-bound request starts over at each NUMA node: the cards taken so far were on another one.
+    if (scan.vctx.numa_bind && node.caps[d].numa != prev_numa) {
+      if (remaining != origin) scan.reasons.Add(Reason::kNumaNotFit, static_cast<int>(picks.size()));
       remaining = origin;
-      prev_numa = dev.numa;
+      prev_numa = node.caps[d].numa;
       picks.clear();
     }
-    if ((vctx.uuids.active() && !SelectorAllowsUuid(vctx.uuids, node.devices[di].id)) ||
-        (vctx.alt_uuids.active() && !SelectorAllowsUuid(vctx.alt_uuids, node.devices[di].id))) {
-      reasons.Add(Reason::kCardUuidMismatch);
+    Pick pick{static_cast<int>(d), MiB(0), Cores(0), std::nullopt};
+    if (auto refused = CardChecks(scan, d, pick)) {
+      Refused(scan, *refused);
       continue;
     }
-    if (spec.fit.split_count_limits && dev.count <= u.used) {
-      reasons.Add(Reason::kCardTimeSlicingExhausted);
-      continue;
-    }
-    if (ctx.mutex && u.used > 0) {
-      reasons.Add(Reason::kExclusiveDeviceAllocateConflict);
-      continue;
-    }
-    if (spec.fit.vendor_card_check) {
-      if (auto refused = vendor.RefuseCard(node.devices[di], u, request, view)) {
-        reasons.Add(*refused);
-        continue;
-      }
-    }
-    if (cores_req > 100_cores) cores_req = 100_cores;
-    // Percent of a card counted in its compute units: that share of this card's units, at least one.
-    Cores card_cores = cores_req;
-    if (spec.resources.cores_share_of_units && cores_req.value() > 0) {
-      if (dev.devcore <= 0) {
-        reasons.Add(Reason::kCardInsufficientCore);
-        continue;
-      }
-      card_cores = Cores(std::clamp<std::int64_t>(dev.devcore * cores_req.value() / 100, 1, dev.devcore));
-    }
-    MiB memreq = request.memory.value() > 0 ? request.memory : MiB(0);
-    if (request.mem_percent != kPercentUnset && request.memory.value() == 0) {
-      memreq = MiB(dev.devmem * request.mem_percent / 100);
-    }
-    Pick pick{d, memreq, card_cores, std::nullopt};
-    if (spec.fit.vendor_charge) {
-      const CardCharge charged =
-          vendor.Charged(node.devices[di], u, request, CardCharge{pick.mem, pick.cores}, view);
-      pick.mem = charged.mem;
-      pick.cores = charged.cores;
-    }
-    if (spec.fit.quota_in_fit && ctx.quota_active &&
-        !QuotaAllows(ctx, node, backend, container, allocated, picks, pick)) {
-      reasons.Add(Reason::kResourceQuotaNotFit);
-      continue;
-    }
-    // A soft-split pod counts a card's cores in percent, whatever number of cores the plugin publishes.
-    const std::int64_t core_total = vctx.soft_split ? 100 : dev.devcore;
-    if (!spec.fit.vendor_sizes) {
-      if (auto refused = RefuseSize(dev, u, memreq, card_cores, core_total)) {
-        reasons.Add(*refused);
-        continue;
-      }
-    }
-    const bool mig_device = spec.fit.mig && dev.mig;
-    if (mig_device) {
-      static const std::vector<MigInUse> kNone;
-      const auto& in_use = node.has_mig ? mig[di] : kNone;
-      auto slot = ChooseMigSlot(node, d, memreq, in_use, picks);
-      if (!slot) {
-        reasons.Add(Reason::kCardMigTopologyInfeasible);
-        continue;
-      }
-      for (const auto& p : node.devices[di].mig_profiles) {
-        if (p.name == slot->profile) {
-          pick.mem = MiB(p.memory_mib);
-          pick.cores = Cores(p.core);
-        }
-      }
-      pick.mig = std::move(slot);
-    }
-    if (spec.fit.same_device_across_containers) {
-      bool same = true;
-      for (std::size_t c = 0; c < container && same; ++c) {
-        for (const Pick& earlier : allocated[static_cast<std::size_t>(backend)][c]) {
-          same = same && earlier.device == d;
-        }
-      }
-      if (!same) {
-        reasons.Add(Reason::kCardNotFoundCustomFilterRule);
-        continue;
-      }
-    }
+    const bool mig_instance = pick.mig.has_value();
     if (remaining > 0) {
-      if (!collect_all) --remaining;
+      if (!scan.collect_all) --remaining;
       picks.push_back(std::move(pick));
     }
-    if (remaining == 0 && !collect_all) {
-      done = true;
-      break;
-    }
-    if (mig_device) ++i;  // a MIG GPU may host another instance of the same request
+    if (remaining == 0 && !scan.collect_all) return true;
+    if (mig_instance) ++i;  // a MIG GPU may host another instance of the same request
   }
-  if (done) return true;
-  const auto found = static_cast<std::int32_t>(picks.size());
-  if (by_modules) {
-    ChooseModulePairs(node, origin, picks);
-    if (static_cast<std::int32_t>(picks.size()) == origin) return true;
-    // Counted against the request: the cards were there, the modules were not whole.
-    reasons.Set(Reason::kAllocatedCardsInsufficientRequest, static_cast<int>(picks.size()));
-    if (reason) *reason = reasons.Format(origin);
-    picks.clear();
-    return false;
+  return Conclude(scan, reason);
+}
+
+void FitEngine::Refused(Scan& scan, const CardRefusal& refusal) {
+  scan.reasons.Add(refusal.reason);
+  if (trace_ == nullptr) return;
+  // The first refusal of each card for this request (a MIG card may be tried again).
+  for (const CardRefusal& r : *trace_) {
+    if (r.container == scan.container && r.device == refusal.device) return;
   }
-  if (by_vendor && found >= origin) {
-    if (ChooseByVendor(ctx, node, backend, request, picks)) return true;
-    // Enough usable cards, none in an arrangement the vendor's interconnect allows.
-    reasons.Set(Reason::kNumaNotFit, 1);
-    if (reason) *reason = reasons.Format(total);
-    picks.clear();
-    return false;
+  CardRefusal traced = refusal;
+  traced.container = scan.container;
+  traced.backend = scan.backend;
+  trace_->push_back(traced);
+}
+
+// The checks before a NUMA-bound request's grouping: the vendor's own first (FitRules::vendor_checks_first),
+// health, cordon, the pod's type and mode selectors.
+std::optional<CardRefusal> FitEngine::FirstChecks(Scan& scan, std::size_t d) const {
+  const DeviceCaps& dev = scan.node.caps[d];
+  const auto refuse = [&](Reason r) {
+    CardRefusal out = Refusal(r);
+    out.device = static_cast<int>(d);
+    return std::optional<CardRefusal>(out);
+  };
+  if (scan.spec.fit.vendor_checks_first) {
+    scan.view.before_shared = true;
+    auto refused = scan.vendor.RefuseCard(scan.node.devices[d], scan.usage[d], scan.request, scan.view);
+    scan.view.before_shared = false;
+    if (refused) return refuse(*refused);
   }
-  if (collect_all && found >= origin) {
-    if (found > origin) {
-      if (by_topology) {
-        ChooseTopology(node, origin, picks);
-      } else {
-        ChooseNetworkGroups(node, origin, picks);
+  if (!dev.health) return refuse(Reason::kCardNotHealth);
+  if (scan.spec.fit.cordon && dev.cordoned) return refuse(Reason::kCardCordoned);
+  // Selectors need the device's strings; only read them when the pod has selectors.
+  const PodContext::Vendor& vctx = scan.vctx;
+  if ((vctx.types.active() && !SelectorAllowsType(vctx.types, scan.node.devices[d].type)) ||
+      (vctx.mode_filter && vctx.mode_filter->find(scan.node.devices[d].mode) == std::string::npos))
+    return refuse(Reason::kCardTypeMismatch);
+  return std::nullopt;
+}
+
+// The checks after the grouping, in HAMi's order: UUID selectors, the split count, the mutex policy, the
+// vendor's own check, the pick's size (the vendor's charge), the quota, the card's room, a MIG instance,
+// the same card across containers.
+std::optional<CardRefusal> FitEngine::CardChecks(Scan& scan, std::size_t d, Pick& pick) const {
+  const DeviceCaps& dev = scan.node.caps[d];
+  const DeviceUsage& u = scan.usage[d];
+  const PodContext::Vendor& vctx = scan.vctx;
+  const auto refuse = [&](Reason r, std::int64_t short_by = 0) {
+    CardRefusal out = Refusal(r, short_by);
+    out.device = static_cast<int>(d);
+    return std::optional<CardRefusal>(out);
+  };
+  const std::string& id = scan.node.devices[d].id;
+  if ((vctx.uuids.active() && !SelectorAllowsUuid(vctx.uuids, id)) ||
+      (vctx.alt_uuids.active() && !SelectorAllowsUuid(vctx.alt_uuids, id)))
+    return refuse(Reason::kCardUuidMismatch);
+  if (scan.spec.fit.split_count_limits && dev.count <= u.used)
+    return refuse(Reason::kCardTimeSlicingExhausted, u.used - dev.count + 1);
+  if (scan.ctx.mutex && u.used > 0) return refuse(Reason::kExclusiveDeviceAllocateConflict);
+  if (scan.hooks.refuse_card) {
+    if (auto refused = scan.vendor.RefuseCard(scan.node.devices[d], u, scan.request, scan.view))
+      return refuse(*refused);
+  }
+  if (auto refused = SizeChecks(scan, d, pick)) return refused;
+  if (scan.spec.fit.same_device_across_containers) {
+    for (std::size_t c = 0; c < scan.container; ++c) {
+      for (const Pick& earlier : allocated_[static_cast<std::size_t>(scan.backend)][c]) {
+        if (earlier.device != pick.device) return refuse(Reason::kCardNotFoundCustomFilterRule);
       }
     }
-    return true;
   }
-  if (!picks.empty()) reasons.Set(Reason::kAllocatedCardsInsufficientRequest, static_cast<int>(picks.size()));
-  if (reason) *reason = reasons.Format(total);
+  return std::nullopt;
+}
+
+namespace {
+
+// The shared checks of a card's free memory and cores for a request of `memreq` and `cores` (out of
+// `core_total`), in upstream's order; nullopt when it has room.
+std::optional<CardRefusal> RefuseSize(const DeviceCaps& dev, const DeviceUsage& u, MiB memreq, Cores cores,
+                                      std::int64_t core_total) {
+  if (const MiB free = MiB(dev.devmem) - u.mem; free < memreq)
+    return Refusal(Reason::kCardInsufficientMemory, (memreq - free).value());
+  if (const Cores free = Cores(core_total) - u.cores; free < cores)
+    return Refusal(Reason::kCardInsufficientCore, (cores - free).value());
+  if (core_total == 100 && cores == 100_cores && u.used > 0)
+    return Refusal(Reason::kExclusiveDeviceAllocateConflict);
+  if (core_total != 0 && u.cores.value() == core_total && cores.value() == 0)
+    return Refusal(Reason::kCardComputeUnitsExhausted);
+  return std::nullopt;
+}
+
+}  // namespace
+
+// What the card would be charged, and whether that fits: the quota, the card's room, a MIG instance.
+std::optional<CardRefusal> FitEngine::SizeChecks(Scan& scan, std::size_t d, Pick& pick) const {
+  const DeviceCaps& dev = scan.node.caps[d];
+  const DeviceUsage& u = scan.usage[d];
+  const DeviceRequest& request = scan.request;
+  const auto refuse = [&](CardRefusal r) {
+    r.device = static_cast<int>(d);
+    return std::optional<CardRefusal>(r);
+  };
+  // Percent of a card counted in its compute units: that share of this card's units, at least one.
+  Cores card_cores = scan.cores_req;
+  if (scan.spec.resources.cores_share_of_units && scan.cores_req.value() > 0) {
+    if (dev.devcore <= 0) return refuse(Refusal(Reason::kCardInsufficientCore, scan.cores_req.value()));
+    card_cores = Cores(std::clamp<std::int64_t>(dev.devcore * scan.cores_req.value() / 100, 1, dev.devcore));
+  }
+  MiB memreq = request.memory.value() > 0 ? request.memory : MiB(0);
+  if (request.mem_percent != kPercentUnset && request.memory.value() == 0)
+    memreq = MiB(dev.devmem * request.mem_percent / 100);
+  pick.mem = memreq;
+  pick.cores = card_cores;
+  if (scan.hooks.charged) {
+    const CardCharge charged =
+        scan.vendor.Charged(scan.node.devices[d], u, request, CardCharge{pick.mem, pick.cores}, scan.view);
+    pick.mem = charged.mem;
+    pick.cores = charged.cores;
+  }
+  if (scan.spec.fit.quota_in_fit && scan.ctx.quota_active && !QuotaAllows(scan, pick))
+    return refuse(Refusal(Reason::kResourceQuotaNotFit));
+  // A soft-split pod counts a card's cores in percent, whatever number of cores the plugin publishes.
+  const std::int64_t core_total = scan.vctx.soft_split ? 100 : dev.devcore;
+  if (!scan.spec.fit.vendor_sizes) {
+    if (auto refused = RefuseSize(dev, u, memreq, card_cores, core_total)) return refuse(*refused);
+  }
+  if (scan.spec.fit.mig && dev.mig) {
+    static const std::vector<MigInUse> kNone;
+    const auto& in_use = scan.node.has_mig ? scan.mig[d] : kNone;
+    auto slot = ChooseMigSlot(scan.node, pick.device, memreq, in_use, scan.picks);
+    if (!slot) return refuse(Refusal(Reason::kCardMigTopologyInfeasible));
+    for (const auto& p : scan.node.devices[d].mig_profiles) {
+      if (p.name == slot->profile) {
+        pick.mem = MiB(p.memory_mib);
+        pick.cores = Cores(p.core);
+      }
+    }
+    pick.mig = std::move(slot);
+  }
+  return std::nullopt;
+}
+
+bool FitEngine::Conclude(Scan& scan, std::string* reason) {
+  ContainerPicks& picks = scan.picks;
+  const std::int32_t origin = scan.request.count;
+  if (scan.collect_all) {
+    const CardChoice choice = ChooseByVendor(scan);
+    if (static_cast<std::int32_t>(choice.chosen.size()) == origin) return true;
+    if (choice.refusal) {
+      scan.reasons.Set(*choice.refusal, choice.refused);
+      if (reason) *reason = scan.reasons.Format(choice.over_request ? origin : scan.total);
+      picks.clear();
+      return false;
+    }
+  }
+  if (!picks.empty())
+    scan.reasons.Set(Reason::kAllocatedCardsInsufficientRequest, static_cast<int>(picks.size()));
+  if (reason) *reason = scan.reasons.Format(scan.total);
   picks.clear();
   return false;
 }
 
-bool NodeFitter::QuotaAllows(const PodContext& ctx, const NodeEntry& node, int backend, std::size_t container,
-                             const std::vector<std::vector<ContainerPicks>>& allocated,
-                             const ContainerPicks& tmp, const Pick& candidate) const {
-  const std::string& vendor = backends_->at(static_cast<std::size_t>(backend)).Vendor();
-  PodVendorDevices hypothetical(container + 1);
+bool FitEngine::QuotaAllows(const Scan& scan, const Pick& candidate) const {
+  const std::string& vendor = scan.vendor.Vendor();
+  const auto& allocated = allocated_[static_cast<std::size_t>(scan.backend)];
+  PodVendorDevices hypothetical(scan.container + 1);
   const auto add = [&](std::size_t c, const Pick& p) {
-    hypothetical[c].push_back(ContainerDevice{0, node.devices[static_cast<std::size_t>(p.device)].id, vendor,
-                                              p.mem, p.cores, std::nullopt});
+    hypothetical[c].push_back(ContainerDevice{0, scan.node.devices[static_cast<std::size_t>(p.device)].id,
+                                              vendor, p.mem, p.cores, std::nullopt});
   };
-  for (std::size_t c = 0; c < container; ++c) {
-    for (const Pick& p : allocated[static_cast<std::size_t>(backend)][c]) add(c, p);
+  for (std::size_t c = 0; c < scan.container; ++c) {
+    for (const Pick& p : allocated[c]) add(c, p);
   }
-  for (const Pick& p : tmp) add(container, p);
-  add(container, candidate);
+  for (const Pick& p : scan.picks) add(scan.container, p);
+  add(scan.container, candidate);
   PodDevices pd;
   pd[vendor] = std::move(hypothetical);
   MiB mem;
   Cores cores;
-  for (const auto& charge : codec::CollapseDevices(pd, ctx.pod->init_containers.size())) {
+  for (const auto& charge : codec::CollapseDevices(pd, scan.ctx.pod->init_containers.size())) {
     mem += charge.mem;
     cores += charge.cores;
   }
-  return quotas_->Fits(ctx.pod->ns, vendor, mem, cores);
+  return quotas_->Fits(scan.ctx.pod->ns, vendor, mem, cores);
 }
 
-std::optional<MigSlot> NodeFitter::ChooseMigSlot(const NodeEntry& node, int device, MiB memreq,
+std::optional<MigSlot> FitEngine::ChooseMigSlot(const NodeEntry& node, int device, MiB memreq,
                                                  const std::vector<MigInUse>& in_use,
                                                  const ContainerPicks& tmp) const {
   const DeviceInfo& dev = node.devices[static_cast<std::size_t>(device)];
@@ -587,129 +626,44 @@ std::optional<MigSlot> NodeFitter::ChooseMigSlot(const NodeEntry& node, int devi
   return std::nullopt;
 }
 
-void NodeFitter::ChooseTopology(const NodeEntry& node, std::int32_t want, ContainerPicks& picks) const {
-  const auto score = [&](const Pick& a, const Pick& b) -> std::int64_t {
-    const DeviceInfo& da = node.devices[static_cast<std::size_t>(a.device)];
-    const DeviceInfo& db = node.devices[static_cast<std::size_t>(b.device)];
-    auto it = da.pair_scores.find(db.id);
-    return it == da.pair_scores.end() ? 0 : it->second;
-  };
-  const std::size_t n = picks.size();
-  if (want == 1) {
-    // The card least connected to the others keeps the well-connected ones free for multi-card pods.
-    std::size_t best = 0;
-    std::int64_t best_sum = std::numeric_limits<std::int64_t>::max();
-    for (std::size_t i = 0; i < n; ++i) {
-      std::int64_t sum = 0;
-      for (std::size_t j = 0; j < n; ++j) {
-        if (i != j) sum += score(picks[i], picks[j]);
-      }
-      if (sum < best_sum) {
-        best_sum = sum;
-        best = i;
-      }
-    }
-    picks = {picks[best]};
-    return;
-  }
-  // Highest sum of pairwise scores over all combinations, in candidate order (first maximum wins).
-  const auto k = static_cast<std::size_t>(want);
-  std::vector<std::size_t> idx(k), best;
-  for (std::size_t i = 0; i < k; ++i) idx[i] = i;
-  std::int64_t best_sum = std::numeric_limits<std::int64_t>::min();
-  for (;;) {
-    std::int64_t sum = 0;
-    for (std::size_t a = 0; a < k; ++a) {
-      for (std::size_t b = a + 1; b < k; ++b) sum += score(picks[idx[a]], picks[idx[b]]);
-    }
-    if (sum > best_sum) {
-      best_sum = sum;
-      best = idx;
-    }
-    std::size_t i = k;
-    while (i > 0 && idx[i - 1] == n - k + (i - 1)) --i;
-    if (i == 0) break;
-    ++idx[i - 1];
-    for (std::size_t j = i; j < k; ++j) idx[j] = idx[j - 1] + 1;
-  }
-  ContainerPicks chosen;
-  for (std::size_t i : best) chosen.push_back(picks[i]);
-  picks = std::move(chosen);
-}
-
-void NodeFitter::ChooseNetworkGroups(const NodeEntry& node, std::int32_t want, ContainerPicks& picks) const {
-  // Groups by size, largest first; equal sizes by network id, so the choice does not depend on map order.
-  std::map<std::int32_t, int> size;
-  for (const Pick& p : picks) ++size[*node.devices[static_cast<std::size_t>(p.device)].network];
-  std::vector<std::pair<int, std::int32_t>> order;  // (size, network)
-  for (const auto& [network, n] : size) order.emplace_back(n, network);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
-  ContainerPicks chosen;
-  for (const auto& [n, network] : order) {
-    for (const Pick& p : picks) {
-      if (static_cast<std::int32_t>(chosen.size()) == want) break;
-      if (*node.devices[static_cast<std::size_t>(p.device)].network == network) chosen.push_back(p);
-    }
-  }
-  picks = std::move(chosen);
-}
-
-void NodeFitter::ChooseModulePairs(const NodeEntry& node, std::int32_t want, ContainerPicks& picks) const {
-  // Modules in the order their first candidate appears (the policy's preference), complete ones only.
-  std::vector<std::pair<std::int32_t, std::vector<std::size_t>>> modules;  // (module, positions in picks)
-  for (std::size_t i = 0; i < picks.size(); ++i) {
-    const std::int32_t module = node.devices[static_cast<std::size_t>(picks[i].device)].index / 2;
-    auto it = std::find_if(modules.begin(), modules.end(), [&](const auto& m) { return m.first == module; });
-    if (it == modules.end()) {
-      modules.push_back({module, {i}});
-    } else {
-      it->second.push_back(i);
-    }
-  }
-  ContainerPicks chosen;
-  for (const auto& [module, positions] : modules) {
-    if (static_cast<std::int32_t>(chosen.size()) >= want) break;
-    if (positions.size() != 2) continue;
-    for (std::size_t i : positions) chosen.push_back(picks[i]);
-  }
-  picks = std::move(chosen);
-}
-
-bool NodeFitter::ChooseByVendor(const PodContext& ctx, const NodeEntry& node, int backend,
-                                const DeviceRequest& request, ContainerPicks& picks) {
-  const Backend& b = backends_->at(static_cast<std::size_t>(backend));
-  const std::int32_t want = request.count;
+CardChoice FitEngine::ChooseByVendor(const Scan& scan) {
+  ContainerPicks& picks = scan.picks;
   candidates_.clear();
   candidate_classes_.clear();
-  ChoiceView view{&request, 0, {}};
-  const bool classes = b.Spec().fit.pod_classes;
+  const auto [begin, end] = scan.node.vendor_range[static_cast<std::size_t>(scan.backend)];
+  ChoiceView view{&scan.request,
+                  std::span<const DeviceInfo>(scan.node.devices)
+                      .subspan(static_cast<std::size_t>(begin), static_cast<std::size_t>(end - begin)),
+                  scan.ctx.topology,
+                  0,
+                  {}};
   for (const Pick& p : picks) {
-    candidates_.push_back(&node.devices[static_cast<std::size_t>(p.device)]);
-    if (classes) candidate_classes_.push_back(&node.classes_in_use[static_cast<std::size_t>(p.device)]);
+    candidates_.push_back(&scan.node.devices[static_cast<std::size_t>(p.device)]);
+    if (scan.hooks.pod_class)
+      candidate_classes_.push_back(&(*scan.base.classes)[static_cast<std::size_t>(p.device)]);
   }
-  if (classes) {
-    view.pod_class = ctx.vendors[static_cast<std::size_t>(backend)].pod_class;
+  if (scan.hooks.pod_class) {
+    view.pod_class = scan.vctx.pod_class;
     view.classes = candidate_classes_;
   }
-  const std::vector<std::size_t> chosen = b.ChooseCards(candidates_, want, view);
-  if (static_cast<std::int32_t>(chosen.size()) != want) return false;
+  CardChoice choice = scan.vendor.ChooseCards(candidates_, scan.request.count, view);
+  if (static_cast<std::int32_t>(choice.chosen.size()) != scan.request.count) return choice;
   ContainerPicks taken;
-  taken.reserve(chosen.size());
-  for (std::size_t i : chosen) {
+  taken.reserve(choice.chosen.size());
+  for (std::size_t i : choice.chosen) {
     // A backend's mistake (a position past the end or twice) refuses the node: never a read past the
     // candidates, never a card given twice.
     if (i >= picks.size() ||
         std::any_of(taken.begin(), taken.end(), [&](const Pick& p) { return p.device == picks[i].device; }))
-      return false;
+      return CardChoice{{}, Reason::kNumaNotFit, 1, false};
     taken.push_back(picks[i]);
   }
   picks = std::move(taken);
-  return true;
+  return choice;
 }
 
-double NodeFitter::VendorScore(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
-                               std::size_t backend, const std::vector<DeviceUsage>& base) {
+double FitEngine::VendorScore(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+                              std::size_t backend, const Base& base) {
   const auto [begin, end] = node.vendor_range[backend];
   chosen_.clear();
   const std::size_t containers = allocated_[backend].size();
@@ -734,7 +688,7 @@ double NodeFitter::VendorScore(const PodContext& ctx, const PodRequests& reqs, c
   }
   AllocationView view{all,
                       all.subspan(first, n),
-                      std::span<const DeviceUsage>(base).subspan(first, n),
+                      std::span<const DeviceUsage>(*base.usage).subspan(first, n),
                       chosen_,
                       std::span<const std::vector<int>>(chosen_per_container_).first(containers),
                       requests_,
@@ -742,12 +696,11 @@ double NodeFitter::VendorScore(const PodContext& ctx, const PodRequests& reqs, c
                       ctx.spread,
                       0,
                       {}};
-  const Backend& b = backends_->at(backend);
-  if (b.Spec().fit.pod_classes) {
+  if (backends_->hooks(backend).pod_class) {
     view.pod_class = ctx.vendors[backend].pod_class;
-    view.classes_before = std::span<const CardClasses>(node.classes_in_use).subspan(first, n);
+    view.classes_before = std::span<const CardClasses>(*base.classes).subspan(first, n);
   }
-  return b.AllocationScore(view);
+  return backends_->at(backend).AllocationScore(view);
 }
 
 }  // namespace hami

@@ -1,6 +1,7 @@
 #pragma once
 // The filter decision: which node a pod goes to and which devices it gets there. Reads ClusterState;
 // Reserve() records a decision in the ledger so the next decision sees it (before any API call is made).
+#include <functional>
 #include <map>
 #include <set>
 #include <span>
@@ -69,6 +70,8 @@ class Scheduler {
   // after another, each set up before the next).
   enum class Hold { kInFlight, kSetUp };
   void Reserve(const PodView& pod, const FilterOutcome& outcome, Hold hold = Hold::kInFlight);
+  // What Reserve records in the ledger for a scheduled outcome (the caller that owns the decision records it).
+  PodAllocation Decision(const PodView& pod, const FilterOutcome& outcome, Hold hold = Hold::kInFlight) const;
 
   // Which of `pods` fit `node` now, taken one after another in the order given (each against the usage the
   // ones before it would leave); reserves nothing. A pod whose requests or policy cannot be read fits
@@ -80,10 +83,35 @@ class Scheduler {
   // for): the part of it that a window of `candidates` nodes can expect to receive.
   std::size_t BurstShare(const PodView& pod, const PodRequests& requests, std::size_t candidates) const;
 
+  struct Fitting {
+    std::size_t index;  // into candidates
+    double score;
+    bool busy;  // allocations in flight at the threshold
+  };
+  // Fits the pod on every candidate: the fitting ones into fitting_, the others' reasons into `out`.
+  void FitCandidates(const PodContext& ctx, const PodRequests& requests,
+                     const std::vector<std::string>& candidates, FilterOutcome& out);
+  void PrefetchAhead(std::size_t i, std::size_t first_asked) const;
+  void MarkUnresolvable(const PodContext& ctx, const PodRequests& requests,
+                        const std::vector<std::string>& candidates, FilterOutcome& out);
+  // Orders fitting_ by the node policy, the chosen node first.
+  void Rank(const PodView& pod, const PodContext& ctx, const PodRequests& requests,
+            const std::vector<std::string>& candidates, FilterOutcome& out);
+  // Binpack's best node is busy: the position in fitting_ of the node the pod goes to instead (0: that
+  // busy node after all; docs/DECISIONS.md "Bursts under binpack").
+  std::size_t PickPastBusy(const PodView& pod, const PodContext& ctx, const PodRequests& requests,
+                           const std::vector<std::string>& candidates, std::size_t top,
+                           const std::function<bool(const Fitting&, const Fitting&)>& by_policy,
+                           FilterOutcome& out);
+  // The chosen node's devices and the annotations that record them.
+  void WriteDecision(const PodView& pod, const PodContext& ctx, const PodRequests& requests, TimePoint now,
+                     FilterOutcome& out);
+
   ClusterState* state_;
   SchedulerOptions options_;
-  NodeFitter fitter_;
+  FitEngine engine_;
   std::vector<const NodeEntry*> resolved_;  // scratch: candidates resolved to registry entries
+  std::vector<Fitting> fitting_;            // scratch: the candidates that fit
 };
 
 }  // namespace hami

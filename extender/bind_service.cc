@@ -82,15 +82,11 @@ std::string BindService::Failed(const PodView& pod, std::string message) {
 void BindService::ReleaseIfHeldBy(const std::string& uid, const std::string& key) {
   // The caller names a pod and a uid; only a hold the ledger keeps for exactly that pair is freed. The uid
   // of a running pod sent with another pod's name frees nothing.
-  const PodAllocation* held = state_->FindPod(uid);
-  const Reservation* reserved = ledger_->FindReservation(uid);
-  if ((held != nullptr && held->ns + "/" + held->name != key) ||
-      (reserved != nullptr && reserved->key != key)) {
-    spdlog::warn("bind of pod {} names uid {}, which is pod {}'s: nothing released", key, uid,
-                 held != nullptr ? held->ns + "/" + held->name : reserved->key);
+  if (auto other = ledger_->OtherHolder(uid, key)) {
+    spdlog::warn("bind of pod {} names uid {}, which is pod {}'s: nothing released", key, uid, *other);
     return;
   }
-  if (held != nullptr || reserved != nullptr) ledger_->Release(uid);
+  if (ledger_->Holds(uid)) ledger_->Release(uid);
 }
 
 asio::awaitable<void> BindService::ReleaseAll(const HeldLocks& held) {
@@ -144,15 +140,14 @@ asio::awaitable<std::string> BindService::TakeLocks(const PodView& pod, const Po
   const std::string uid = pod.UidOrKey();
   // Only a decision our filter made for this pod is bound: devices a pod's own annotations name (written
   // by anyone who may edit the pod) would skip the fit and could be another pod's.
-  const PodAllocation* charged = state_->FindPod(uid);
-  const Reservation* ours = ledger_->FindReservation(uid);
-  if (charged == nullptr || ours == nullptr || ours->key != key)
+  const Reservation* ours = ledger_->HeldFor(uid, key);
+  if (ours == nullptr)
     co_return fmt::format(
         "pod {} holds no device reservation (it was not filtered by this scheduler, or the reservation was "
         "released); it must be filtered again",
         key);
-  if (charged->node != node)
-    co_return fmt::format("pod {} has devices reserved on node {}, not on {}", key, charged->node, node);
+  if (ours->node != node)
+    co_return fmt::format("pod {} has devices reserved on node {}, not on {}", key, ours->node, node);
   const auto deadline = steady_clock::now() + options_.node_lock_retry_timeout;
   for (const BindLock& lock_spec : LocksToTake(state_->backends(), requests)) {
     LockTarget target{node, lock_spec.key, lock_spec.rule, pod.ns, pod.name};
@@ -167,14 +162,22 @@ asio::awaitable<std::string> BindService::TakeLocks(const PodView& pod, const Po
     held.emplace_back(std::move(target), std::move(lock));
   }
   // Waiting for the lock took time: the devices must still be reserved for this pod on this node.
-  const PodAllocation* still = state_->FindPod(uid);
-  const Reservation* still_ours = ledger_->FindReservation(uid);
-  if (still == nullptr || still->node != node || still_ours == nullptr || still_ours->node != node) {
+  const Reservation* still_ours = ledger_->HeldFor(uid, key);
+  if (still_ours == nullptr || still_ours->node != node) {
     co_await ReleaseAll(held);
     co_return fmt::format(
         "pod {} lost its device reservation on node {} while binding; it must be filtered again", key, node);
   }
   co_return std::string();
+}
+
+asio::awaitable<ApiResult<void>> BindService::ClearEarlier(const PodView& pod, const BindingWrites& writes) {
+  json::object stale;
+  for (const auto& k : writes.clear_annotations) stale[k] = nullptr;
+  json::object metadata{{"annotations", std::move(stale)}};
+  if (writes.clear_label) metadata["labels"] = json::object{{keys::kAssignedNode, nullptr}};
+  const json::value patch = {{"metadata", std::move(metadata)}};
+  co_return co_await writer_->PatchPod(pod.ns, pod.name, patch, Budget::kDecision);
 }
 
 asio::awaitable<std::string> BindService::PostBinding(const PodView& pod, const PodRequests& requests,
@@ -185,17 +188,12 @@ asio::awaitable<std::string> BindService::PostBinding(const PodView& pod, const 
   // server writes them in the same update as spec.nodeName. HAMi patches the pod at filter and again before
   // binding: two requests more, and a failed binding leaves the pod `allocating`. A pod bound already is
   // refused, so a stale cache cannot turn a finished pod back to `allocating`.
-  const Reservation* decision = ledger_->FindReservation(uid);
+  const Reservation* decision = ledger_->HeldFor(uid, key);
   const BindingWrites writes =
       PlanBinding(state_->backends(), pod, requests, decision == nullptr ? nullptr : &decision->annotations,
                   node, clock_->Now());
   if (writes.NeedsClearing()) {
-    json::object stale;
-    for (const auto& k : writes.clear_annotations) stale[k] = nullptr;
-    json::object metadata{{"annotations", std::move(stale)}};
-    if (writes.clear_label) metadata["labels"] = json::object{{keys::kAssignedNode, nullptr}};
-    const json::value patch = {{"metadata", std::move(metadata)}};
-    if (auto cleared = co_await writer_->PatchPod(pod.ns, pod.name, patch, Budget::kDecision); !cleared) {
+    if (auto cleared = co_await ClearEarlier(pod, writes); !cleared) {
       co_await ReleaseAll(held);
       co_return Failed(pod, fmt::format("could not clear pod {}'s earlier allocation: {}", key,
                                         cleared.error().message));

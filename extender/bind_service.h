@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/bind_plan.h"
 #include "core/cluster_state.h"
 #include "core/fit.h"
 #include "extender/cluster_writer.h"
@@ -73,6 +74,8 @@ class BindService {
   // outcome, and leaves the locks for the device plugin on success.
   boost::asio::awaitable<std::string> PostBinding(const PodView& pod, const PodRequests& requests,
                                                   const std::string& node, HeldLocks& held);
+  // Removes the keys of an earlier decision the Binding does not overwrite (BindingWrites::NeedsClearing).
+  boost::asio::awaitable<ApiResult<void>> ClearEarlier(const PodView& pod, const BindingWrites& writes);
   boost::asio::awaitable<void> ReleaseAll(const HeldLocks& held);
   void Count(const char* result, double seconds);
   std::string Failed(const PodView& pod, std::string message);

@@ -129,11 +129,8 @@ asio::awaitable<FilterService::Identity> FilterService::Identify(const PodView& 
   if (const std::string* node = ledger_->BoundTo(uid); bound.empty() && node != nullptr) bound = *node;
   // Whatever the caches know of the pod, a hold in the ledger is only ever released for the pod it was made
   // for: a made-up pod carrying a running pod's uid changes nothing.
-  if (const PodAllocation* held = state_->FindPod(uid);
-      held != nullptr && (held->ns != pod.ns || held->name != pod.name))
-    co_return Identity{fmt::format("uid {} is pod {}/{}'s, not {}'s", uid, held->ns, held->name, key), ""};
-  if (const Reservation* r = ledger_->FindReservation(uid); r != nullptr && r->key != key)
-    co_return Identity{fmt::format("uid {} is pod {}'s, not {}'s", uid, r->key, key), ""};
+  if (auto other = ledger_->OtherHolder(uid, key))
+    co_return Identity{fmt::format("uid {} is pod {}'s, not {}'s", uid, *other, key), ""};
   co_return Identity{"", bound};
 }
 
@@ -218,13 +215,13 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
         outcome.node == outcome.busy_best ? "they fit the busy nodes, it queues there"
                                           : "it goes to " + outcome.node);
   }
-  scheduler_.Reserve(pod, outcome);
   // The annotations move into the reservation: kube-scheduler's answer names only the node.
   // What kube-scheduler last reported of the pod, as it sent it and as our cache has it: a report after
   // this one means the attempt ended without our bind (WatchRoutes drops the reservation then).
   const auto cached = pods_->find(key);
   const bool seen = cached != pods_->end();
-  ledger_->Reserve(uid, Reservation{key, outcome.node, now, std::move(outcome.annotations), pod.scheduled,
+  ledger_->Reserve(scheduler_.Decision(pod, outcome),
+                   Reservation{key, outcome.node, now, std::move(outcome.annotations), pod.scheduled,
                                     seen ? cached->second.scheduled : SchedulingCondition{},
                                     pod.nominated_node_name, seen ? cached->second.nominated_node_name : ""});
   ++results_["scheduled"];

@@ -77,25 +77,24 @@ asio::awaitable<bool> LeaseElector::TryAcquireOrRenew() {
   co_return held;
 }
 
+bool LeaseElector::Won(const json::value& lease, steady_clock::time_point sent_at) {
+  auto view = k8s::LeaseFromJson(lease);
+  if (!view) {
+    leadership_->NotAcquired(nullptr, "the API server returned a Lease we cannot read: " + view.error().message);
+    return false;
+  }
+  last_written_ = lease;
+  Observed(*view);
+  if (releasing_) return false;  // a round in flight when Release() began does not start a new term
+  leadership_->Acquired(*view, sent_at);
+  return true;
+}
+
 asio::awaitable<bool> LeaseElector::Round() {
   // The term is counted from before the write is sent: whoever reads the record we write waits the lease
   // duration from a later moment, and our term (the renew deadline) is shorter.
   const steady_clock::time_point sent_at = leadership_->now();
   const std::string& me = leadership_->holder_identity();
-  const auto won = [&](const json::value& lease) {
-    auto view = k8s::LeaseFromJson(lease);
-    if (!view) {
-      leadership_->NotAcquired(nullptr,
-                               "the API server returned a Lease we cannot read: " + view.error().message);
-      return false;
-    }
-    last_written_ = lease;
-    Observed(*view);
-    if (releasing_) return false;  // a round in flight when Release() began does not start a new term
-    leadership_->Acquired(*view, sent_at);
-    return true;
-  };
-
   // Checked before every write: Release() may have begun while we waited for an answer.
   if (releasing_) co_return false;
   // Leading: renew the Lease as our last write left it (one request); any failure falls back to a read.
@@ -103,34 +102,12 @@ asio::awaitable<bool> LeaseElector::Round() {
     json::value lease = last_written_;
     lease.as_object()["spec"] = Spec(last_written_.as_object().if_contains("spec"), true);
     auto renewed = co_await client_->Update(lease);
-    if (renewed) co_return won(*renewed);
+    if (renewed) co_return Won(*renewed, sent_at);
   }
 
   auto got = co_await client_->Get();
   if (releasing_) co_return false;
-  if (!got && got.error().kind == ApiErrorKind::kNotFound) {
-    // Deleted while another replica's term ran (kubectl delete, a pruning tool): that replica still leads
-    // until its term ends, so the Lease is not created before then.
-    const std::string holder =
-        observed_record_ ? observed_record_->holder_identity.value_or("") : std::string();
-    if (!holder.empty() && holder != me &&
-        observed_at_ + std::chrono::seconds(observed_record_->lease_duration_seconds) > leadership_->now()) {
-      leadership_->NotAcquired(
-          nullptr, fmt::format("deleted while held by {}; waiting out its term", holder));
-      co_return false;
-    }
-    const auto& o = leadership_->options();
-    const json::value lease{{"apiVersion", "coordination.k8s.io/v1"},
-                            {"kind", "Lease"},
-                            {"metadata", {{"name", o.name}, {"namespace", o.ns}}},
-                            {"spec", Spec(nullptr, false)}};
-    auto created = co_await client_->Create(lease);
-    if (!created) {
-      leadership_->NotAcquired(nullptr, "cannot create it: " + created.error().message);
-      co_return false;
-    }
-    co_return won(*created);
-  }
+  if (!got && got.error().kind == ApiErrorKind::kNotFound) co_return co_await Recreate(sent_at);
   if (!got) {
     leadership_->NotAcquired(nullptr, "cannot read it: " + got.error().message);
     co_return false;
@@ -157,7 +134,29 @@ asio::awaitable<bool> LeaseElector::Round() {
     leadership_->NotAcquired(ours ? nullptr : &*view, "cannot write it: " + updated.error().message);
     co_return false;
   }
-  co_return won(*updated);
+  co_return Won(*updated, sent_at);
+}
+
+asio::awaitable<bool> LeaseElector::Recreate(steady_clock::time_point sent_at) {
+  // Deleted while another replica's term ran (kubectl delete, a pruning tool): that replica still leads
+  // until its term ends, so the Lease is not created before then.
+  const std::string holder = observed_record_ ? observed_record_->holder_identity.value_or("") : std::string();
+  if (!holder.empty() && holder != leadership_->holder_identity() &&
+      observed_at_ + std::chrono::seconds(observed_record_->lease_duration_seconds) > leadership_->now()) {
+    leadership_->NotAcquired(nullptr, fmt::format("deleted while held by {}; waiting out its term", holder));
+    co_return false;
+  }
+  const auto& o = leadership_->options();
+  const json::value lease{{"apiVersion", "coordination.k8s.io/v1"},
+                          {"kind", "Lease"},
+                          {"metadata", {{"name", o.name}, {"namespace", o.ns}}},
+                          {"spec", Spec(nullptr, false)}};
+  auto created = co_await client_->Create(lease);
+  if (!created) {
+    leadership_->NotAcquired(nullptr, "cannot create it: " + created.error().message);
+    co_return false;
+  }
+  co_return Won(*created, sent_at);
 }
 
 void LeaseElector::LogTurn() {

@@ -65,6 +65,10 @@ class LeaseElector {
 
  private:
   boost::asio::awaitable<bool> Round();
+  // The Lease is gone: created again, unless another replica's term is still running.
+  boost::asio::awaitable<bool> Recreate(std::chrono::steady_clock::time_point sent_at);
+  // The Lease our write returned: ours from `sent_at` on, unless it cannot be read or we are releasing.
+  bool Won(const boost::json::value& lease, std::chrono::steady_clock::time_point sent_at);
   boost::json::value Spec(const boost::json::value* old_spec, bool ours) const;
   void Observed(const LeaseView& view);
   void LogTurn();

@@ -22,13 +22,8 @@ namespace {
 // node).
 constexpr int kAttempts = 6;
 
-struct NodeRead {
-  std::string resource_version;
-  std::optional<std::string> value;
-};
-
-NodeRead ReadLock(const ObjectMeta& node, const std::string& key) {
-  NodeRead r{node.resource_version, std::nullopt};
+NodeLockRead ReadLock(const ObjectMeta& node, const std::string& key) {
+  NodeLockRead r{node.resource_version, std::nullopt};
   if (auto it = node.annotations.find(key); it != node.annotations.end()) r.value = it->second;
   return r;
 }
@@ -111,9 +106,9 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t, const Lock
   std::string last_error;
   int reads = 0;  // of the node from the API server
   for (int attempt = 0; attempt < kAttempts; ++attempt) {
-    NodeRead read;
+    NodeLockRead read;
     if (attempt == 0 && seen != nullptr && !seen->resource_version.empty()) {
-      read = NodeRead{seen->resource_version, seen->value};  // the cache's view: no request
+      read = NodeLockRead{seen->resource_version, seen->value};  // the cache's view: no request
     } else {
       // A conflict on a read of our own means another writer is busy on the node: back off. One on the
       // cache's view only means the cache was behind: read at once.
@@ -141,23 +136,7 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t, const Lock
       co_return out;
     }
     if (d.action == LockAction::kCheckOwner) {
-      const auto owner = codec::ParseNodeLock(*read.value);
-      const bool exists = cached && cached(owner->ns, owner->pod);
-      // (No co_await inside a conditional expression: GCC 12 destroys its temporaries twice.)
-      ApiResult<PodView> pod = PodView{};
-      if (!exists) pod = co_await writer_->ReadPod(owner->ns, owner->pod);
-      if (pod || pod.error().status == kUnreadableObject) {  // the owner exists
-        ++stats_.contended;
-        out.contention = true;
-        out.message = ContentionMessage(t, *owner);
-        co_return out;
-      }
-      if (pod.error().kind != ApiErrorKind::kNotFound) {
-        out.message = fmt::format("node {}: cannot check the lock owner {}/{}: {}", t.node, owner->ns,
-                                  owner->pod, pod.error().message);
-        co_return out;
-      }
-      d.why = fmt::format("node {}: lock owner {}/{} no longer exists", t.node, owner->ns, owner->pod);
+      if (auto refused = co_await CheckOwner(t, *read.value, cached, d.why)) co_return std::move(*refused);
     } else if (d.action == LockAction::kContended) {
       ++stats_.contended;
       out.contention = true;
@@ -166,40 +145,75 @@ asio::awaitable<LockOutcome> NodeLocker::Acquire(const LockTarget& t, const Lock
     }
     if (d.action != LockAction::kTake) spdlog::info("{}; taking it for {}/{}", d.why, t.pod_ns, t.pod_name);
 
-    const std::string value = LockValue(now, t.pod_ns, t.pod_name, t.rule);
-    const json::value patch = LockPatch(t.key, json::value(value), read.resource_version);
-    auto patched = co_await writer_->PatchNode(t.node, patch, Budget::kDecision);
-    if (patched) {
-      ++(d.action == LockAction::kTake ? stats_.taken : stats_.stolen);
-      out.acquired = true;
-      out.value = value;
-      out.resource_version = ReadLock(*patched, t.key).resource_version;
-      Wrote(t, out.resource_version, value);
-      co_return out;
-    }
-    last_error = patched.error().message;
-    if (patched.error().kind == ApiErrorKind::kConflict) {
-      ++stats_.conflicts;  // someone wrote the node since we read it: read again
-      continue;
-    }
-    if (patched.error().kind == ApiErrorKind::kTransport || patched.error().kind == ApiErrorKind::kServer) {
-      // The patch may have been applied with its answer lost: our value in place means we hold the lock.
-      auto again = co_await writer_->ReadNode(t.node);
-      if (again && ReadLock(*again, t.key).value == value) {
-        ++stats_.taken;
-        out.acquired = true;
-        out.value = value;
-        out.resource_version = ReadLock(*again, t.key).resource_version;
-        Wrote(t, out.resource_version, value);
-        co_return out;
-      }
-      continue;
-    }
+    WriteAttempt write = co_await Write(t, read, now, d.action == LockAction::kTake);
+    if (write.done) co_return std::move(*write.done);
+    last_error = std::move(write.error);
+    if (write.retry) continue;
     break;
   }
   out.message = fmt::format("failed to set node lock {} on node {} after {} attempts: {}", t.key, t.node,
                             kAttempts, last_error);
   co_return out;
+}
+
+asio::awaitable<std::optional<LockOutcome>> NodeLocker::CheckOwner(const LockTarget& t,
+                                                                    const std::string& value,
+                                                                    const PodCached& cached, std::string& why) {
+  const auto owner = codec::ParseNodeLock(value);
+  const bool exists = cached && cached(owner->ns, owner->pod);
+  // (No co_await inside a conditional expression: GCC 12 destroys its temporaries twice.)
+  ApiResult<PodView> pod = PodView{};
+  if (!exists) pod = co_await writer_->ReadPod(owner->ns, owner->pod);
+  LockOutcome out;
+  if (pod || pod.error().status == kUnreadableObject) {  // the owner exists
+    ++stats_.contended;
+    out.contention = true;
+    out.message = ContentionMessage(t, *owner);
+    co_return out;
+  }
+  if (pod.error().kind != ApiErrorKind::kNotFound) {
+    out.message = fmt::format("node {}: cannot check the lock owner {}/{}: {}", t.node, owner->ns, owner->pod,
+                              pod.error().message);
+    co_return out;
+  }
+  why = fmt::format("node {}: lock owner {}/{} no longer exists", t.node, owner->ns, owner->pod);
+  co_return std::nullopt;
+}
+
+asio::awaitable<NodeLocker::WriteAttempt> NodeLocker::Write(const LockTarget& t, const NodeLockRead& read,
+                                                            TimePoint now, bool free) {
+  const std::string value = LockValue(now, t.pod_ns, t.pod_name, t.rule);
+  const json::value patch = LockPatch(t.key, json::value(value), read.resource_version);
+  auto patched = co_await writer_->PatchNode(t.node, patch, Budget::kDecision);
+  WriteAttempt attempt;
+  const auto held = [&](const ObjectMeta& node, std::size_t& counter) {
+    ++counter;
+    LockOutcome out;
+    out.acquired = true;
+    out.value = value;
+    out.resource_version = ReadLock(node, t.key).resource_version;
+    Wrote(t, out.resource_version, value);
+    attempt.done = std::move(out);
+  };
+  if (patched) {
+    held(*patched, free ? stats_.taken : stats_.stolen);
+    co_return attempt;
+  }
+  attempt.error = patched.error().message;
+  if (patched.error().kind == ApiErrorKind::kConflict) {
+    ++stats_.conflicts;  // someone wrote the node since we read it: read again
+    attempt.retry = true;
+  } else if (patched.error().kind == ApiErrorKind::kTransport ||
+             patched.error().kind == ApiErrorKind::kServer) {
+    // The patch may have been applied with its answer lost: our value in place means we hold the lock.
+    auto again = co_await writer_->ReadNode(t.node);
+    if (again && ReadLock(*again, t.key).value == value) {
+      held(*again, stats_.taken);
+    } else {
+      attempt.retry = true;
+    }
+  }
+  co_return attempt;
 }
 
 asio::awaitable<void> NodeLocker::Release(const LockTarget& t, const std::string& written) {
@@ -212,7 +226,7 @@ asio::awaitable<void> NodeLocker::Release(const LockTarget& t, const std::string
       spdlog::warn("releasing lock {} on node {}: {}", t.key, t.node, node.error().message);
       continue;
     }
-    const NodeRead read = ReadLock(*node, t.key);
+    const NodeLockRead read = ReadLock(*node, t.key);
     if (!MayRelease(read.value, first_read, t.pod_ns, t.pod_name, false)) co_return;
     const json::value patch = LockPatch(t.key, json::value(nullptr), read.resource_version);
     auto patched = co_await writer_->PatchNode(t.node, patch, Budget::kDecision);

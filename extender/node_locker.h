@@ -46,6 +46,12 @@ struct LockOutcome {
   std::string message;           // why not, for the bind error and the event
 };
 
+// A node's lock annotation as one read saw it.
+struct NodeLockRead {
+  std::string resource_version;
+  std::optional<std::string> value;
+};
+
 class NodeLocker {
  public:
   NodeLocker(ClusterWriter& writer, const Clock& clock, std::chrono::seconds timeout);
@@ -73,6 +79,20 @@ class NodeLocker {
   std::optional<TimePoint> MalformedSince(const LockTarget& target, const std::optional<std::string>& value);
   boost::asio::awaitable<void> Backoff(int attempt);
   void Wrote(const LockTarget& target, const std::string& resource_version, std::optional<std::string> value);
+
+  // The lock's owner, if it no longer exists: nullopt and `why` says so (the lock may be taken over);
+  // otherwise the outcome (contention, or the owner could not be checked).
+  boost::asio::awaitable<std::optional<LockOutcome>> CheckOwner(const LockTarget& target,
+                                                                const std::string& value,
+                                                                const PodCached& cached, std::string& why);
+  // One write of the lock over `read` (`free`: it was not held; else it is taken over).
+  struct WriteAttempt {
+    std::optional<LockOutcome> done;  // held
+    bool retry = false;               // read the node again and decide again
+    std::string error;
+  };
+  boost::asio::awaitable<WriteAttempt> Write(const LockTarget& target, const NodeLockRead& read, TimePoint now,
+                                             bool free);
 
   ClusterWriter* writer_;
   const Clock* clock_;

@@ -12,7 +12,33 @@ PodLedger::Phase PodLedger::PhaseOf(const std::string& uid) const {
   return it->second.reservation ? Phase::kReserved : Phase::kNone;
 }
 
-void PodLedger::Reserve(const std::string& uid, Reservation r) { records_[uid].reservation = std::move(r); }
+void PodLedger::Reserve(PodAllocation charge, Reservation r) {
+  const std::string uid = charge.uid;
+  feed_->state().AddPod(std::move(charge));
+  records_[uid].reservation = std::move(r);
+}
+
+const Reservation* PodLedger::HeldFor(const std::string& uid, const std::string& key) const {
+  const Reservation* r = FindReservation(uid);
+  const PodAllocation* charged = feed_->state().FindPod(uid);
+  if (r == nullptr || charged == nullptr || r->key != key || charged->node != r->node ||
+      charged->ns + "/" + charged->name != key)
+    return nullptr;
+  return r;
+}
+
+std::optional<std::string> PodLedger::OtherHolder(const std::string& uid, const std::string& key) const {
+  if (const PodAllocation* held = feed_->state().FindPod(uid); held != nullptr) {
+    std::string holder = held->ns + "/" + held->name;
+    if (holder != key) return holder;
+  }
+  if (const Reservation* r = FindReservation(uid); r != nullptr && r->key != key) return r->key;
+  return std::nullopt;
+}
+
+bool PodLedger::Holds(const std::string& uid) const {
+  return FindReservation(uid) != nullptr || feed_->state().FindPod(uid) != nullptr;
+}
 
 const Reservation* PodLedger::FindReservation(const std::string& uid) const {
   auto it = records_.find(uid);

@@ -10,16 +10,18 @@
 //     +-- Release: expiry, -----+                                   the watch shows it --+-> (none)
 //         pod gone; Redecide: a re-filter                           (LedgerFeed charges it from then on)
 //
-// The devices of a decision are charged in core's ClusterState (LedgerFeed owns it); this ledger holds what
-// the Binding writes (the decision's annotations) and the bind's progress. Release() ends a pod's hold in
-// both at once: every release (a pod finished or gone, a reservation expired, a failed bind of a pod gone,
-// an orphaned ledger entry) goes through it.
+// A decision lives in two stores: its devices are charged in core's ClusterState (LedgerFeed owns it), and
+// this ledger holds what the Binding writes (the decision's annotations) and the bind's progress. This
+// ledger is their one owner for a decision: Reserve() writes both, HeldFor() reads both as one answer, and
+// Release() ends a pod's hold in both at once: every release (a pod finished or gone, a reservation
+// expired, a failed bind of a pod gone, an orphaned ledger entry) goes through it.
 #include <cstddef>
 #include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "core/clock.h"
+#include "core/cluster_state.h"
 #include "core/model.h"
 
 namespace hami::extender {
@@ -57,9 +59,18 @@ class PodLedger {
   // The furthest phase the pod's record shows (a pod being bound holds its reservation too).
   Phase PhaseOf(const std::string& uid) const;
 
-  // Reserved: our filter's decision, held until the watch shows the Binding wrote it (DropReservation).
-  void Reserve(const std::string& uid, Reservation r);
+  // Reserved: our filter's decision, its devices charged in the usage ledger (`charge`, whose uid names the
+  // pod) and the rest held here until the watch shows the Binding wrote it (DropReservation).
+  void Reserve(PodAllocation charge, Reservation r);
   const Reservation* FindReservation(const std::string& uid) const;
+  // The decision held for pod `key` with `uid`: its reservation, when the usage ledger charges that same
+  // pod on the same node; null when either store lacks it or they disagree (it must be filtered again).
+  const Reservation* HeldFor(const std::string& uid, const std::string& key) const;
+  // The pod ("ns/name") other than `key` that either store holds `uid` for; nullopt when none does: a hold
+  // is only ever released, or answered for, by the pod it was made for.
+  std::optional<std::string> OtherHolder(const std::string& uid, const std::string& key) const;
+  // Whether either store holds anything for `uid`.
+  bool Holds(const std::string& uid) const;
   bool reserved(const std::string& uid) const { return FindReservation(uid) != nullptr; }
   // The decision no longer needs holding here: the pod shows it bound (its annotations charge it now). The
   // devices stay charged.

@@ -24,9 +24,9 @@ struct Model {
 constexpr std::array<Model, 5> kModels = {
     {{"MI325X", 304}, {"MI300X", 304}, {"MI250X", 110}, {"MI210", 104}, {"MI100", 120}}};
 
-class AmdBackend final : public BasicBackend {
+class AmdBackend final : public Hooked<AmdBackend, BasicBackend> {
  public:
-  using BasicBackend::BasicBackend;
+  using Hooked::Hooked;
 
   // The cards count while the node's capacity does: a plugin that stopped (capacity 0 or gone) leaves its
   // annotation behind.

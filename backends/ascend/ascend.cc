@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 #include <chrono>
 #include <map>
+#include <span>
 
 #include "backends/common.h"
 #include "core/names.h"
@@ -18,6 +19,46 @@ namespace json = boost::json;
 constexpr std::string_view kSection = "vnpus";
 constexpr std::string_view kFamily910 = "Ascend910";  // chips with an interconnect (NetworkID) topology
 constexpr std::string_view k910C = "Ascend910C";      // chips paired in modules
+
+// A request of several 910 chips takes the largest interconnect groups first: among the candidates (in the
+// policy's order), the groups by size, largest first (equal sizes by network id), each group's cards in
+// candidate order, until `want` are taken.
+std::vector<std::size_t> ChooseNetworkGroups(std::span<const DeviceInfo* const> candidates, std::int32_t want) {
+  std::map<std::int32_t, int> size;
+  for (const DeviceInfo* d : candidates) ++size[*d->network];
+  std::vector<std::pair<int, std::int32_t>> order;  // (size, network)
+  for (const auto& [network, n] : size) order.emplace_back(n, network);
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::size_t> chosen;
+  for (const auto& [n, network] : order) {
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      if (static_cast<std::int32_t>(chosen.size()) == want) break;
+      if (*candidates[i]->network == network) chosen.push_back(i);
+    }
+  }
+  return chosen;
+}
+
+// A 910C request takes whole modules of two chips (index / 2), in the order their first candidate comes
+// (the policy's preference), until at least `want` chips are taken; a module with one usable chip is skipped.
+std::vector<std::size_t> ChooseModulePairs(std::span<const DeviceInfo* const> candidates, std::int32_t want) {
+  std::vector<std::pair<std::int32_t, std::vector<std::size_t>>> modules;  // (module, positions)
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const std::int32_t module = candidates[i]->index / 2;
+    auto it = std::find_if(modules.begin(), modules.end(), [&](const auto& m) { return m.first == module; });
+    if (it == modules.end()) {
+      modules.push_back({module, {i}});
+    } else {
+      it->second.push_back(i);
+    }
+  }
+  std::vector<std::size_t> chosen;
+  for (const auto& [module, positions] : modules) {
+    if (static_cast<std::int32_t>(chosen.size()) >= want) break;
+    if (positions.size() == 2) chosen.insert(chosen.end(), positions.begin(), positions.end());
+  }
+  return chosen;
+}
 constexpr std::string_view kModeAnnotation = "huawei.com/vnpu-mode";
 constexpr std::string_view kSoftSplit = "hami-core";
 constexpr std::string_view kNodeSoftSplit = "hami-vnpu-core";
@@ -29,10 +70,10 @@ bool SoftSplitPod(const PodView& pod) {
   return it != pod.annotations.end() && it->second == kSoftSplit;
 }
 
-class AscendBackend final : public BasicBackend {
+class AscendBackend final : public Hooked<AscendBackend, BasicBackend> {
  public:
   AscendBackend(BackendSpec spec, Chip chip, std::vector<std::string> npu_resources)
-      : BasicBackend(std::move(spec)), chip_(std::move(chip)), npu_resources_(std::move(npu_resources)) {}
+      : Hooked(std::move(spec)), chip_(std::move(chip)), npu_resources_(std::move(npu_resources)) {}
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
     return ManifestDevices(node, spec_.keys.register_annotation);
@@ -50,6 +91,7 @@ class AscendBackend final : public BasicBackend {
   // 10 x, per container of two cards or more, the share of its cards in its largest interconnect group:
   // nodes that keep a container's cards together rank first. A card without a group: no container is scored.
   double AllocationScore(const AllocationView& view) const override {
+    if (!chip_.common_word.starts_with(kFamily910)) return 0;  // no interconnect groups
     double score = 0;
     std::map<std::int32_t, int> per_network;
     for (const std::vector<int>& positions : view.containers) {
@@ -64,6 +106,26 @@ class AscendBackend final : public BasicBackend {
       score += static_cast<double>(largest) / static_cast<double>(positions.size());
     }
     return 10 * score;
+  }
+
+  // Several 910 chips are placed by interconnect: whole modules on a 910C, the largest groups elsewhere
+  // (when every chip of the node has one).
+  bool ChoosesCards(const ChoiceView& view) const override {
+    if (view.request == nullptr || view.request->count <= 1) return false;
+    if (chip_.common_word == k910C) return true;
+    return chip_.common_word.starts_with(kFamily910) &&
+           std::all_of(view.cards.begin(), view.cards.end(), [](const DeviceInfo& d) { return d.network; });
+  }
+  CardChoice ChooseCards(std::span<const DeviceInfo* const> candidates, std::int32_t want,
+                         const ChoiceView&) const override {
+    if (chip_.common_word == k910C) {
+      std::vector<std::size_t> pairs = ChooseModulePairs(candidates, want);
+      if (static_cast<std::int32_t>(pairs.size()) == want) return CardChoice{std::move(pairs), {}, 0, false};
+      // Counted against the request: the chips were there, the modules were not whole.
+      return CardChoice{{}, Reason::kAllocatedCardsInsufficientRequest, static_cast<int>(pairs.size()), true};
+    }
+    if (TooFew(candidates, want)) return {};
+    return CardChoice{ChooseNetworkGroups(candidates, want), {}, 0, false};
   }
 
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {
@@ -378,12 +440,9 @@ Result<BackendPtr> MakeBackend(const Chip& chip, bool soft_split_by_default,
   s.resources = {chip.count_resource, chip.memory_resource, "", chip.core_resource, "", chip.memory_factor};
   s.fit.soft_split = SoftSplitRule{std::string(kModeAnnotation), std::string(kSoftSplit),
                                    std::string(kNodeSoftSplit), soft_split_by_default};
-  if (cw == k910C) {
-    s.fit.multi_device = MultiDevice::kModulePairs;
-  } else if (cw.starts_with(kFamily910)) {
-    s.fit.multi_device = MultiDevice::kNetworkGroups;
-  }
-  s.fit.vendor_score = s.fit.vendor_score_together = cw.starts_with(kFamily910);
+  // The together-score of interconnect groups (AllocationScore, 910 chips only) ranks first under either
+  // policy.
+  s.fit.vendor_score_together = cw.starts_with(kFamily910);
   return BackendPtr(std::make_unique<AscendBackend>(std::move(s), chip, std::move(npu_resources)));
 }
 

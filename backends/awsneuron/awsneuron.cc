@@ -41,9 +41,9 @@ Result<std::optional<std::int64_t>> PositiveResource(const ContainerView& c, con
 // A request for whole devices is marked by asking for all of a card's (absent) memory.
 bool Whole(const DeviceRequest& r) { return r.mem_percent == 100; }
 
-class NeuronBackend final : public BasicBackend {
+class NeuronBackend final : public Hooked<NeuronBackend, BasicBackend> {
  public:
-  using BasicBackend::BasicBackend;
+  using Hooked::Hooked;
 
   // Each node's own cores per device (its capacity's cores over its devices), the mask two cores at most.
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
@@ -140,13 +140,15 @@ class NeuronBackend final : public BasicBackend {
     return {shared.mem, Cores(mask)};
   }
 
-  std::vector<std::size_t> ChooseCards(std::span<const DeviceInfo* const> candidates,
-                                       std::int32_t want,
-                                       const ChoiceView&) const override {
-    if (want == 1) return {0};  // the policy's first
+  bool ChoosesCards(const ChoiceView&) const override { return true; }
+  CardChoice ChooseCards(std::span<const DeviceInfo* const> candidates, std::int32_t want,
+                         const ChoiceView&) const override {
+    if (TooFew(candidates, want)) return {};
+    if (want == 1) return Arranged({0}, want);  // the policy's first
     const std::string& type = candidates.front()->type;
     const bool inferentia = type.find("inf") != std::string::npos || type.find("Inf") != std::string::npos;
-    return PositionsOf(candidates, ContiguousWindow(CandidateIndexes(candidates), want, inferentia));
+    return Arranged(PositionsOf(candidates, ContiguousWindow(CandidateIndexes(candidates), want, inferentia)),
+                    want);
   }
 
   // The plugin reads which devices (a whole-device container) or cores (a core container) each container
@@ -215,9 +217,6 @@ Result<std::vector<BackendPtr>> Create(const VendorSettings& settings) {
   if (s.resources.count.empty()) {
     return Error{fmt::format("{}.resourceCountName: must not be empty", kSection)};
   }
-  s.fit.multi_device = MultiDevice::kVendor;
-  s.fit.vendor_card_check = true;
-  s.fit.vendor_charge = true;
   std::vector<BackendPtr> out;
   out.push_back(std::make_unique<NeuronBackend>(std::move(s)));
   return out;

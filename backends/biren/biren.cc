@@ -10,7 +10,7 @@ constexpr std::string_view kSection = "biren";
 Result<BackendPtr> Create(const VendorSettings& settings) {
   BackendSpec spec = DefaultSpec();
   if (auto ok = ApplySettings(settings, false, spec); !ok) return ok.error();
-  return BackendPtr(std::make_unique<CountBackend>(std::move(spec)));
+  return BackendPtr(std::make_unique<PlainCountBackend>(std::move(spec)));
 }
 
 }  // namespace

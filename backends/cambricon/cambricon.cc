@@ -10,9 +10,9 @@ namespace {
 constexpr std::int64_t kMiBPerUnit = 256;
 constexpr std::int64_t kCoresPerCard = 100;
 
-class CambriconBackend final : public BasicBackend {
+class CambriconBackend final : public Hooked<CambriconBackend, BasicBackend> {
  public:
-  using BasicBackend::BasicBackend;
+  using Hooked::Hooked;
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
     return CapacityDevices(node, spec_, kCoresPerCard, "cambricon-mlu");

@@ -82,9 +82,9 @@ std::string CustomOr(const DeviceInfo& card, std::string_view key, std::string f
 json::object DefaultProfiles() { return {{"1g.6gb", "0"}, {"3g.20gb", "1"}, {"6g.40gb", "2"}}; }
 
 // Whole cards from the node's capacity; a card is taken whole or not at all, whatever the policy.
-class WholeBackend final : public BasicBackend {
+class WholeBackend final : public Hooked<WholeBackend, BasicBackend> {
  public:
-  using BasicBackend::BasicBackend;
+  using Hooked::Hooked;
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
     DeviceInfo card;
@@ -112,9 +112,9 @@ class WholeBackend final : public BasicBackend {
 };
 
 // DRS partitions of the cards the plugin lists in its capacity annotation.
-class DrsBackend final : public BasicBackend {
+class DrsBackend final : public Hooked<DrsBackend, BasicBackend> {
  public:
-  using BasicBackend::BasicBackend;
+  using Hooked::Hooked;
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
     const std::string& key = spec_.keys.register_annotation;
@@ -389,7 +389,6 @@ BackendSpec WholeSpec() {
   s.resources.count = "enflame.com/gcu";
   // A card in use is refused as exclusive (RefuseCard), not as a full split count.
   s.fit.split_count_limits = false;
-  s.fit.vendor_card_check = true;
   return s;
 }
 
@@ -406,8 +405,6 @@ BackendSpec DrsSpec() {
   s.resources.count = "enflame.com/drs-gcu";
   s.resources.memory = "enflame.com/gcu-memory";
   s.resources.cores = "enflame.com/gcu-core";
-  s.fit.vendor_card_check = true;
-  s.fit.vendor_charge = true;
   s.fit.vendor_sizes = true;
   return s;
 }

@@ -10,9 +10,9 @@ namespace {
 // The to-allocate key HAMi's Hygon device plugin reads.
 constexpr std::string_view kHamiToAllocate = "hami.io/dcu-devices-to-allocate";
 
-class HygonBackend final : public BasicBackend {
+class HygonBackend final : public Hooked<HygonBackend, BasicBackend> {
  public:
-  using BasicBackend::BasicBackend;
+  using Hooked::Hooked;
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
     return LegacyDevices(node, spec_.keys.register_annotation);

@@ -15,9 +15,9 @@ constexpr std::int64_t kMiBPerUnit = 256;
 // The variable the Iluvatar runtime reads the container's name from (its spelling).
 constexpr std::string_view kContainerNameEnv = "SOL_CONTINER_NAME";
 
-class IluvatarBackend final : public BasicBackend {
+class IluvatarBackend final : public Hooked<IluvatarBackend, BasicBackend> {
  public:
-  using BasicBackend::BasicBackend;
+  using Hooked::Hooked;
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
     return LegacyDevices(node, spec_.keys.register_annotation);

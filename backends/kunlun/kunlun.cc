@@ -39,9 +39,9 @@ void SetUuidKeys(BackendSpec& s) {
 }
 
 // Whole XPUs from the node's capacity; a card is taken whole or not at all.
-class WholeBackend final : public BasicBackend {
+class WholeBackend final : public Hooked<WholeBackend, BasicBackend> {
  public:
-  using BasicBackend::BasicBackend;
+  using Hooked::Hooked;
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
     DeviceInfo card;
@@ -74,10 +74,11 @@ class WholeBackend final : public BasicBackend {
     }
   }
 
-  std::vector<std::size_t> ChooseCards(std::span<const DeviceInfo* const> candidates,
-                                       std::int32_t want,
-                                       const ChoiceView&) const override {
-    return ChooseOnWings(candidates, want);
+  bool ChoosesCards(const ChoiceView&) const override { return true; }
+  CardChoice ChooseCards(std::span<const DeviceInfo* const> candidates, std::int32_t want,
+                         const ChoiceView&) const override {
+    if (TooFew(candidates, want)) return {};
+    return Arranged(ChooseOnWings(candidates, want), want);
   }
 
   // Only on a node of whole XPUs alone (the wings are theirs).
@@ -95,9 +96,9 @@ class WholeBackend final : public BasicBackend {
 };
 
 // vXPUs from the register annotation: a card hosts vXPUs of one size only.
-class SharedBackend final : public BasicBackend {
+class SharedBackend final : public Hooked<SharedBackend, BasicBackend> {
  public:
-  using BasicBackend::BasicBackend;
+  using Hooked::Hooked;
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
     return ManifestDevices(node, spec_.keys.register_annotation);
@@ -146,10 +147,11 @@ class SharedBackend final : public BasicBackend {
     return std::nullopt;
   }
 
-  std::vector<std::size_t> ChooseCards(std::span<const DeviceInfo* const> candidates,
-                                       std::int32_t want,
-                                       const ChoiceView&) const override {
-    return ChooseOnWings(candidates, want);
+  bool ChoosesCards(const ChoiceView&) const override { return true; }
+  CardChoice ChooseCards(std::span<const DeviceInfo* const> candidates, std::int32_t want,
+                         const ChoiceView&) const override {
+    if (TooFew(candidates, want)) return {};
+    return Arranged(ChooseOnWings(candidates, want), want);
   }
 
  private:
@@ -167,8 +169,6 @@ BackendSpec WholeSpec() {
   s.keys.allocated = "hami.io/kunlun-allocated";
   SetUuidKeys(s);
   s.resources.count = "kunlunxin.com/xpu";
-  s.fit.multi_device = MultiDevice::kVendor;
-  s.fit.vendor_score = true;
   return s;
 }
 
@@ -186,9 +186,7 @@ BackendSpec SharedSpec() {
   SetUuidKeys(s);
   s.resources.count = "kunlunxin.com/vxpu";
   s.resources.memory = "kunlunxin.com/vxpu-memory";
-  s.fit.multi_device = MultiDevice::kVendor;
   s.fit.split_count_limits = false;
-  s.fit.vendor_card_check = true;
   return s;
 }
 

@@ -72,9 +72,9 @@ std::size_t PositionIn(std::span<const DeviceInfo> cards, const DeviceInfo& card
 }
 
 // Whole cards from the node's capacity; the node's topology annotations ride on each card.
-class GpuBackend final : public BasicBackend {
+class GpuBackend final : public Hooked<GpuBackend, BasicBackend> {
  public:
-  using BasicBackend::BasicBackend;
+  using Hooked::Hooked;
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
     DeviceInfo card;
@@ -190,10 +190,10 @@ Result<std::vector<DeviceInfo>> DecodeSgpus(std::string_view text) {
 }
 
 // sGPUs of the cards the plugin lists, shared by memory and compute share, with app classes and QoS.
-class SgpuBackend final : public BasicBackend {
+class SgpuBackend final : public Hooked<SgpuBackend, BasicBackend> {
  public:
   SgpuBackend(BackendSpec spec, bool topology_aware)
-      : BasicBackend(std::move(spec)), topology_aware_(topology_aware) {}
+      : Hooked(std::move(spec)), topology_aware_(topology_aware) {}
 
   // No annotation, or an empty list: no cards (upstream's errors for both leave the node without them too).
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
@@ -319,8 +319,18 @@ class SgpuBackend final : public BasicBackend {
     return shared;
   }
 
-  std::vector<std::size_t> ChooseCards(std::span<const DeviceInfo* const> candidates, std::int32_t want,
-                                       const ChoiceView& view) const override {
+  bool ChoosesCards(const ChoiceView&) const override { return true; }
+  CardChoice ChooseCards(std::span<const DeviceInfo* const> candidates, std::int32_t want,
+                         const ChoiceView& view) const override {
+    if (TooFew(candidates, want)) return {};
+    return Arranged(Choose(candidates, want, view), want);
+  }
+
+ private:
+  // The cards an sGPU request takes among at least `want` usable ones: the online pod's least crowded, a
+  // whole-card request's best MetaLink zone, else the policy's first.
+  static std::vector<std::size_t> Choose(std::span<const DeviceInfo* const> candidates, std::int32_t want,
+                                         const ChoiceView& view) {
     const std::size_t n = candidates.size();
     const auto w = static_cast<std::size_t>(std::max(want, 0));
     std::vector<std::size_t> first(std::min(n, w));
@@ -340,6 +350,7 @@ class SgpuBackend final : public BasicBackend {
     return first;
   }
 
+ public:
   // An online pod: how crowded its cards were (OnlineScore). Otherwise, when the pod takes cards whole
   // and topology awareness is on: how well it keeps MetaLink pairs (ExclusiveScore).
   double AllocationScore(const AllocationView& view) const override {
@@ -611,7 +622,6 @@ BackendSpec GpuSpec() {
   s.keys.allocated = "hami.io/metax-gpu-devices-allocated";
   s.keys.to_allocate = "hami.io/metax-gpu-devices-to-allocate";
   s.resources.count = "metax-tech.com/gpu";
-  s.fit.vendor_score = true;
   return s;
 }
 
@@ -629,13 +639,8 @@ BackendSpec SgpuSpec() {
   s.keys.nouse_uuid = "metax-tech.com/nouse-gpuuuid";
   s.resources = {"metax-tech.com/sgpu", "metax-tech.com/vmemory", "", "metax-tech.com/vcore", "", kMiBPerGiB,
                  false};
-  s.fit.multi_device = MultiDevice::kVendor;
-  s.fit.vendor_card_check = true;
   s.fit.vendor_checks_first = true;
-  s.fit.vendor_charge = true;
   s.fit.vendor_sizes = true;
-  s.fit.pod_classes = true;
-  s.fit.vendor_score = true;
   s.fit.vendor_score_together = true;
   return s;
 }

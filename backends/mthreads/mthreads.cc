@@ -18,9 +18,9 @@ constexpr std::int64_t kCoresPerCard = 16;
 constexpr std::int64_t kMemoryUnitsPerCard = 96;
 constexpr std::array<std::int64_t, 7> kValidMemoryUnits = {2, 4, 8, 16, 32, 64, 96};
 
-class MthreadsBackend final : public BasicBackend {
+class MthreadsBackend final : public Hooked<MthreadsBackend, BasicBackend> {
  public:
-  using BasicBackend::BasicBackend;
+  using Hooked::Hooked;
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
     return CapacityDevices(node, spec_, kCoresPerCard, "mthreads");

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
+#include <span>
 
 #include "backends/common.h"
 #include "core/codec/node_devices.h"
@@ -12,6 +14,52 @@
 
 namespace hami::backends::nvidia {
 namespace {
+
+// Topology-aware placement among more usable GPUs than asked (their NVLink pair scores): one GPU takes the
+// one least connected to the others, keeping the well-connected ones free for multi-GPU pods; several take
+// the combination of the highest sum of pairwise scores (in candidate order, the first maximum wins).
+std::vector<std::size_t> ChooseTopology(std::span<const DeviceInfo* const> cards, std::int32_t want) {
+  const auto score = [&](std::size_t a, std::size_t b) -> std::int64_t {
+    auto it = cards[a]->pair_scores.find(cards[b]->id);
+    return it == cards[a]->pair_scores.end() ? 0 : it->second;
+  };
+  const std::size_t n = cards.size();
+  if (want == 1) {
+    std::size_t best = 0;
+    std::int64_t best_sum = std::numeric_limits<std::int64_t>::max();
+    for (std::size_t i = 0; i < n; ++i) {
+      std::int64_t sum = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        if (i != j) sum += score(i, j);
+      }
+      if (sum < best_sum) {
+        best_sum = sum;
+        best = i;
+      }
+    }
+    return {best};
+  }
+  const auto k = static_cast<std::size_t>(want);
+  std::vector<std::size_t> idx(k), best;
+  for (std::size_t i = 0; i < k; ++i) idx[i] = i;
+  std::int64_t best_sum = std::numeric_limits<std::int64_t>::min();
+  for (;;) {
+    std::int64_t sum = 0;
+    for (std::size_t a = 0; a < k; ++a) {
+      for (std::size_t b = a + 1; b < k; ++b) sum += score(idx[a], idx[b]);
+    }
+    if (sum > best_sum) {
+      best_sum = sum;
+      best = idx;
+    }
+    std::size_t i = k;
+    while (i > 0 && idx[i - 1] == n - k + (i - 1)) --i;
+    if (i == 0) break;
+    ++idx[i - 1];
+    for (std::size_t j = i; j < k; ++j) idx[j] = idx[j - 1] + 1;
+  }
+  return best;
+}
 
 constexpr std::string_view kCorePolicyDefault = "default";
 
@@ -42,10 +90,10 @@ std::vector<MigAllowEntry> MigAllowlist(const VendorSettings& s) {
   return out;
 }
 
-class NvidiaBackend final : public BasicBackend {
+class NvidiaBackend final : public Hooked<NvidiaBackend, BasicBackend> {
  public:
   NvidiaBackend(BackendSpec spec, const VendorSettings& s)
-      : BasicBackend(std::move(spec)),
+      : Hooked(std::move(spec)),
         default_memory_(s.Int("defaultMemory").value_or(0)),
         default_cores_(s.Int("defaultCores").value_or(0)),
         default_gpu_num_(s.Int("defaultGPUNum").value_or(1)),
@@ -163,6 +211,20 @@ class NvidiaBackend final : public BasicBackend {
     return found;
   }
 
+  // The topology-aware policy places a request by the GPUs' pair scores.
+  bool ChoosesCards(const ChoiceView& view) const override { return view.topology; }
+  CardChoice ChooseCards(std::span<const DeviceInfo* const> candidates, std::int32_t want,
+                         const ChoiceView&) const override {
+    if (TooFew(candidates, want)) return {};
+    std::vector<std::size_t> chosen;
+    if (static_cast<std::int32_t>(candidates.size()) == want) {
+      for (std::size_t i = 0; i < candidates.size(); ++i) chosen.push_back(i);
+    } else {
+      chosen = ChooseTopology(candidates, want);
+    }
+    return CardChoice{std::move(chosen), {}, 0, false};
+  }
+
   bool MigProfileAllowed(std::string_view model, std::string_view profile) const override {
     bool model_listed = false;
     for (const auto& entry : mig_allowlist_) {
@@ -210,7 +272,6 @@ BackendSpec DefaultSpec() {
   s.fit.numa_bind_annotation = "nvidia.com/numa-bind";
   s.fit.mode_annotation = "nvidia.com/vgpu-mode";
   s.fit.quota_in_fit = true;
-  s.fit.topology = true;
   s.fit.mig = true;
   return s;
 }

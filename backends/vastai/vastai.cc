@@ -22,9 +22,9 @@ bool IsDie(const DeviceInfo& d) {
 // The card hosting a die, or null (not a die, or the plugin names no card).
 const std::string* CardOf(const DeviceInfo& d) { return IsDie(d) ? d.CustomInfo(kCard) : nullptr; }
 
-class VastaiBackend final : public CountBackend {
+class VastaiBackend final : public Hooked<VastaiBackend, CountBackend> {
  public:
-  using CountBackend::CountBackend;
+  using Hooked::Hooked;
 
   // A mutex pod keeps a whole card: no die of a card another die of which is in use.
   std::optional<Reason> RefuseCard(const DeviceInfo& card, const DeviceUsage&, const DeviceRequest&,
@@ -40,10 +40,11 @@ class VastaiBackend final : public CountBackend {
     return std::nullopt;
   }
 
-  std::vector<std::size_t> ChooseCards(std::span<const DeviceInfo* const> candidates,
-                                       std::int32_t want,
-                                       const ChoiceView&) const override {
-    return ChooseDies(candidates, want);
+  bool ChoosesCards(const ChoiceView&) const override { return true; }
+  CardChoice ChooseCards(std::span<const DeviceInfo* const> candidates, std::int32_t want,
+                         const ChoiceView&) const override {
+    if (TooFew(candidates, want)) return {};
+    return Arranged(ChooseDies(candidates, want), want);
   }
 
   // Per container of two dies or more, the share of its dies on its fullest card; 0 for the node when such
@@ -128,9 +129,6 @@ BackendSpec DefaultSpec() {
   s.keys.use_uuid = "vastaitech.com/use-gpuuuid";
   s.keys.nouse_uuid = "vastaitech.com/nouse-gpuuuid";
   s.resources.count = "vastaitech.com/va";
-  s.fit.multi_device = MultiDevice::kVendor;
-  s.fit.vendor_card_check = true;
-  s.fit.vendor_score = true;
   s.fit.vendor_score_together = true;
   return s;
 }

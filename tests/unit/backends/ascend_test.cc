@@ -118,11 +118,27 @@ TEST(AscendSection, A1KeysPerChip) {
   EXPECT_EQ(s.resources.cores, "huawei.com/Ascend910A-core");
 }
 
+// Whether the chip places a request of `count` chips itself (Backend::ChoosesCards) on a node of eight
+// chips, each in an interconnect group or none.
+bool PlacesItself(const Backend& chip, std::int32_t count, bool grouped) {
+  DeviceRequest request;
+  request.count = count;
+  std::vector<DeviceInfo> cards(8);
+  for (std::size_t i = 0; i < cards.size(); ++i) {
+    cards[i].index = static_cast<std::int32_t>(i);
+    if (grouped) cards[i].network = static_cast<std::int32_t>(i / 4);
+  }
+  return chip.Hooks().chooses_cards && chip.ChoosesCards(ChoiceView{&request, cards, false, 0, {}});
+}
+
 TEST(AscendSection, FitRulesPerChipFamily) {
-  EXPECT_EQ(Chip("Ascend910B3")->Spec().fit.multi_device, MultiDevice::kNetworkGroups);
+  // 910B: the largest interconnect groups, when every chip has one; 910C: whole modules; 310P: in order.
+  EXPECT_TRUE(PlacesItself(*Chip("Ascend910B3"), 2, true));
+  EXPECT_FALSE(PlacesItself(*Chip("Ascend910B3"), 2, false));
+  EXPECT_FALSE(PlacesItself(*Chip("Ascend910B3"), 1, true));
   EXPECT_TRUE(Chip("Ascend910B3")->Spec().fit.vendor_score_together);
-  EXPECT_EQ(Chip("Ascend910C")->Spec().fit.multi_device, MultiDevice::kModulePairs);
-  EXPECT_EQ(Chip("Ascend310P")->Spec().fit.multi_device, MultiDevice::kInOrder);
+  EXPECT_TRUE(PlacesItself(*Chip("Ascend910C"), 2, false));
+  EXPECT_FALSE(PlacesItself(*Chip("Ascend310P"), 2, true));
   EXPECT_FALSE(Chip("Ascend310P")->Spec().fit.vendor_score_together);
   for (const auto& cw : kChartChips) {
     const auto chip = Chip(cw);
@@ -145,7 +161,7 @@ TEST(AscendSection, ConfiguredChipsReplaceTheChartsAndAreValidated) {
   ASSERT_TRUE(one) << one.error().message;
   ASSERT_EQ(one->size(), 1u);
   EXPECT_EQ(one->front()->Vendor(), "MyNpu");
-  EXPECT_EQ(one->front()->Spec().fit.multi_device, MultiDevice::kInOrder);
+  EXPECT_FALSE(PlacesItself(*one->front(), 2, true));
 
   EXPECT_EQ(CreateError(Configs({ChipRecord("MyNpu", 4096), ChipRecord("MyNpu", 8192)})),
             "vnpus.configs[1].commonWord: MyNpu is configured already (configs[0])");

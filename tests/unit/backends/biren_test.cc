@@ -52,7 +52,7 @@ TEST(Biren, TheSpecNamesHamisCapitalisedKeys) {
   EXPECT_EQ(s.resources.count, "birentech.com/gpu");
   EXPECT_TRUE(s.resources.memory.empty()) << "no quota";
   EXPECT_EQ(s.health, HealthRule::kHandshake);
-  EXPECT_EQ(s.fit.multi_device, MultiDevice::kInOrder);
+  EXPECT_FALSE(b->Hooks().chooses_cards) << "several cards are taken in the policy's order";
 }
 
 TEST(Biren, DiscoveryAndTheHandshake) {

@@ -110,9 +110,9 @@ TEST(Registry, ASectionMayBuildSeveralBackendsOrNone) {
   ASSERT_TRUE(registry.Register(VendorModule{
       "chips", schema, [](const VendorSettings& s) -> Result<std::vector<BackendPtr>> {
         // A chip that discovers nothing and asks for nothing: only its identity matters here.
-        class Chip final : public backends::BasicBackend {
+        class Chip final : public Hooked<Chip, backends::BasicBackend> {
          public:
-          using BasicBackend::BasicBackend;
+          using Hooked::Hooked;
           Result<std::vector<DeviceInfo>> Discover(const NodeView&) const override {
             return std::vector<DeviceInfo>();
           }
@@ -139,6 +139,77 @@ TEST(Registry, ASectionMayBuildSeveralBackendsOrNone) {
   auto none = registry.Create("chips", VendorSettings{});
   ASSERT_TRUE(none);
   EXPECT_TRUE(none->empty());
+}
+
+// A hook is on when the backend overrides it; a shared rule that hands work to a hook the backend does not
+// override is refused when the backend is created, naming the rule and the hook.
+namespace hooks {
+
+class Plain final : public Hooked<Plain, backends::BasicBackend> {
+ public:
+  using Hooked::Hooked;
+  Result<std::vector<DeviceInfo>> Discover(const NodeView&) const override { return std::vector<DeviceInfo>(); }
+  Result<std::optional<DeviceRequest>> RequestFor(const ContainerView&) const override {
+    return std::optional<DeviceRequest>();
+  }
+};
+
+class Checking final : public Hooked<Checking, backends::BasicBackend> {
+ public:
+  using Hooked::Hooked;
+  Result<std::vector<DeviceInfo>> Discover(const NodeView&) const override { return std::vector<DeviceInfo>(); }
+  Result<std::optional<DeviceRequest>> RequestFor(const ContainerView&) const override {
+    return std::optional<DeviceRequest>();
+  }
+  std::optional<Reason> RefuseCard(const DeviceInfo&, const DeviceUsage&, const DeviceRequest&,
+                                   const CardCheckView&) const override {
+    return Reason::kCardTypeMismatch;
+  }
+};
+
+template <class B>
+Result<std::vector<BackendPtr>> CreateWith(FitRules rules) {
+  BackendRegistry registry;
+  EXPECT_TRUE(registry.Register(VendorModule{
+      "v", VendorSchema{}, [rules](const VendorSettings&) -> Result<std::vector<BackendPtr>> {
+        BackendSpec spec;
+        spec.vendor = "V";
+        spec.fit = rules;
+        std::vector<BackendPtr> list;
+        list.push_back(std::make_unique<B>(std::move(spec)));
+        return list;
+      }}));
+  return registry.Create("v", VendorSettings{});
+}
+
+}  // namespace hooks
+
+TEST(Registry, AHookIsOnWhenOverriddenAndARuleNeedsItsHook) {
+  EXPECT_FALSE(hooks::Plain(BackendSpec{}).Hooks().refuse_card);
+  EXPECT_TRUE(hooks::Checking(BackendSpec{}).Hooks().refuse_card);
+  EXPECT_FALSE(hooks::Checking(BackendSpec{}).Hooks().charged);
+  FitRules sizes;
+  sizes.vendor_sizes = true;
+  auto refused = hooks::CreateWith<hooks::Plain>(sizes);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().message,
+            "backend V: FitRules::vendor_sizes needs RefuseCard, which it does not override");
+  EXPECT_TRUE(hooks::CreateWith<hooks::Checking>(sizes));
+  FitRules first;
+  first.vendor_checks_first = true;
+  EXPECT_FALSE(hooks::CreateWith<hooks::Plain>(first));
+  FitRules no_split;
+  no_split.split_count_limits = false;
+  EXPECT_FALSE(hooks::CreateWith<hooks::Plain>(no_split));
+  FitRules together;
+  together.vendor_score_together = true;
+  auto no_score = hooks::CreateWith<hooks::Checking>(together);
+  ASSERT_FALSE(no_score);
+  EXPECT_EQ(no_score.error().message,
+            "backend V: FitRules::vendor_score_together needs AllocationScore, which it does not override");
+  // Every built-in backend's rules have their hooks (they are created through the same check).
+  const Backends all = testing::BuiltinBackends();
+  for (const auto& b : all) EXPECT_TRUE(CheckFitRules(*b)) << b->Vendor();
 }
 
 // --- RequestFor

@@ -45,7 +45,16 @@ TEST(DefaultSpec, Nvidia) {
   EXPECT_EQ(s.fit.numa_bind_annotation, "nvidia.com/numa-bind");
   EXPECT_EQ(s.fit.mode_annotation, "nvidia.com/vgpu-mode");
   EXPECT_TRUE(s.fit.quota_in_fit);
-  EXPECT_TRUE(s.fit.topology);
+  {
+    // The topology-aware policy places several GPUs by their pair scores (Backend::ChoosesCards).
+    const Backends all = testing::BuiltinBackends();
+    const Backend& nvidia = *all.Find("NVIDIA");
+    DeviceRequest two;
+    two.count = 2;
+    EXPECT_TRUE(nvidia.Hooks().chooses_cards);
+    EXPECT_TRUE(nvidia.ChoosesCards(ChoiceView{&two, {}, true, 0, {}}));
+    EXPECT_FALSE(nvidia.ChoosesCards(ChoiceView{&two, {}, false, 0, {}}));
+  }
   EXPECT_TRUE(s.fit.mig);
   EXPECT_FALSE(s.fit.same_device_across_containers);
   EXPECT_TRUE(s.lock.owner_aware);

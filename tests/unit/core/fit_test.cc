@@ -171,7 +171,7 @@ class Rig {
       r.reason = "<no node>";
       return r;
     }
-    NodeFitter fitter(backends_, state_.quotas());
+    FitEngine fitter(backends_, state_.quotas());
     PodDevices out;
     r.ok = fitter.Fit(*ctx, reqs, *node, &out, &r.reason);
     if (r.ok) {
@@ -455,13 +455,13 @@ NodeView DcuNode(const std::string& name, const std::vector<DeviceInfo>& devices
 }
 
 // Capacity: copies of the pod that fit one after another, each against what the ones before it use.
-TEST(NodeFitter, CapacityCountsCopiesAgainstTheUsageTheyLeave) {
+TEST(FitEngine, CapacityCountsCopiesAgainstTheUsageTheyLeave) {
   Env env;
   env.state.UpsertNode(testing::NvidiaNode("n", {Gpu("g0", 0, 16000, 10), Gpu("g1", 1, 16000, 10)}));
   auto fit = [&](const PodView& pod, int limit) {
     auto requests = CollectRequests(pod, env.backends);
     auto context = MakePodContext(pod, env.backends, env.state.quotas(), "binpack");
-    NodeFitter fitter(env.backends, env.state.quotas());
+    FitEngine fitter(env.backends, env.state.quotas());
     return fitter.Capacity(*context, *requests, *env.state.FindNode("n"), limit);
   };
   EXPECT_EQ(fit(GpuPod(1, 3000, 30), 100), 6);  // cores: three per card
@@ -480,13 +480,105 @@ TEST(NodeFitter, CapacityCountsCopiesAgainstTheUsageTheyLeave) {
       Pod("i", {testing::GpuCtr("app", 1, 1000, 0)}, {testing::GpuCtr("init", 1, 8000, 0)});
   auto requests = CollectRequests(with_init, fresh.backends);
   auto context = MakePodContext(with_init, fresh.backends, fresh.state.quotas(), "binpack");
-  NodeFitter fitter(fresh.backends, fresh.state.quotas());
+  FitEngine fitter(fresh.backends, fresh.state.quotas());
   // Were the init container's 8000 MiB kept, four copies would fill both cards; the slots allow 14.
   const int copies = fitter.Capacity(*context, *requests, *fresh.state.FindNode("n"), 100);
   EXPECT_GT(copies, 4);
   EXPECT_LE(copies, 14);
   // The node's recorded usage is untouched.
   EXPECT_EQ(fresh.Usage("g0"), DeviceUsage{});
+}
+
+// What-ifs: the same fit against the node's usage with some pods' charges taken away or added.
+TEST(FitEngine, AnOverlayTakesPodsAwayOrAddsThemWithoutTouchingTheLedger) {
+  Env env;
+  env.state.UpsertNode(testing::NvidiaNode("n", {Gpu("g0", 0, 16000, 10)}));
+  Hold(env.state, "big", "n", "NVIDIA", "g0", 1, 12000, 50);
+  Hold(env.state, "small", "n", "NVIDIA", "g0", 1, 2000, 10);
+  const PodView pod = GpuPod(1, 6000, 0);
+  auto requests = CollectRequests(pod, env.backends);
+  auto context = MakePodContext(pod, env.backends, env.state.quotas(), "binpack");
+  FitEngine engine(env.backends, env.state.quotas());
+  const NodeEntry& node = *env.state.FindNode("n");
+  std::string reason;
+  ASSERT_FALSE(engine.Fit(*context, *requests, node, nullptr, &reason));
+  EXPECT_EQ(reason, "1/1 CardInsufficientMemory");
+  // Without the small pod: still 6000 short of 8000 free? 16000 - 12000 = 4000 free: no.
+  const PodAllocation* small = env.state.FindPod("small");
+  const PodAllocation* big = env.state.FindPod("big");
+  ASSERT_NE(small, nullptr);
+  ASSERT_NE(big, nullptr);
+  const std::vector<const PodAllocation*> without_small{small}, without_big{big};
+  EXPECT_FALSE(engine.FitWith(*context, *requests, node, UsageOverlay{without_small, {}}, nullptr, &reason));
+  // Without the big pod: 14000 free.
+  PodDevices devices;
+  ASSERT_TRUE(engine.FitWith(*context, *requests, node, UsageOverlay{without_big, {}}, &devices, &reason))
+      << reason;
+  EXPECT_EQ(devices.at("NVIDIA").at(0).at(0).uuid, "g0");
+  // The big pod gone and the same pod placed again: 6000 + 6000 + 2000 of 16000.
+  PodAllocation again = *big;
+  again.uid = "again";
+  again.devices = devices;
+  const std::vector<const PodAllocation*> again_added{&again};
+  EXPECT_TRUE(engine.FitWith(*context, *requests, node, UsageOverlay{without_big, again_added}, nullptr,
+                             nullptr));
+  PodAllocation third = again;
+  third.uid = "third";
+  const std::vector<const PodAllocation*> two_added{&again, &third};
+  EXPECT_FALSE(engine.FitWith(*context, *requests, node, UsageOverlay{without_big, two_added}, nullptr,
+                              &reason));
+  EXPECT_EQ(reason, "1/1 CardInsufficientMemory");
+  // A pod charged to another node changes nothing here.
+  PodAllocation elsewhere = *big;
+  elsewhere.node = "other";
+  const std::vector<const PodAllocation*> not_here{&elsewhere};
+  EXPECT_FALSE(engine.FitWith(*context, *requests, node, UsageOverlay{not_here, {}}, nullptr, nullptr));
+  // The ledger is as it was.
+  EXPECT_EQ(env.Usage("g0"), (DeviceUsage{2, 14000_MiB, 60_cores}));
+  EXPECT_FALSE(engine.Fit(*context, *requests, node, nullptr, nullptr));
+}
+
+// Explain's question: which check refused each card first, and how far it was from fitting.
+TEST(FitEngine, TracesEachCardsFirstRefusalAndHowFarItWas) {
+  Env env;
+  DeviceInfo sick = Gpu("g2", 2, 16000, 10);
+  sick.health = false;
+  env.state.UpsertNode(testing::NvidiaNode("n", {Gpu("g0", 0, 16000, 10), Gpu("g1", 1, 16000, 1), sick}));
+  Hold(env.state, "a", "n", "NVIDIA", "g0", 1, 13000, 20);
+  Hold(env.state, "b", "n", "NVIDIA", "g1", 1, 1000, 0);
+  const PodView pod = GpuPod(1, 5000, 90);
+  auto requests = CollectRequests(pod, env.backends);
+  auto context = MakePodContext(pod, env.backends, env.state.quotas(), "binpack");
+  FitEngine engine(env.backends, env.state.quotas());
+  std::vector<CardRefusal> trace;
+  engine.TraceRefusals(&trace);
+  std::string reason;
+  ASSERT_FALSE(engine.Fit(*context, *requests, *env.state.FindNode("n"), nullptr, &reason));
+  EXPECT_EQ(reason, "1/3 CardInsufficientMemory, 1/3 CardNotHealth, 1/3 CardTimeSlicingExhausted");
+  std::map<std::string, std::pair<Reason, std::int64_t>> by_card;
+  for (const CardRefusal& r : trace) {
+    EXPECT_EQ(r.container, 0u);
+    EXPECT_EQ(r.backend, env.backends.IndexOf("NVIDIA"));
+    by_card[env.state.FindNode("n")->devices[static_cast<std::size_t>(r.device)].id] = {r.reason, r.short_by};
+  }
+  ASSERT_EQ(by_card.size(), 3u);
+  EXPECT_EQ(by_card["g0"], std::make_pair(Reason::kCardInsufficientMemory, std::int64_t{2000}));
+  EXPECT_EQ(by_card["g1"], std::make_pair(Reason::kCardTimeSlicingExhausted, std::int64_t{1}));
+  EXPECT_EQ(by_card["g2"], std::make_pair(Reason::kCardNotHealth, std::int64_t{0}));
+  // Cores: with 3000 MiB the memory fits g0, but 90 cores do not fit its 80 free.
+  const PodView smaller = GpuPod(1, 3000, 90);
+  auto smaller_requests = CollectRequests(smaller, env.backends);
+  ASSERT_FALSE(engine.Fit(*context, *smaller_requests, *env.state.FindNode("n"), nullptr, &reason));
+  bool cores = false;
+  for (const CardRefusal& r : trace) {
+    if (r.reason == Reason::kCardInsufficientCore) cores = r.short_by == 10;
+  }
+  EXPECT_TRUE(cores) << reason;
+  // Untraced, nothing is recorded.
+  engine.TraceRefusals(nullptr);
+  trace.clear();
+  EXPECT_FALSE(engine.Fit(*context, *requests, *env.state.FindNode("n"), nullptr, nullptr));
+  EXPECT_TRUE(trace.empty());
 }
 
 TEST(NvidiaFit, V30ZeroPercentageBooksTheWholeCard) {

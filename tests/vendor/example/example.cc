@@ -8,10 +8,10 @@
 namespace hami::testing::example {
 namespace {
 
-class ExampleBackend final : public backends::BasicBackend {
+class ExampleBackend final : public Hooked<ExampleBackend, backends::BasicBackend> {
  public:
   ExampleBackend(BackendSpec spec, std::int64_t max_cards)
-      : BasicBackend(std::move(spec)), max_cards_(max_cards) {}
+      : Hooked(std::move(spec)), max_cards_(max_cards) {}
 
   Result<std::vector<DeviceInfo>> Discover(const NodeView& node) const override {
     const auto& key = spec_.keys.register_annotation;
