@@ -27,7 +27,7 @@ std::vector<UnimplementedVendor> Unimplemented() {
 }  // namespace
 
 Result<void> RegisterBuiltinBackends(BackendRegistry& registry) {
-  // The explicit list: a vendor is its folder, one line here and one in CMakeLists.txt.
+  // The explicit list: a vendor is its folder (the build finds its sources), its #include and one entry here.
   for (VendorModule module :
        {nvidia::Module(), cambricon::Module(), hygon::Module(), mthreads::Module(), ascend::Module(),
         kunlun::Module(), iluvatar::Module(), awsneuron::Module(), amd::Module(), vastai::Module(),

@@ -4,8 +4,8 @@
 
 namespace hami::backends {
 
-// Registers NVIDIA, Cambricon MLU, Moore Threads and Hygon under their HAMi config section names
-// ("nvidia", "cambricon", "mthreads", "hygon").
+// Registers every vendor of backends/ under its HAMi config section name ("nvidia", "cambricon",
+// ...), and accepts the sections of HAMi's vendors this build does not implement with a warning.
 Result<void> RegisterBuiltinBackends(BackendRegistry& registry);
 
 }  // namespace hami::backends

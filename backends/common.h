@@ -1,5 +1,5 @@
 #pragma once
-// Helpers shared by the four backends: reading container resources (limits first, then requests) with
+// Helpers shared by the backends: reading container resources (limits first, then requests) with
 // errors that name the resource and what was expected, applying config overrides, and a base class with the
 // behaviour most vendors share.
 #include <cstdint>

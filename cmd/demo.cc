@@ -1,5 +1,5 @@
 // `hami-scheduler demo`: the whole system on one event loop, no cluster needed. The embedded API server, a
-// few simulated nodes of all four vendors with their device plugins, the real scheduler service over loopback
+// few simulated nodes of every vendor with their device plugins, the real scheduler service over loopback
 // HTTP (exactly what `serve` runs), the kube-scheduler stand-in, and a stream of sample pods; a live table of
 // decisions, then a summary (or JSON with --json). --keep leaves it running for kubectl.
 #include <fmt/format.h>
@@ -26,6 +26,7 @@
 #include "cmd/service.h"
 #include "core/codec/stamps.h"
 #include "core/keys.h"
+#include "core/strings.h"
 #include "k8s/objects.h"
 #include "sim/apiserver/api_server.h"
 #include "sim/device_plugins/device_plugin.h"
@@ -244,11 +245,7 @@ int DemoRun::Run() {
   }
   asio::co_spawn(ioc_, Script(), [this](std::exception_ptr e) {
     if (e) {
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& ex) {
-        log_ << "demo: " << ex.what() << "\n";
-      }
+      log_ << "demo: " << ExceptionMessage(e) << "\n";
       exit_code_ = kExitFailure;
     }
     done_ = true;

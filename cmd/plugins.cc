@@ -26,6 +26,7 @@
 #include "cmd/subcommand_flags.h"
 #include "config/config.h"
 #include "config/flags.h"
+#include "core/strings.h"
 #include "k8s/api_client.h"
 #include "k8s/rest_config.h"
 
@@ -106,16 +107,6 @@ Result<void> ApplyFlag(const std::string& name, const std::string& value, SimPlu
     flags.device_config_file = value;
   }
   return {};
-}
-
-std::string WhatOf(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
-  } catch (...) {
-    return "unknown exception";
-  }
 }
 
 struct PlannedNode {
@@ -221,7 +212,7 @@ void PluginsRun::StartPlugin(const PlannedNode& node) {
                  asio::bind_cancellation_slot(stops_.emplace_back().slot(), [this](std::exception_ptr e) {
                    --running_;
                    if (e && !done_) {
-                     err_ << "sim-device-plugins: a device plugin stopped: " << WhatOf(e) << "\n";
+                     err_ << "sim-device-plugins: a device plugin stopped: " << ExceptionMessage(e) << "\n";
                      exit_code_ = kExitFailure;
                      done_ = true;
                    }
@@ -254,7 +245,7 @@ int PluginsRun::Run() {
                  asio::bind_cancellation_slot(stops_.emplace_back().slot(), [this](std::exception_ptr e) {
                    --running_;
                    if (e && !done_) {
-                     err_ << "sim-device-plugins: " << WhatOf(e) << "\n";
+                     err_ << "sim-device-plugins: " << ExceptionMessage(e) << "\n";
                      exit_code_ = kExitFailure;
                      done_ = true;
                    }

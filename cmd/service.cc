@@ -16,6 +16,7 @@
 
 #include "cmd/app.h"
 #include "config/flags.h"
+#include "core/strings.h"
 #include "k8s/event_loop.h"
 #include "k8s/metrics.h"
 #include "k8s/waits.h"
@@ -163,13 +164,7 @@ void SchedulerService::Spawn(asio::awaitable<void> task, const char* what, asio:
                    if (!*alive) return;
                    --running_;
                    if (!e || stopping_) return;
-                   try {
-                     std::rethrow_exception(e);
-                   } catch (const std::exception& ex) {
-                     spdlog::error("{} stopped: {}", what, ex.what());
-                   } catch (...) {
-                     spdlog::error("{} stopped: an exception that is no std::exception", what);
-                   }
+                   spdlog::error("{} stopped: {}", what, ExceptionMessage(e));
                    failure_ = e;
                    if (on_failure) on_failure();
                  }));

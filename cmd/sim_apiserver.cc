@@ -28,6 +28,17 @@ namespace hami::cmd {
 namespace asio = boost::asio;
 namespace {
 
+// Whether a task ended because we cancelled it (its operation aborted).
+bool Aborted(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const boost::system::system_error& x) {
+    return x.code() == asio::error::operation_aborted;
+  } catch (...) {
+    return false;
+  }
+}
+
 constexpr std::string_view kUsage =
     R"(Usage: hami-scheduler sim-apiserver [--listen HOST:PORT] [--cluster FILE]...
                                      [--kubeconfig-out FILE] [--expired-watch http|event]
@@ -467,18 +478,9 @@ int SimApiServer(const std::vector<std::string>& args, std::ostream& out, std::o
   int exit_code = 1;
   asio::co_spawn(ioc, server.Serve(), asio::bind_cancellation_slot(stop.slot(), [&](std::exception_ptr e) {
                    exit_code = 0;
-                   if (e) {
-                     try {
-                       std::rethrow_exception(e);
-                     } catch (const boost::system::system_error& x) {
-                       if (x.code() != asio::error::operation_aborted) {  // aborted: we asked it to stop
-                         err << "sim-apiserver: stopped: " << x.what() << "\n";
-                         exit_code = 1;
-                       }
-                     } catch (const std::exception& x) {
-                       err << "sim-apiserver: stopped: " << x.what() << "\n";
-                       exit_code = 1;
-                     }
+                   if (e && !Aborted(e)) {  // aborted: we asked it to stop
+                     err << "sim-apiserver: stopped: " << ExceptionMessage(e) << "\n";
+                     exit_code = 1;
                    }
                    signals.cancel();
                    quiet.cancel();

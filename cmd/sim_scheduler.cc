@@ -15,6 +15,7 @@
 #include "cmd/service.h"
 #include "cmd/subcommand_flags.h"
 #include "config/config.h"
+#include "core/strings.h"
 #include "k8s/api_client.h"
 #include "k8s/rest_config.h"
 #include "sim/scheduler/kube_scheduler.h"
@@ -127,11 +128,7 @@ int SimKubeScheduler(const std::vector<std::string>& args, std::ostream& out, st
                    finished = true;
                    done = true;
                    if (e && !requested) {  // after a requested stop the cancellation is expected
-                     try {
-                       std::rethrow_exception(e);
-                     } catch (const std::exception& x) {
-                       err << "hami-scheduler sim-kube-scheduler: stopped: " << x.what() << "\n";
-                     }
+                     err << "hami-scheduler sim-kube-scheduler: stopped: " << ExceptionMessage(e) << "\n";
                      exit_code = kExitFailure;
                    }
                  }));

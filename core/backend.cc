@@ -77,6 +77,11 @@ std::vector<std::string> BackendRegistry::Advise(std::string_view section,
   return it->second.advise(settings);
 }
 
+const VendorModule* BackendRegistry::Module(std::string_view section) const {
+  auto it = modules_.find(section);
+  return it == modules_.end() ? nullptr : &it->second;
+}
+
 const VendorSchema* BackendRegistry::Schema(std::string_view section) const {
   auto it = modules_.find(section);
   return it == modules_.end() ? nullptr : &it->second.schema;

@@ -425,6 +425,8 @@ class BackendRegistry {
   const std::vector<std::string>& Sections() const { return order_; }  // in registration order
   // The demo of a registered section, or null.
   const VendorDemo* Demo(std::string_view section) const;
+  // The module of a registered section, or null.
+  const VendorModule* Module(std::string_view section) const;
   // Whether a section absent from the configuration builds its backends.
   bool EnabledByDefault(std::string_view section) const;
   // The unimplemented vendor a device-config section belongs to, or null.

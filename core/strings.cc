@@ -138,4 +138,15 @@ bool IsLabelValue(std::string_view s) {
                      [&](char c) { return alnum(c) || c == '-' || c == '_' || c == '.'; });
 }
 
+std::string ExceptionMessage(const std::exception_ptr& e) {
+  if (!e) return "";
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "a non-standard exception";
+  }
+}
+
 }  // namespace hami

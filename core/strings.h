@@ -1,6 +1,7 @@
 #pragma once
 // Small string helpers shared by the codecs. Pure, allocation-light.
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,9 @@ Result<std::int64_t> ParseIntInRange(std::string_view input, std::string_view fi
 Result<bool> ParseGoBool(std::string_view input, std::string_view field);
 
 std::string Join(const std::vector<std::string>& parts, std::string_view sep);
+// What an exception says: its what(), "a non-standard exception" for one that is no std::exception, "" for
+// none. The one place a task's or a loop's escaped exception is turned into words.
+std::string ExceptionMessage(const std::exception_ptr& e);
 
 // A Kubernetes label value: empty, or at most 63 of [A-Za-z0-9_.-] starting and ending alphanumeric.
 bool IsLabelValue(std::string_view s);

@@ -27,6 +27,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "core/strings.h"
 #include "k8s/files.h"
 #include "k8s/request_parser.h"
 
@@ -809,13 +810,7 @@ void RecordConnectionFailure(const std::weak_ptr<Impl>& server, const std::strin
                              std::exception_ptr e) {
   if (!e) return;
   if (auto self = server.lock()) ++self->connection_failures;
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& failure) {
-    spdlog::error("{}: HTTP connection failed: {}", address, failure.what());
-  } catch (...) {
-    spdlog::error("{}: HTTP connection failed with a non-standard exception", address);
-  }
+  spdlog::error("{}: HTTP connection failed: {}", address, ExceptionMessage(e));
 }
 
 // Every connection is busy at the cap: a short 503 on plain HTTP (a TLS client would need a handshake

@@ -100,7 +100,7 @@ inline std::vector<SettingRecord> MigAllowlist(
   return out;
 }
 
-// The registry of the four built-in vendors (their config schemas and factories).
+// The registry of the built-in vendors (their config schemas and factories).
 inline const BackendRegistry& BuiltinVendors() {
   static const BackendRegistry registry = [] {
     BackendRegistry r;

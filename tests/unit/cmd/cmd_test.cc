@@ -330,9 +330,17 @@ TEST(Commands, TheChartsAscendConfigurationBuildsOneBackendPerChip) {
     if (b->Spec().config_section != "vnpus") others.push_back(b->Vendor());
   }
   std::sort(others.begin(), others.end());
-  EXPECT_EQ(others, (std::vector<std::string>{"AMD", "AWSNeuron", "BI-V100", "BI-V150", "Biren", "DCU", "Enflame",
-                                              "GCU", "MLU", "MR-V100", "MR-V50", "Metax-GPU", "Metax-SGPU",
-                                              "Mthreads", "NVIDIA", "Vastai", "XPU", "kunlun"}));
+  // Every other registered vendor, as its section builds it by default.
+  std::vector<std::string> registered;
+  for (const std::string& section : Vendors().Sections()) {
+    if (section == "vnpus") continue;
+    auto built = Vendors().Create(section, VendorSettings{});
+    ASSERT_TRUE(built) << section;
+    for (const auto& b : *built) registered.push_back(b->Vendor());
+  }
+  std::sort(registered.begin(), registered.end());
+  EXPECT_EQ(others, registered);
+  EXPECT_GE(others.size(), 18u) << "every other vendor HAMi v2.10 schedules";
 }
 
 // A vendor is one folder: outside backends/<vendor>/ it is named only by the registration line, the build,
@@ -596,6 +604,55 @@ std::vector<YAML::Node> SchedulerConfigs() {
   return out;
 }
 
+// Structural equality of two YAML documents (maps compared by key, whatever their order).
+bool SameYaml(const YAML::Node& a, const YAML::Node& b) {
+  if (a.Type() != b.Type()) return false;
+  switch (a.Type()) {
+    case YAML::NodeType::Scalar:
+      return a.Scalar() == b.Scalar();
+    case YAML::NodeType::Sequence:
+      if (a.size() != b.size()) return false;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        if (!SameYaml(a[i], b[i])) return false;
+      }
+      return true;
+    case YAML::NodeType::Map:
+      if (a.size() != b.size()) return false;
+      for (const auto& kv : a) {
+        const YAML::Node other = b[kv.first.as<std::string>()];
+        if (!other.IsDefined() || !SameYaml(kv.second, other)) return false;
+      }
+      return true;
+    default:
+      return true;
+  }
+}
+
+// deploy/kube-scheduler-config.yaml and deploy/device-config.yaml are the one source of what the bundle in
+// deploy/hami-scheduler.yaml carries: its ConfigMaps hold them unchanged.
+TEST(DeployConfig, TheBundlesConfigMapsAreTheStandaloneFiles) {
+  const std::string deploy = std::string(HAMI_SOURCE_DIR) + "/deploy/";
+  const YAML::Node scheduler = YAML::LoadFile(deploy + "kube-scheduler-config.yaml");
+  const YAML::Node devices = YAML::LoadFile(deploy + "device-config.yaml");
+  int compared = 0;
+  for (const auto& doc : YAML::LoadAllFromFile(deploy + "hami-scheduler.yaml")) {
+    if (!doc["kind"] || doc["kind"].as<std::string>() != "ConfigMap") continue;
+    for (const auto& kv : doc["data"]) {
+      const std::string key = kv.first.as<std::string>();
+      const YAML::Node inner = YAML::Load(kv.second.as<std::string>());
+      if (key == "device-config.yaml") {
+        EXPECT_TRUE(SameYaml(inner, devices)) << "hami-scheduler.yaml's " << key << " differs from the file's";
+        ++compared;
+      } else if (inner.IsMap() && inner["kind"] &&
+                 inner["kind"].as<std::string>() == "KubeSchedulerConfiguration") {
+        EXPECT_TRUE(SameYaml(inner, scheduler)) << "hami-scheduler.yaml's " << key << " differs from the file's";
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 2);
+}
+
 TEST(DeployConfig, TheKubeSchedulerConfigurationListsEveryResourceOurBackendsRead) {
   // Every vendor, also those a flag switches on (--enable-ascend): the static manifests serve them all.
   config::Config every;
@@ -610,13 +667,17 @@ TEST(DeployConfig, TheKubeSchedulerConfigurationListsEveryResourceOurBackendsRea
       EXPECT_TRUE(r["ignoredByScheduler"].as<bool>()) << r["name"].as<std::string>();
       managed.insert(r["name"].as<std::string>());
     }
+    std::set<std::string> read;
     for (const auto& b : *backends) {
       const ResourceNames& r = b->Spec().resources;
       for (const std::string& name : {r.count, r.memory, r.memory_percentage, r.cores, r.priority}) {
         if (name.empty()) continue;
+        read.insert(name);
         EXPECT_TRUE(managed.contains(name)) << name << " (" << b->Vendor() << ") is not managed";
       }
     }
+    // And nothing else: a resource no backend reads would send pods to the extender for nothing.
+    for (const std::string& name : managed) EXPECT_TRUE(read.contains(name)) << name << " is read by no backend";
   }
 }
 

@@ -1,6 +1,7 @@
-// The fit engine: the common matrix F1-F15 for each of the four backends, and the NVIDIA (V30, V34-V38,
-// V40), Cambricon (V50), Moore Threads (V57) and Hygon (V59) specifics (case ids: docs/TEST_VECTORS.md), run
-// through ClusterState with devices as the device plugins publish them.
+// The fit engine: the common matrix F1-F15 for the first four backends and every Ascend chip, the NVIDIA
+// (V30, V34-V38, V40), Cambricon (V50), Moore Threads (V57) and Hygon (V59) specifics (case ids:
+// docs/TEST_VECTORS.md), the engine's what-ifs and refusal traces, run through ClusterState with devices as
+// the device plugins publish them.
 #include "core/fit.h"
 
 #include <gtest/gtest.h>
@@ -1188,7 +1189,7 @@ TEST(NvidiaFit, ContainersMaySpreadOverDevices) {
 }
 
 TEST(Annotations, OnlyVendorsWithDevicesInThePodWrite) {
-  // V25/V47/V63 "empty -> no keys": on a node with all four vendors, an NVIDIA-only pod gets NVIDIA keys
+  // V25/V47/V63 "empty -> no keys": on a node with the first four vendors, an NVIDIA-only pod gets NVIDIA keys
   // only.
   Env env;
   NodeView n = testing::NvidiaNode("n", {Gpu("gpu-0", 0)});
