@@ -138,7 +138,7 @@ void BM_FilterDecision(benchmark::State& st) { Decide(st, false); }
 // The same decision on a cluster where every vendor is present: each node carries the GPUs and the cards of
 // one other vendor. The figure per candidate node is compared with BM_FilterDecision's.
 void BM_FilterDecisionMixed(benchmark::State& st) { Decide(st, true); }
-BENCHMARK(BM_FilterDecisionMixed)->Args({1000, 10})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_FilterDecisionMixed)->Args({1000, 10})->Args({10000, 10})->Unit(benchmark::kMicrosecond);
 
 // The floors the decision is compared with in the same run. BM_FloorPass: one plain pass over the bytes it
 // reads for every candidate, where the registry keeps them (the name lookup, the node's packed per-device

@@ -3,6 +3,7 @@
 // allocations. Plain data; every field is in the units the protocol uses.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -137,6 +138,18 @@ struct MigProfile {
 };
 
 // One device as registered by its device plugin (or synthesized from node capacity).
+// What a vendor's discovery derives from a card's published facts, parsed once (e.g. the partition profiles
+// a card offers): the vendor's own type, read back by its own hooks. Built at discovery, never changed.
+struct CardFacts {
+  virtual ~CardFacts() = default;
+};
+// A card's CardFacts, shared between the copies of the card. It is derived from what the plugin published
+// (DeviceInfo::custom_info), so it takes no part in comparing cards.
+struct VendorFacts {
+  std::shared_ptr<const CardFacts> data;
+  friend bool operator==(const VendorFacts&, const VendorFacts&) { return true; }
+};
+
 struct DeviceInfo {
   std::string id;  // UUID
   std::int32_t index = 0;
@@ -156,6 +169,7 @@ struct DeviceInfo {
   // The manifest's other custominfo entries whose values are strings, sorted by key: facts a vendor's own
   // rules read (e.g. that the device is one part of a larger card, and which card).
   std::vector<std::pair<std::string, std::string>> custom_info;
+  VendorFacts facts;  // the vendor's parse of custom_info (null: none, or not discovered)
   // The custominfo string under `key`, or null.
   const std::string* CustomInfo(std::string_view key) const {
     for (const auto& [k, v] : custom_info) {

@@ -78,6 +78,38 @@ std::string CustomOr(const DeviceInfo& card, std::string_view key, std::string f
   return v == nullptr || v->empty() ? fallback : *v;
 }
 
+// A DRS card's profile table and largest size, parsed once when the node is discovered: the fit reads them
+// for every check of the card.
+struct DrsFacts final : CardFacts {
+  std::vector<DrsProfile> profiles;
+  std::int64_t max_slice = 0;
+};
+
+// The card's largest profile size, as Discover wrote it (else the largest of its profiles).
+std::int64_t MaxSlice(const DeviceInfo& card, const std::vector<DrsProfile>& profiles) {
+  if (const std::string* v = card.CustomInfo(kInfoMaxSlice)) {
+    if (auto n = ParseInt(*v); n && *n > 0 && *n <= kInt32Max) return *n;
+  }
+  std::int64_t max_slice = 0;
+  for (const DrsProfile& p : profiles) max_slice = std::max(max_slice, p.size);
+  return max_slice;
+}
+
+DrsFacts ParseFacts(const DeviceInfo& card) {
+  DrsFacts facts;
+  facts.profiles = CardProfiles(card);
+  facts.max_slice = MaxSlice(card, facts.profiles);
+  return facts;
+}
+
+// The facts discovery parsed, or (a card that was not discovered, e.g. built by a test) parsed now into
+// `scratch`.
+const DrsFacts& FactsOf(const DeviceInfo& card, DrsFacts& scratch) {
+  if (const auto* parsed = dynamic_cast<const DrsFacts*>(card.facts.data.get())) return *parsed;
+  scratch = ParseFacts(card);
+  return scratch;
+}
+
 // The profiles of HAMi's example (an S60 card of six slices and 40 GB), for the simulated plugin.
 json::object DefaultProfiles() { return {{"1g.6gb", "0"}, {"3g.20gb", "1"}, {"6g.40gb", "2"}}; }
 
@@ -195,6 +227,7 @@ class DrsBackend final : public Hooked<DrsBackend, BasicBackend> {
                        {std::string(kInfoMaxSlice), std::to_string(max_slice)},
                        {std::string(kInfoMinor), std::move(minor)},
                        {std::string(kInfoProfiles), table}};
+      d.facts.data = std::make_shared<const DrsFacts>(ParseFacts(d));
       out.push_back(std::move(d));
     }
     return out;
@@ -287,10 +320,11 @@ class DrsBackend final : public Hooked<DrsBackend, BasicBackend> {
   // cores charged), memory and cores.
   std::optional<Reason> RefuseCard(const DeviceInfo& card, const DeviceUsage& used,
                                    const DeviceRequest& request, const CardCheckView&) const override {
-    const std::vector<DrsProfile> profiles = CardProfiles(card);
-    const auto profile = ChooseProfile(profiles, request);
+    DrsFacts scratch;
+    const DrsFacts& facts = FactsOf(card, scratch);
+    const auto profile = ChooseProfile(facts.profiles, request);
     if (!profile) return Reason::kModeNotFit;
-    if (card.count - SlicesInUse(used.cores, MaxSlice(card, profiles)) < profile->size)
+    if (card.count - SlicesInUse(used.cores, facts.max_slice) < profile->size)
       return Reason::kCardTimeSlicingExhausted;
     if (card.devmem.value() - used.mem.value() < profile->memory_gb * kMiBPerGB)
       return Reason::kCardInsufficientMemory;
@@ -301,7 +335,8 @@ class DrsBackend final : public Hooked<DrsBackend, BasicBackend> {
   // The profile's memory and core share.
   CardCharge Charged(const DeviceInfo& card, const DeviceUsage&, const DeviceRequest& request,
                      CardCharge shared, const CardCheckView&) const override {
-    const auto profile = ChooseProfile(CardProfiles(card), request);
+    DrsFacts scratch;
+    const auto profile = ChooseProfile(FactsOf(card, scratch).profiles, request);
     if (!profile) return shared;
     return {MiB(profile->memory_gb * kMiBPerGB), Cores(profile->core_percent)};
   }
@@ -329,7 +364,8 @@ class DrsBackend final : public Hooked<DrsBackend, BasicBackend> {
                                      [&](const DeviceInfo& d) { return d.id == chosen.uuid; });
       if (card == cards.end()) continue;
       std::optional<DrsProfile> profile;
-      for (const DrsProfile& p : CardProfiles(*card)) {
+      DrsFacts scratch;
+      for (const DrsProfile& p : FactsOf(*card, scratch).profiles) {
         if (p.memory_gb * kMiBPerGB == chosen.mem.value() && p.core_percent == chosen.cores.value()) {
           profile = p;
           break;
@@ -366,15 +402,6 @@ class DrsBackend final : public Hooked<DrsBackend, BasicBackend> {
     } else if (request == c.requests.end()) {
       c.requests[name] = limit->second;
     }
-  }
-  // The card's largest profile size, as Discover wrote it (else the largest of its profiles).
-  static std::int64_t MaxSlice(const DeviceInfo& card, const std::vector<DrsProfile>& profiles) {
-    if (const std::string* v = card.CustomInfo(kInfoMaxSlice)) {
-      if (auto n = ParseInt(*v); n && *n > 0 && *n <= kInt32Max) return *n;
-    }
-    std::int64_t max_slice = 0;
-    for (const DrsProfile& p : profiles) max_slice = std::max(max_slice, p.size);
-    return max_slice;
   }
 };
 

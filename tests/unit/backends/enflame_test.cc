@@ -348,6 +348,32 @@ TEST(EnflameDrs, E3ProfileChoiceAndItsCharge) {
   EXPECT_EQ(by_spec.cores, Cores(50));
 }
 
+// The profile table is parsed once, when the node is discovered: a discovered card carries it, and the
+// card's checks and charges answer the same with it as from the published table alone.
+TEST(EnflameDrs, ProfilesAreParsedAtDiscoveryAndAnswerAsTheTable) {
+  BackendPtr b = Make("Enflame");
+  auto devices = b->Discover(DrsNode("node-a", kE1)).value();
+  ASSERT_EQ(devices.size(), 1u);
+  EXPECT_NE(devices[0].facts.data, nullptr);
+  DeviceInfo unparsed = devices[0];
+  unparsed.facts = {};
+  EXPECT_EQ(unparsed, devices[0]) << "the parse takes no part in comparing cards";
+  for (const DeviceRequest& request :
+       {Direct(1), Direct(3), Direct(6), Direct(2), Req("Enflame", 1, 20480, 0, 40), Req("Enflame", 1, 0, 0, 60),
+        Req("Enflame", 1, 50000, 0, 0)}) {
+    for (const std::int64_t used_cores : {0, 17, 50, 83, 100}) {
+      const DeviceUsage used{1, MiB(0), Cores(used_cores)};
+      EXPECT_EQ(b->RefuseCard(devices[0], used, request, {}), b->RefuseCard(unparsed, used, request, {}))
+          << request.partition << " " << used_cores;
+      const CardCharge shared{MiB(1), Cores(1)};
+      const CardCharge a = b->Charged(devices[0], used, request, shared, {});
+      const CardCharge c = b->Charged(unparsed, used, request, shared, {});
+      EXPECT_EQ(a.mem, c.mem);
+      EXPECT_EQ(a.cores, c.cores);
+    }
+  }
+}
+
 // Quirk 3: one unit. The memory resource is MiB whatever its size (upstream reads values up to twice the
 // largest profile's GB as GB: `20` there is 3g.20gb, here 20 MiB, the smallest profile).
 TEST(EnflameDrs, MemoryIsAlwaysMiB) {
