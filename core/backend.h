@@ -145,10 +145,11 @@ struct CardCheckView {
   bool before_shared = false;
 };
 
-// What Backend::ChoosesCards and ChooseCards may read besides the candidates: the request, this vendor's
-// cards on the node (usable or not), whether the pod's GPU policy asks for topology-aware placement, and,
-// for a vendor with pod classes (Backend::PodClass), the class of the pod and each candidate's recorded
-// holders by class (index-aligned with the candidates; empty for ChoosesCards).
+// What Backend::ChoosesCards and ChooseCards may read besides the candidates: the request, whether the pod's
+// GPU policy asks for topology-aware placement, and, for ChooseCards only (empty for ChoosesCards, which is
+// asked of every candidate node and reads nothing of the node), this vendor's cards on the node (usable or
+// not) and, for a vendor with pod classes (Backend::PodClass), the class of the pod and each candidate's
+// recorded holders by class (index-aligned with the candidates).
 struct ChoiceView {
   const DeviceRequest* request = nullptr;
   std::span<const DeviceInfo> cards;

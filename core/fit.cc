@@ -178,7 +178,7 @@ bool FitEngine::FitOnto(const PodContext& ctx, const PodRequests& reqs, const No
   return true;
 }
 
-bool FitEngine::FitFrom(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+[[gnu::always_inline]] inline bool FitEngine::FitFrom(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
                         const Base& base, PodDevices* out, std::string* reason) {
   if (trace_ != nullptr) trace_->clear();
   if (!node.HasDevices()) {
@@ -192,7 +192,7 @@ bool FitEngine::FitFrom(const PodContext& ctx, const PodRequests& reqs, const No
   return true;
 }
 
-void FitEngine::NoteAsked(const PodRequests& reqs) {
+[[gnu::always_inline]] inline void FitEngine::NoteAsked(const PodRequests& reqs) {
   // Only the backends the pod asks for are touched per node: a cluster's other vendors cost nothing here.
   asked_.clear();
   for (const auto& container : reqs.containers) {
@@ -208,15 +208,17 @@ void FitEngine::NoteAsked(const PodRequests& reqs) {
   }
 }
 
-bool FitEngine::PlaceContainers(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+[[gnu::always_inline]] inline bool FitEngine::PlaceContainers(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
                                 const Base& base, std::string* reason) {
   // Only the asked backends' devices are read (and their usage copied): on a node of several vendors the
   // others' entries stay untouched, never fetched into the cache.
   const auto copy_asked = [&](std::vector<DeviceUsage>& to) {
     to.resize(base.usage->size());
+    const DeviceUsage* from = base.usage->data();
     for (std::size_t b : asked_) {
-      const auto [begin, end] = node.vendor_range[b];
-      std::copy(base.usage->begin() + begin, base.usage->begin() + end, to.begin() + begin);
+      // A node's handful of counters: a plain loop, no library call per node.
+      for (int d = node.vendor_range[b].first; d < node.vendor_range[b].second; ++d)
+        to[static_cast<std::size_t>(d)] = from[d];
     }
   };
   copy_asked(app_usage_);
@@ -253,7 +255,7 @@ bool FitEngine::PlaceContainers(const PodContext& ctx, const PodRequests& reqs, 
   return true;
 }
 
-void FitEngine::ScoreNode(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+[[gnu::always_inline]] inline void FitEngine::ScoreNode(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
                           const Base& base) {
   // The chosen cards' own score (interconnect groups kept together) counts for either policy: spread,
   // which takes the lowest score, has it subtracted (docs/DECISIONS.md "Interconnect groups"). A vendor's
@@ -310,8 +312,9 @@ struct FitEngine::Scan {
   ReasonCounts reasons{};
 };
 
-std::optional<std::string> FitEngine::RefuseRequest(const PodContext& ctx, const NodeEntry& node, int backend,
-                                                    const DeviceRequest& request) const {
+[[gnu::always_inline]] inline bool FitEngine::RefuseRequest(const PodContext& ctx, const NodeEntry& node,
+                                                            int backend, const DeviceRequest& request,
+                                                            std::string* reason) const {
   const BackendSpec& spec = backends_->at(static_cast<std::size_t>(backend)).Spec();
   const PodContext::Vendor& vctx = ctx.vendors[static_cast<std::size_t>(backend)];
   const auto [begin, end] = node.vendor_range[static_cast<std::size_t>(backend)];
@@ -320,16 +323,20 @@ std::optional<std::string> FitEngine::RefuseRequest(const PodContext& ctx, const
     for (int d = begin; d < end && !mig_request; ++d) mig_request = node.caps[static_cast<std::size_t>(d)].mig;
   }
   // A MIG card hosts several instances of one request: the count of cards bounds nothing then.
-  if (!mig_request && request.count > end - begin) return std::string(kNodeInsufficientDevice);
+  if (!mig_request && request.count > end - begin) {
+    if (reason) *reason = std::string(kNodeInsufficientDevice);
+    return true;
+  }
   if (vctx.soft_split && !OffersSoftSplit(node, *spec.fit.soft_split)) {
     ReasonCounts mode;
     mode.Add(Reason::kModeNotFit);
-    return mode.Format(end - begin);
+    if (reason) *reason = mode.Format(end - begin);
+    return true;
   }
-  return std::nullopt;
+  return false;
 }
 
-void FitEngine::OrderCards(const PodContext& ctx, const NodeEntry& node, int backend,
+[[gnu::always_inline]] inline void FitEngine::OrderCards(const PodContext& ctx, const NodeEntry& node, int backend,
                            const DeviceRequest& request, const std::vector<DeviceUsage>& usage) {
   const auto [begin, end] = node.vendor_range[static_cast<std::size_t>(backend)];
   items_.clear();
@@ -342,13 +349,10 @@ void FitEngine::OrderCards(const PodContext& ctx, const NodeEntry& node, int bac
   ctx.vendors[static_cast<std::size_t>(backend)].order.Sort(items_);
 }
 
-bool FitEngine::FitRequest(const PodContext& ctx, const NodeEntry& node, const Base& base, int backend,
+[[gnu::always_inline]] inline bool FitEngine::FitRequest(const PodContext& ctx, const NodeEntry& node, const Base& base, int backend,
                            const DeviceRequest& request, std::size_t container, std::vector<DeviceUsage>& usage,
                            std::vector<std::vector<MigInUse>>& mig, std::string* reason) {
-  if (auto refused = RefuseRequest(ctx, node, backend, request)) {
-    if (reason) *reason = std::move(*refused);
-    return false;
-  }
+  if (RefuseRequest(ctx, node, backend, request, reason)) return false;
   OrderCards(ctx, node, backend, request, usage);
   const auto b = static_cast<std::size_t>(backend);
   const Backend& vendor = backends_->at(b);
@@ -357,16 +361,16 @@ bool FitEngine::FitRequest(const PodContext& ctx, const NodeEntry& node, const B
   const auto [begin, end] = node.vendor_range[b];
   scan.begin = begin;
   scan.total = end - begin;
-  const std::span<const DeviceInfo> cards =
-      std::span<const DeviceInfo>(node.devices).subspan(static_cast<std::size_t>(begin),
-                                                        static_cast<std::size_t>(scan.total));
+  // The node's DeviceInfo entries are off the candidate's hot cache lines: ChoosesCards sees the request
+  // and the policy only.
   scan.collect_all =
-      scan.hooks.chooses_cards && vendor.ChoosesCards(ChoiceView{&request, cards, ctx.topology, 0, {}});
+      scan.hooks.chooses_cards && vendor.ChoosesCards(ChoiceView{&request, {}, ctx.topology, 0, {}});
   scan.cores_req = std::min(request.cores, 100_cores);
   if (scan.hooks.refuse_card || scan.hooks.charged) {
-    scan.view = CardCheckView{cards, std::span<const DeviceUsage>(usage).subspan(
-                                         static_cast<std::size_t>(begin), static_cast<std::size_t>(scan.total)),
-                              ctx.mutex, {}, 0, false};
+    const auto first = static_cast<std::size_t>(begin);
+    const auto n = static_cast<std::size_t>(scan.total);
+    scan.view = CardCheckView{std::span<const DeviceInfo>(node.devices).subspan(first, n),
+                              std::span<const DeviceUsage>(usage).subspan(first, n), ctx.mutex, {}, 0, false};
     if (scan.hooks.pod_class) {
       scan.view.classes = std::span<const CardClasses>(*base.classes).subspan(
           static_cast<std::size_t>(begin), static_cast<std::size_t>(scan.total));
@@ -422,7 +426,7 @@ void FitEngine::Refused(Scan& scan, const CardRefusal& refusal) {
 
 // The checks before a NUMA-bound request's grouping: the vendor's own first (FitRules::vendor_checks_first),
 // health, cordon, the pod's type and mode selectors.
-std::optional<CardRefusal> FitEngine::FirstChecks(Scan& scan, std::size_t d) const {
+[[gnu::always_inline]] inline std::optional<CardRefusal> FitEngine::FirstChecks(Scan& scan, std::size_t d) const {
   const DeviceCaps& dev = scan.node.caps[d];
   const auto refuse = [&](Reason r) {
     CardRefusal out = Refusal(r);
@@ -448,7 +452,7 @@ std::optional<CardRefusal> FitEngine::FirstChecks(Scan& scan, std::size_t d) con
 // The checks after the grouping, in HAMi's order: UUID selectors, the split count, the mutex policy, the
 // vendor's own check, the pick's size (the vendor's charge), the quota, the card's room, a MIG instance,
 // the same card across containers.
-std::optional<CardRefusal> FitEngine::CardChecks(Scan& scan, std::size_t d, Pick& pick) const {
+[[gnu::always_inline]] inline std::optional<CardRefusal> FitEngine::CardChecks(Scan& scan, std::size_t d, Pick& pick) const {
   const DeviceCaps& dev = scan.node.caps[d];
   const DeviceUsage& u = scan.usage[d];
   const PodContext::Vendor& vctx = scan.vctx;
@@ -457,9 +461,9 @@ std::optional<CardRefusal> FitEngine::CardChecks(Scan& scan, std::size_t d, Pick
     out.device = static_cast<int>(d);
     return std::optional<CardRefusal>(out);
   };
-  const std::string& id = scan.node.devices[d].id;
-  if ((vctx.uuids.active() && !SelectorAllowsUuid(vctx.uuids, id)) ||
-      (vctx.alt_uuids.active() && !SelectorAllowsUuid(vctx.alt_uuids, id)))
+  // Selectors need the device's strings (off the candidate's hot cache lines): only read with selectors.
+  if ((vctx.uuids.active() && !SelectorAllowsUuid(vctx.uuids, scan.node.devices[d].id)) ||
+      (vctx.alt_uuids.active() && !SelectorAllowsUuid(vctx.alt_uuids, scan.node.devices[d].id)))
     return refuse(Reason::kCardUuidMismatch);
   if (scan.spec.fit.split_count_limits && dev.count <= u.used)
     return refuse(Reason::kCardTimeSlicingExhausted, u.used - dev.count + 1);
@@ -499,7 +503,7 @@ std::optional<CardRefusal> RefuseSize(const DeviceCaps& dev, const DeviceUsage& 
 }  // namespace
 
 // What the card would be charged, and whether that fits: the quota, the card's room, a MIG instance.
-std::optional<CardRefusal> FitEngine::SizeChecks(Scan& scan, std::size_t d, Pick& pick) const {
+[[gnu::always_inline]] inline std::optional<CardRefusal> FitEngine::SizeChecks(Scan& scan, std::size_t d, Pick& pick) const {
   const DeviceCaps& dev = scan.node.caps[d];
   const DeviceUsage& u = scan.usage[d];
   const DeviceRequest& request = scan.request;

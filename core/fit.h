@@ -158,9 +158,10 @@ class FitEngine {
   bool FitRequest(const PodContext& ctx, const NodeEntry& node, const Base& base, int backend,
                   const DeviceRequest& request, std::size_t container, std::vector<DeviceUsage>& usage,
                   std::vector<std::vector<MigInUse>>& mig, std::string* reason);
-  // The refusal of a request no card of the node can serve (too few cards, a mode the node does not offer).
-  std::optional<std::string> RefuseRequest(const PodContext& ctx, const NodeEntry& node, int backend,
-                                           const DeviceRequest& request) const;
+  // Whether no card of the node can serve the request (too few cards, a mode the node does not offer), and
+  // then `reason`.
+  bool RefuseRequest(const PodContext& ctx, const NodeEntry& node, int backend, const DeviceRequest& request,
+                     std::string* reason) const;
   void OrderCards(const PodContext& ctx, const NodeEntry& node, int backend, const DeviceRequest& request,
                   const std::vector<DeviceUsage>& usage);
   // The card checks in HAMi's order for the card at `d`: nullopt and `pick` filled when it may be taken.

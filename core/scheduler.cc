@@ -76,7 +76,7 @@ void Scheduler::FitCandidates(const PodContext& ctx, const PodRequests& requests
   }
 }
 
-void Scheduler::PrefetchAhead(std::size_t i, std::size_t first_asked) const {
+[[gnu::always_inline]] inline void Scheduler::PrefetchAhead(std::size_t i, std::size_t first_asked) const {
   // Three stages: the entry's first line (the vectors' headers) far ahead, then the vendor ranges, then the
   // devices of the first backend the pod asks for (on a node of several vendors they need not come first).
   constexpr std::size_t kPrefetchDistance = 4;

@@ -109,15 +109,12 @@ class AscendBackend final : public Hooked<AscendBackend, BasicBackend> {
   }
 
   // Several 910 chips are placed by interconnect: whole modules on a 910C, the largest groups elsewhere
-  // (when every chip of the node has one).
+  // (when every chip of the node has one; else the policy's first, as any vendor's).
   bool ChoosesCards(const ChoiceView& view) const override {
-    if (view.request == nullptr || view.request->count <= 1) return false;
-    if (chip_.common_word == k910C) return true;
-    return chip_.common_word.starts_with(kFamily910) &&
-           std::all_of(view.cards.begin(), view.cards.end(), [](const DeviceInfo& d) { return d.network; });
+    return view.request != nullptr && view.request->count > 1 && chip_.common_word.starts_with(kFamily910);
   }
   CardChoice ChooseCards(std::span<const DeviceInfo* const> candidates, std::int32_t want,
-                         const ChoiceView&) const override {
+                         const ChoiceView& view) const override {
     if (chip_.common_word == k910C) {
       std::vector<std::size_t> pairs = ChooseModulePairs(candidates, want);
       if (static_cast<std::int32_t>(pairs.size()) == want) return CardChoice{std::move(pairs), {}, 0, false};
@@ -125,7 +122,12 @@ class AscendBackend final : public Hooked<AscendBackend, BasicBackend> {
       return CardChoice{{}, Reason::kAllocatedCardsInsufficientRequest, static_cast<int>(pairs.size()), true};
     }
     if (TooFew(candidates, want)) return {};
-    return CardChoice{ChooseNetworkGroups(candidates, want), {}, 0, false};
+    const bool grouped =
+        std::all_of(view.cards.begin(), view.cards.end(), [](const DeviceInfo& d) { return d.network; });
+    if (grouped) return CardChoice{ChooseNetworkGroups(candidates, want), {}, 0, false};
+    std::vector<std::size_t> first(static_cast<std::size_t>(want));
+    for (std::size_t i = 0; i < first.size(); ++i) first[i] = i;
+    return CardChoice{std::move(first), {}, 0, false};
   }
 
   Result<std::optional<DeviceRequest>> RequestFor(const ContainerView& c) const override {

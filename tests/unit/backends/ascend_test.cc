@@ -118,8 +118,9 @@ TEST(AscendSection, A1KeysPerChip) {
   EXPECT_EQ(s.resources.cores, "huawei.com/Ascend910A-core");
 }
 
-// Whether the chip places a request of `count` chips itself (Backend::ChoosesCards) on a node of eight
-// chips, each in an interconnect group or none.
+// Whether the chip places a request of `count` chips by its interconnect rather than the policy's first:
+// among candidates 0, 4 and 5 of a node of eight chips (each in a group of four, or in none), the first two
+// in order are 0 and 4; the largest group, or the one whole module (4, 5), is 4 and 5.
 bool PlacesItself(const Backend& chip, std::int32_t count, bool grouped) {
   DeviceRequest request;
   request.count = count;
@@ -128,7 +129,10 @@ bool PlacesItself(const Backend& chip, std::int32_t count, bool grouped) {
     cards[i].index = static_cast<std::int32_t>(i);
     if (grouped) cards[i].network = static_cast<std::int32_t>(i / 4);
   }
-  return chip.Hooks().chooses_cards && chip.ChoosesCards(ChoiceView{&request, cards, false, 0, {}});
+  if (!chip.Hooks().chooses_cards || !chip.ChoosesCards(ChoiceView{&request, {}, false, 0, {}})) return false;
+  const std::vector<const DeviceInfo*> candidates{&cards[0], &cards[4], &cards[5]};
+  const CardChoice choice = chip.ChooseCards(candidates, count, ChoiceView{&request, cards, false, 0, {}});
+  return choice.chosen != std::vector<std::size_t>{0, 1};
 }
 
 TEST(AscendSection, FitRulesPerChipFamily) {
