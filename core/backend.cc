@@ -7,7 +7,10 @@ namespace hami {
 Backends::Backends(std::vector<BackendPtr> backends) : list_(std::move(backends)) {
   std::sort(list_.begin(), list_.end(),
             [](const BackendPtr& a, const BackendPtr& b) { return a->Vendor() < b->Vendor(); });
-  for (const BackendPtr& b : list_) hooks_.push_back(b->Hooks());
+  for (const BackendPtr& b : list_) {
+    hooks_.push_back(b->Hooks());
+    specs_.push_back(&b->Spec());
+  }
 }
 
 Result<void> CheckFitRules(const Backend& backend) {

@@ -267,7 +267,8 @@ class Backend {
     return shared;
   }
   // Whether this vendor places the request itself (ChooseCards): the fit then collects every usable card,
-  // in the policy's order, before choosing; otherwise it takes the first `count` of them.
+  // in the policy's order, before choosing; otherwise it takes the first `count` of them. The answer may
+  // depend on the request's count and the pod's policy only: a decision asks once per count.
   virtual bool ChoosesCards(const ChoiceView& /*view*/) const { return false; }
   // The cards to take among the usable `candidates` (in the policy's order; perhaps fewer than `want`).
   virtual CardChoice ChooseCards(std::span<const DeviceInfo* const> /*candidates*/, std::int32_t /*want*/,
@@ -401,14 +402,16 @@ class Backends {
   // Index of the backend with this vendor key, or -1.
   int IndexOf(std::string_view vendor) const;
   const Backend* Find(std::string_view vendor) const;
-  // The fit hooks backend `i` overrides (read once).
+  // The fit hooks backend `i` overrides, and its spec (both read once: the fit asks for every candidate).
   const BackendHooks& hooks(std::size_t i) const { return hooks_[i]; }
+  const BackendSpec& spec(std::size_t i) const { return *specs_[i]; }
   auto begin() const { return list_.begin(); }
   auto end() const { return list_.end(); }
 
  private:
   std::vector<BackendPtr> list_;
   std::vector<BackendHooks> hooks_;
+  std::vector<const BackendSpec*> specs_;
 };
 
 // Section -> vendor module. Filled explicitly (backends/builtin.cc); a duplicate section is a startup error.

@@ -264,7 +264,7 @@ bool FitEngine::FitOnto(const PodContext& ctx, const PodRequests& reqs, const No
   double packing = 0;
   for (std::size_t b : asked_) {
     if (!backends_->hooks(b).allocation_score) continue;
-    (backends_->at(b).Spec().fit.vendor_score_together ? together : packing) +=
+    (backends_->spec(b).fit.vendor_score_together ? together : packing) +=
         VendorScore(ctx, reqs, node, b, base);
   }
   score_ = base.totals->Score() + (ctx.spread ? -together : together) + packing;
@@ -315,7 +315,7 @@ struct FitEngine::Scan {
 [[gnu::always_inline]] inline bool FitEngine::RefuseRequest(const PodContext& ctx, const NodeEntry& node,
                                                             int backend, const DeviceRequest& request,
                                                             std::string* reason) const {
-  const BackendSpec& spec = backends_->at(static_cast<std::size_t>(backend)).Spec();
+  const BackendSpec& spec = backends_->spec(static_cast<std::size_t>(backend));
   const PodContext::Vendor& vctx = ctx.vendors[static_cast<std::size_t>(backend)];
   const auto [begin, end] = node.vendor_range[static_cast<std::size_t>(backend)];
   bool mig_request = false;
@@ -356,15 +356,19 @@ struct FitEngine::Scan {
   OrderCards(ctx, node, backend, request, usage);
   const auto b = static_cast<std::size_t>(backend);
   const Backend& vendor = backends_->at(b);
-  Scan scan{ctx, ctx.vendors[b], vendor, vendor.Spec(), backends_->hooks(b), node, base, backend, request,
+  Scan scan{ctx, ctx.vendors[b], vendor, backends_->spec(b), backends_->hooks(b), node, base, backend, request,
             container, usage, mig, allocated_[b][container]};
   const auto [begin, end] = node.vendor_range[b];
   scan.begin = begin;
   scan.total = end - begin;
   // The node's DeviceInfo entries are off the candidate's hot cache lines: ChoosesCards sees the request
   // and the policy only.
-  scan.collect_all =
-      scan.hooks.chooses_cards && vendor.ChoosesCards(ChoiceView{&request, {}, ctx.topology, 0, {}});
+  if (scan.vctx.chooses_for != request.count) {
+    scan.vctx.chooses =
+        scan.hooks.chooses_cards && vendor.ChoosesCards(ChoiceView{&request, {}, ctx.topology, 0, {}});
+    scan.vctx.chooses_for = request.count;
+  }
+  scan.collect_all = scan.vctx.chooses;
   scan.cores_req = std::min(request.cores, 100_cores);
   if (scan.hooks.refuse_card || scan.hooks.charged) {
     const auto first = static_cast<std::size_t>(begin);

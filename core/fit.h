@@ -71,6 +71,9 @@ struct PodContext {
     bool soft_split = false;  // the pod asks for the vendor's soft-split mode (FitRules::soft_split)
     DeviceOrder order{"spread", false};
     std::uint8_t pod_class = 0;  // Backend::PodClass
+    // Backend::ChoosesCards' answer for requests of `chooses_for` cards, asked once per decision.
+    mutable std::int32_t chooses_for = -1;
+    mutable bool chooses = false;
   };
   std::vector<Vendor> vendors;  // per backend
 };
