@@ -178,7 +178,7 @@ bool FitEngine::FitOnto(const PodContext& ctx, const PodRequests& reqs, const No
   return true;
 }
 
-[[gnu::always_inline]] inline bool FitEngine::FitFrom(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+bool FitEngine::FitFrom(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
                         const Base& base, PodDevices* out, std::string* reason) {
   if (trace_ != nullptr) trace_->clear();
   if (!node.HasDevices()) {
