@@ -303,7 +303,6 @@ struct FitEngine::Scan {
   std::vector<DeviceUsage>& usage;
   std::vector<std::vector<MigInUse>>& mig;
   ContainerPicks& picks;
-  int begin = 0;
   int total = 0;  // the vendor's cards on the node
   // Every usable card is collected for the vendor to choose among (Backend::ChoosesCards).
   bool collect_all = false;
@@ -359,7 +358,6 @@ struct FitEngine::Scan {
   Scan scan{ctx, ctx.vendors[b], vendor, backends_->spec(b), backends_->hooks(b), node, base, backend, request,
             container, usage, mig, allocated_[b][container]};
   const auto [begin, end] = node.vendor_range[b];
-  scan.begin = begin;
   scan.total = end - begin;
   // The node's DeviceInfo entries are off the candidate's hot cache lines: ChoosesCards sees the request
   // and the policy only.
