@@ -63,18 +63,35 @@ EOF
     fi
   fi
 
-  # The e2e suites build the Kubernetes control plane and helm from Go modules: the newest `go` line of their
-  # go.mod files is the least Go that builds them (GOTOOLCHAIN=local: no toolchain is ever downloaded).
-  need=$(sed -n 's/^go \([0-9][0-9.]*\)$/\1/p' tests/e2e/go.mod tests/e2e/helm/go.mod | sort -V | tail -1)
+  # The e2e suites build the Kubernetes control plane and helm from Go modules. helm (tests/e2e/helm/go.mod) is
+  # built by the machine's Go (GOTOOLCHAIN=local): its `go` line is the least Go on the machine. The control plane
+  # (tests/e2e/go.mod) needs a newer Go than Debian machines have (k8s.io/kubernetes v1.38: go 1.27.0), so
+  # tests/e2e/build.sh runs the toolchain its go.mod's `toolchain` line names (GOTOOLCHAIN=go1.27.3): the go
+  # command fetches it from the module proxy once (about 76 MB, 10 s, kept in the module cache) and runs it. It is
+  # fetched and asked its version here, so a proxy that cannot serve it fails now and not in the middle of the run.
+  need=$(sed -n 's/^go \([0-9][0-9.]*\)$/\1/p' tests/e2e/helm/go.mod | sort -V | tail -1)
   go=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
   if [ ! -x "$go" ]; then
     fail "no Go toolchain (go on PATH or /usr/local/go/bin/go); the e2e suites need Go >= $need (Debian 12's golang-go is 1.19, too old: install Go $need or newer in /usr/local/go)"
   else
     have=$("$go" env GOVERSION 2>/dev/null | sed 's/^go//')
     if [ -z "$have" ] || [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -1)" != "$need" ]; then
-      fail "$go is Go ${have:-?}; the e2e suites need Go >= $need (tests/e2e/go.mod)"
+      fail "$go is Go ${have:-?}; the e2e suites need Go >= $need (tests/e2e/helm/go.mod)"
     else
       ok "$go is Go $have (>= $need)"
+      toolchain=$(sed -n 's/^toolchain \(go[0-9][0-9.]*\)$/\1/p' tests/e2e/go.mod | head -1)
+      plane=$(sed -n 's/^go \([0-9][0-9.]*\)$/\1/p' tests/e2e/go.mod | head -1)
+      if [ -n "$toolchain" ]; then
+        got=$(cd tests/e2e && GOTOOLCHAIN=$toolchain "$go" env GOVERSION 2>"$work/log")
+        if [ "$got" = "$toolchain" ]; then
+          ok "GOTOOLCHAIN=$toolchain $go runs $got (tests/e2e/go.mod: go $plane, toolchain $toolchain)"
+        else
+          sed "s/^/    /" "$work/log" | tail -5
+          fail "GOTOOLCHAIN=$toolchain $go did not run $toolchain (the control plane's go.mod needs it): the go command fetches it from the Go module proxy (GOPROXY) as golang.org/toolchain"
+        fi
+      elif [ -n "$plane" ] && [ "$(printf '%s\n%s\n' "$plane" "$have" | sort -V | head -1)" != "$plane" ]; then
+        fail "$go is Go $have; the control plane needs Go >= $plane (tests/e2e/go.mod)"
+      fi
     fi
   fi
 

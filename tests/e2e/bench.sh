@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end throughput bench: the REAL kube-scheduler v1.36.3 with deploy/'s configuration, the real
+# End-to-end throughput bench: the REAL kube-scheduler v1.38.0-beta.0 with deploy/'s configuration, the real
 # kube-apiserver, `hami-scheduler serve` as its extender and `hami-scheduler sim-device-plugins` (8 cards of
 # 16 GiB per node, 20 ms allocation delay); a burst of pods is created at once and timed until every pod is
 # bound AND allocated (hami.io/bind-phase: success). A bench, not a test: it prints figures, and fails only

@@ -19,6 +19,7 @@
 #                        compile at about 1 GiB per job)
 #   HAMI_E2E_FORCE=1     rebuild even if the cached binaries exist
 #   HAMI_E2E_KEEP=N      keep the N most recent cache entries (default 2)
+#   HAMI_E2E_GOTOOLCHAIN GOTOOLCHAIN for every go command (default: go.mod's `toolchain` line, go1.27.3)
 set -euo pipefail
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -28,9 +29,15 @@ log() { printf '[e2e build] %s\n' "$*" >&2; }
 die() { printf '[e2e build] ERROR: %s\n' "$*" >&2; exit 1; }
 
 GO="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
-[ -x "$GO" ] || die "go not found (set GO=/path/to/go); Go >= 1.26 is required by k8s.io/kubernetes v1.36"
+[ -x "$GO" ] || die "go not found (set GO=/path/to/go); any Go >= 1.21 runs the toolchain go.mod names"
 
-export GOTOOLCHAIN=local          # never try to download a toolchain
+# k8s.io/kubernetes v1.38 needs Go 1.27 (go.mod: go 1.27.0). The Go on the machine (1.26 on Debian 12 here)
+# runs the toolchain named by go.mod's `toolchain` line instead: GOTOOLCHAIN=go1.27.3 makes the go command
+# fetch golang.org/toolchain@v0.0.1-go1.27.3.<os>-<arch> from the module proxy once (about 76 MB, kept in the
+# module cache, verified with the checksum database like any module) and run every command with it.
+# Nothing else is ever downloaded as a toolchain; HAMI_E2E_GOTOOLCHAIN=local forces the machine's own Go.
+TOOLCHAIN="$(awk '$1=="toolchain" {print $2; exit}' go.mod)"
+export GOTOOLCHAIN="${HAMI_E2E_GOTOOLCHAIN:-${TOOLCHAIN:-local}}"
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod -buildvcs=false"
 export CGO_ENABLED=0              # static binaries, no C toolchain needed
 JOBS="${HAMI_E2E_BUILD_JOBS:-2}"
@@ -39,6 +46,8 @@ K8S_VERSION="$(awk '$1=="k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' go.mo
 [ -n "$K8S_VERSION" ] || die "cannot read the k8s.io/kubernetes version from $E2E_DIR/go.mod"
 ETCD_VERSION="$(awk '$1=="go.etcd.io/etcd/server/v3" && $2 ~ /^v/ {print $2; exit}' go.mod)"
 K8S_MINOR="${K8S_VERSION#v}"; K8S_MAJOR="${K8S_MINOR%%.*}"; K8S_MINOR="${K8S_MINOR#*.}"; K8S_MINOR="${K8S_MINOR%%.*}"
+# A pre-release (v1.38.0-beta.0) reports minor "38+", as upstream's hack/lib/version.sh stamps it.
+case "$K8S_VERSION" in v*.*.*-*) K8S_MINOR="$K8S_MINOR+" ;; esac
 
 # Version stamping as upstream's hack/lib/version.sh does, so /version and the
 # emulation/compatibility version logic see the real release, not v0.0.0-master.
@@ -47,7 +56,8 @@ LDFLAGS="-s -w -X $VPKG.gitVersion=$K8S_VERSION -X $VPKG.gitMajor=$K8S_MAJOR -X 
 LDFLAGS="$LDFLAGS -X $VPKG.gitTreeState=clean -X $VPKG.buildDate=1970-01-01T00:00:00Z"
 LDFLAGS="$LDFLAGS -X $VPKG.gitCommit=hami-e2e-module-build"
 
-GOVERSION="$("$GO" env GOVERSION)" || die "'$GO env GOVERSION' failed; is $GO a working Go toolchain?"
+GOVERSION="$("$GO" env GOVERSION)" ||
+  die "'GOTOOLCHAIN=$GOTOOLCHAIN $GO env GOVERSION' failed: is $GO a working Go >= 1.21, and is the module proxy reachable for the toolchain?"
 KEY="$( { cat go.mod go.sum cmd/*/main.go; echo "$LDFLAGS|$GOVERSION|$("$GO" env GOOS GOARCH)|$CGO_ENABLED"; } | sha256sum | cut -c1-12)"
 CACHE_ROOT="${HAMI_E2E_CACHE:-$HOME/.cache/hami-e2e}"
 ENTRY="$CACHE_ROOT/$K8S_VERSION-$KEY"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # e2e of HAMi's chart contract and of the admission webhook, against the REAL kube-apiserver and
-# kube-scheduler (v1.36.3, built by build.sh): what HAMi v2.10.0's chart renders for the scheduler
+# kube-scheduler (v1.38.0-beta.0, built by build.sh): what HAMi v2.10.0's chart renders for the scheduler
 # (tests/e2e/chart-v2.10.0: the extender's command line, the device config, the kube-scheduler configuration,
 # the MutatingWebhookConfiguration) runs with our binary as `scheduler`, serving /filter, /bind and /webhook
 # over TLS. Pods are created with kubectl without a schedulerName: the webhook makes them ours, kube-scheduler

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e test of hami-scheduler as the extender of the REAL kube-scheduler (v1.36.3, built by build.sh):
+# e2e test of hami-scheduler as the extender of the REAL kube-scheduler (v1.38.0-beta.0, built by build.sh):
 #   start etcd + kube-apiserver + kube-scheduler with a copy of deploy/kube-scheduler-config.yaml whose
 #   urlPrefix points at our port -> apply deploy/hami-scheduler.yaml (RBAC, ConfigMaps...) -> run
 #   `hami-scheduler serve` as a real process under the deploy ServiceAccount's token (so the RBAC is what it

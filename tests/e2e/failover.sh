@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e failover, against the REAL kube-apiserver and kube-scheduler (v1.36.3, built by build.sh):
+# e2e failover, against the REAL kube-apiserver and kube-scheduler (v1.38.0-beta.0, built by build.sh):
 # two kube-scheduler + hami-scheduler pairs, as two replicas of HAMi's chart run them. Each pair has a host
 # name of its own (a UTS namespace, unshare --uts): kube-scheduler's Lease holder identity is
 # "<host name>_<uuid>", and our --leader-elect follows that Lease (HAMi's way), so the extender next to the

@@ -26,6 +26,9 @@ if ! HELM="$(bash "$E2E_DIR/build-helm.sh")"; then bad "build helm (see the mess
 if ! BIN="$(bash "$E2E_DIR/build.sh")"; then bad "build the control plane (see the messages above)"; finish; fi
 export HAMI_E2E_BIN="$BIN"
 KUBECTL="$BIN/kubectl"
+# The cluster version the renderings are made for (--kube-version; the chart picks kube-scheduler's image tag
+# from it and helm_checks.py expects v1.36.3). It need not be the control plane's release (go.mod): the
+# renderings are also accepted and applied by that newer kube-apiserver below.
 KUBE_VERSION=1.36.3
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/hami-e2e-helm.XXXXXX")"
