@@ -10,6 +10,7 @@
 #include "config/flags.h"
 #include "core/codec/stamps.h"
 #include "core/health.h"
+#include "core/preemption.h"
 #include "core/scheduler.h"
 #include "core/strings.h"
 #include "k8s/files.h"
@@ -24,15 +25,17 @@ constexpr std::string_view kSimulateUsage =
                                 [--now RFC3339] [config flags]
 
 Places pods on a cluster snapshot with the same decision engine the extender uses.
-  --cluster FILE   what `kubectl get nodes,pods,resourcequotas -A -o json` (or -o yaml) prints. Pods that
-                   carry hami.io/vgpu-node count as usage; pods with no node are placed, in file order.
+  --cluster FILE   what `kubectl get nodes,pods,resourcequotas,pdb -A -o json` (or -o yaml) prints. Pods
+                   that carry hami.io/vgpu-node count as usage; pods with no node are placed, in file order.
   --pods FILE      more pods to place after those (a List, or multi-document YAML).
   -o, --output     json (default) or table.
   --now TIME       decision time written into annotations (default: now), for reproducible output. Node
                    health is judged at this time too, as serve's health pass does (--handshake-timeout):
                    a vendor whose handshake request expired unanswered with 0 allocatable is withheld.
 Config flags (--config, --device-config-file, --gpu-scheduler-policy, --node-scheduler-policy, ...) apply.
-Unschedulable pods are results; malformed input exits with status 2 and names the object and field.
+Unschedulable pods are results, with the pods whose eviction would make room for them (on the node
+kube-scheduler's preemption would pick; none for a pod whose preemptionPolicy is Never); malformed input
+exits with status 2 and names the object and field.
 )";
 
 struct SimulateArgs {
@@ -89,10 +92,62 @@ Result<void> Load(const std::string& path, k8s::ObjectSet& into) {
   return {};
 }
 
+// Where preemption would make room for a pod that fits nowhere, and which pods it would evict there.
+struct Preemption {
+  std::string node;  // "" when no eviction helps
+  VictimChoice choice;
+  std::string why_none;
+};
+
 struct PodResult {
   const PodView* pod;
   FilterOutcome outcome;
+  std::optional<Preemption> preemption;  // unschedulable pods only
 };
+
+// The snapshot's pods by "ns/name", and its budgets, as /preempt reads the caches.
+struct Snapshot {
+  std::map<std::string, const PodView*> pods;
+  std::span<const DisruptionBudgetView> budgets;
+};
+
+Preemption AdvisePreemption(const PodView& pod, const FilterOutcome& outcome, const ClusterState& state,
+                            const SchedulerOptions& policies, const Snapshot& snapshot) {
+  Preemption out;
+  if (pod.never_preempts) {
+    out.why_none = "its preemptionPolicy is Never";
+    return out;
+  }
+  auto requests = CollectRequests(pod, state.backends());
+  auto ctx = DecisionContext(pod, state, policies);
+  if (!requests || !ctx) return out;  // an error outcome says why already
+  VictimChooser chooser(state);
+  std::map<std::string, VictimChoice> choices;
+  const auto find = [&](const std::string& key) {
+    auto it = snapshot.pods.find(key);
+    return it == snapshot.pods.end() ? nullptr : it->second;
+  };
+  for (const auto& [node, reason] : outcome.failed_nodes) {
+    const NodeEntry* entry = state.FindNode(node);
+    if (entry == nullptr || outcome.unresolvable.contains(node)) continue;  // no eviction lifts the refusal
+    VictimChoice choice = chooser.ChooseOn(pod, *ctx, *requests, *entry, {}, find, snapshot.budgets);
+    if (choice.helps && !choice.victims.empty()) choices.emplace(node, std::move(choice));
+  }
+  const std::string* best = PickPreemptionNode(choices);
+  if (best == nullptr) {
+    out.why_none = "no eviction of pods of lower priority makes room on any node";
+    return out;
+  }
+  out.node = *best;
+  out.choice = std::move(choices.at(*best));
+  return out;
+}
+
+std::vector<std::string> VictimNames(const Preemption& p) {
+  std::vector<std::string> names;
+  for (const PodView* v : p.choice.victims) names.push_back(v->Key());
+  return names;
+}
 
 std::string_view OutcomeName(FilterOutcome::Kind k) {
   switch (k) {
@@ -147,6 +202,13 @@ void PrintTable(const std::vector<PodResult>& results, const ClusterState& state
       std::vector<std::string> reasons;
       for (const auto& [node, why] : r.outcome.failed_nodes) reasons.push_back(node + ": " + why);
       detail = Join(reasons, "; ");
+      if (r.preemption && !r.preemption->node.empty()) {
+        detail += fmt::format("; would preempt on {}: {} ({} PodDisruptionBudget violations)",
+                              r.preemption->node, Join(VictimNames(*r.preemption), ", "),
+                              r.preemption->choice.pdb_violations);
+      } else if (r.preemption) {
+        detail += "; no preemption: " + r.preemption->why_none;
+      }
     } else if (r.outcome.kind == FilterOutcome::Kind::kError) {
       detail = r.outcome.error;
     } else {
@@ -265,15 +327,18 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
     if (auto requests = CollectRequests(*p, *backends); requests)
       state.SetWaiting(p->UidOrKey(), requests->BackendsAsked());
   }
+  Snapshot snapshot{{}, cluster.budgets};
+  for (const PodView& p : cluster.pods) snapshot.pods.emplace(p.Key(), &p);
   std::vector<PodResult> results;
   for (const PodView* p : to_place) {
-    PodResult r{p, scheduler.Filter(*p, candidates, now)};
+    PodResult r{p, scheduler.Filter(*p, candidates, now), std::nullopt};
     const std::string uid = p->UidOrKey();
     if (r.outcome.kind == FilterOutcome::Kind::kScheduled) {
       scheduler.Reserve(*p, r.outcome, Scheduler::Hold::kSetUp);
       state.ClearWaiting(uid);
     } else if (r.outcome.kind == FilterOutcome::Kind::kUnschedulable) {
       state.SetUnplaceable(uid);
+      r.preemption = AdvisePreemption(*p, r.outcome, state, scheduler.options(), snapshot);
     }
     results.push_back(std::move(r));
   }
@@ -293,6 +358,16 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
                    {"annotations", std::move(annotations)},
                    {"failedNodes", std::move(failed)}};
     if (!r.outcome.error.empty()) o["error"] = r.outcome.error;
+    if (r.preemption) {
+      json::array victims;
+      for (const std::string& name : VictimNames(*r.preemption)) victims.emplace_back(name);
+      o["preemption"] =
+          r.preemption->node.empty()
+              ? json::object{{"node", nullptr}, {"reason", r.preemption->why_none}}
+              : json::object{{"node", r.preemption->node},
+                             {"victims", std::move(victims)},
+                             {"pdbViolations", r.preemption->choice.pdb_violations}};
+    }
     results_json.push_back(std::move(o));
   }
   out << json::serialize(json::object{{"results", std::move(results_json)}, {"devices", DevicesJson(state)}})

@@ -336,6 +336,36 @@ void ClusterState::CountWaiting(const Waiting& w, int sign) {
   }
 }
 
+void ClusterState::Nominate(std::int32_t priority, PodAllocation hold) {
+  const std::string uid = hold.uid;
+  ClearNomination(uid);
+  nominated_by_node_[hold.node].push_back(uid);
+  nominated_.emplace(uid, Nominated{priority, std::move(hold)});
+}
+
+void ClusterState::ClearNomination(const std::string& uid) {
+  auto it = nominated_.find(uid);
+  if (it == nominated_.end()) return;
+  auto node = nominated_by_node_.find(it->second.hold.node);
+  if (node != nominated_by_node_.end()) {
+    std::erase(node->second, uid);
+    if (node->second.empty()) nominated_by_node_.erase(node);
+  }
+  nominated_.erase(it);
+}
+
+void ClusterState::NominatedHolds(std::string_view node, std::int32_t priority, std::string_view uid,
+                                  std::vector<const PodAllocation*>& out) const {
+  ForEachNominated(node, [&](std::int32_t held_priority, const PodAllocation& hold) {
+    if (hold.uid != uid && held_priority >= priority) out.push_back(&hold);
+  });
+}
+
+const PodAllocation* ClusterState::NominationOf(const std::string& uid) const {
+  auto it = nominated_.find(uid);
+  return it == nominated_.end() ? nullptr : &it->second.hold;
+}
+
 void ClusterState::SetWaiting(const std::string& uid, std::vector<std::size_t> backends) {
   if (backends.empty()) {
     ClearWaiting(uid);
@@ -407,6 +437,23 @@ std::vector<std::size_t> UnreadableAllocationBackends(const PodView& pod, const 
   std::vector<std::size_t> all(backends.size());
   for (std::size_t b = 0; b < all.size(); ++b) all[b] = b;
   return all;
+}
+
+PodAllocation AllocationOf(const PodView& pod, std::string node, PodDevices devices, const Backends& backends,
+                           bool in_flight) {
+  PodAllocation a;
+  a.uid = pod.UidOrKey();
+  a.ns = pod.ns;
+  a.name = pod.name;
+  a.node = std::move(node);
+  a.num_init = pod.init_containers.size();
+  a.devices = std::move(devices);
+  for (const auto& [vendor, containers] : a.devices) {
+    for (auto& m : codec::MigAllocationsOf(containers)) a.mig.push_back(std::move(m));
+  }
+  a.classes = PodClassesOf(pod, backends, a.devices);
+  a.in_flight = in_flight;
+  return a;
 }
 
 std::vector<std::pair<std::string, std::uint8_t>> PodClassesOf(const PodView& pod, const Backends& backends,

@@ -129,6 +129,13 @@ class ClusterState {
   std::optional<PodAllocation> RemovePod(std::string_view uid);
   const PodAllocation* FindPod(std::string_view uid) const;
   std::size_t PodCount() const { return pods_.size(); }
+  // Visits every pod charged to `node` with its charges (init containers collapsed), in no particular order.
+  template <class F>
+  void ForEachPodOn(const NodeEntry& node, F&& visit) const {
+    for (const std::string& uid : node.pods) {
+      if (auto it = pods_.find(uid); it != pods_.end()) visit(it->second.allocation, it->second.charges);
+    }
+  }
   // After all init containers finished: keep only what the app containers use.
   void ReleaseInitContainers(std::string_view uid);
   // Visits every recorded pod with its charges (init containers collapsed), in no particular order.
@@ -136,6 +143,32 @@ class ClusterState {
   void ForEachPod(F&& visit) const {
     for (const auto& [uid, record] : pods_) visit(record.allocation, record.charges);
   }
+
+  // --- nominated pods ------------------------------------------------------------------------------------
+  // A pod kube-scheduler nominated to a node after a preemption (status.nominatedNodeName) holds the devices
+  // it is to get there (`hold`, charged to `hold.node`) until it is bound, gone or nominated elsewhere: a
+  // decision for a pod that does not outrank it counts them as taken, so that the devices its victims free
+  // are not given away (docs/DECISIONS.md, "Preemption"). Replaces the pod's earlier nomination.
+  void Nominate(std::int32_t priority, PodAllocation hold);
+  void ClearNomination(const std::string& uid);
+  bool HasNominations() const { return !nominated_.empty(); }
+  // Appends to `out` the holds nominated to `node` that a decision for pod `uid` of `priority` must leave
+  // alone: of other pods, with a priority not below it, and not charged in the ledger already (a decision
+  // for the nominated pod charges it there).
+  void NominatedHolds(std::string_view node, std::int32_t priority, std::string_view uid,
+                      std::vector<const PodAllocation*>& out) const;
+  // Visits every hold nominated to `node` and not charged in the ledger: f(priority, hold).
+  template <class F>
+  void ForEachNominated(std::string_view node, F&& visit) const {
+    auto it = nominated_by_node_.find(node);
+    if (it == nominated_by_node_.end()) return;
+    for (const std::string& uid : it->second) {
+      const Nominated& n = nominated_.at(uid);
+      if (!pods_.contains(uid)) visit(n.priority, n.hold);
+    }
+  }
+  // The pod's nomination hold; null when it has none.
+  const PodAllocation* NominationOf(const std::string& uid) const;
 
   // --- what grew -----------------------------------------------------------------------------------------
   // Since the last call: the nodes where a hold was released or shrank, the nodes whose devices changed
@@ -199,6 +232,13 @@ class ClusterState {
   };
   // Adds `sign` to the per-backend counts of `w` (a pod that counts as waiting).
   void CountWaiting(const Waiting& w, int sign);
+  struct Nominated {
+    std::int32_t priority = 0;
+    PodAllocation hold;
+  };
+  std::unordered_map<std::string, Nominated> nominated_;  // by uid
+  std::unordered_map<std::string, std::vector<std::string>, StringHash, std::equal_to<>>
+      nominated_by_node_;  // node -> uids
   std::unordered_map<std::string, Waiting> waiting_;
   std::vector<std::size_t> waiting_count_;  // per backend: pods that count as waiting
 };
@@ -206,6 +246,9 @@ class ClusterState {
 // Reads a pod's allocation back from its annotations (hami.io/vgpu-node and every backend's allocated key).
 // nullopt when the pod carries no hami.io/vgpu-node; an error names the annotation that cannot be decoded.
 Result<std::optional<PodAllocation>> AllocationFromAnnotations(const PodView& pod, const Backends& backends);
+// The hold of `pod` with `devices` on `node` (in flight: not yet set up by its device plugin).
+PodAllocation AllocationOf(const PodView& pod, std::string node, PodDevices devices, const Backends& backends,
+                           bool in_flight);
 // The classes (Backend::PodClass) of `pod` for the vendors of `devices` that sort pods into classes, as
 // PodAllocation::classes keeps them.
 std::vector<std::pair<std::string, std::uint8_t>> PodClassesOf(const PodView& pod, const Backends& backends,

@@ -133,8 +133,12 @@ bool FitEngine::FitWith(const PodContext& ctx, const PodRequests& reqs, const No
   };
   apply(overlay.without, -1);
   apply(overlay.with, +1);
-  return FitFrom(ctx, reqs, node, Base{&overlay_usage_, &overlay_mig_, &overlay_classes_, &overlay_totals_},
-                 out, reason);
+  return FitAgainst(ctx, reqs, node, into, out, reason);
+}
+
+bool FitEngine::FitAgainst(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+                           const NodeUsage& usage, PodDevices* out, std::string* reason) {
+  return FitFrom(ctx, reqs, node, Base{&usage.usage, &usage.mig, &usage.classes, &usage.totals}, out, reason);
 }
 
 int FitEngine::Capacity(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, int limit) {

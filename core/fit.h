@@ -112,6 +112,10 @@ class FitEngine {
   // The same against the node's usage changed by `overlay` (nothing in the ledger changes).
   bool FitWith(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
                const UsageOverlay& overlay, PodDevices* out, std::string* reason);
+  // The same against `usage`: the node's counters as a caller changed them (a what-if built up pod by pod
+  // with ApplyCharges, each step one pod's charges, rather than an overlay applied anew for every fit).
+  bool FitAgainst(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+                  const NodeUsage& usage, PodDevices* out, std::string* reason);
   // After a fit that succeeded: the node's score for the pod's node policy (higher ranks first under
   // binpack, lower under spread): the node's usage, the vendor's packing score, and its together-score
   // (FitRules::vendor_score_together), which counts for either policy.

@@ -74,6 +74,7 @@ struct PodView {
   bool terminating = false;  // metadata.deletionTimestamp set
   bool scheduling_gated = false;    // spec.schedulingGates lists a gate: kube-scheduler does not try it
   std::int32_t priority = 0;        // spec.priority
+  bool never_preempts = false;      // spec.preemptionPolicy is Never: it evicts no pod to make room
   std::string nominated_node_name;  // status.nominatedNodeName (preemption's choice)
   SchedulingCondition scheduled;    // status.conditions[type=PodScheduled]
   Labels labels;
@@ -111,6 +112,30 @@ struct LeaseView {
            acquire_time == o.acquire_time && renew_time == o.renew_time &&
            lease_transitions == o.lease_transitions;
   }
+};
+
+// A label selector (metav1.LabelSelector): every matchLabels pair and every expression must hold.
+struct LabelSelector {
+  struct Requirement {
+    enum class Op { kIn, kNotIn, kExists, kDoesNotExist };
+    std::string key;
+    Op op = Op::kExists;
+    std::vector<std::string> values;
+  };
+  Labels match_labels;
+  std::vector<Requirement> expressions;
+  bool Empty() const { return match_labels.empty() && expressions.empty(); }
+  bool Matches(const Labels& labels) const;
+};
+
+// A policy/v1 PodDisruptionBudget, as preemption counts it: the pods it covers and how many of them may be
+// disrupted now.
+struct DisruptionBudgetView {
+  std::string ns;
+  std::string name;
+  LabelSelector selector;  // spec.selector; absent reads as empty: it covers no pod, as kube-scheduler counts
+  std::int32_t disruptions_allowed = 0;     // status.disruptionsAllowed
+  std::vector<std::string> disrupted_pods;  // status.disruptedPods: names being disrupted already, sorted
 };
 
 struct ResourceQuotaView {

@@ -7,6 +7,15 @@
 
 namespace hami {
 
+Result<PodContext> DecisionContext(const PodView& pod, const ClusterState& state,
+                                   const SchedulerOptions& options) {
+  auto ctx = MakePodContext(pod, state.backends(), state.quotas(), options.gpu_policy);
+  if (!ctx) return ctx;
+  auto np = pod.annotations.find(keys::kNodePolicy);
+  ctx->spread = (np != pod.annotations.end() ? np->second : options.node_policy) == kPolicySpread;
+  return ctx;
+}
+
 Scheduler::Scheduler(ClusterState& state, SchedulerOptions options)
     : state_(&state), options_(std::move(options)), engine_(state.backends(), state.quotas()) {}
 
@@ -26,13 +35,11 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const Result<PodRequests>& r
     out.kind = FilterOutcome::Kind::kPassThrough;
     return out;
   }
-  auto ctx = MakePodContext(pod, state_->backends(), state_->quotas(), options_.gpu_policy);
+  auto ctx = DecisionContext(pod, *state_, options_);
   if (!ctx) {
     out.error = ctx.error().message;
     return out;
   }
-  auto np = pod.annotations.find(keys::kNodePolicy);
-  ctx->spread = (np != pod.annotations.end() ? np->second : options_.node_policy) == kPolicySpread;
 
   FitCandidates(*ctx, *requests, candidates, out);
   out.fitting_count = fitting_.size();
@@ -66,7 +73,7 @@ void Scheduler::FitCandidates(const PodContext& ctx, const PodRequests& requests
       out.failed_nodes[candidates[i]] = std::string(kNodeUnregistered);
       continue;
     }
-    if (!engine_.Fit(ctx, requests, *node, nullptr, &reason)) {
+    if (!FitNode(ctx, requests, *node, nullptr, &reason)) {
       out.failed_nodes[candidates[i]] = reason;
       continue;
     }
@@ -74,6 +81,15 @@ void Scheduler::FitCandidates(const PodContext& ctx, const PodRequests& requests
                         options_.busy_node_threshold > 0 &&
                             node->allocations_in_flight >= options_.busy_node_threshold});
   }
+}
+
+bool Scheduler::FitNode(const PodContext& ctx, const PodRequests& requests, const NodeEntry& node,
+                        PodDevices* out, std::string* reason) {
+  if (!state_->HasNominations()) return engine_.Fit(ctx, requests, node, out, reason);
+  held_.clear();
+  state_->NominatedHolds(node.node.name, ctx.pod->priority, ctx.pod->UidOrKey(), held_);
+  if (held_.empty()) return engine_.Fit(ctx, requests, node, out, reason);
+  return engine_.FitWith(ctx, requests, node, UsageOverlay{{}, held_}, out, reason);
 }
 
 [[gnu::always_inline]] inline void Scheduler::PrefetchAhead(std::size_t i, std::size_t first_asked) const {
@@ -164,7 +180,7 @@ void Scheduler::WriteDecision(const PodView& pod, const PodContext& ctx, const P
                               TimePoint now, FilterOutcome& out) {
   const Backends& backends = state_->backends();
   const NodeEntry* chosen = state_->FindNode(out.node);
-  engine_.Fit(ctx, requests, *chosen, &out.devices, nullptr);
+  FitNode(ctx, requests, *chosen, &out.devices, nullptr);
   out.kind = FilterOutcome::Kind::kScheduled;
   out.annotations[std::string(keys::kAssignedNode)] = out.node;
   out.annotations[std::string(keys::kDecisionTime)] =
@@ -207,12 +223,34 @@ std::vector<bool> Scheduler::FitInTurn(std::span<const PodView* const> pods, con
   if (entry == nullptr) return fits;
   std::vector<DeviceUsage> usage = entry->usage;
   std::vector<std::vector<MigInUse>> mig = entry->mig_in_use;
-  for (std::size_t i = 0; i < pods.size(); ++i) {
+  // The devices held for the pods nominated here are taken, but for the pods that outrank them; and the pods
+  // nominated here are fitted first, in their own place (kube-scheduler tries them there first).
+  std::vector<std::pair<std::int32_t, const PodAllocation*>> holds;
+  state_->ForEachNominated(node, [&](std::int32_t priority, const PodAllocation& hold) {
+    holds.emplace_back(priority, &hold);
+  });
+  std::vector<CardClasses> classes = entry->classes_in_use;
+  NodeTotals totals = entry->totals;
+  const NodeUsage into{usage, mig, classes, totals};
+  const auto apply = [&](const PodView& pod, int sign, bool own_too) {
+    for (const auto& [priority, hold] : holds) {
+      if (priority < pod.priority || (own_too && hold->uid == pod.UidOrKey()))
+        ApplyCharges(*entry, *hold, sign, into);
+    }
+  };
+  for (const auto& [priority, hold] : holds) ApplyCharges(*entry, *hold, +1, into);
+  std::vector<std::size_t> order(pods.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_partition(order.begin(), order.end(),
+                        [&](std::size_t i) { return pods[i]->nominated_node_name == node; });
+  for (const std::size_t i : order) {
     const auto requests = CollectRequests(*pods[i], state_->backends());
     if (!requests || !requests->Any()) continue;
     auto ctx = MakePodContext(*pods[i], state_->backends(), state_->quotas(), options_.gpu_policy);
     if (!ctx) continue;
+    apply(*pods[i], -1, true);
     fits[i] = engine_.FitOnto(*ctx, *requests, *entry, usage, mig);
+    apply(*pods[i], +1, !fits[i]);  // a pod that fits takes its own place instead of its hold
   }
   return fits;
 }
@@ -223,19 +261,7 @@ void Scheduler::Reserve(const PodView& pod, const FilterOutcome& outcome, Hold h
 }
 
 PodAllocation Scheduler::Decision(const PodView& pod, const FilterOutcome& outcome, Hold hold) const {
-  PodAllocation a;
-  a.uid = pod.UidOrKey();
-  a.ns = pod.ns;
-  a.name = pod.name;
-  a.node = outcome.node;
-  a.num_init = pod.init_containers.size();
-  a.devices = outcome.devices;
-  for (const auto& [vendor, containers] : outcome.devices) {
-    for (auto& m : codec::MigAllocationsOf(containers)) a.mig.push_back(std::move(m));
-  }
-  a.classes = PodClassesOf(pod, state_->backends(), a.devices);
-  a.in_flight = hold == Hold::kInFlight;
-  return a;
+  return AllocationOf(pod, outcome.node, outcome.devices, state_->backends(), hold == Hold::kInFlight);
 }
 
 }  // namespace hami

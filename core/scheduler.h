@@ -26,6 +26,11 @@ struct SchedulerOptions {
   int busy_node_threshold = 2;
 };
 
+// The pod's context for a decision under `options`: its policy annotations read (MakePodContext), and the
+// node policy its annotation or the default names.
+Result<PodContext> DecisionContext(const PodView& pod, const ClusterState& state,
+                                   const SchedulerOptions& options);
+
 struct FilterOutcome {
   enum class Kind {
     kPassThrough,    // the pod asks for no device we manage: every candidate passes
@@ -91,6 +96,9 @@ class Scheduler {
   // Fits the pod on every candidate: the fitting ones into fitting_, the others' reasons into `out`.
   void FitCandidates(const PodContext& ctx, const PodRequests& requests,
                      const std::vector<std::string>& candidates, FilterOutcome& out);
+  // Fit on one node, with the devices of the pods nominated there that the pod does not outrank taken.
+  bool FitNode(const PodContext& ctx, const PodRequests& requests, const NodeEntry& node, PodDevices* out,
+               std::string* reason);
   void PrefetchAhead(std::size_t i, std::size_t first_asked) const;
   void MarkUnresolvable(const PodContext& ctx, const PodRequests& requests,
                         const std::vector<std::string>& candidates, FilterOutcome& out);
@@ -112,6 +120,7 @@ class Scheduler {
   FitEngine engine_;
   std::vector<const NodeEntry*> resolved_;  // scratch: candidates resolved to registry entries
   std::vector<Fitting> fitting_;            // scratch: the candidates that fit
+  std::vector<const PodAllocation*> held_;  // scratch: nominated holds on the node being fitted
 };
 
 }  // namespace hami

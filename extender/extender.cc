@@ -56,6 +56,10 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
               clock, options_.bind, requeue_),
       filter_(feed_.state(), ledger_, binder_, caches_.pods.views(), fenced_, clock, options_.filter,
               clients.decisions->options().qps, readiness_, requeue_),
+      preempt_(feed_.state(), caches_.pods.views(), caches_.budgets.views(),
+               [this] { return caches_.budgets.synced(); }, readiness_,
+               PreemptOptions{.policies = options_.filter.policies,
+                              .scheduler_name = options_.admission.scheduler_name}),
       admission_(backends, feed_.state(), options_.admission),
       routes_(WatchRoutes::Targets{.feed = feed_,
                                    .health = health_,
@@ -65,6 +69,7 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
                                    .leadership = leadership_,
                                    .readiness = readiness_,
                                    .requeue = requeue_,
+                                   .preempt = preempt_,
                                    .scheduler_name = options_.admission.scheduler_name}),
       housekeeping_(Housekeeping::Parts{.caches = caches_,
                                         .feed = feed_,
@@ -147,6 +152,7 @@ std::string Extender::Metrics() const {
           "1 once the caches are synced and the first health pass ran (a follower: once synced), as /readyz.",
           readiness_.reports_ready() ? 1 : 0);
   filter_.WriteMetrics(w);
+  preempt_.WriteMetrics(w);
   admission_.WriteMetrics(w);
   binder_.WriteMetrics(w);
   health_.WriteMetrics(w);

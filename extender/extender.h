@@ -27,6 +27,7 @@
 #include "extender/plugin_locks.h"
 #include "extender/pod_ledger.h"
 #include "extender/readiness.h"
+#include "extender/preempt_service.h"
 #include "extender/requeue.h"
 #include "extender/reservation_expiry.h"
 #include "extender/watch_routes.h"
@@ -81,6 +82,7 @@ class Extender : public k8s::prom::Source {
 
   FilterService& filter() { return filter_; }
   BindService& binder() { return binder_; }
+  PreemptService& preempt() { return preempt_; }
   AdmissionService& admission() { return admission_; }
   Requeue& requeue() { return requeue_; }
 
@@ -133,6 +135,7 @@ class Extender : public k8s::prom::Source {
   PluginLocks plugin_locks_;
   BindService binder_;
   FilterService filter_;
+  PreemptService preempt_;
   AdmissionService admission_;
   WatchRoutes routes_;
   Housekeeping housekeeping_;

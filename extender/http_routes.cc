@@ -125,7 +125,12 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
                    co_return Respond(200, kJson, std::move(review));
                  });
   }
-  if (!serves.extender) return;
+  if (serves.extender) InstallDecisions(server);
+}
+
+void HttpRoutes::InstallDecisions(k8s::HttpServer& server) {
+  using k8s::ServerRequest;
+  using k8s::ServerResponse;
   const Services* e = &s_;
   server.Route(http::verb::post, "/filter", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
     auto args = r.body_too_large ? Result<k8s::ExtenderArgs>(Error{std::string(kTooLarge)})
@@ -143,6 +148,23 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
     }
     static const k8s::ExtenderArgs kUnread;  // an error's answer echoes nothing of the request
     co_return Respond(200, kJson, k8s::ToJson(k8s::ToFilterResult(outcome, args ? *args : kUnread)));
+  });
+  // kube-scheduler reads any status but 200 as the extender's error (it logs the status, and we the reason);
+  // the body says why for anyone else who asks.
+  server.Route(http::verb::post, "/preempt", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
+    if (const std::string follower = e->readiness.NotLeaderReason(); !follower.empty()) {
+      const Error error = e->preempt.Refuse("hami-scheduler is not the leader (" + follower + "); retry");
+      co_return Respond(503, kText, error.message + "\n");
+    }
+    auto args = r.body_too_large ? Result<k8s::ExtenderPreemptionArgs>(Error{std::string(kTooLarge)})
+                                 : k8s::ParsePreemptionArgs(r.body);
+    if (!args) {
+      const Error error = e->preempt.Refuse(args.error().message);
+      co_return Respond(r.body_too_large ? 413 : 400, kText, error.message + "\n");
+    }
+    auto victims = e->preempt.Preempt(*args);
+    if (!victims) co_return Respond(400, kText, victims.error().message + "\n");
+    co_return Respond(200, kJson, k8s::ToJson(*victims));
   });
   server.Route(http::verb::post, "/bind", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
     auto args = r.body_too_large ? Result<k8s::ExtenderBindingArgs>(Error{std::string(kTooLarge)})

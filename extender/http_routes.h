@@ -1,6 +1,6 @@
 #pragma once
-// The extender's HTTP adapter: it owns the wire. Routes (/filter, /bind and /webhook on the extender
-// listener, /webhook on a listener of its own with --webhook-bind; /metrics, /healthz and /readyz on every
+// The extender's HTTP adapter: it owns the wire. Routes (/filter, /preempt, /bind and /webhook on the
+// extender listener, /webhook on a listener of its own with --webhook-bind; /metrics, /healthz and /readyz on every
 // listener), the request body limits, and the extender v1 and AdmissionReview JSON in and out (k8s/extender,
 // k8s/admission). It is handed the services it serves and the readiness that gates them; kube-scheduler
 // expects HTTP 200 with failures in the JSON's Error.
@@ -19,6 +19,7 @@
 #include "extender/admission_service.h"
 #include "extender/bind_service.h"
 #include "extender/filter_service.h"
+#include "extender/preempt_service.h"
 #include "extender/readiness.h"
 #include "k8s/http_server.h"
 #include "k8s/metrics.h"
@@ -33,6 +34,7 @@ class HttpRoutes {
   struct Services {
     FilterService& filter;
     BindService& binder;
+    PreemptService& preempt;
     AdmissionService& admission;
     const Readiness& readiness;
     const k8s::prom::Source& metrics;  // every service's families
@@ -43,7 +45,7 @@ class HttpRoutes {
 
   // What a listener serves besides /healthz and /readyz.
   struct Serves {
-    bool extender = false;  // /filter, /bind
+    bool extender = false;  // /filter, /bind, /preempt
     bool webhook = false;   // /webhook
     bool metrics = true;  // /metrics (names of nodes, pods, namespaces: not on a webhook listener of its own)
   };
@@ -62,6 +64,8 @@ class HttpRoutes {
   std::string Metrics() const;
 
  private:
+  // /filter, /preempt and /bind.
+  void InstallDecisions(k8s::HttpServer& server);
   std::string ServerMetrics() const;
 
   Services s_;

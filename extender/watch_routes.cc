@@ -42,6 +42,8 @@ Caches::Caches(k8s::ApiClient& client, const CacheOptions& options)
     : nodes(client, NodeWatch(options), k8s::NodeFromJson),
       pods(client, At(options.reflector, "/api/v1/pods"), k8s::PodFromJson),
       quotas(client, At(options.reflector, "/api/v1/resourcequotas"), k8s::ResourceQuotaFromJson),
+      budgets(client, At(options.reflector, "/apis/policy/v1/poddisruptionbudgets"),
+              k8s::DisruptionBudgetFromJson),
       lease(options.watch_lease
                 ? std::make_unique<k8s::Informer<LeaseView>>(client, LeaseWatch(options), k8s::LeaseFromJson)
                 : nullptr) {}
@@ -49,9 +51,9 @@ Caches::Caches(k8s::ApiClient& client, const CacheOptions& options)
 asio::awaitable<void> Caches::Run() {
   using namespace asio::experimental::awaitable_operators;
   if (lease) {
-    co_await (nodes.Run() && pods.Run() && quotas.Run() && lease->Run());
+    co_await (nodes.Run() && pods.Run() && quotas.Run() && budgets.Run() && lease->Run());
   } else {
-    co_await (nodes.Run() && pods.Run() && quotas.Run());
+    co_await (nodes.Run() && pods.Run() && quotas.Run() && budgets.Run());
   }
 }
 
@@ -133,6 +135,7 @@ void WatchRoutes::OnNodeDeleted(const NodeView& node) {
 void WatchRoutes::OnPod(const PodView& pod) {
   const std::string uid = pod.UidOrKey();
   t_.feed.TrackWaiting(pod, pod.scheduler_name == t_.scheduler_name);
+  t_.preempt.OnPod(pod);
   if (pod.Finished()) {
     PodGone(uid);
     return;
@@ -173,6 +176,7 @@ void WatchRoutes::OnPodDeleted(const PodView& pod) {
 }
 
 void WatchRoutes::PodGone(const std::string& uid) {
+  t_.preempt.Forget(uid);
   t_.ledger.Gone(uid);
   t_.plugin_locks.ReleaseLeftover(uid);
   t_.lock_queue.WakeAll();  // it may own a lock someone waits for

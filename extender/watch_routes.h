@@ -9,10 +9,11 @@
 //   node deleted             -> LedgerFeed::RemoveNode, HealthService::Forget, PluginLocks::OnNodeDeleted,
 //                               LockQueue::Wake
 //   pod added or updated     -> LedgerFeed (waiting, allocation), PodLedger (shown bound, reservation
-//                               written, reservation abandoned by kube-scheduler), Requeue::Forget once
-//                               bound, and as a pod deleted once finished
+//                               written, reservation abandoned by kube-scheduler), PreemptService::OnPod
+//                               (its nomination), Requeue::Forget once bound, and as a pod deleted once
+//                               finished
 //   pod deleted              -> LedgerFeed::StopWaiting, PodLedger::Gone, PluginLocks::ReleaseLeftover,
-//                               LockQueue::WakeAll, Requeue::Forget
+//                               LockQueue::WakeAll, Requeue::Forget, PreemptService::Forget
 //   quota added, updated, deleted -> the ledger's quotas, Requeue::QuotaChanged
 //   (after each of the above: Requeue::Poke, which passes over what the ledger gained)
 //   Lease (follow mode)      -> Leadership::Observe
@@ -31,6 +32,7 @@
 #include "extender/lock_queue.h"
 #include "extender/plugin_locks.h"
 #include "extender/pod_ledger.h"
+#include "extender/preempt_service.h"
 #include "extender/readiness.h"
 #include "extender/requeue.h"
 #include "k8s/api_client.h"
@@ -57,6 +59,8 @@ struct Caches {
   k8s::Informer<NodeView> nodes;
   k8s::Informer<PodView> pods;
   k8s::Informer<ResourceQuotaView> quotas;
+  // Read by /preempt alone (it counts the evictions a budget forbids); no event of theirs is routed.
+  k8s::Informer<DisruptionBudgetView> budgets;
   std::unique_ptr<k8s::Informer<LeaseView>> lease;  // follow mode only
 };
 
@@ -71,6 +75,7 @@ class WatchRoutes {
     Leadership& leadership;
     Readiness& readiness;
     Requeue& requeue;
+    PreemptService& preempt;
     std::string scheduler_name;  // pods naming it are ours (they wait for our decision)
   };
   explicit WatchRoutes(Targets targets) : t_(std::move(targets)) {}

@@ -129,6 +129,89 @@ Result<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
   return args;
 }
 
+namespace {
+
+// One node's victims: a MetaVictims ({"Pods": [{"UID": ...}]}) or a Victims ({"Pods": [Pod objects]}).
+Result<std::vector<std::string>> VictimUids(const json::value& victims, const std::string& what, bool meta,
+                                            std::int64_t& pdb_violations) {
+  if (victims.is_null()) return std::vector<std::string>{};
+  if (!victims.is_object()) return Error{fmt::format("{}: expected an object with Pods", what)};
+  if (const json::value* n = FindKey(victims.get_object(), "NumPDBViolations"); n && !n->is_null()) {
+    if (!n->is_int64() || n->get_int64() < 0)
+      return Error{fmt::format("{}.NumPDBViolations: expected a count", what)};
+    pdb_violations = n->get_int64();
+  }
+  std::vector<std::string> uids;
+  const json::value* pods = FindKey(victims.get_object(), "Pods");
+  if (pods == nullptr || pods->is_null()) return uids;
+  if (!pods->is_array()) return Error{fmt::format("{}.Pods: expected a list", what)};
+  for (const json::value& p : pods->get_array()) {
+    const std::string at = fmt::format("{}.Pods[{}]", what, uids.size());
+    const json::value* uid = nullptr;
+    if (meta) {
+      uid = p.is_object() ? FindKey(p.get_object(), "UID") : nullptr;
+    } else if (const json::value* md = p.is_object() ? p.get_object().if_contains("metadata") : nullptr;
+               md != nullptr && md->is_object()) {
+      uid = md->get_object().if_contains("uid");
+    }
+    const std::string field = meta ? at + ".UID" : at + ".metadata.uid";
+    if (uid == nullptr || !uid->is_string()) return Error{fmt::format("{}: expected a string", field)};
+    if (uid->get_string().empty() || !IsUid(uid->get_string()))
+      return Error{fmt::format("{}: {} is not a UID", field, Quoted(uid->get_string()))};
+    uids.emplace_back(uid->get_string());
+  }
+  return uids;
+}
+
+}  // namespace
+
+Result<ExtenderPreemptionArgs> ParsePreemptionArgs(std::string_view body) {
+  auto root = ParseObject(body, "ExtenderPreemptionArgs");
+  if (!root) return root.error();
+  ExtenderPreemptionArgs args;
+  const json::value* pod = FindKey(*root, "Pod");
+  if (pod == nullptr || pod->is_null()) return Error{"ExtenderPreemptionArgs: missing Pod"};
+  auto view = PodFromJson(*pod);
+  if (!view) return Error{fmt::format("ExtenderPreemptionArgs.Pod: {}", view.error().message)};
+  if (auto ok = ValidateName("ExtenderPreemptionArgs.Pod.metadata.namespace", view->ns, NameKind::kNamespace);
+      !ok)
+    return ok.error();
+  if (auto ok = ValidateName("ExtenderPreemptionArgs.Pod.metadata.name", view->name, NameKind::kPod); !ok)
+    return ok.error();
+  if (!IsUid(view->uid))
+    return Error{fmt::format("ExtenderPreemptionArgs.Pod.metadata.uid: {} is not a UID", Quoted(view->uid))};
+  args.pod = std::move(*view);
+  // kube-scheduler fills one of the two maps (nodeCacheCapable decides which).
+  for (const bool meta : {true, false}) {
+    const std::string_view key = meta ? "NodeNameToMetaVictims" : "NodeNameToVictims";
+    const json::value* map = FindKey(*root, key);
+    if (map == nullptr || map->is_null()) continue;
+    if (!map->is_object()) return Error{fmt::format("ExtenderPreemptionArgs.{}: expected an object", key)};
+    for (const auto& kv : map->get_object()) {
+      const std::string what = fmt::format("ExtenderPreemptionArgs.{}[{}]", key, Quoted(kv.key()));
+      if (auto ok = ValidateName(what, kv.key(), NameKind::kNode); !ok) return ok.error();
+      const std::string node(kv.key());
+      if (args.victims.contains(node)) return Error{fmt::format("{}: the node is listed twice", what)};
+      std::int64_t violations = 0;
+      auto uids = VictimUids(kv.value(), what, meta, violations);
+      if (!uids) return uids.error();
+      args.victims.emplace(node, std::move(*uids));
+      args.pdb_violations[node] = violations;
+    }
+  }
+  return args;
+}
+
+std::string ToJson(const std::map<std::string, MetaVictims>& result) {
+  json::object nodes;
+  for (const auto& [node, victims] : result) {
+    json::array pods;
+    for (const std::string& uid : victims.uids) pods.push_back(json::object{{"UID", uid}});
+    nodes[node] = json::object{{"Pods", std::move(pods)}, {"NumPDBViolations", victims.pdb_violations}};
+  }
+  return json::serialize(json::object{{"NodeNameToMetaVictims", std::move(nodes)}});
+}
+
 std::string ToJson(const ExtenderFilterResult& r) {
   json::object o;
   if (r.nodes) {

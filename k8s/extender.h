@@ -52,6 +52,24 @@ std::string ToJson(const ExtenderFilterResult& result);
 // A pod without device requests passes every candidate through.
 ExtenderFilterResult ToFilterResult(const FilterOutcome& outcome, const ExtenderArgs& args);
 
+// POST /preempt (ExtenderPreemptionArgs): the pod and, per candidate node, the victims kube-scheduler chose
+// there (possibly none), by UID: NodeNameToMetaVictims (nodeCacheCapable: true) or the UIDs of
+// NodeNameToVictims' full pods (false).
+struct ExtenderPreemptionArgs {
+  PodView pod;
+  std::map<std::string, std::vector<std::string>> victims;  // node -> victim UIDs
+  std::map<std::string, std::int64_t> pdb_violations;        // node -> NumPDBViolations as sent
+};
+// Errors name the field; a pod, node name or UID the API server would not accept is refused.
+Result<ExtenderPreemptionArgs> ParsePreemptionArgs(std::string_view body);
+
+// ExtenderPreemptionResult: NodeNameToMetaVictims for the nodes where preemption helps.
+struct MetaVictims {
+  std::vector<std::string> uids;  // most important first (kube-scheduler reads the first as the highest)
+  std::int64_t pdb_violations = 0;
+};
+std::string ToJson(const std::map<std::string, MetaVictims>& result);
+
 struct ExtenderBindingArgs {
   std::string pod_name;
   std::string pod_namespace;

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/keys.h"
+#include "k8s/logging.h"
 #include "k8s/yaml_json.h"
 
 namespace hami::k8s {
@@ -177,6 +178,12 @@ Result<void> ReadSchedulingState(const Reader& r, const json::value& v, PodView&
       return r.Fail("spec.priority", "expected a 32-bit integer");
     p.priority = static_cast<std::int32_t>(priority->get_int64());
   }
+  auto policy = r.String(v, "spec.preemptionPolicy", "spec.preemptionPolicy");
+  if (!policy) return policy.error();
+  if (!policy->empty() && *policy != "Never" && *policy != "PreemptLowerPriority")
+    return r.Fail("spec.preemptionPolicy", fmt::format("expected Never or PreemptLowerPriority, got \"{}\"",
+                                                      EscapeControlChars(*policy)));
+  p.never_preempts = *policy == "Never";
   auto nominated = r.String(v, "status.nominatedNodeName", "status.nominatedNodeName");
   if (!nominated) return nominated.error();
   p.nominated_node_name = std::move(*nominated);
@@ -322,6 +329,74 @@ Result<ResourceQuotaView> ResourceQuotaFromJson(const json::value& v) {
   return q;
 }
 
+namespace {
+
+Result<LabelSelector> SelectorFromJson(const Reader& r, const json::value& v, std::string_view at) {
+  LabelSelector out;
+  auto labels = r.Map(v, "matchLabels", fmt::format("{}.matchLabels", at));
+  if (!labels) return labels.error();
+  out.match_labels = std::move(*labels);
+  const json::value* expressions = r.Find(v, "matchExpressions");
+  if (expressions == nullptr) return out;
+  const std::string where = fmt::format("{}.matchExpressions", at);
+  if (!expressions->is_array()) return r.Fail(where, "expected a list");
+  for (const json::value& e : expressions->get_array()) {
+    using Op = LabelSelector::Requirement::Op;
+    LabelSelector::Requirement req;
+    auto key = r.String(e, "key", where + "[].key");
+    if (!key) return key.error();
+    if (key->empty()) return r.Fail(where + "[].key", "missing");
+    req.key = std::move(*key);
+    auto op = r.String(e, "operator", where + "[].operator");
+    if (!op) return op.error();
+    if (*op == "In") req.op = Op::kIn;
+    else if (*op == "NotIn") req.op = Op::kNotIn;
+    else if (*op == "Exists") req.op = Op::kExists;
+    else if (*op == "DoesNotExist") req.op = Op::kDoesNotExist;
+    else
+      return r.Fail(where + "[].operator",
+                    fmt::format("expected In, NotIn, Exists or DoesNotExist, got \"{}\"", EscapeControlChars(*op)));
+    if (const json::value* values = r.Find(e, "values")) {
+      if (!values->is_array()) return r.Fail(where + "[].values", "expected a list of strings");
+      for (const json::value& value : values->get_array()) {
+        if (!value.is_string()) return r.Fail(where + "[].values", "expected a list of strings");
+        req.values.emplace_back(value.get_string());
+      }
+    }
+    out.expressions.push_back(std::move(req));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<DisruptionBudgetView> DisruptionBudgetFromJson(const json::value& v) {
+  Reader r(ObjectName(v, "PodDisruptionBudget", true), v);
+  if (!v.is_object()) return r.Fail("(object)", "expected a JSON object");
+  DisruptionBudgetView b;
+  auto name = r.String(v, "metadata.name", "metadata.name");
+  if (!name) return name.error();
+  b.name = *name;
+  auto ns = r.String(v, "metadata.namespace", "metadata.namespace");
+  if (!ns) return ns.error();
+  b.ns = ns->empty() ? "default" : *ns;
+  if (const json::value* selector = r.Find(v, "spec.selector")) {
+    auto read = SelectorFromJson(r, *selector, "spec.selector");
+    if (!read) return read.error();
+    b.selector = std::move(*read);
+  }
+  if (const json::value* allowed = r.Find(v, "status.disruptionsAllowed")) {
+    if (!allowed->is_int64() || allowed->get_int64() < std::numeric_limits<std::int32_t>::min() ||
+        allowed->get_int64() > std::numeric_limits<std::int32_t>::max())
+      return r.Fail("status.disruptionsAllowed", "expected a 32-bit integer");
+    b.disruptions_allowed = static_cast<std::int32_t>(allowed->get_int64());
+  }
+  auto disrupted = r.Map(v, "status.disruptedPods", "status.disruptedPods");
+  if (!disrupted) return disrupted.error();
+  for (auto& [pod, since] : *disrupted) b.disrupted_pods.push_back(pod);  // a std::map: sorted
+  return b;
+}
+
 Result<void> CollectObjects(const json::value& document, std::string_view source, ObjectSet& out) {
   if (!document.is_object()) return Error{fmt::format("{}: expected a Kubernetes object or List", source)};
   const auto& o = document.get_object();
@@ -353,9 +428,14 @@ Result<void> CollectObjects(const json::value& document, std::string_view source
     auto q = ResourceQuotaFromJson(document);
     if (!q) return Error{fmt::format("{}: {}", source, q.error().message)};
     out.quotas.push_back(std::move(*q));
+  } else if (kind == "PodDisruptionBudget") {
+    auto b = DisruptionBudgetFromJson(document);
+    if (!b) return Error{fmt::format("{}: {}", source, b.error().message)};
+    out.budgets.push_back(std::move(*b));
   } else if (kind.empty()) {
-    return Error{
-        fmt::format("{}: object has no \"kind\" (want Node, Pod, ResourceQuota or a List of them)", source)};
+    return Error{fmt::format(
+        "{}: object has no \"kind\" (want Node, Pod, ResourceQuota, PodDisruptionBudget or a List of them)",
+        source)};
   } else {
     out.skipped.push_back(ObjectName(document, kind, true));
   }

@@ -17,6 +17,7 @@ Result<PodView> PodFromJson(const boost::json::value& v);
 Result<PodView> PodBeingCreatedFromJson(const boost::json::value& v);
 Result<ResourceQuotaView> ResourceQuotaFromJson(const boost::json::value& v);
 Result<LeaseView> LeaseFromJson(const boost::json::value& v);
+Result<DisruptionBudgetView> DisruptionBudgetFromJson(const boost::json::value& v);
 
 // The objects of a `kubectl get ... -o json|yaml` document: a List (or NodeList, PodList...) or single
 // objects.
@@ -24,6 +25,7 @@ struct ObjectSet {
   std::vector<NodeView> nodes;
   std::vector<PodView> pods;
   std::vector<ResourceQuotaView> quotas;
+  std::vector<DisruptionBudgetView> budgets;
   std::vector<std::string> skipped;  // "Kind ns/name" of objects of other kinds (Services, ...)
 };
 // Adds the objects of one document; `source` names the file in errors.

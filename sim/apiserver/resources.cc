@@ -32,6 +32,8 @@ const std::vector<ResourceType>& Resources() {
       {"", "v1", "events", "event", "Event", true, false, {"ev"}, {}},
       {"", "v1", "resourcequotas", "resourcequota", "ResourceQuota", true, true, {"quota"}, {}},
       {"coordination.k8s.io", "v1", "leases", "lease", "Lease", true, false, {}, {}},
+      {"policy", "v1", "poddisruptionbudgets", "poddisruptionbudget", "PodDisruptionBudget", true, true,
+       {"pdb"}, {}},
   };
   return types;
 }

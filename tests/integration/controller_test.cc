@@ -701,6 +701,52 @@ TEST_F(ControllerTest, SimulateDecidesAsServeOnTheSameSnapshot) {
   EXPECT_EQ(r.at(2).at("node").as_string(), "gpu-ok");
 }
 
+// POST /preempt over HTTP: the victims as kube-scheduler reads them, and input it cannot act on refused with a
+// status other than 200 and the reason in the body.
+TEST_F(ControllerTest, PreemptNamesTheVictimsAndRefusesWhatTheCachesContradict) {
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  json::value low = GpuPod("low", 10000);
+  low.at("metadata").as_object()["annotations"] = {
+      {"hami.io/vgpu-node", "gpu-a"}, {"hami.io/vgpu-devices-allocated", "gpu-a-gpu0,NVIDIA,10000,0:;"}};
+  low.at("spec").as_object()["nodeName"] = "gpu-a";
+  low.at("spec").as_object()["priority"] = 10;
+  ASSERT_TRUE(server_.store().Create(low));
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    const std::string low_uid(Stored("pods", "default", "low").at("metadata").at("uid").as_string());
+    json::value high = GpuPod("high", 10000);
+    high.at("metadata").as_object()["uid"] = "uid-high";
+    high.at("spec").as_object()["priority"] = 1000;
+    high.at("spec").as_object()["schedulerName"] = "hami-scheduler";
+    const auto args = [&](const json::object& victims) {
+      return json::serialize(json::object{{"Pod", high}, {"NodeNameToMetaVictims", victims}});
+    };
+    json::object empty;
+    empty["Pods"] = json::array{};
+    empty["NumPDBViolations"] = 0;
+    json::object on_a, on_ghost;
+    on_a["gpu-a"] = empty;
+    on_ghost["ghost"] = empty;
+    const std::string want =
+        R"({"NodeNameToMetaVictims":{"gpu-a":{"Pods":[{"UID":")" + low_uid + R"("}],"NumPDBViolations":0}}})";
+    const std::string ask_a = args(on_a), ask_ghost = args(on_ghost), huge_body(2 << 20, ' ');
+    auto answer = co_await Post("/preempt", ask_a);
+    EXPECT_EQ(json::serialize(answer), want);
+    auto bad = co_await Call(http::verb::post, "/preempt", "{not json");
+    EXPECT_EQ(bad.status, 400u);
+    EXPECT_NE(bad.body.find("ExtenderPreemptionArgs: invalid JSON"), std::string::npos) << bad.body;
+    auto ghost = co_await Call(http::verb::post, "/preempt", ask_ghost);
+    EXPECT_EQ(ghost.status, 400u);
+    EXPECT_NE(ghost.body.find("node ghost is not registered"), std::string::npos) << ghost.body;
+    auto huge = co_await Call(http::verb::post, "/preempt", huge_body);
+    EXPECT_EQ(huge.status, 413u);
+    EXPECT_EQ((co_await Call(http::verb::get, "/preempt")).status, 405u);
+    // The ledger still charges the victim: nothing was decided or evicted.
+    EXPECT_EQ(service_->extender().state().FindNode("gpu-a")->usage[0].mem.value(), 10000);
+  }());
+}
+
 TEST_F(ControllerTest, APodRecreatedWhileTheWatchWasDownReleasesTheOldHold) {
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   json::value bound = GpuPod("p1", 3000);

@@ -17,6 +17,7 @@
 #include "extender/lock_queue.h"
 #include "extender/plugin_locks.h"
 #include "extender/pod_ledger.h"
+#include "extender/preempt_service.h"
 #include "extender/reservation_expiry.h"
 #include "k8s/extender.h"
 #include "k8s/json_patch.h"
@@ -110,6 +111,12 @@ class ServicesTest : public ::testing::Test {
       feed_.state(), ledger_, binder_, pods_, writer_, clock_, extender::FilterOptions{}, 0, readiness_,
       requeue_};
   extender::AdmissionService admission_{backends_, feed_.state(), AdmissionOptions{"hami-scheduler", true}};
+  std::map<std::string, DisruptionBudgetView> budgets_;  // the PodDisruptionBudget cache
+  bool budgets_synced_ = true;
+  extender::PreemptService preempt_{feed_.state(), pods_, budgets_, [this] { return budgets_synced_; },
+                                    readiness_,
+                                    extender::PreemptOptions{.policies = extender::FilterOptions{}.policies,
+                                                             .scheduler_name = "hami-scheduler"}};
 };
 
 // The pod as the API server stores it after applying the webhook's answer (the original when none).

@@ -42,6 +42,53 @@ TEST(ExtenderArgs, Errors) {
             std::string::npos);
 }
 
+TEST(ExtenderPreemptionArgs, MetaVictimsAndFullVictimsGiveUids) {
+  auto meta = ParsePreemptionArgs(std::string(R"({"Pod":)") + kPod +
+                                  R"(,"NodeNameToVictims":null,"NodeNameToMetaVictims":{)"
+                                  R"("n1":{"Pods":[{"UID":"a"},{"UID":"b"}],"NumPDBViolations":1},)"
+                                  R"("n2":{"Pods":[],"NumPDBViolations":0},"n3":null}})")
+                  .value();
+  EXPECT_EQ(meta.pod.Key(), "ns/p");
+  EXPECT_EQ(meta.victims.at("n1"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(meta.pdb_violations.at("n1"), 1);
+  EXPECT_TRUE(meta.victims.at("n2").empty());
+  EXPECT_TRUE(meta.victims.at("n3").empty());
+  auto full = ParsePreemptionArgs(std::string(R"({"pod":)") + kPod +
+                                  R"(,"nodeNameToVictims":{"n1":{"pods":[{"metadata":{"name":"v","uid":"c"}}]}}})")
+                  .value();
+  EXPECT_EQ(full.victims.at("n1"), std::vector<std::string>{"c"});
+}
+
+TEST(ExtenderPreemptionArgs, Errors) {
+  const auto error = [](const std::string& rest) {
+    auto r = ParsePreemptionArgs(std::string(R"({"Pod":)") + kPod + rest);
+    return r ? std::string("<parsed>") : r.error().message;
+  };
+  EXPECT_NE(error(R"(,"NodeNameToMetaVictims":{"bad node":{}}})").find("bad node"), std::string::npos);
+  EXPECT_NE(error(R"(,"NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"a/b"}]}}})").find("is not a UID"),
+            std::string::npos);
+  EXPECT_NE(error(R"(,"NodeNameToMetaVictims":{"n1":{"Pods":[{}]}}})").find("Pods[0].UID: expected a string"),
+            std::string::npos);
+  EXPECT_NE(error(R"(,"NodeNameToMetaVictims":{"n1":{"Pods":{}}}})").find("expected a list"),
+            std::string::npos);
+  EXPECT_NE(error(R"(,"NodeNameToMetaVictims":{"n1":{"Pods":[],"NumPDBViolations":-1}}})")
+                .find("NumPDBViolations"),
+            std::string::npos);
+  const std::string both = R"(,"NodeNameToMetaVictims":{"n1":{}},"NodeNameToVictims":{"n1":{}}})";
+  EXPECT_NE(error(both).find("listed twice"), std::string::npos);
+  EXPECT_EQ(ParsePreemptionArgs(R"({"NodeNameToMetaVictims":{}})").error().message,
+            "ExtenderPreemptionArgs: missing Pod");
+}
+
+TEST(ExtenderPreemptionResult, GoFieldNames) {
+  std::map<std::string, MetaVictims> result;
+  result["n1"] = MetaVictims{{"b", "a"}, 2};
+  EXPECT_EQ(json::parse(ToJson(result)),
+            json::parse(R"({"NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"b"},{"UID":"a"}],"NumPDBViolations":2}}})"));
+  EXPECT_EQ(json::parse(ToJson(std::map<std::string, MetaVictims>{})),
+            json::parse(R"({"NodeNameToMetaVictims":{}})"));
+}
+
 TEST(ExtenderFilterResult, GoFieldNamesAndNulls) {
   ExtenderFilterResult r;
   r.node_names = std::vector<std::string>{"node1"};

@@ -164,13 +164,14 @@ TEST(Objects, ErrorsNameObjectAndField) {
 // a value of the wrong type is an error naming the field.
 TEST(Objects, PodSchedulingState) {
   const auto pod = PodFromJson(boost::json::parse(R"({"metadata":{"name":"p","namespace":"ns"},
-      "spec":{"priority":1000,"schedulingGates":[{"name":"wait"}],"containers":[]},
+      "spec":{"priority":1000,"preemptionPolicy":"Never","schedulingGates":[{"name":"wait"}],"containers":[]},
       "status":{"nominatedNodeName":"n2","conditions":[
         {"type":"Ready","status":"False"},
         {"type":"PodScheduled","status":"False","reason":"Unschedulable","message":"0/3 nodes",
          "lastTransitionTime":"2026-12-05T07:00:00Z"}]}})"));
   ASSERT_TRUE(pod) << pod.error().message;
   EXPECT_EQ(pod->priority, 1000);
+  EXPECT_TRUE(pod->never_preempts);
   EXPECT_TRUE(pod->scheduling_gated);
   EXPECT_EQ(pod->nominated_node_name, "n2");
   EXPECT_EQ(pod->scheduled,
@@ -180,10 +181,12 @@ TEST(Objects, PodSchedulingState) {
       PodFromJson(boost::json::parse(R"({"metadata":{"name":"p"},"spec":{"schedulingGates":[]}})"));
   ASSERT_TRUE(plain);
   EXPECT_FALSE(plain->scheduling_gated);
+  EXPECT_FALSE(plain->never_preempts);
   EXPECT_FALSE(plain->scheduled.Refused());
   for (const char* bad : {R"({"metadata":{"name":"p"},"spec":{"priority":"high"}})",
                           R"({"metadata":{"name":"p"},"spec":{"priority":4294967296}})",
                           R"({"metadata":{"name":"p"},"spec":{"schedulingGates":{}}})",
+                          R"({"metadata":{"name":"p"},"spec":{"preemptionPolicy":"Always"}})",
                           R"({"metadata":{"name":"p"},"status":{"conditions":{}}})",
                           R"({"metadata":{"name":"p"},
                                  "status":{"conditions":[{"type":"PodScheduled","status":1}]}})"}) {
@@ -194,6 +197,36 @@ TEST(Objects, PodSchedulingState) {
                 .error()
                 .message.find("spec.priority"),
             std::string::npos);
+}
+
+TEST(Objects, DisruptionBudget) {
+  const auto b = DisruptionBudgetFromJson(boost::json::parse(R"({"kind":"PodDisruptionBudget",
+      "metadata":{"name":"db","namespace":"team"},
+      "spec":{"minAvailable":1,"selector":{"matchLabels":{"app":"db"},
+              "matchExpressions":[{"key":"tier","operator":"In","values":["gold"]}]}},
+      "status":{"disruptionsAllowed":2,"disruptedPods":{"db-1":"2026-12-05T07:00:00Z","db-0":"x"}}})"));
+  ASSERT_TRUE(b) << b.error().message;
+  EXPECT_EQ(b->ns, "team");
+  EXPECT_EQ(b->name, "db");
+  EXPECT_EQ(b->disruptions_allowed, 2);
+  EXPECT_EQ(b->disrupted_pods, (std::vector<std::string>{"db-0", "db-1"}));
+  EXPECT_TRUE(b->selector.Matches({{"app", "db"}, {"tier", "gold"}}));
+  EXPECT_FALSE(b->selector.Matches({{"app", "db"}}));
+  const auto none = DisruptionBudgetFromJson(boost::json::parse(R"({"metadata":{"name":"x"}})"));
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->selector.Empty());
+  const auto bad = DisruptionBudgetFromJson(boost::json::parse(
+      R"({"metadata":{"name":"x"},"spec":{"selector":{"matchExpressions":[{"key":"a","operator":"Near"}]}}})"));
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message,
+            "PodDisruptionBudget default/x: spec.selector.matchExpressions[].operator: expected In, NotIn, Exists "
+            "or DoesNotExist, got \"Near\"");
+  ObjectSet set;
+  ASSERT_TRUE(CollectObjects(boost::json::parse(R"({"kind":"PodDisruptionBudgetList","items":[
+      {"metadata":{"name":"a","namespace":"n"},"status":{"disruptionsAllowed":0}}]})"),
+                             "f", set));
+  ASSERT_EQ(set.budgets.size(), 1u);
+  EXPECT_EQ(set.budgets[0].name, "a");
 }
 
 TEST(Objects, BadDocuments) {
