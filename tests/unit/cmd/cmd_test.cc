@@ -552,6 +552,29 @@ TEST(Simulate, NodeLabelSelectorLimitsCandidates) {
   EXPECT_EQ(ResultFor(doc, "default/shared-gpu").at("node").as_string(), "gpu-a100-1");
 }
 
+// A pod that fits nowhere: the node and pods kube-scheduler's preemption would pick, the snapshot's
+// PodDisruptionBudget counted; none for a pod whose preemptionPolicy is Never.
+TEST(Simulate, ShowsWhomAPendingPodWouldPreempt) {
+  const std::string cluster = WriteTemp("preempt.json", R"({"kind":"List","items":[
+{"kind":"Node","metadata":{"name":"gpu-1","annotations":{"hami.io/node-nvidia-register":"[{\"id\":\"GPU-a\",\"index\":0,\"count\":10,\"devmem\":16000,\"devcore\":100,\"type\":\"NVIDIA-T4\",\"numa\":0,\"mode\":\"hami-core\",\"health\":true}]","hami.io/node-handshake":"Reported 2026-12-05T13:00:00Z"}},"status":{"capacity":{"nvidia.com/gpu":"10"},"allocatable":{"nvidia.com/gpu":"10"}}},
+{"kind":"Pod","metadata":{"name":"low","namespace":"default","uid":"u-low","labels":{"app":"db"},"annotations":{"hami.io/vgpu-node":"gpu-1","hami.io/vgpu-devices-allocated":"GPU-a,NVIDIA,10000,0:;"}},"spec":{"nodeName":"gpu-1","priority":10,"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpumem":"10000"}}}]},"status":{"phase":"Running"}},
+{"kind":"Pod","metadata":{"name":"high","namespace":"default","uid":"u-high"},"spec":{"priority":1000,"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpumem":"10000"}}}]}},
+{"kind":"Pod","metadata":{"name":"polite","namespace":"default","uid":"u-polite"},"spec":{"priority":1000,"preemptionPolicy":"Never","containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpumem":"10000"}}}]}},
+{"kind":"PodDisruptionBudget","metadata":{"name":"db","namespace":"default"},"spec":{"selector":{"matchLabels":{"app":"db"}}},"status":{"disruptionsAllowed":0}}
+]})");
+  auto r = Exec({"simulate", "--cluster", cluster, "--now", "2026-12-05T13:00:10Z"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto doc = json::parse(r.out);
+  EXPECT_EQ(json::serialize(ResultFor(doc, "default/high").at("preemption")),
+            R"({"node":"gpu-1","victims":["default/low"],"pdbViolations":1})");
+  EXPECT_EQ(json::serialize(ResultFor(doc, "default/polite").at("preemption")),
+            R"({"node":null,"reason":"its preemptionPolicy is Never"})");
+  auto table = Exec({"simulate", "--cluster", cluster, "--now", "2026-12-05T13:00:10Z", "-o", "table"});
+  EXPECT_NE(table.out.find("would preempt on gpu-1: default/low (1 PodDisruptionBudget violations)"),
+            std::string::npos)
+      << table.out;
+}
+
 TEST(Commands, VendorConfigChangesKeys) {
   const std::string cfg = WriteTemp("vendor.yaml", R"(
 hygon:
