@@ -296,6 +296,9 @@ bool ClusterState::AddPod(PodAllocation allocation) {
   const std::string node = record.allocation.node;
   record.quota = QuotaCharges(record.charges, node);
   quotas_.AddUsage(record.allocation.ns, record.quota);
+  // A nominated pod charged on another node: its hold there no longer counts.
+  if (auto n = nominated_.find(uid); n != nominated_.end() && n->second.hold.node != node)
+    grown_.freed.insert(n->second.hold.node);
   if (auto w = waiting_.find(uid); w != waiting_.end() && !w->second.unplaceable) CountWaiting(w->second, -1);
   auto [it, inserted] = pods_.emplace(uid, std::move(record));
   pods_by_node_[node].insert(uid);
@@ -346,6 +349,8 @@ void ClusterState::Nominate(std::int32_t priority, PodAllocation hold) {
 void ClusterState::ClearNomination(const std::string& uid) {
   auto it = nominated_.find(uid);
   if (it == nominated_.end()) return;
+  // A hold in effect (its pod not charged yet) kept pods off the node: they may fit now.
+  if (!pods_.contains(uid)) grown_.freed.insert(it->second.hold.node);
   auto node = nominated_by_node_.find(it->second.hold.node);
   if (node != nominated_by_node_.end()) {
     std::erase(node->second, uid);

@@ -133,7 +133,9 @@ struct LabelSelector {
 struct DisruptionBudgetView {
   std::string ns;
   std::string name;
-  LabelSelector selector;  // spec.selector; absent reads as empty: it covers no pod, as kube-scheduler counts
+  // spec.selector: absent covers no pod, present (even empty: every pod of the namespace) as it says, as
+  // kube-scheduler counts.
+  std::optional<LabelSelector> selector;
   std::int32_t disruptions_allowed = 0;     // status.disruptionsAllowed
   std::vector<std::string> disrupted_pods;  // status.disruptedPods: names being disrupted already, sorted
 };

@@ -23,12 +23,12 @@ std::vector<bool> PdbViolations(std::span<const PodView* const> pods,
   std::vector<bool> violates(pods.size(), false);
   for (std::size_t p = 0; p < pods.size(); ++p) {
     const PodView& pod = *pods[p];
-    for (std::size_t b = 0; b < budgets.size(); ++b) {
+    for (std::size_t b = 0; b < budgets.size() && !violates[p]; ++b) {
       const DisruptionBudgetView& budget = budgets[b];
-      if (budget.ns != pod.ns || budget.selector.Empty() || !budget.selector.Matches(pod.labels)) continue;
+      if (budget.ns != pod.ns || !budget.selector || !budget.selector->Matches(pod.labels)) continue;
       // Disrupted already (being evicted): it was counted when it was.
       if (std::binary_search(budget.disrupted_pods.begin(), budget.disrupted_pods.end(), pod.name)) continue;
-      if (--allowed[b] < 0) violates[p] = true;
+      violates[p] = --allowed[b] < 0;
     }
   }
   return violates;
@@ -60,7 +60,10 @@ const std::string* PickPreemptionNode(const std::map<std::string, VictimChoice>&
     if (!choice.helps) continue;
     Rank rank{choice.pdb_violations, std::numeric_limits<std::int64_t>::min(), 0, choice.victims.size()};
     if (!choice.victims.empty()) rank.top = choice.victims.front()->priority;
-    for (const PodView* v : choice.victims) rank.sum += v->priority;
+    // Each priority counted from the lowest there is, as kube-scheduler sums them: more victims never sum
+    // to less.
+    constexpr std::int64_t kFromLowest = std::int64_t{std::numeric_limits<std::int32_t>::max()} + 1;
+    for (const PodView* v : choice.victims) rank.sum += v->priority + kFromLowest;
     if (best == nullptr || rank < best_rank) {  // the map's order: ties go to the smaller name
       best = &node;
       best_rank = rank;
@@ -160,13 +163,15 @@ void VictimChooser::Reprieve(const PreemptionQuery& q, const PodDevices& all_gon
   }
   std::sort(candidates_.begin(), candidates_.end(),
             [](const Candidate& a, const Candidate& b) { return MoreImportant(*a.pod, *b.pod); });
-  std::vector<const PodView*> pods;
-  pods.reserve(candidates_.size());
+  // The budgets kube-scheduler's own victims use go first: they leave in any case.
+  std::vector<const PodView*> pods(q.required.begin(), q.required.end());
+  const auto more_important = [](const PodView* a, const PodView* b) { return MoreImportant(*a, *b); };
+  std::sort(pods.begin(), pods.end(), more_important);
   for (const Candidate& c : candidates_) pods.push_back(c.pod);
   const std::vector<bool> violates = PdbViolations(pods, q.budgets);
   for (std::size_t i = 0; i < candidates_.size(); ++i) {
     Candidate& c = candidates_[i];
-    c.violates = violates[i];
+    c.violates = violates[q.required.size() + i];
     for (const DeviceCharge& d : *c.charges) {
       c.mem += d.mem.value();
       c.on_chosen_cards = c.on_chosen_cards || chosen_cards.contains(d.uuid);

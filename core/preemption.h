@@ -25,9 +25,9 @@ namespace hami {
 bool MoreImportant(const PodView& a, const PodView& b);
 
 // Per pod of `pods` (taken most important first): whether its eviction violates a PodDisruptionBudget, as
-// kube-scheduler counts it. Each budget of the pod's namespace whose selector (not empty) matches the pod
-// and that does not list it as disrupted already gives one of its allowed disruptions; a pod that finds
-// one of its budgets with none left violates it.
+// kube-scheduler counts it. Each budget of the pod's namespace whose selector matches the pod and that does
+// not list it as disrupted already gives one of its allowed disruptions, in the budgets' order, until one
+// has none left: the pod violates it.
 std::vector<bool> PdbViolations(std::span<const PodView* const> pods,
                                 std::span<const DisruptionBudgetView> budgets);
 
@@ -99,7 +99,8 @@ class VictimChooser {
   const ClusterState* state_;
   FitEngine engine_;
   std::vector<Candidate> candidates_;
-  std::vector<const PodAllocation*> nominated_;  // ChooseOn's  // The what-if's counters, changed one pod at a time (index-aligned with the node's devices).
+  std::vector<const PodAllocation*> nominated_;  // ChooseOn's
+  // The what-if's counters, changed one pod at a time (index-aligned with the node's devices).
   std::vector<DeviceUsage> usage_;
   std::vector<std::vector<MigInUse>> mig_;
   std::vector<CardClasses> classes_;

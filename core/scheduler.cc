@@ -232,10 +232,9 @@ std::vector<bool> Scheduler::FitInTurn(std::span<const PodView* const> pods, con
   std::vector<CardClasses> classes = entry->classes_in_use;
   NodeTotals totals = entry->totals;
   const NodeUsage into{usage, mig, classes, totals};
-  const auto apply = [&](const PodView& pod, int sign, bool own_too) {
+  const auto apply = [&](const PodView& pod, int sign) {
     for (const auto& [priority, hold] : holds) {
-      if (priority < pod.priority || (own_too && hold->uid == pod.UidOrKey()))
-        ApplyCharges(*entry, *hold, sign, into);
+      if (priority < pod.priority || hold->uid == pod.UidOrKey()) ApplyCharges(*entry, *hold, sign, into);
     }
   };
   for (const auto& [priority, hold] : holds) ApplyCharges(*entry, *hold, +1, into);
@@ -248,9 +247,12 @@ std::vector<bool> Scheduler::FitInTurn(std::span<const PodView* const> pods, con
     if (!requests || !requests->Any()) continue;
     auto ctx = MakePodContext(*pods[i], state_->backends(), state_->quotas(), options_.gpu_policy);
     if (!ctx) continue;
-    apply(*pods[i], -1, true);
+    apply(*pods[i], -1);
     fits[i] = engine_.FitOnto(*ctx, *requests, *entry, usage, mig);
-    apply(*pods[i], +1, !fits[i]);  // a pod that fits takes its own place instead of its hold
+    if (fits[i]) {  // it takes its own place instead of its hold, which is gone from here on
+      std::erase_if(holds, [&](const auto& h) { return h.second->uid == pods[i]->UidOrKey(); });
+    }
+    apply(*pods[i], +1);
   }
   return fits;
 }

@@ -152,18 +152,19 @@ void HttpRoutes::InstallDecisions(k8s::HttpServer& server) {
   // kube-scheduler reads any status but 200 as the extender's error (it logs the status, and we the reason);
   // the body says why for anyone else who asks.
   server.Route(http::verb::post, "/preempt", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
-    if (const std::string follower = e->readiness.NotLeaderReason(); !follower.empty()) {
-      const Error error = e->preempt.Refuse("hami-scheduler is not the leader (" + follower + "); retry");
-      co_return Respond(503, kText, error.message + "\n");
-    }
-    auto args = r.body_too_large ? Result<k8s::ExtenderPreemptionArgs>(Error{std::string(kTooLarge)})
-                                 : k8s::ParsePreemptionArgs(r.body);
-    if (!args) {
-      const Error error = e->preempt.Refuse(args.error().message);
-      co_return Respond(r.body_too_large ? 413 : 400, kText, error.message + "\n");
-    }
+    // The reason echoes the request's names: printable in the body whatever they hold.
+    const auto refused = [&](unsigned status, const std::string& why) {
+      return Respond(status, kText, k8s::EscapeControlChars(e->preempt.Refuse(why).message) + "\n");
+    };
+    if (const std::string follower = e->readiness.NotLeaderReason(); !follower.empty())
+      co_return refused(503, "hami-scheduler is not the leader (" + follower + "); retry");
+    if (const std::string why = e->preempt.NotReady(); !why.empty()) co_return refused(503, why);
+    if (r.body_too_large) co_return refused(413, std::string(kTooLarge));
+    auto args = k8s::ParsePreemptionArgs(r.body);
+    if (!args) co_return refused(400, args.error().message);
     auto victims = e->preempt.Preempt(*args);
-    if (!victims) co_return Respond(400, kText, victims.error().message + "\n");
+    if (!victims)
+      co_return Respond(400, kText, k8s::EscapeControlChars(victims.error().message) + "\n");
     co_return Respond(200, kJson, k8s::ToJson(*victims));
   });
   server.Route(http::verb::post, "/bind", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {

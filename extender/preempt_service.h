@@ -7,6 +7,7 @@
 // bound, gone or nominated elsewhere, the devices it is to get hold on that node for every pod it outranks
 // or equals, so what its victims free is not given away (docs/DECISIONS.md, "Preemption").
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <string>
@@ -33,9 +34,13 @@ class PreemptService {
                  const std::map<std::string, DisruptionBudgetView>& budgets,
                  std::function<bool()> budgets_synced, const Readiness& readiness, PreemptOptions options);
 
-  // The victims per node for kube-scheduler (ExtenderPreemptionResult). An error, with nothing changed,
-  // when we cannot answer yet or the request names a node or a victim other than the caches show.
+  // The victims per node for kube-scheduler (ExtenderPreemptionResult). A node the request describes
+  // otherwise than the caches show (not registered, a victim unknown, not bound there, not of lower
+  // priority, listed twice) is left out, with the reason in the log. An error, with nothing changed, when we
+  // cannot answer yet.
   Result<std::map<std::string, k8s::MetaVictims>> Preempt(const k8s::ExtenderPreemptionArgs& args);
+  // Why no answer can be given now ("" when it can): not ready, the PodDisruptionBudget cache not listed.
+  std::string NotReady() const;
   // A request that could not be read: counted, answered with `error`.
   Error Refuse(std::string error);
 
@@ -55,11 +60,11 @@ class PreemptService {
   // The victims of one node, or why none helps; an error for a node or a victim the caches contradict.
   Result<VictimChoice> ChooseOn(const Preemptor& p, const std::string& node,
                                 const std::vector<std::string>& uids);
-  // The pod `uid` names, for a victim on `node`.
-  Result<const PodView*> Victim(const std::string& uid, const std::string& node);
-  // Where a pod nominated to `node` is to get its devices: what /preempt answered for it there, or else
-  // the fit once the pods of lower priority it needs gone are gone.
-  std::optional<PodAllocation> HoldFor(const PodView& pod, const std::string& node);
+  // The pod `uid` names, for a victim on `node` of `preemptor`: bound there, of lower priority.
+  Result<const PodView*> Victim(const std::string& uid, const std::string& node, const PodView& preemptor);
+  // Keeps, for a pod the cache has, where the answer places it on the nodes kube-scheduler is likeliest to
+  // pick (`helped` is consumed); a nomination on one of them holds that.
+  void Remember(const PodView& pod, std::map<std::string, VictimChoice>& helped);
   Error Fail(std::string message);
   // The pod cache's pod of "ns/name", or null.
   std::function<const PodView*(const std::string&)> FindPod() const;
@@ -75,8 +80,10 @@ class PreemptService {
   std::unordered_map<std::string, const PodView*> by_uid_;  // scratch: built when a victim needs it
   // Per preemptor uid: per node answered, the hold it gets there (kept until it is bound or gone; bounded).
   std::unordered_map<std::string, std::map<std::string, PodAllocation>> answered_;
+  std::deque<std::string> answer_order_;  // answered_'s uids, oldest first
   k8s::prom::Histogram latency_;
-  std::map<std::string, std::uint64_t> results_;  // victims, none, refused, error
+  std::map<std::string, std::uint64_t> results_;  // victims, none, passthrough, error
+  std::uint64_t contradicted_ = 0;                // nodes left out for input the caches contradict
   std::uint64_t nominations_ = 0;                 // holds taken for nominated pods
 };
 

@@ -178,11 +178,10 @@ Result<void> ReadSchedulingState(const Reader& r, const json::value& v, PodView&
       return r.Fail("spec.priority", "expected a 32-bit integer");
     p.priority = static_cast<std::int32_t>(priority->get_int64());
   }
+  // Only Never is read: a value a later Kubernetes adds preempts as the default does, and the pod stays in
+  // the cache (a pod the cache refused would hold devices no one counts).
   auto policy = r.String(v, "spec.preemptionPolicy", "spec.preemptionPolicy");
   if (!policy) return policy.error();
-  if (!policy->empty() && *policy != "Never" && *policy != "PreemptLowerPriority")
-    return r.Fail("spec.preemptionPolicy", fmt::format("expected Never or PreemptLowerPriority, got \"{}\"",
-                                                      EscapeControlChars(*policy)));
   p.never_preempts = *policy == "Never";
   auto nominated = r.String(v, "status.nominatedNodeName", "status.nominatedNodeName");
   if (!nominated) return nominated.error();
@@ -381,6 +380,7 @@ Result<DisruptionBudgetView> DisruptionBudgetFromJson(const json::value& v) {
   if (!ns) return ns.error();
   b.ns = ns->empty() ? "default" : *ns;
   if (const json::value* selector = r.Find(v, "spec.selector")) {
+    if (!selector->is_object()) return r.Fail("spec.selector", "expected an object");
     auto read = SelectorFromJson(r, *selector, "spec.selector");
     if (!read) return read.error();
     b.selector = std::move(*read);

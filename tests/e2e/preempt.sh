@@ -9,7 +9,8 @@
 #   evict    a pod of high priority asking 10000 MiB ends bound on gpu-1 with exactly gpu-1's pod evicted;
 #            the pending pod of the same priority never takes the freed card (the nomination holds it);
 #   budget   on gpu-2, one pod a PodDisruptionBudget protects and one it does not: a pod asking 8000 MiB
-#            evicts the unprotected one.
+#            evicts the unprotected one (which, but for the budget, would be given back first: same priority,
+#            card and size, the smaller name).
 # Throughout, a watcher (preempt_watch.py) ends pods 3 s after their deletion, as a kubelet would, and checks
 # that no card's pods (terminating ones included) ever hold more than the card has.
 #
@@ -121,8 +122,8 @@ untouched() { # NAME UID: the same pod, not terminating
 }
 
 pod low-1 low 10000 gpu-1
-pod low-2a low 8000 gpu-2 guarded
-pod low-2b low 8000 gpu-2 free
+pod low-2a low 8000 gpu-2 free
+pod low-2b low 8000 gpu-2 guarded
 if wait_for 60 bound low-1 && wait_for 60 bound low-2a && wait_for 60 bound low-2b; then
   ok "three low-priority pods hold 10000 MiB on gpu-1 and 2 x 8000 MiB on gpu-2"
 else
@@ -164,7 +165,8 @@ victims_named="$(counter 'hami_scheduler_preempt_answers_total{result="victims"}
 K delete pod polite --grace-period=0 --force --wait=false >/dev/null 2>&1
 wait_for 30 gone polite
 
-# --- budget: a PodDisruptionBudget protects low-2a; with low-2b free to go, it is spared.
+# --- budget: a PodDisruptionBudget protects low-2b; with low-2a free to go, it is spared. Without the budget
+# low-2a (same priority, card and size, the smaller name) would be given back first and low-2b evicted.
 K create -f - >/dev/null <<'EOF' || bad "create the PodDisruptionBudget"
 {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "guarded", "namespace": "default"},
  "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}}
@@ -178,9 +180,9 @@ if wait_for 120 bound urgent-2; then
 else
   bad "budget: urgent-2 not bound within 120s"; dump_logs
 fi
-wait_for 30 gone low-2b && ok "budget: the unprotected low-2b was evicted" || bad "budget: low-2b still exists"
-untouched low-2a "$U2A" && ok "budget: low-2a, which the PodDisruptionBudget protects, was spared" ||
-  bad "budget: low-2a was evicted"
+wait_for 30 gone low-2a && ok "budget: the unprotected low-2a was evicted" || bad "budget: low-2a still exists"
+untouched low-2b "$U2B" && ok "budget: low-2b, which the PodDisruptionBudget protects, was spared" ||
+  bad "budget: low-2b was evicted"
 
 touch "$WORK/stop-watch"
 wait "$WATCH_PID"
@@ -190,7 +192,7 @@ import json, os, sys
 w = json.load(open(sys.argv[1]))
 summary = os.path.join(os.path.dirname(sys.argv[1]), "watch.summary")
 # polite is deleted at once (grace 0): the watcher may or may not have seen it terminating.
-ok = w["polls"] > 20 and not w["overcommit"] and {"low-1", "low-2b"} <= set(w["terminated"]) <= {"low-1", "low-2b", "polite"}
+ok = w["polls"] > 20 and not w["overcommit"] and {"low-1", "low-2a"} <= set(w["terminated"]) <= {"low-1", "low-2a", "polite"}
 with open(summary, "w") as f:
     f.write(f'{w["polls"]} polls; no card ever held more than it has: {not w["overcommit"]} '
             f'{w["overcommit"][:3]}; pods seen terminating: {w["terminated"]}')

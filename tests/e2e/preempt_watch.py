@@ -22,11 +22,13 @@ import time
 
 
 def pods(kubectl, kubeconfig):
-    out = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "--request-timeout=10s", "get", "pods", "-A",
-                          "-o", "json"], capture_output=True, text=True, timeout=20)
-    if out.returncode != 0:
+    """Every pod, or None when this poll failed (the next one tries again)."""
+    try:
+        out = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "--request-timeout=10s", "get", "pods",
+                              "-A", "-o", "json"], capture_output=True, text=True, timeout=20)
+        return json.loads(out.stdout)["items"] if out.returncode == 0 else None
+    except (subprocess.TimeoutExpired, ValueError, KeyError):
         return None
-    return json.loads(out.stdout)["items"]
 
 
 def card_use(items):
@@ -67,10 +69,14 @@ def main():
             key = (md["namespace"], md["name"], md["uid"])
             since = first_seen.setdefault(key, now)
             if now - since >= grace and key not in ended:
-                ended.add(key)
-                subprocess.run([kubectl, "--kubeconfig", kubeconfig, "--request-timeout=10s", "delete", "pod",
-                                md["name"], "-n", md["namespace"], "--grace-period=0", "--force", "--wait=false"],
-                               capture_output=True, timeout=20)
+                try:
+                    done = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "--request-timeout=10s", "delete",
+                                           "pod", md["name"], "-n", md["namespace"], "--grace-period=0", "--force",
+                                           "--wait=false"], capture_output=True, timeout=20)
+                    if done.returncode == 0:
+                        ended.add(key)  # else tried again at the next poll
+                except subprocess.TimeoutExpired:
+                    pass
         time.sleep(0.2)
     with open(out_path, "w") as f:
         json.dump({"polls": polls, "overcommit": overcommit, "terminated": sorted(terminated)}, f)

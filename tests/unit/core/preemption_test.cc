@@ -79,7 +79,7 @@ class Preemption : public ::testing::Test {
     DisruptionBudgetView b;
     b.ns = "default";
     b.name = "pdb-" + app;
-    b.selector.match_labels["app"] = std::move(app);
+    b.selector.emplace().match_labels["app"] = std::move(app);
     b.disruptions_allowed = allowed;
     return b;
   }
@@ -234,17 +234,31 @@ TEST(PdbViolations, BudgetsAreUsedMostImportantFirstAndSkipDisruptedPods) {
   other_ns.labels["app"] = "db";
   DisruptionBudgetView budget;
   budget.ns = "default";
-  budget.selector.match_labels["app"] = "db";
+  budget.selector.emplace().match_labels["app"] = "db";
   budget.disruptions_allowed = 1;
   std::vector<const PodView*> pods{&a, &b, &other_ns};
   std::vector<DisruptionBudgetView> budgets{budget};
   EXPECT_EQ(PdbViolations(pods, budgets), (std::vector<bool>{false, true, false}));
   budgets[0].disrupted_pods = {"a"};  // being evicted already: it uses none of what is left
   EXPECT_EQ(PdbViolations(pods, budgets), (std::vector<bool>{false, false, false}));
-  budgets[0].selector = {};  // an empty selector covers no pod, as kube-scheduler counts
+  budgets[0].selector.emplace();  // an empty selector covers every pod of the namespace
   budgets[0].disrupted_pods.clear();
   budgets[0].disruptions_allowed = 0;
+  EXPECT_EQ(PdbViolations(pods, budgets), (std::vector<bool>{true, true, false}));
+  budgets[0].selector.reset();  // none covers no pod, as kube-scheduler counts
   EXPECT_EQ(PdbViolations(pods, budgets), (std::vector<bool>{false, false, false}));
+  // A pod stops at the first budget it violates: the next budget keeps its disruption for the next pod.
+  a.labels["tier"] = "x";
+  PodView c = testing::Pod("c", {});
+  c.labels["tier"] = "x";
+  DisruptionBudgetView tier;
+  tier.ns = "default";
+  tier.selector.emplace().match_labels["tier"] = "x";
+  tier.disruptions_allowed = 1;
+  budgets[0].selector.emplace().match_labels["app"] = "db";  // allows none
+  budgets.push_back(tier);
+  const std::vector<const PodView*> two{&a, &c};
+  EXPECT_EQ(PdbViolations(two, budgets), (std::vector<bool>{true, false}));
 }
 
 TEST(LabelSelectorTest, EveryRequirementHolds) {
@@ -306,6 +320,11 @@ TEST(Nominations, FitInTurnFitsTheNominatedPodFirstAndKeepsItsPlace) {
   EXPECT_EQ(s.FitInTurn(alone, "n"), std::vector<bool>{false});  // the hold stays without its pod
   const std::vector<const PodView*> outranking{&boss};
   EXPECT_EQ(s.FitInTurn(outranking, "n"), std::vector<bool>{true});
+  // Once the nominated pod took its place, a pod that outranks its hold finds the place taken.
+  PodView big_boss = testing::Pod("big-boss", {GpuCtr("c", 1, 7000, 0)});
+  big_boss.priority = 200;
+  const std::vector<const PodView*> after{&urgent, &big_boss};
+  EXPECT_EQ(s.FitInTurn(after, "n"), (std::vector<bool>{true, false}));
 }
 
 }  // namespace

@@ -186,7 +186,6 @@ TEST(Objects, PodSchedulingState) {
   for (const char* bad : {R"({"metadata":{"name":"p"},"spec":{"priority":"high"}})",
                           R"({"metadata":{"name":"p"},"spec":{"priority":4294967296}})",
                           R"({"metadata":{"name":"p"},"spec":{"schedulingGates":{}}})",
-                          R"({"metadata":{"name":"p"},"spec":{"preemptionPolicy":"Always"}})",
                           R"({"metadata":{"name":"p"},"status":{"conditions":{}}})",
                           R"({"metadata":{"name":"p"},
                                  "status":{"conditions":[{"type":"PodScheduled","status":1}]}})"}) {
@@ -210,11 +209,12 @@ TEST(Objects, DisruptionBudget) {
   EXPECT_EQ(b->name, "db");
   EXPECT_EQ(b->disruptions_allowed, 2);
   EXPECT_EQ(b->disrupted_pods, (std::vector<std::string>{"db-0", "db-1"}));
-  EXPECT_TRUE(b->selector.Matches({{"app", "db"}, {"tier", "gold"}}));
-  EXPECT_FALSE(b->selector.Matches({{"app", "db"}}));
+  ASSERT_TRUE(b->selector);
+  EXPECT_TRUE(b->selector->Matches({{"app", "db"}, {"tier", "gold"}}));
+  EXPECT_FALSE(b->selector->Matches({{"app", "db"}}));
   const auto none = DisruptionBudgetFromJson(boost::json::parse(R"({"metadata":{"name":"x"}})"));
   ASSERT_TRUE(none);
-  EXPECT_TRUE(none->selector.Empty());
+  EXPECT_FALSE(none->selector);
   const auto bad = DisruptionBudgetFromJson(boost::json::parse(
       R"({"metadata":{"name":"x"},"spec":{"selector":{"matchExpressions":[{"key":"a","operator":"Near"}]}}})"));
   ASSERT_FALSE(bad);
