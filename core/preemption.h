@@ -1,13 +1,14 @@
 #pragma once
 // Device-aware preemption: which pods of lower priority must leave a node so that a pod's devices fit there.
-// A what-if over the ledger through the fit engine (FitEngine::FitWith): it decides nothing and changes
+// A what-if over the ledger through the fit engine (FitEngine::FitAgainst): it decides nothing and changes
 // nothing; kube-scheduler picks the node among the answers and evicts (docs/DECISIONS.md, "Preemption").
 //
 // Per node: the victims kube-scheduler chose already always stay; the pods already terminating count as
-// gone; if the pod fits then, no more are added. Otherwise every pod of lower priority that holds devices
-// there is taken away, and if the pod fits then, each is given back in turn (kube-scheduler's reprieve)
-// when the pod still fits without its eviction: first the pods whose eviction would violate a
-// PodDisruptionBudget, then the more important ones, the ones off the cards the fit uses, the smaller ones.
+// gone; the holds of pods nominated there that the pod does not outrank count as taken; if the pod fits
+// then, no more are added. Otherwise every pod of lower priority that holds devices there is taken away,
+// and if the pod fits then, pods are given back (kube-scheduler's reprieve): those off the cards that fit
+// takes together, then each in turn when the pod still fits without its eviction: first the pods whose
+// eviction would violate a PodDisruptionBudget, then the more important, the smaller.
 #include <cstdint>
 #include <functional>
 #include <map>
