@@ -52,10 +52,7 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/hami-e2e-requeue.XXXXXX")"
 SERVE_PID=""
 PLUGINS_PID=""
 cleanup() {
-  stop_pid "$PLUGINS_PID"
-  stop_pid "$SERVE_PID"
-  bash "$E2E_DIR/stop.sh" "$WORK" >/dev/null 2>&1
-  if [ "$FAIL" = 0 ] && [ "${HAMI_E2E_KEEP_WORK:-0}" != 1 ]; then rm -rf "$WORK"; else log "work dir kept: $WORK"; fi
+  end_suite_run "$WORK" "$PLUGINS_PID" "$SERVE_PID"
 }
 trap cleanup EXIT
 trap 'bad "interrupted or timed out"; finish' INT TERM

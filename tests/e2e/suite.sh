@@ -67,6 +67,16 @@ stop_pid() {
   kill -KILL "$pid" 2>/dev/null
 }
 
+# end_suite_run WORK PID...: stops the processes (stop_pid), then the control plane started in WORK, and
+# removes WORK when every check passed (HAMI_E2E_KEEP_WORK=1 keeps it): a suite's EXIT trap.
+end_suite_run() {
+  local work="$1" pid
+  shift
+  for pid in "$@"; do stop_pid "$pid"; done
+  bash "$E2E_DIR/stop.sh" "$work" >/dev/null 2>&1
+  if [ "$FAIL" = 0 ] && [ "${HAMI_E2E_KEEP_WORK:-0}" != 1 ]; then rm -rf "$work"; else log "work dir kept: $work"; fi
+}
+
 # free_port [EXCLUDED...]: prints a loopback TCP port nobody listens on and not among EXCLUDED.
 free_port() {
   local p i

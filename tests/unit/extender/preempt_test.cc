@@ -103,7 +103,7 @@ TEST_F(PreemptTest, ANeverPreemptingPodEvictsNothing) {
   EXPECT_TRUE(out->empty());
 }
 
-TEST_F(PreemptTest, AnotherSchedulersPodOrAPodWithoutDevicesKeepsKubeSchedulersAnswer) {
+TEST_F(PreemptTest, AnotherSchedulersPodKeepsKubeSchedulersAnswer) {
   const PodView one = Running("one", "n1", 10000);
   PodView other = High(10000);
   other.scheduler_name = "default-scheduler";
