@@ -192,6 +192,43 @@ BENCHMARK(BM_FilterDecision)
     ->Args({1000, 40})
     ->Unit(benchmark::kMicrosecond);
 
+// All-fitting mode (--filter-mode=all-fitting): the /filter that lets every fitting node through with a
+// reason for each other, and the /prioritize that follows it over the fitting nodes, with 10 pods filtered
+// before and expected on some of them. Each is compared with BM_FilterDecision's one-node answer.
+void BM_FilterAllFitting(benchmark::State& st) {
+  Cluster cluster(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
+  SchedulerOptions options;
+  options.filter_mode = FilterMode::kAllFitting;
+  Scheduler scheduler(cluster.state, options);
+  const PodView pod = RequestPod();
+  const TimePoint now = std::chrono::system_clock::now();
+  for (auto _ : st) {
+    auto out = scheduler.Filter(pod, cluster.names, now);
+    if (out.kind != FilterOutcome::Kind::kFitting) st.SkipWithError("pod did not fit");
+    benchmark::DoNotOptimize(out);
+  }
+  PerNode(st);
+}
+BENCHMARK(BM_FilterAllFitting)->Args({1000, 10})->Args({10000, 10})->Unit(benchmark::kMicrosecond);
+
+void BM_Prioritize(benchmark::State& st) {
+  Cluster cluster(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
+  Scheduler scheduler(cluster.state, SchedulerOptions{});
+  const PodView pod = RequestPod();
+  const auto requests = CollectRequests(pod, cluster.backends);
+  std::vector<PodAllocation> expected;
+  for (int k = 0; k < 10; ++k) expected.push_back(Running(k * 7 % static_cast<int>(st.range(0)), 100 + k));
+  PendingFits pending;
+  for (const PodAllocation& a : expected) pending[a.node].push_back(&a);
+  for (auto _ : st) {
+    auto out = scheduler.Prioritize(pod, requests, cluster.names, pending);
+    if (out.best.empty()) st.SkipWithError("pod did not fit");
+    benchmark::DoNotOptimize(out);
+  }
+  PerNode(st);
+}
+BENCHMARK(BM_Prioritize)->Args({1000, 10})->Args({10000, 10})->Unit(benchmark::kMicrosecond);
+
 // /preempt's work per candidate node (kube-scheduler sends at most max(100, 10% of the nodes)): the pods
 // holding devices there looked up, and the victims chosen for a pod that needs a whole 80 GiB GPU, which
 // every node's 10 pods of lower priority share. The figure per node is compared with BM_FilterDecision's.

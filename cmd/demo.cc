@@ -103,6 +103,7 @@ struct DemoFlags {
   std::string listen = "127.0.0.1:0";
   std::string kubeconfig_out;
   std::chrono::seconds timeout{60};
+  FilterMode filter_mode = FilterMode::kOneNode;
 };
 
 Result<DemoFlags> ParseDemoFlags(const std::vector<std::string>& args, std::string& help) {
@@ -114,7 +115,10 @@ Result<DemoFlags> ParseDemoFlags(const std::vector<std::string>& args, std::stri
       cxxopts::value<std::string>()->default_value("127.0.0.1:0"))(
       "kubeconfig-out", "where to write the kubeconfig for kubectl (default: a temporary file)",
       cxxopts::value<std::string>())("timeout", "seconds to wait for every pod to settle",
-                                     cxxopts::value<int>()->default_value("60"))("h,help", "this help");
+                                     cxxopts::value<int>()->default_value("60"))(
+      "filter-mode", "one-node or all-fitting, as serve's --filter-mode (the stand-in kube-scheduler then "
+      "calls /prioritize)",
+      cxxopts::value<std::string>()->default_value("one-node"))("h,help", "this help");
   std::vector<const char*> argv{"demo"};
   for (const auto& a : args) argv.push_back(a.c_str());
   try {
@@ -130,6 +134,10 @@ Result<DemoFlags> ParseDemoFlags(const std::vector<std::string>& args, std::stri
     const int t = r["timeout"].as<int>();
     if (t <= 0) return Error{fmt::format("--timeout {}: expected a positive number of seconds", t)};
     f.timeout = std::chrono::seconds(t);
+    const std::string mode = r["filter-mode"].as<std::string>();
+    auto parsed = ParseFilterMode(mode);
+    if (!parsed) return Error{fmt::format("--filter-mode '{}': {}", mode, parsed.error().message)};
+    f.filter_mode = *parsed;
     return f;
   } catch (const std::exception& e) {
     return Error{e.what()};
@@ -183,6 +191,7 @@ int DemoRun::Run() {
   cfg_.serving.http_bind = "127.0.0.1:0";
   cfg_.serving.metrics_bind_address = "";
   cfg_.kube.qps = 0;  // no client-side rate limit against the embedded server
+  cfg_.extender.filter.policies.filter_mode = flags_.filter_mode;
   // Every vendor runs in the demo, also those a deployment switches on with a flag.
   for (const auto& section : Vendors().Sections()) cfg_.vendors[section].enabled = true;
   auto backends = BuildBackends(cfg_);
@@ -311,6 +320,7 @@ asio::awaitable<void> DemoRun::Script() {
   sio.extender_url = service_->url();
   sio.initial_backoff = 200ms;
   sio.max_backoff = 2s;
+  sio.prioritize = cfg_.extender.filter.policies.filter_mode == FilterMode::kAllFitting;
   stand_in_ = std::make_unique<sim::KubeSchedulerStandIn>(*scheduler_client_, sio);
   stand_in_->on_outcome = [this](const sim::PodOutcome& o) {
     const std::string pod = o.key.substr(o.key.find('/') + 1);

@@ -33,6 +33,8 @@ Places pods on a cluster snapshot with the same decision engine the extender use
                    health is judged at this time too, as serve's health pass does (--handshake-timeout):
                    a vendor whose handshake request expired unanswered with 0 allocatable is withheld.
 Config flags (--config, --device-config-file, --gpu-scheduler-policy, --node-scheduler-policy, ...) apply.
+With --filter-mode all-fitting each pod goes to the node /prioritize scores best (kube-scheduler's own
+plugins are not modelled) and its result shows every fitting node's score.
 Unschedulable pods are results, with the pods whose eviction would make room for them (on the node
 kube-scheduler's preemption would pick; none for a pod whose preemptionPolicy is Never); malformed input
 exits with status 2 and names the object and field.
@@ -103,6 +105,7 @@ struct PodResult {
   const PodView* pod;
   FilterOutcome outcome;
   std::optional<Preemption> preemption;  // unschedulable pods only
+  std::vector<std::pair<std::string, int>> scores;  // all-fitting mode: what /prioritize answers
 };
 
 // The snapshot's pods by "ns/name", and its budgets, as /preempt reads the caches.
@@ -155,6 +158,8 @@ std::string_view OutcomeName(FilterOutcome::Kind k) {
       return "no-device-request";
     case FilterOutcome::Kind::kScheduled:
       return "scheduled";
+    case FilterOutcome::Kind::kFitting:
+      return "fitting";
     case FilterOutcome::Kind::kUnschedulable:
       return "unschedulable";
     case FilterOutcome::Kind::kError:
@@ -197,6 +202,11 @@ void PrintTable(const std::vector<PodResult>& results, const ClusterState& state
                 fmt::format("{}[c{}] {} {}MiB {}%  ", vendor, c, d.uuid, d.mem.value(), d.cores.value());
           }
         }
+      }
+      if (!r.scores.empty()) {
+        std::vector<std::string> scores;
+        for (const auto& [node, score] : r.scores) scores.push_back(fmt::format("{}={}", node, score));
+        detail += "scores " + Join(scores, " ");
       }
     } else if (r.outcome.kind == FilterOutcome::Kind::kUnschedulable) {
       std::vector<std::string> reasons;
@@ -331,7 +341,15 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
   for (const PodView& p : cluster.pods) snapshot.pods.emplace(p.Key(), &p);
   std::vector<PodResult> results;
   for (const PodView* p : to_place) {
-    PodResult r{p, scheduler.Filter(*p, candidates, now), std::nullopt};
+    const auto requests = CollectRequests(*p, *backends);
+    PodResult r{p, scheduler.Filter(*p, requests, candidates, now), std::nullopt, {}};
+    if (r.outcome.kind == FilterOutcome::Kind::kFitting) {
+      // kube-scheduler chooses by the sum of its plugins' scores and ours; with none of its plugins here,
+      // that is our best node (ties: the first), where the pod is placed as /bind places it.
+      Scheduler::Scores scored = scheduler.Prioritize(*p, requests, r.outcome.fitting, {});
+      r.scores = std::move(scored.scores);
+      r.outcome = scheduler.PlaceOn(*p, requests, scored.best, now);
+    }
     const std::string uid = p->UidOrKey();
     if (r.outcome.kind == FilterOutcome::Kind::kScheduled) {
       scheduler.Reserve(*p, r.outcome, Scheduler::Hold::kSetUp);
@@ -358,6 +376,11 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
                    {"annotations", std::move(annotations)},
                    {"failedNodes", std::move(failed)}};
     if (!r.outcome.error.empty()) o["error"] = r.outcome.error;
+    if (!r.scores.empty()) {
+      json::object scores;
+      for (const auto& [node, score] : r.scores) scores[node] = score;
+      o["scores"] = std::move(scores);
+    }
     if (r.preemption) {
       json::array victims;
       for (const std::string& name : VictimNames(*r.preemption)) victims.emplace_back(name);

@@ -417,6 +417,14 @@ constexpr Field<Config> kSchedulerFields[] = {
     {"gpuSchedulerPolicy", &ReadGpuPolicy},
     {"nodeSchedulerPolicy", &ReadNodePolicy},
     {"nodeLabelSelector", &ReadLabelSelector},
+    {"filterMode",
+     [](Reader& r, const Item& it, Config& c) {
+       auto s = r.Scalar(it, "a filter mode");
+       if (!s) return;
+       auto mode = ParseFilterMode(*s);
+       if (!mode) return r.Problem(it.key, it.path, fmt::format("'{}': {}", *s, mode.error().message));
+       c.extender.filter.policies.filter_mode = *mode;
+     }},
     {"busyNodeThreshold",
      [](Reader& r, const Item& it, Config& c) {
        if (auto v = r.Int(it, 0, 1000000, "a number of allocations from 0 (off) to 1000000"))
@@ -1018,6 +1026,7 @@ std::string ToYaml(const Config& cfg, const BackendRegistry& vendors) {
   out << YAML::BeginMap;
   for (const auto& [k, v] : cfg.extender.node_label_selector) EmitString(out, k, v);
   out << YAML::EndMap;
+  EmitString(out, "filterMode", std::string(FilterModeName(cfg.extender.filter.policies.filter_mode)));
   out << YAML::Key << "busyNodeThreshold" << YAML::Value << cfg.extender.filter.policies.busy_node_threshold;
   out << YAML::Key << "nodeLockTimeout" << YAML::Value << FormatDuration(cfg.extender.node_lock_timeout);
   out << YAML::Key << "nodeLockRetryTimeout" << YAML::Value

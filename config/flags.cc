@@ -232,6 +232,14 @@ void SetBusyNodeThreshold(const std::string& flag, const std::string& value, Loa
   if (auto v = Int(flag, value, 0, 1000000, "want a number of allocations from 0 (off) to 1000000", problems))
     out.config.extender.filter.policies.busy_node_threshold = static_cast<int>(*v);
 }
+void SetFilterMode(const std::string& flag, const std::string& value, LoadedConfig& out, Problems& problems) {
+  auto mode = ParseFilterMode(Trim(value));
+  if (!mode) return problems.push_back(fmt::format("{} '{}': {}", flag, value, mode.error().message));
+  out.config.extender.filter.policies.filter_mode = *mode;
+}
+std::string ShowFilterMode(const Config& d) {
+  return std::string(FilterModeName(d.extender.filter.policies.filter_mode));
+}
 std::string ShowBusyNodeThreshold(const Config& d) {
   return std::to_string(d.extender.filter.policies.busy_node_threshold);
 }
@@ -359,6 +367,11 @@ const FlagDef kOwnFlags[] = {
      &ShowGpuPolicy},
     {"node-scheduler-policy", Group::kScheduling, false, "POLICY", "default node policy: binpack or spread",
      &SetNodePolicy, &ShowNodePolicy},
+    {"filter-mode", Group::kScheduling, false, "MODE",
+     "one-node: /filter answers the node the device policy chose and reserves its devices (HAMi's answer); "
+     "all-fitting: every node where the pod fits, and /prioritize scores them, so kube-scheduler weighs its "
+     "soft constraints too (register prioritizeVerb; /bind then fits the pod on the node it chose)",
+     &SetFilterMode, &ShowFilterMode},
     {"busy-node-threshold", Group::kScheduling, false, "N",
      "allocations in flight (reserved or bound, not yet set up by the device plugin) that make a node busy: "
      "binpack then sends the pod to the next node in its order that is not busy, among the nodes it fills "

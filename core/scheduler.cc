@@ -2,10 +2,21 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "core/keys.h"
 
 namespace hami {
+
+std::string_view FilterModeName(FilterMode mode) {
+  return mode == FilterMode::kAllFitting ? "all-fitting" : "one-node";
+}
+
+Result<FilterMode> ParseFilterMode(std::string_view text) {
+  if (text == "one-node") return FilterMode::kOneNode;
+  if (text == "all-fitting") return FilterMode::kAllFitting;
+  return Error{"expected one-node or all-fitting"};
+}
 
 Result<PodContext> DecisionContext(const PodView& pod, const ClusterState& state,
                                    const SchedulerOptions& options) {
@@ -26,6 +37,16 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const std::vector<std::strin
 
 FilterOutcome Scheduler::Filter(const PodView& pod, const Result<PodRequests>& requests,
                                 const std::vector<std::string>& candidates, TimePoint now) {
+  return Decide(pod, requests, candidates, now, options_.filter_mode);
+}
+
+FilterOutcome Scheduler::PlaceOn(const PodView& pod, const Result<PodRequests>& requests,
+                                 const std::string& node, TimePoint now) {
+  return Decide(pod, requests, {node}, now, FilterMode::kOneNode);
+}
+
+FilterOutcome Scheduler::Decide(const PodView& pod, const Result<PodRequests>& requests,
+                                const std::vector<std::string>& candidates, TimePoint now, FilterMode mode) {
   FilterOutcome out;
   if (!requests) {
     out.error = requests.error().message;
@@ -48,11 +69,64 @@ FilterOutcome Scheduler::Filter(const PodView& pod, const Result<PodRequests>& r
     MarkUnresolvable(*ctx, *requests, candidates, out);
     return out;
   }
+  if (mode == FilterMode::kAllFitting) {  // fitting_ is in the candidates' order until Rank
+    out.fitting.reserve(fitting_.size());
+    for (const Fitting& f : fitting_) out.fitting.push_back(candidates[f.index]);
+    // kube-scheduler preempts for nodes that fail; those are every candidate but the fitting ones here.
+    MarkUnresolvable(*ctx, *requests, candidates, out);
+  }
   Rank(pod, *ctx, *requests, candidates, out);
   for (std::size_t i = 0; i < std::min<std::size_t>(10, fitting_.size()); ++i)
     out.best.emplace_back(candidates[fitting_[i].index], fitting_[i].score);
   out.node = candidates[fitting_.front().index];
-  WriteDecision(pod, *ctx, *requests, now, out);
+  WriteDecision(pod, *ctx, *requests, now, mode, out);
+  return out;
+}
+
+Scheduler::Scores Scheduler::Prioritize(const PodView& pod, const Result<PodRequests>& requests,
+                                        const std::vector<std::string>& candidates,
+                                        const PendingFits& pending) {
+  Scores out;
+  out.scores.reserve(candidates.size());
+  for (const std::string& c : candidates) out.scores.emplace_back(c, 0);
+  if (!requests) {
+    out.error = requests.error().message;
+    return out;
+  }
+  if (!requests->Any()) return out;
+  auto ctx = DecisionContext(pod, *state_, options_);
+  if (!ctx) {
+    out.error = ctx.error().message;
+    return out;
+  }
+  const auto pending_on = [&](const std::string& node) -> std::span<const PodAllocation* const> {
+    auto it = pending.find(node);
+    return it == pending.end() ? std::span<const PodAllocation* const>{} : it->second;
+  };
+  // As the filter does: every name resolved first, a few nodes prefetched ahead while fitting.
+  resolved_.resize(candidates.size());
+  for (std::size_t i = 0; i < candidates.size(); ++i) resolved_[i] = state_->FindNode(candidates[i]);
+  const std::size_t first_asked = requests->BackendsAsked().front();
+  std::vector<std::pair<std::size_t, double>> fits;  // candidate, the policy's score
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    PrefetchAhead(i, first_asked);
+    const NodeEntry* node = resolved_[i];
+    if (node != nullptr && FitNode(*ctx, *requests, *node, nullptr, nullptr, pending_on(candidates[i])))
+      fits.emplace_back(i, engine_.Score());
+  }
+  if (fits.empty()) return out;
+  const auto [lo, hi] = std::minmax_element(fits.begin(), fits.end(),
+                                            [](const auto& a, const auto& b) { return a.second < b.second; });
+  const double low = lo->second, high = hi->second;
+  std::size_t best = fits.front().first;
+  for (const auto& [i, score] : fits) {
+    // Binpack ranks the fuller node first, spread the emptier; equal scores all rank first.
+    const double rank = high == low ? 1.0 : (ctx->spread ? high - score : score - low) / (high - low);
+    out.scores[i].second = 1 + static_cast<int>(std::lround(rank * (kMaxExtenderScore - 1)));
+    if (out.scores[i].second > out.scores[best].second) best = i;
+  }
+  out.best = candidates[best];
+  FitNode(*ctx, *requests, *state_->FindNode(out.best), &out.devices, nullptr, pending_on(out.best));
   return out;
 }
 
@@ -84,10 +158,11 @@ void Scheduler::FitCandidates(const PodContext& ctx, const PodRequests& requests
 }
 
 bool Scheduler::FitNode(const PodContext& ctx, const PodRequests& requests, const NodeEntry& node,
-                        PodDevices* out, std::string* reason) {
-  if (!state_->HasNominations()) return engine_.Fit(ctx, requests, node, out, reason);
-  held_.clear();
-  state_->NominatedHolds(node.node.name, ctx.pod->priority, ctx.pod->UidOrKey(), held_);
+                        PodDevices* out, std::string* reason, std::span<const PodAllocation* const> pending) {
+  if (!state_->HasNominations() && pending.empty()) return engine_.Fit(ctx, requests, node, out, reason);
+  held_.assign(pending.begin(), pending.end());
+  if (state_->HasNominations())
+    state_->NominatedHolds(node.node.name, ctx.pod->priority, ctx.pod->UidOrKey(), held_);
   if (held_.empty()) return engine_.Fit(ctx, requests, node, out, reason);
   return engine_.FitWith(ctx, requests, node, UsageOverlay{{}, held_}, out, reason);
 }
@@ -117,7 +192,9 @@ void Scheduler::MarkUnresolvable(const PodContext& ctx, const PodRequests& reque
   // our requeue never waits on them. The quota is the namespace's: it counts here as resolvable.
   PodContext idle = ctx;
   idle.quota_active = false;
+  const bool all_failed = fitting_.empty();
   for (std::size_t i = 0; i < candidates.size(); ++i) {
+    if (!all_failed && !out.failed_nodes.contains(candidates[i])) continue;
     if (resolved_[i] == nullptr || !engine_.FitsIdle(idle, requests, *resolved_[i]))
       out.unresolvable.insert(candidates[i]);
   }
@@ -177,10 +254,14 @@ std::size_t Scheduler::PickPastBusy(const PodView& pod, const PodContext& ctx, c
 }
 
 void Scheduler::WriteDecision(const PodView& pod, const PodContext& ctx, const PodRequests& requests,
-                              TimePoint now, FilterOutcome& out) {
+                              TimePoint now, FilterMode mode, FilterOutcome& out) {
   const Backends& backends = state_->backends();
   const NodeEntry* chosen = state_->FindNode(out.node);
   FitNode(ctx, requests, *chosen, &out.devices, nullptr);
+  if (mode == FilterMode::kAllFitting) {  // nothing is written before kube-scheduler chooses
+    out.kind = FilterOutcome::Kind::kFitting;
+    return;
+  }
   out.kind = FilterOutcome::Kind::kScheduled;
   out.annotations[std::string(keys::kAssignedNode)] = out.node;
   out.annotations[std::string(keys::kDecisionTime)] =

@@ -14,7 +14,7 @@ using std::chrono::steady_clock;
 BindService::BindService(const ClusterState& state, PodLedger& ledger,
                          const std::map<std::string, PodView>& pods, LockQueue& queue,
                          PluginLocks& plugin_locks, NodeLocker& locker, ClusterWriter& writer,
-                         const Clock& clock, BindOptions options, Requeue& requeue)
+                         const Clock& clock, BindOptions options, Requeue& requeue, ScoreService* scores)
     : state_(&state),
       ledger_(&ledger),
       pods_(&pods),
@@ -25,6 +25,7 @@ BindService::BindService(const ClusterState& state, PodLedger& ledger,
       clock_(&clock),
       options_(options),
       requeue_(&requeue),
+      scores_(scores),
       latency_(k8s::prom::Histogram::LatencyBuckets()) {}
 
 std::size_t BindService::BindsUsingBudget() const {
@@ -127,6 +128,11 @@ asio::awaitable<std::string> BindService::BindPod(const BindRequest& request) {
   auto requests = CollectRequests(*pod, state_->backends());
   if (!requests) co_return Failed(*pod, fmt::format("pod {}: {}", key, requests.error().message));
   HeldLocks held;
+  if (requests->Any() && scores_ != nullptr && scores_->all_fitting()) {
+    // The event loop runs nothing else until the devices are reserved: no decision sees them free meanwhile.
+    if (std::string refused = scores_->PlaceAtBind(*pod, requests, request.node); !refused.empty())
+      co_return Failed(*pod, std::move(refused));
+  }
   if (requests->Any()) {
     std::string error = co_await TakeLocks(*pod, *requests, request.node, held);
     if (!error.empty()) co_return Failed(*pod, std::move(error));

@@ -2,7 +2,8 @@
 // POST /bind: carries out the bind plan (core/bind_plan) for a pod our filter decided: takes the node locks
 // in vendor order through their queues (LockQueue), posts the Binding that carries the decision, and leaves
 // the locks for the device plugin to release (PluginLocks). The pod's progress (binding, bound) is kept in
-// the pod ledger, which the filter and the reservation sweep read.
+// the pod ledger, which the filter and the reservation sweep read. In all-fitting filter mode the decision
+// is made here first (ScoreService::PlaceAtBind): the pod fitted on the node kube-scheduler chose.
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include "extender/plugin_locks.h"
 #include "extender/pod_ledger.h"
 #include "extender/requeue.h"
+#include "extender/score_service.h"
 #include "k8s/metrics.h"
 #include "k8s/waits.h"
 
@@ -36,10 +38,11 @@ struct BindRequest {
 
 class BindService {
  public:
-  // `pods`: the pod cache ("ns/name" -> pod), alive as long as the service.
+  // `pods`: the pod cache ("ns/name" -> pod), alive as long as the service. `scores`: decides at bind when
+  // it is in all-fitting mode (null: the filter always decides).
   BindService(const ClusterState& state, PodLedger& ledger, const std::map<std::string, PodView>& pods,
               LockQueue& queue, PluginLocks& plugin_locks, NodeLocker& locker, ClusterWriter& writer,
-              const Clock& clock, BindOptions options, Requeue& requeue);
+              const Clock& clock, BindOptions options, Requeue& requeue, ScoreService* scores = nullptr);
 
   // The bind of one pod: "" on success, else the error kube-scheduler is told (an event says it too).
   boost::asio::awaitable<std::string> Bind(const BindRequest& request);
@@ -96,6 +99,7 @@ class BindService {
   const Clock* clock_;
   BindOptions options_;
   Requeue* requeue_;  // told of binds that timed out on a node lock
+  ScoreService* scores_;
   Stats stats_;
   k8s::prom::Histogram latency_;
   std::map<std::string, std::uint64_t> results_;  // success, failure

@@ -52,10 +52,11 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
                   options_.bind.node_lock_retry_timeout),
       plugin_locks_(executor, feed_.state(), ledger_, caches_.pods.views(), locker_, clock,
                     options_.bind.reservation_timeout),
+      scores_(feed_.state(), ledger_, caches_.pods.views(), clock, readiness_, options_.filter.policies),
       binder_(feed_.state(), ledger_, caches_.pods.views(), lock_queue_, plugin_locks_, locker_, fenced_,
-              clock, options_.bind, requeue_),
+              clock, options_.bind, requeue_, &scores_),
       filter_(feed_.state(), ledger_, binder_, caches_.pods.views(), fenced_, clock, options_.filter,
-              clients.decisions->options().qps, readiness_, requeue_),
+              clients.decisions->options().qps, readiness_, requeue_, scores_),
       preempt_(feed_.state(), caches_.pods.views(), caches_.budgets.views(),
                [this] { return caches_.budgets.synced(); }, readiness_,
                PreemptOptions{.policies = options_.filter.policies,
@@ -70,6 +71,7 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
                                    .readiness = readiness_,
                                    .requeue = requeue_,
                                    .preempt = preempt_,
+                                   .scores = scores_,
                                    .scheduler_name = options_.admission.scheduler_name}),
       housekeeping_(Housekeeping::Parts{.caches = caches_,
                                         .feed = feed_,
@@ -153,6 +155,7 @@ std::string Extender::Metrics() const {
           readiness_.reports_ready() ? 1 : 0);
   filter_.WriteMetrics(w);
   preempt_.WriteMetrics(w);
+  scores_.WriteMetrics(w);
   admission_.WriteMetrics(w);
   binder_.WriteMetrics(w);
   health_.WriteMetrics(w);

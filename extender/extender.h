@@ -82,6 +82,7 @@ class Extender : public k8s::prom::Source {
 
   FilterService& filter() { return filter_; }
   BindService& binder() { return binder_; }
+  ScoreService& scores() { return scores_; }
   PreemptService& preempt() { return preempt_; }
   AdmissionService& admission() { return admission_; }
   Requeue& requeue() { return requeue_; }
@@ -133,6 +134,7 @@ class Extender : public k8s::prom::Source {
   Requeue requeue_;
   LockQueue lock_queue_;
   PluginLocks plugin_locks_;
+  ScoreService scores_;  // all-fitting filter mode
   BindService binder_;
   FilterService filter_;
   PreemptService preempt_;

@@ -31,7 +31,7 @@ std::string SummarizeFailures(const std::map<std::string, std::string>& failed) 
 FilterService::FilterService(ClusterState& state, PodLedger& ledger, const BindService& binds,
                              const std::map<std::string, PodView>& pods, ClusterWriter& writer,
                              const Clock& clock, FilterOptions options, double decision_qps,
-                             Readiness& readiness, Requeue& requeue)
+                             Readiness& readiness, Requeue& requeue, ScoreService& scores)
     : state_(&state),
       ledger_(&ledger),
       binds_(&binds),
@@ -42,6 +42,7 @@ FilterService::FilterService(ClusterState& state, PodLedger& ledger, const BindS
       decision_qps_(decision_qps),
       readiness_(&readiness),
       requeue_(&requeue),
+      scores_(&scores),
       scheduler_(state, options_.policies),
       latency_(k8s::prom::Histogram::LatencyBuckets()) {}
 
@@ -179,6 +180,7 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
   // A re-filter decides without the pod's earlier reservation (and its quota), which goes. Nothing else can
   // be held for a pod not bound yet: annotations charge only bound pods (docs/DECISIONS.md, "The ledger").
   ledger_->Redecide(uid);
+  scores_->Forget(uid);  // where an earlier filter expected it (a fitting answer below expects it anew)
   const TimePoint now = clock_->Now();
   FilterOutcome outcome = scheduler_.Filter(pod, requests, candidates, now);
   requeue_->Poke();  // the earlier decision's devices, if any, are free for others
@@ -199,11 +201,24 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
           fmt::format("no node fits the pod's device request; {}",
                       candidates.empty() ? "no candidate nodes" : SummarizeFailures(outcome.failed_nodes)));
       co_return outcome;
+    case FilterOutcome::Kind::kFitting:
+      // Nothing is reserved: kube-scheduler scores these nodes and /bind fits the pod where it chose.
+      requeue_->Forget(uid);
+      scores_->Expect(pod, outcome);
+      ++results_["fitting"];
+      RecordFilterEvent(pod, outcome);
+      co_return outcome;
     case FilterOutcome::Kind::kScheduled:
       requeue_->Forget(uid);
       break;
   }
+  HoldDecision(pod, outcome, now, candidates.size());
+  co_return outcome;
+}
 
+void FilterService::HoldDecision(const PodView& pod, FilterOutcome& outcome, TimePoint now,
+                                 std::size_t candidates) {
+  const std::string key = pod.Key();
   // The decision is held in the pod ledger and written on the pod by its Binding (BindService), in the
   // same update that sets spec.nodeName: one request per pod less than HAMi's filter patch, and the device
   // plugin never sees a half-written pod. A restart between filter and bind loses the reservation; the bind
@@ -211,7 +226,7 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
   if (!outcome.busy_best.empty() && spdlog::should_log(spdlog::level::debug)) {
     spdlog::debug(
         "filter {}: binpack's best node {} is busy; {} pods of the burst for these {} candidates: {}", key,
-        outcome.busy_best, outcome.burst, candidates.size(),
+        outcome.busy_best, outcome.burst, candidates,
         outcome.node == outcome.busy_best ? "they fit the busy nodes, it queues there"
                                           : "it goes to " + outcome.node);
   }
@@ -226,13 +241,18 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
                                     pod.nominated_node_name, seen ? cached->second.nominated_node_name : ""});
   ++results_["scheduled"];
   RecordFilterEvent(pod, outcome);
-  co_return outcome;
 }
 
 void FilterService::RecordFilterEvent(const PodView& pod, const FilterOutcome& outcome) {
   std::string fits;
   for (const auto& [node, score] : outcome.best)
     fits += fmt::format("{}{}:{:.2f}", fits.empty() ? "" : ",", node, score);
+  if (outcome.kind == FilterOutcome::Kind::kFitting) {
+    writer_->Event(k8s::InvolvedObject::Of(pod), "Normal", "FilteringSucceed",
+                   fmt::format("{} nodes fit({}), {} nodes not fit; kube-scheduler chooses among them",
+                               outcome.fitting_count, fits, outcome.failed_nodes.size()));
+    return;
+  }
   writer_->Event(k8s::InvolvedObject::Of(pod), "Normal", "FilteringSucceed",
                  fmt::format("find fit node({}), {} nodes not fit, {} nodes fit({})", outcome.node,
                              outcome.failed_nodes.size(), outcome.fitting_count, fits));
@@ -242,7 +262,7 @@ void FilterService::WriteMetrics(k8s::prom::TextWriter& w) const {
   w.Family("hami_scheduler_filter_duration_seconds", "Time to answer /filter.", "histogram");
   latency_.Write(w, "hami_scheduler_filter_duration_seconds", {});
   w.Family("hami_scheduler_filter_decisions_total", "/filter answers by result.", "counter");
-  for (const char* result : {"scheduled", "unschedulable", "passthrough", "error"}) {
+  for (const char* result : {"scheduled", "fitting", "unschedulable", "passthrough", "error"}) {
     auto it = results_.find(result);
     w.Sample("hami_scheduler_filter_decisions_total", {{"result", result}},
              static_cast<double>(it == results_.end() ? 0 : it->second));

@@ -1,6 +1,7 @@
 #pragma once
 // POST /filter: decides where a pod's devices go (core's Scheduler over the registry and ledger), holds the
-// decision in the pod ledger as a reservation until its Binding writes it, and answers which node fits.
+// decision in the pod ledger as a reservation until its Binding writes it, and answers which node fits. In
+// all-fitting mode it answers every node that fits and reserves nothing (ScoreService takes over).
 // Waits for the caches and the first health pass before its first answer, and holds a decision while the
 // binds in flight need more of the API budget than kube-scheduler's timeout leaves them.
 #include <boost/asio/awaitable.hpp>
@@ -15,6 +16,7 @@
 #include "extender/pod_ledger.h"
 #include "extender/readiness.h"
 #include "extender/requeue.h"
+#include "extender/score_service.h"
 #include "k8s/metrics.h"
 #include "k8s/waits.h"
 
@@ -26,7 +28,8 @@ class FilterService {
   // client's --kube-qps, the budget the binds in flight share (0: no limit, no backpressure).
   FilterService(ClusterState& state, PodLedger& ledger, const BindService& binds,
                 const std::map<std::string, PodView>& pods, ClusterWriter& writer, const Clock& clock,
-                FilterOptions options, double decision_qps, Readiness& readiness, Requeue& requeue);
+                FilterOptions options, double decision_qps, Readiness& readiness, Requeue& requeue,
+                ScoreService& scores);
 
   // The decision for `pod` among `candidates` (node names), as kube-scheduler is to hear it: a failure is
   // an outcome of kind kError with its message.
@@ -55,6 +58,8 @@ class FilterService {
   FilterOutcome AnswerBound(const std::string& node, const std::vector<std::string>& candidates);
   boost::asio::awaitable<bool> WaitReady();
   boost::asio::awaitable<void> AwaitBindBacklog();
+  // A one-node decision: held in the pod ledger as a reservation (its annotations too) until the Binding.
+  void HoldDecision(const PodView& pod, FilterOutcome& outcome, TimePoint now, std::size_t candidates);
   FilterOutcome Fail(std::string message);
   void RecordFilterEvent(const PodView& pod, const FilterOutcome& outcome);
 
@@ -68,11 +73,12 @@ class FilterService {
   double decision_qps_;
   Readiness* readiness_;
   Requeue* requeue_;
+  ScoreService* scores_;
   Scheduler scheduler_;
   Stats stats_;
   double held_seconds_ = 0;
   k8s::prom::Histogram latency_;
-  std::map<std::string, std::uint64_t> results_;  // scheduled, unschedulable, error, passthrough
+  std::map<std::string, std::uint64_t> results_;  // scheduled, fitting, unschedulable, error, passthrough
 };
 
 }  // namespace hami::extender

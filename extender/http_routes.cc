@@ -150,7 +150,25 @@ void HttpRoutes::InstallDecisions(k8s::HttpServer& server) {
     co_return Respond(200, kJson, k8s::ToJson(k8s::ToFilterResult(outcome, args ? *args : kUnread)));
   });
   // kube-scheduler reads any status but 200 as the extender's error (it logs the status, and we the reason);
-  // the body says why for anyone else who asks.
+  // the body says why for anyone else who asks. A /prioritize error only costs the pod our scores.
+  server.Route(http::verb::post, "/prioritize",
+               [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
+                 const auto refused = [](unsigned status, const std::string& why) {
+                   return Respond(status, kText, k8s::EscapeControlChars(why) + "\n");
+                 };
+                 if (const std::string follower = e->readiness.NotLeaderReason(); !follower.empty())
+                   co_return refused(503, "hami-scheduler is not the leader (" + follower + "); retry");
+                 // Before the first health pass the ledger may not show what the nodes hold.
+                 if (!e->readiness.ready())
+                   co_return refused(503, "hami-scheduler is not ready: " + e->readiness.NotReadyReason());
+                 if (r.body_too_large) co_return refused(413, std::string(kTooLarge));
+                 auto args = k8s::ParseExtenderArgs(r.body);
+                 if (!args) co_return refused(400, args.error().message);
+                 // In one-node mode only a pod asking for no device of ours reaches kube-scheduler's scoring
+                 // (every node passes it): every node scores 0.
+                 const auto scores = e->scores.Prioritize(args->pod, k8s::CandidatesOf(*args));
+                 co_return Respond(200, kJson, k8s::HostPriorityListJson(scores));
+               });
   server.Route(http::verb::post, "/preempt", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
     // The reason echoes the request's names: printable in the body whatever they hold.
     const auto refused = [&](unsigned status, const std::string& why) {

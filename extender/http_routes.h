@@ -35,6 +35,7 @@ class HttpRoutes {
     FilterService& filter;
     BindService& binder;
     PreemptService& preempt;
+    ScoreService& scores;
     AdmissionService& admission;
     const Readiness& readiness;
     const k8s::prom::Source& metrics;  // every service's families
@@ -45,7 +46,7 @@ class HttpRoutes {
 
   // What a listener serves besides /healthz and /readyz.
   struct Serves {
-    bool extender = false;  // /filter, /bind, /preempt
+    bool extender = false;  // /filter, /prioritize, /bind, /preempt
     bool webhook = false;   // /webhook
     bool metrics = true;  // /metrics (names of nodes, pods, namespaces: not on a webhook listener of its own)
   };

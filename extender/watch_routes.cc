@@ -141,6 +141,7 @@ void WatchRoutes::OnPod(const PodView& pod) {
     return;
   }
   if (!pod.node_name.empty()) {
+    t_.scores.Forget(uid);
     t_.ledger.ShownBound(uid);
     t_.requeue.Forget(uid);
   } else if (const Reservation* r = t_.ledger.FindReservation(uid);
@@ -177,6 +178,7 @@ void WatchRoutes::OnPodDeleted(const PodView& pod) {
 
 void WatchRoutes::PodGone(const std::string& uid) {
   t_.preempt.Forget(uid);
+  t_.scores.Forget(uid);
   t_.ledger.Gone(uid);
   t_.plugin_locks.ReleaseLeftover(uid);
   t_.lock_queue.WakeAll();  // it may own a lock someone waits for

@@ -35,6 +35,7 @@
 #include "extender/preempt_service.h"
 #include "extender/readiness.h"
 #include "extender/requeue.h"
+#include "extender/score_service.h"
 #include "k8s/api_client.h"
 #include "k8s/reflector.h"
 
@@ -76,6 +77,7 @@ class WatchRoutes {
     Readiness& readiness;
     Requeue& requeue;
     PreemptService& preempt;
+    ScoreService& scores;
     std::string scheduler_name;  // pods naming it are ours (they wait for our decision)
   };
   explicit WatchRoutes(Targets targets) : t_(std::move(targets)) {}

@@ -255,6 +255,7 @@ ExtenderFilterResult ToFilterResult(const FilterOutcome& outcome, const Extender
       }
       return r;
     case FilterOutcome::Kind::kScheduled:
+    case FilterOutcome::Kind::kFitting:
     case FilterOutcome::Kind::kUnschedulable:
       break;
   }
@@ -267,16 +268,31 @@ ExtenderFilterResult ToFilterResult(const FilterOutcome& outcome, const Extender
     for (const auto& [node, reason] : outcome.failed_nodes)
       (outcome.unresolvable.contains(node) ? r.failed_and_unresolvable : r.failed_nodes)[node] = reason;
   }
+  // The nodes that pass: the chosen one, or every fitting one (in the request's order).
+  const auto passes = [&](const std::string& node) {
+    if (scheduled) return node == outcome.node;
+    return outcome.kind == FilterOutcome::Kind::kFitting &&
+           std::find(outcome.fitting.begin(), outcome.fitting.end(), node) != outcome.fitting.end();
+  };
   if (by_nodes) {
     r.nodes.emplace();
     for (std::size_t i = 0; i < args.nodes->size(); ++i) {
-      if (scheduled && (*args.nodes)[i] == outcome.node) r.nodes->push_back(args.nodes_json[i]);
+      if (passes((*args.nodes)[i])) r.nodes->push_back(args.nodes_json[i]);
     }
+  } else if (outcome.kind == FilterOutcome::Kind::kFitting) {
+    r.node_names = outcome.fitting;
   } else {
     r.node_names.emplace();
     if (scheduled) r.node_names->push_back(outcome.node);
   }
   return r;
+}
+
+std::string HostPriorityListJson(const std::vector<std::pair<std::string, int>>& scores) {
+  json::array list;
+  list.reserve(scores.size());
+  for (const auto& [host, score] : scores) list.push_back(json::object{{"Host", host}, {"Score", score}});
+  return json::serialize(list);
 }
 
 Result<ExtenderBindingArgs> ParseBindingArgs(std::string_view body) {

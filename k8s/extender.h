@@ -47,10 +47,14 @@ struct ExtenderFilterResult {
 };
 std::string ToJson(const ExtenderFilterResult& result);
 
-// What kube-scheduler should hear for a decision: the chosen node (NodeNames, or Nodes when the request
-// carried Nodes), every rejected candidate with its reason, and "NodeNames": [] (not null) when none fits.
+// What kube-scheduler should hear for a decision: the chosen node, or in all-fitting mode every fitting node
+// (NodeNames, or Nodes when the request carried Nodes), every rejected candidate with its reason unless a
+// node was chosen, and "NodeNames": [] (not null) when none fits.
 // A pod without device requests passes every candidate through.
 ExtenderFilterResult ToFilterResult(const FilterOutcome& outcome, const ExtenderArgs& args);
+
+// POST /prioritize's answer, HostPriorityList: [{"Host": node, "Score": 0..10}, ...].
+std::string HostPriorityListJson(const std::vector<std::pair<std::string, int>>& scores);
 
 // POST /preempt (ExtenderPreemptionArgs): the pod and, per candidate node, the victims kube-scheduler chose
 // there (possibly none), by UID: NodeNameToMetaVictims (nodeCacheCapable: true) or the UIDs of

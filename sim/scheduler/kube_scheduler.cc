@@ -175,6 +175,38 @@ Result<k8s::ExtenderFilterResult> ParseFilterResult(std::string_view body) {
   return result;
 }
 
+Result<std::vector<std::pair<std::string, std::int64_t>>> ParseHostPriorityList(std::string_view body) {
+  json::error_code ec;
+  const json::value root = json::parse(body, ec);
+  if (ec) return Error{fmt::format("HostPriorityList: invalid JSON: {}", ec.message())};
+  if (!root.is_array()) return Error{"HostPriorityList: expected a list of {Host, Score}"};
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (const auto& entry : root.get_array()) {
+    const json::value* host = entry.is_object() ? FindKey(entry.get_object(), "Host") : nullptr;
+    const json::value* score = entry.is_object() ? FindKey(entry.get_object(), "Score") : nullptr;
+    if (host == nullptr || !host->is_string() || score == nullptr || !score->is_int64())
+      return Error{"HostPriorityList: every entry needs a string Host and an integer Score"};
+    out.emplace_back(std::string(host->get_string()), score->get_int64());
+  }
+  return out;
+}
+
+std::string HighestScored(const std::vector<std::string>& feasible,
+                          const std::vector<std::pair<std::string, std::int64_t>>& scores) {
+  std::map<std::string, std::int64_t> by_host(scores.begin(), scores.end());
+  std::string best;
+  std::int64_t top = 0;
+  for (const std::string& node : feasible) {
+    auto it = by_host.find(node);
+    const std::int64_t score = it == by_host.end() ? 0 : it->second;
+    if (best.empty() || score > top) {
+      best = node;
+      top = score;
+    }
+  }
+  return best;
+}
+
 FilterVerdict ReadFilterResult(const k8s::ExtenderFilterResult& result, const std::vector<std::string>& input,
                                bool node_cache_capable) {
   FilterVerdict verdict;
@@ -425,8 +457,36 @@ struct KubeSchedulerStandIn::Impl {
       Failed(key, State::kUnschedulable, message, verdict.failed_nodes);
       RecordFailedScheduling(key, pod, message);
     } else {
-      Assume(key, pod, verdict.feasible.front(), cycle);
+      std::string node = verdict.feasible.front();
+      if (options_.prioritize && verdict.feasible.size() > 1) {
+        node = co_await Prioritize(pod, verdict.feasible, node_objects);
+        if (!Current(key, cycle)) co_return;
+      }
+      Assume(key, pod, node, cycle);
     }
+  }
+
+  // The node kube-scheduler would take with only the extender's scores to go by; the first feasible node
+  // when the extender's answer cannot be read.
+  asio::awaitable<std::string> Prioritize(const json::value& pod, const std::vector<std::string>& feasible,
+                                          const std::vector<json::value>& node_objects) {
+    std::vector<json::value> feasible_objects;
+    if (!options_.node_cache_capable) {
+      for (const json::value& node : node_objects) {
+        const std::string name = Field(node, {"metadata", "name"});
+        if (std::find(feasible.begin(), feasible.end(), name) != feasible.end())
+          feasible_objects.push_back(node);
+      }
+    }
+    const std::string body = options_.node_cache_capable ? FilterArgsWithNodeNames(pod, feasible)
+                                                         : FilterArgsWithNodes(pod, feasible_objects);
+    const auto response =
+        co_await http_->Send(PostJson(endpoint_.VerbTarget("prioritize"), body), options_.http_timeout);
+    auto answer = ExtenderAnswer("prioritize", endpoint_.VerbUrl("prioritize"), response);
+    if (!answer) co_return feasible.front();
+    auto scores = ParseHostPriorityList(*answer);
+    if (!scores) co_return feasible.front();
+    co_return HighestScored(feasible, *scores);
   }
 
   FilterVerdict ReadFilterResponse(const k8s::TransportResult<k8s::HttpResponse>& response,

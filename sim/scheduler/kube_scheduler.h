@@ -33,6 +33,9 @@ struct StandInOptions {
       100};  // per pod, doubling (kube-scheduler: podInitialBackoffSeconds)
   std::chrono::milliseconds max_backoff{2000};
   int max_binds_in_flight = 16;  // binds run concurrently (kube-scheduler's binding cycle is async)
+  // prioritizeVerb registered: with more than one feasible node, POST /prioritize and take the highest score
+  // (ties: the extender's first); an error there is ignored, as kube-scheduler ignores it.
+  bool prioritize = false;
 };
 
 struct PodOutcome {
@@ -110,6 +113,12 @@ struct FilterVerdict {
 };
 FilterVerdict ReadFilterResult(const k8s::ExtenderFilterResult& result, const std::vector<std::string>& input,
                                bool node_cache_capable);
+
+// HostPriorityList ([{"Host": node, "Score": n}, ...]) as kube-scheduler reads it.
+Result<std::vector<std::pair<std::string, std::int64_t>>> ParseHostPriorityList(std::string_view body);
+// The feasible node with the highest score in `scores` (a node not scored counts 0; ties: the first).
+std::string HighestScored(const std::vector<std::string>& feasible,
+                          const std::vector<std::pair<std::string, std::int64_t>>& scores);
 
 // {"PodName","PodNamespace","PodUID","Node"}.
 std::string BindingArgsJson(const k8s::ExtenderBindingArgs& args);

@@ -747,6 +747,44 @@ TEST_F(ControllerTest, PreemptNamesTheVictimsAndRefusesWhatTheCachesContradict) 
   }());
 }
 
+// --filter-mode=all-fitting over HTTP: every fitting node passes /filter, /prioritize scores them, and /bind
+// places the pod on the node kube-scheduler chose (not the one binpack alone would take).
+TEST_F(ControllerTest, AllFittingModeFiltersScoresAndPlacesAtBind) {
+  cfg_.extender.filter.policies.filter_mode = FilterMode::kAllFitting;
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-b", 1)));
+  json::value half = GpuPod("half", 8000);
+  half.at("metadata").as_object()["annotations"] = {
+      {"hami.io/vgpu-node", "gpu-a"}, {"hami.io/vgpu-devices-allocated", "gpu-a-gpu0,NVIDIA,8000,0:;"}};
+  half.at("spec").as_object()["nodeName"] = "gpu-a";
+  ASSERT_TRUE(server_.store().Create(half));
+  ASSERT_TRUE(server_.store().Create(GpuPod("p", 4000)));
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    const std::string args = FilterArgs("p", json::array{"gpu-a", "gpu-b", "ghost"});
+    auto f = co_await Post("/filter", args);
+    EXPECT_EQ(json::serialize(f.at("NodeNames")), R"(["gpu-a","gpu-b"])");
+    EXPECT_EQ(json::serialize(f.at("FailedAndUnresolvableNodes")), R"({"ghost":"node unregistered"})");
+    const std::string scored = FilterArgs("p", json::array{"gpu-a", "gpu-b"});
+    auto p = co_await Call(http::verb::post, "/prioritize", scored);
+    EXPECT_EQ(p.status, 200u);
+    EXPECT_EQ(p.body, R"([{"Host":"gpu-a","Score":10},{"Host":"gpu-b","Score":1}])");
+    auto bad = co_await Call(http::verb::post, "/prioritize", "{not json");
+    EXPECT_EQ(bad.status, 400u);
+    EXPECT_NE(bad.body.find("ExtenderArgs: invalid JSON"), std::string::npos) << bad.body;
+    const std::string huge(2 << 20, ' ');
+    EXPECT_EQ((co_await Call(http::verb::post, "/prioritize", huge)).status, 413u);
+    EXPECT_EQ(service_->extender().state().PodCount(), 1u);  // nothing reserved by the filter
+    // kube-scheduler chose gpu-b (its soft constraints outweighed binpack's score).
+    const std::string bind = BindArgs(Stored("pods", "default", "p"), "gpu-b");
+    EXPECT_TRUE((co_await Post("/bind", bind)).at("Error").as_string().empty());
+    const json::object pod = Stored("pods", "default", "p");
+    EXPECT_EQ(std::string(pod.at("spec").at("nodeName").as_string()), "gpu-b");
+    EXPECT_EQ(Annotation(pod, "hami.io/vgpu-devices-allocated"), "gpu-b-gpu0,NVIDIA,4000,0:;");
+  }());
+}
+
 TEST_F(ControllerTest, APodRecreatedWhileTheWatchWasDownReleasesTheOldHold) {
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   json::value bound = GpuPod("p1", 3000);

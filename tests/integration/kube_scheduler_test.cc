@@ -64,6 +64,7 @@ class FakeExtender {
 
   // Set before the stand-in starts: a running handler's captures live in these.
   Handler filter;
+  Handler prioritize;
   Handler bind;
 
   std::vector<Received> Requests(const std::string& path) const {
@@ -104,6 +105,7 @@ class FakeExtender {
           Received{path, std::string(request[http::field::content_type]), args, SteadyClock::now()});
       Reply reply{404, "{}"};
       if (path == "/filter" && filter) reply = co_await filter(args);
+      if (path == "/prioritize" && prioritize) reply = co_await prioritize(args);
       if (path == "/bind" && bind) reply = co_await bind(args);
       http::response<http::string_body> response{static_cast<http::status>(reply.status), request.version()};
       response.set(http::field::content_type, "application/json");
@@ -439,6 +441,45 @@ TEST_F(StandIn, FiltersOnlyItsPendingPodsAndBindsThem) {
         EXPECT_EQ(standin_->stats().filters, 2u);
         EXPECT_EQ(standin_->stats().binds, 2u);
         EXPECT_EQ(standin_->stats().bind_failures, 0u);
+      }(),
+      20s);
+}
+
+TEST(StandInWire, HostPriorityListAndTheHighestScore) {
+  auto scores = sim::ParseHostPriorityList(R"([{"Host":"a","Score":3},{"host":"b","score":10}])");
+  ASSERT_TRUE(scores) << scores.error().message;
+  EXPECT_EQ(*scores, (std::vector<std::pair<std::string, std::int64_t>>{{"a", 3}, {"b", 10}}));
+  EXPECT_EQ(sim::HighestScored({"a", "b", "c"}, *scores), "b");
+  EXPECT_EQ(sim::HighestScored({"a", "c"}, {{"c", 0}}), "a");  // ties: the first; unscored counts 0
+  EXPECT_FALSE(sim::ParseHostPriorityList(R"({"Host":"a"})"));
+  EXPECT_FALSE(sim::ParseHostPriorityList(R"([{"Host":"a","Score":"high"}])"));
+  EXPECT_FALSE(sim::ParseHostPriorityList("not json"));
+}
+
+TEST_F(StandIn, AsksPrioritizeWhenSeveralNodesPassAndTakesTheHighestScore) {
+  options_.prioritize = true;
+  extender_.filter = [](const json::value& args) -> asio::awaitable<Reply> {
+    k8s::ExtenderFilterResult r;
+    r.node_names.emplace();
+    for (const auto& n : args.at("NodeNames").as_array()) r.node_names->emplace_back(n.as_string());
+    co_return FilterReply(r);
+  };
+  extender_.prioritize = [](const json::value&) -> asio::awaitable<Reply> {
+    co_return Reply{200, R"([{"Host":"n1","Score":1},{"Host":"n2","Score":9}])"};
+  };
+  RunCoro(
+      ioc_,
+      [&]() -> asio::awaitable<void> {
+        co_await CreateNode("n1");
+        co_await CreateNode("n2");
+        co_await CreatePod("p");
+        Start();
+        const auto bound = InState("p", PodOutcome::State::kBound);
+        CO_ASSERT_TRUE(co_await WaitUntil(bound));
+        EXPECT_EQ(co_await NodeOnServer("p"), "n2");
+        const auto asked = extender_.Requests("/prioritize");
+        CO_ASSERT_EQ(asked.size(), 1u);
+        EXPECT_EQ(asked[0].body.at("NodeNames"), (json::array{"n1", "n2"}));
       }(),
       20s);
 }

@@ -575,6 +575,36 @@ TEST(Simulate, ShowsWhomAPendingPodWouldPreempt) {
       << table.out;
 }
 
+// All-fitting mode: each pod goes to the node /prioritize scores best, and its result shows the scores.
+TEST(Simulate, AllFittingModePrintsTheNodeScores) {
+  const std::string node = R"({"kind":"Node","metadata":{"name":"NAME","annotations":{"hami.io/node-nvidia-register":"[{\"id\":\"GPU-NAME\",\"index\":0,\"count\":10,\"devmem\":16000,\"devcore\":100,\"type\":\"NVIDIA-T4\",\"numa\":0,\"mode\":\"hami-core\",\"health\":true}]","hami.io/node-handshake":"Reported 2026-12-05T13:00:00Z"}},"status":{"capacity":{"nvidia.com/gpu":"10"},"allocatable":{"nvidia.com/gpu":"10"}}})";
+  const auto named = [&](const std::string& name) {
+    std::string out = node;
+    for (std::size_t at; (at = out.find("NAME")) != std::string::npos;) out.replace(at, 4, name);
+    return out;
+  };
+  const std::string cluster = WriteTemp("soft.json", R"({"kind":"List","items":[)" + named("gpu-1") + "," +
+                                                         named("gpu-2") + R"(,
+{"kind":"Pod","metadata":{"name":"half","namespace":"default","uid":"u-half","annotations":{"hami.io/vgpu-node":"gpu-1","hami.io/vgpu-devices-allocated":"GPU-gpu-1,NVIDIA,8000,0:;"}},"spec":{"nodeName":"gpu-1","containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpumem":"8000"}}}]},"status":{"phase":"Running"}},
+{"kind":"Pod","metadata":{"name":"new","namespace":"default","uid":"u-new"},"spec":{"containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":"1","nvidia.com/gpumem":"4000"}}}]}}
+]})");
+  auto binpack = Exec({"simulate", "--cluster", cluster, "--now", "2026-12-05T13:00:10Z", "--filter-mode",
+                       "all-fitting"});
+  ASSERT_EQ(binpack.code, 0) << binpack.err;
+  auto packed = ResultFor(json::parse(binpack.out), "default/new");
+  EXPECT_EQ(packed.at("outcome").as_string(), "scheduled");
+  EXPECT_EQ(packed.at("node").as_string(), "gpu-1");
+  EXPECT_EQ(json::serialize(packed.at("scores")), R"({"gpu-1":10,"gpu-2":1})");
+  EXPECT_EQ(packed.at("annotations").at("hami.io/vgpu-node").as_string(), "gpu-1");
+  auto spread = Exec({"simulate", "--cluster", cluster, "--now", "2026-12-05T13:00:10Z", "--filter-mode",
+                      "all-fitting", "--node-scheduler-policy", "spread", "-o", "table"});
+  ASSERT_EQ(spread.code, 0) << spread.err;
+  EXPECT_NE(spread.out.find("scores gpu-1=1 gpu-2=10"), std::string::npos) << spread.out;
+  // One-node mode answers as before, without scores.
+  auto one = Exec({"simulate", "--cluster", cluster, "--now", "2026-12-05T13:00:10Z"});
+  EXPECT_FALSE(ResultFor(json::parse(one.out), "default/new").contains("scores"));
+}
+
 TEST(Commands, VendorConfigChangesKeys) {
   const std::string cfg = WriteTemp("vendor.yaml", R"(
 hygon:

@@ -323,6 +323,25 @@ TEST(Flags, BusyNodeThreshold) {
                           "(off) to 1000000)"));
 }
 
+TEST(Flags, FilterMode) {
+  const auto mode = [](const Result<LoadedConfig>& loaded) {
+    return loaded->config.extender.filter.policies.filter_mode;
+  };
+  EXPECT_EQ(mode(Load({})), FilterMode::kOneNode);
+  EXPECT_EQ(mode(Load({"--filter-mode=all-fitting"})), FilterMode::kAllFitting);
+  EXPECT_EQ(mode(Load({"--filter-mode", "one-node"})), FilterMode::kOneNode);
+  const std::string config = WriteTemp("mode.yaml", "scheduler:\n  filterMode: all-fitting\n");
+  EXPECT_EQ(mode(Load({"--config=" + config})), FilterMode::kAllFitting);
+  EXPECT_EQ(mode(Load({"--config=" + config, "--filter-mode=one-node"})), FilterMode::kOneNode);  // flags win
+  EXPECT_THAT(ProblemLines(Load({"--filter-mode=best"})),
+              ElementsAre("--filter-mode 'best': expected one-node or all-fitting"));
+  const std::string bad = WriteTemp("bad-mode.yaml", "scheduler:\n  filterMode: [all-fitting]\n");
+  EXPECT_THAT(ProblemLines(Load({"--config=" + bad})), ElementsAre(HasSubstr("filterMode")));
+  const std::string wrong = WriteTemp("wrong-mode.yaml", "scheduler:\n  filterMode: allfitting\n");
+  EXPECT_THAT(ProblemLines(Load({"--config=" + wrong})),
+              ElementsAre(HasSubstr("'allfitting': expected one-node or all-fitting")));
+}
+
 TEST(Flags, AWebhookListenerOfItsOwnNeedsItsCertificate) {
   auto ok = Load(
       {"--webhook-bind=0.0.0.0:8443", "--webhook-cert-file=/tls/tls.crt", "--webhook-key-file=/tls/tls.key"});

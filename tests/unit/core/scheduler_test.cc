@@ -296,6 +296,114 @@ TEST_F(PolicyMatrix, InvalidInputIsAnError) {
   EXPECT_NE(bad_weights.error.find("expected slot, core, and memory"), std::string::npos);
 }
 
+// All-fitting mode (docs/DECISIONS.md "Filter modes").
+TEST_F(PolicyMatrix, AllFittingListsEveryFittingNodeAndReservesNothing) {
+  SchedulerOptions options{"binpack", "binpack"};
+  options.filter_mode = FilterMode::kAllFitting;
+  Scheduler s(state_, options);
+  const auto used = [&](const char* node) { return state_.FindNode(node)->totals.used_mem; };
+  const std::int64_t node1_before = used("node1"), node2_before = used("node2");
+  auto out = s.Filter(Pod("p", {Want("c", 7000, 20)}), {"ghost", "node1", "node2"}, kNow);
+  ASSERT_EQ(out.kind, FilterOutcome::Kind::kFitting);
+  EXPECT_EQ(out.fitting, (std::vector<std::string>{"node1", "node2"}));
+  EXPECT_EQ(out.node, "node2");  // where binpack alone would put it
+  EXPECT_FALSE(out.devices.empty());
+  EXPECT_TRUE(out.annotations.empty());
+  EXPECT_EQ(out.failed_nodes.at("ghost"), "node unregistered");
+  EXPECT_TRUE(out.unresolvable.contains("ghost"));
+  EXPECT_EQ(state_.PodCount(), 2u);
+  EXPECT_EQ(used("node1"), node1_before);
+  EXPECT_EQ(used("node2"), node2_before);
+  // Two cards of 5000 MiB: node2's second card has 2000 free. Its reason is sent, as one pod leaving
+  // lifts it.
+  auto one = s.Filter(Pod("r", {Ctr("c", {{"hami.io/gpu", "2"}, {"hami.io/gpumem", "5000"}})}),
+                      {"node1", "node2"}, kNow);
+  ASSERT_EQ(one.kind, FilterOutcome::Kind::kFitting);
+  EXPECT_EQ(one.fitting, (std::vector<std::string>{"node1"}));
+  EXPECT_NE(one.failed_nodes.at("node2").find("CardInsufficientMemory"), std::string::npos);
+  EXPECT_FALSE(one.unresolvable.contains("node2"));
+}
+
+TEST_F(PolicyMatrix, PrioritizeScalesThePolicyScoreToTheExtenderRange) {
+  const PodView pod = Pod("p", {Want("c", 1000, 10)});
+  const auto requests = CollectRequests(pod, backends_);
+  const std::vector<std::string> candidates{"node1", "node2", "ghost"};
+  using Scores = std::vector<std::pair<std::string, int>>;
+  Scheduler binpack(state_, SchedulerOptions{"binpack", "binpack"});
+  auto packed = binpack.Prioritize(pod, requests, candidates, {});
+  EXPECT_EQ(packed.scores, (Scores{{"node1", 1}, {"node2", 10}, {"ghost", 0}}));
+  EXPECT_EQ(packed.best, "node2");
+  EXPECT_FALSE(packed.devices.empty());
+  Scheduler spread(state_, SchedulerOptions{"binpack", "spread"});
+  auto spreaded = spread.Prioritize(pod, requests, candidates, {});
+  EXPECT_EQ(spreaded.scores, (Scores{{"node1", 10}, {"node2", 1}, {"ghost", 0}}));
+  EXPECT_EQ(spreaded.best, "node1");
+  // The pod's own annotation picks the policy, as in /filter.
+  const PodView spread_pod =
+      Pod("s", {Want("c", 1000, 10)}, {}, {{"hami.io/node-scheduler-policy", "spread"}});
+  auto annotated = binpack.Prioritize(spread_pod, requests, candidates, {});
+  EXPECT_EQ(annotated.best, "node1");
+  // A pod asking for nothing of ours, or one that cannot be read, scores 0 everywhere.
+  const PodView cpu = Pod("cpu", {Ctr("c", {{"cpu", "1"}})});
+  auto none = binpack.Prioritize(cpu, CollectRequests(cpu, backends_), candidates, {});
+  EXPECT_EQ(none.scores, (Scores{{"node1", 0}, {"node2", 0}, {"ghost", 0}}));
+  EXPECT_TRUE(none.best.empty());
+  const PodView bad = Pod("bad", {Ctr("c", {{"hami.io/gpu", "1"}, {"hami.io/gpumem", "16Gi"}})});
+  auto unread = binpack.Prioritize(bad, CollectRequests(bad, backends_), candidates, {});
+  EXPECT_FALSE(unread.error.empty());
+  EXPECT_EQ(unread.scores, (Scores{{"node1", 0}, {"node2", 0}, {"ghost", 0}}));
+}
+
+TEST_F(PolicyMatrix, PrioritizeCountsThePodsExpectedOnANode) {
+  // A pod filtered before, expected on node2's free card: a 7000 MiB pod fits node2 only without it.
+  PodAllocation expected;
+  expected.uid = expected.name = "earlier";
+  expected.ns = "default";
+  expected.node = "node2";
+  expected.devices["NVIDIA"] = {
+      {ContainerDevice{0, "device3", "NVIDIA", MiB(8000), Cores(10), std::nullopt}}};
+  const PendingFits pending{{"node2", {&expected}}};
+  const PodView pod = Pod("p", {Want("c", 7000, 10)});
+  Scheduler binpack(state_, SchedulerOptions{"binpack", "binpack"});
+  auto without = binpack.Prioritize(pod, CollectRequests(pod, backends_), {"node1", "node2"}, {});
+  EXPECT_EQ(without.best, "node2");
+  auto with = binpack.Prioritize(pod, CollectRequests(pod, backends_), {"node1", "node2"}, pending);
+  EXPECT_EQ(with.scores, (std::vector<std::pair<std::string, int>>{{"node1", 10}, {"node2", 0}}));
+  EXPECT_EQ(with.best, "node1");
+  // A small pod still fits beside it: the expected pod's devices make node2 fuller, binpack likes it more.
+  const PodView small = Pod("small", {Want("c", 1000, 10)});
+  auto beside = binpack.Prioritize(small, CollectRequests(small, backends_), {"node1", "node2"}, pending);
+  EXPECT_EQ(beside.best, "node2");
+  EXPECT_EQ(state_.PodCount(), 2u);  // nothing was charged
+}
+
+TEST_F(PolicyMatrix, PlaceOnDecidesOnTheNamedNodeWhateverTheMode) {
+  SchedulerOptions options{"binpack", "binpack"};
+  options.filter_mode = FilterMode::kAllFitting;
+  Scheduler s(state_, options);
+  const PodView pod = Pod("p", {Want("c", 1000, 10)});
+  auto out = s.PlaceOn(pod, CollectRequests(pod, backends_), "node1", kNow);  // binpack would take node2
+  ASSERT_EQ(out.kind, FilterOutcome::Kind::kScheduled);
+  EXPECT_EQ(out.node, "node1");
+  EXPECT_EQ(out.annotations.at(std::string(keys::kAssignedNode)), "node1");
+  s.Reserve(pod, out);
+  EXPECT_EQ(state_.PodCount(), 3u);
+  const PodView big = Pod("big", {Ctr("c", {{"hami.io/gpu", "2"}, {"hami.io/gpumem", "6500"}})});
+  auto refused = s.PlaceOn(big, CollectRequests(big, backends_), "node2", kNow);
+  ASSERT_EQ(refused.kind, FilterOutcome::Kind::kUnschedulable);
+  EXPECT_NE(refused.failed_nodes.at("node2").find("CardInsufficientMemory"), std::string::npos);
+}
+
+TEST(FilterMode, NamesAndParsing) {
+  EXPECT_EQ(FilterModeName(FilterMode::kOneNode), "one-node");
+  EXPECT_EQ(FilterModeName(FilterMode::kAllFitting), "all-fitting");
+  EXPECT_EQ(*ParseFilterMode("all-fitting"), FilterMode::kAllFitting);
+  EXPECT_EQ(*ParseFilterMode("one-node"), FilterMode::kOneNode);
+  auto bad = ParseFilterMode("All-Fitting");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message, "expected one-node or all-fitting");
+}
+
 TEST(Scheduler, InitPlaceholderAlignment) {
   // H3: init0 none, init1 and app one GPU each -> [[], [uuid1], [uuid1]].
   Backends backends = testing::BuiltinBackends();

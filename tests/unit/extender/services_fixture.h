@@ -19,6 +19,7 @@
 #include "extender/pod_ledger.h"
 #include "extender/preempt_service.h"
 #include "extender/reservation_expiry.h"
+#include "extender/score_service.h"
 #include "k8s/extender.h"
 #include "k8s/json_patch.h"
 #include "tests/support/builders.h"
@@ -107,9 +108,12 @@ class ServicesTest : public ::testing::Test {
     testing::RunCoro(ioc_, health_.Pass(no_nodes_, feed_.state()));
     return readiness_.ready();
   }();
+  extender::ScoreService scores_{feed_.state(), ledger_, pods_, clock_, readiness_,
+                                 extender::FilterOptions{}.policies};
   extender::FilterService filter_{
       feed_.state(), ledger_, binder_, pods_, writer_, clock_, extender::FilterOptions{}, 0, readiness_,
-      requeue_};
+      requeue_,
+      scores_};
   extender::AdmissionService admission_{backends_, feed_.state(), AdmissionOptions{"hami-scheduler", true}};
   std::map<std::string, DisruptionBudgetView> budgets_;  // the PodDisruptionBudget cache
   bool budgets_synced_ = true;

@@ -141,6 +141,37 @@ TEST(ExtenderFilterResult, FromOutcomes) {
   EXPECT_EQ(ToFilterResult(pass, by_nodes).nodes->size(), 2u);
 }
 
+TEST(ExtenderFilterResult, AllFittingAnswersEveryFittingNodeWithTheOthersReasons) {
+  auto args =
+      ParseExtenderArgs(std::string(R"({"Pod":)") + kPod + R"(,"NodeNames":["a","b","c","d"]})").value();
+  FilterOutcome fitting;
+  fitting.kind = FilterOutcome::Kind::kFitting;
+  fitting.node = "c";
+  fitting.fitting = {"a", "c"};
+  fitting.failed_nodes = {{"b", "1/1 CardInsufficientMemory"}, {"d", "node unregistered"}};
+  fitting.unresolvable = {"d"};
+  auto r = ToFilterResult(fitting, args);
+  EXPECT_EQ(*r.node_names, (std::vector<std::string>{"a", "c"}));
+  EXPECT_EQ(r.failed_nodes, (std::map<std::string, std::string>{{"b", "1/1 CardInsufficientMemory"}}));
+  EXPECT_EQ(r.failed_and_unresolvable, (std::map<std::string, std::string>{{"d", "node unregistered"}}));
+  // The Nodes form: the fitting nodes' objects, in the request's order.
+  auto by_nodes = ParseExtenderArgs(std::string(R"({"Pod":)") + kPod +
+                                    R"(,"Nodes":{"items":[{"metadata":{"name":"c"}},)"
+                                    R"({"metadata":{"name":"b"}},{"metadata":{"name":"a"}}]}})")
+                      .value();
+  auto rn = ToFilterResult(fitting, by_nodes);
+  ASSERT_TRUE(rn.nodes);
+  ASSERT_EQ(rn.nodes->size(), 2u);
+  EXPECT_EQ(rn.nodes->at(0).at("metadata").at("name").as_string(), "c");
+  EXPECT_EQ(rn.nodes->at(1).at("metadata").at("name").as_string(), "a");
+}
+
+TEST(HostPriorityList, AsKubeSchedulerReadsIt) {
+  EXPECT_EQ(HostPriorityListJson({{"a", 10}, {"b", 0}}),
+            R"([{"Host":"a","Score":10},{"Host":"b","Score":0}])");
+  EXPECT_EQ(HostPriorityListJson({}), "[]");
+}
+
 TEST(ExtenderBinding, ParseAndAnswer) {
   auto b = ParseBindingArgs(R"({"PodName":"p","PodNamespace":"ns","PodUID":"uid","Node":"node-b"})").value();
   EXPECT_EQ(b.pod_name, "p");
