@@ -53,16 +53,23 @@ timeout 900 bash tests/e2e/requeue.sh "${BUILD_DIR:-build}/hami-scheduler"
 # hold (exactly the pods needed evicted, a PodDisruptionBudget respected, preemptionPolicy Never evicting
 # nothing), the freed card held for it, no card over-committed at any moment (docs/DECISIONS.md "Preemption").
 timeout 600 bash tests/e2e/preempt.sh "${BUILD_DIR:-build}/hami-scheduler"
+# kube-scheduler's soft constraints with --filter-mode=all-fitting: a preferred zone and a ScheduleAnyway spread
+# win over binpack there, not in one-node mode; every pod allocated, no card over-committed (docs/DECISIONS.md
+# "Filter modes").
+timeout 600 bash tests/e2e/soft.sh "${BUILD_DIR:-build}/hami-scheduler"
 # The container image: built from the Dockerfile around the binary above (scripts/build-image.sh --prebuilt)
 # and run with podman: version, demo, its capabilities, its `scheduler` as the real kube-scheduler's extender.
 timeout 900 bash tests/e2e/image.sh "${BUILD_DIR:-build}/hami-scheduler"
 # A burst under binpack with slow device plugins: 48 pods that strict binpack puts on two of the six nodes
 # must leave the other four empty (docs/DECISIONS.md, "Bursts under binpack").
 timeout 600 bash tests/e2e/bench.sh --allocate-delay 200ms --max-nodes 2 burst=48x6:binpack:30
+# The same burst in all-fitting mode: kube-scheduler chooses, our scores count the pods filtered before.
+timeout 600 bash tests/e2e/bench.sh --allocate-delay 200ms --max-nodes 2 --serve-args "--filter-mode all-fitting" \
+  burst=48x6:binpack:30
 # smoke, the conformance suite with two kinds of authentication, the real kube-scheduler + extender, HAMi's
 # chart contract with the webhook, failover between two leader-elected pairs, our Helm chart, the requeue,
-# preemption, the container image, the burst
-e2e_suites=11
+# preemption, soft constraints, the container image, the burst in both filter modes
+e2e_suites=13
 t_e2e=$(date +%s)
 echo "time: deps $((t_deps - start))s, build $((t_build - t_deps))s, tests $((t_test - t_build))s," \
   "asan build $((t_asan_build - t_test))s, asan tests $((t_asan - t_asan_build))s, fuzz $((t_fuzz - t_asan))s," \

@@ -24,7 +24,8 @@
 #
 # Per case it prints: pods/s from the first create to the last pod allocated, time to all allocated, the
 # median pod, how many nodes were used, the extender's CPU seconds and peak RSS during the burst, and the
-# extender's API requests per pod (by what they were for, from its /metrics).
+# extender's API requests per pod (by what they were for, from its /metrics), and kube-scheduler's timeouts,
+# lock waits and (all-fitting mode) binds refused because the pod no longer fitted the node it chose.
 set -uo pipefail
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -151,8 +152,11 @@ run_case() { # NAME PODS NODES POLICY CORES
   local timeouts contention
   timeouts="$(grep -c 'context deadline exceeded\|Client.Timeout' "$WORK/logs/kube-scheduler.log")"
   contention="$(grep -c 'lock contention\|waiting for node' "$WORK/logs/kube-scheduler.log")"
+  # All-fitting mode: binds refused because the pod no longer fitted the node kube-scheduler chose.
+  local refused
+  refused="$(awk '$1 == "hami_scheduler_bind_placements_total{result=\"no_longer_fits\"}" { print $2; found = 1 } END { if (!found) print 0 }' "$WORK/metrics-after.txt")"
   local line
-  line="| $name | $pods pods / $nodes nodes, $policy, plugin $DELAY${SERVE_ARGS:+, $SERVE_ARGS} | $QPS/$BURST | $allocated/$pods | ${all_s} s | $rate | ${p50} s | $used | $(awk -v a="$cpu1" -v b="$cpu0" 'BEGIN { printf "%.2f", a - b }') s | $rss MiB | $requests | $timeouts / $contention |"
+  line="| $name | $pods pods / $nodes nodes, $policy, plugin $DELAY${SERVE_ARGS:+, $SERVE_ARGS} | $QPS/$BURST | $allocated/$pods | ${all_s} s | $rate | ${p50} s | $used | $(awk -v a="$cpu1" -v b="$cpu0" 'BEGIN { printf "%.2f", a - b }') s | $rss MiB | $requests | $timeouts / $contention / $refused |"
   log "$line"
   [ -z "$OUT" ] || printf '%s\n' "$line" >> "$OUT"
   if [ -n "$MAX_NODES" ] && ! [ "$used" -le "$MAX_NODES" ] 2>/dev/null; then
@@ -169,7 +173,7 @@ run_case() { # NAME PODS NODES POLICY CORES
   WORK=""
 }
 
-log "| case | burst | kube-qps/burst | allocated | all allocated | pods/s | median pod | nodes used | extender CPU | extender peak RSS | extender requests per pod | kube-scheduler timeouts / lock waits |"
+log "| case | burst | kube-qps/burst | allocated | all allocated | pods/s | median pod | nodes used | extender CPU | extender peak RSS | extender requests per pod | kube-scheduler timeouts / lock waits / binds refused |"
 for c in "${CASES[@]}"; do
   case "$c" in
     40to1) run_case 40to1 40 1 binpack 20 ;;

@@ -65,6 +65,16 @@ checks() { # CASE FILES...: helm_checks.py's lines become checks
 render default && checks default "$WORK/default.yaml"
 render operator -f "$E2E_DIR/chart-v2.10.0/values-operator.yaml" && checks operator "$WORK/operator.yaml"
 render low-port --set scheduler.service.httpTargetPort=443 && checks low-port "$WORK/low-port.yaml"
+render all-fitting --set scheduler.filterMode=all-fitting --set scheduler.kubeScheduler.extenderWeight=5 &&
+  checks all-fitting "$WORK/all-fitting.yaml"
+if "$HELM" template hami "$CHART" --kube-version "$KUBE_VERSION" --set scheduler.filterMode=best \
+     > /dev/null 2> "$WORK/logs/render-bad-mode.log"; then
+  bad "scheduler.filterMode=best rendered; the chart should refuse it"
+else
+  grep -q 'scheduler.filterMode "best": expected one-node or all-fitting' "$WORK/logs/render-bad-mode.log" &&
+    ok "scheduler.filterMode=best is refused, naming the value and what is expected" ||
+    bad "scheduler.filterMode=best refused without the expected message: $(cat "$WORK/logs/render-bad-mode.log")"
+fi
 render acquire --set scheduler.kubeScheduler.enabled=false && checks acquire "$WORK/acquire.yaml"
 render no-webhook --set scheduler.admissionWebhook.enabled=false && checks no-webhook "$WORK/no-webhook.yaml"
 render cert-manager --set scheduler.certManager.enabled=true && checks cert-manager "$WORK/cert-manager.yaml"

@@ -61,6 +61,8 @@ def default_case(docs):
     ext = cfg["extenders"][0]
     check(ext["urlPrefix"] == "http://127.0.0.1:8080" and ext["bindVerb"] == "bind" and ext["nodeCacheCapable"],
           "kube-scheduler calls the extender on the pod's loopback")
+    check("--filter-mode=one-node" in f and ext.get("prioritizeVerb") == "prioritize" and ext.get("weight") == 1,
+          "one-node filter mode by default, prioritizeVerb registered (called only in all-fitting mode), weight 1")
     names = {r["name"] for r in ext["managedResources"]}
     check({"nvidia.com/gpu", "nvidia.com/gpumem", "cambricon.com/vmlu", "hygon.com/dcunum", "mthreads.com/vgpu"} <= names,
           "managedResources lists every vendor's resources")
@@ -176,6 +178,13 @@ def iluvatar_case(docs):
           f"the device config's awsneuron section: {neuron}")
 
 
+def all_fitting_case(docs):
+    ext = scheduler_config(docs)["extenders"][0]
+    check("--filter-mode=all-fitting" in flags(docs) and ext.get("prioritizeVerb") == "prioritize" and
+          ext.get("weight") == 5, "scheduler.filterMode all-fitting and kubeScheduler.extenderWeight 5 -> the flag "
+                                  "and kube-scheduler's extender weight")
+
+
 def low_port_case(docs):
     sc = containers(docs)["vgpu-scheduler-extender"]["securityContext"]
     check("--webhook-bind=0.0.0.0:443" in flags(docs) and sc["runAsUser"] == 0 and
@@ -286,6 +295,7 @@ def checksum_case(before, after):
 CASES = {
     "default": default_case,
     "low-port": low_port_case,
+    "all-fitting": all_fitting_case,
     "ascend": ascend_case,
     "iluvatar": iluvatar_case,
     "ascend-chips": ascend_chips_case,

@@ -43,24 +43,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'bad "interrupted or timed out"; finish' INT TERM
 
-EXT_PORT="$(free_port)" && METRICS_PORT="$(free_port "$EXT_PORT")" || { bad "no free loopback port"; finish; }
-EXT="http://127.0.0.1:$EXT_PORT"
-mkdir -p "$WORK/logs"
-extender_scheduler_config "$WORK/kube-scheduler-config.yaml" "$EXT" || { bad "no urlPrefix to point at $EXT"; finish; }
+start_for_extender "$WORK" || finish
 grep -q 'preemptVerb: preempt' "$WORK/kube-scheduler-config.yaml" &&
   ok "deploy/kube-scheduler-config.yaml names preemptVerb" || bad "deploy/kube-scheduler-config.yaml lacks preemptVerb"
-if ! HAMI_E2E_RESERVED_PORTS="$EXT_PORT $METRICS_PORT" bash "$E2E_DIR/start.sh" "$WORK" \
-    --scheduler-config "$WORK/kube-scheduler-config.yaml" > "$WORK/logs/start.log" 2>&1; then
-  tail -n 40 "$WORK/logs/start.log"; bad "start the control plane"; finish
-fi
-# shellcheck disable=SC1091
-. "$WORK/env"
-K() { timeout 30 "$KUBECTL" --kubeconfig "$HAMI_E2E_KUBECONFIG" --request-timeout=20s "$@"; }
-dump_logs() {
-  for f in kube-scheduler hami-serve; do
-    log "---- last 40 lines of $f.log ----"; tail -n 40 "$WORK/logs/$f.log" 2>/dev/null
-  done
-}
 log "kube-scheduler $(K version -o json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])' 2>/dev/null) (the API server's; both are built from one release)"
 
 "$HAMI" serve --kubeconfig "$HAMI_E2E_KUBECONFIG" --http_bind "127.0.0.1:$EXT_PORT" \

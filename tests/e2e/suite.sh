@@ -108,3 +108,31 @@ extender_scheduler_config() {
   sed "s#urlPrefix: http://127.0.0.1:8080#urlPrefix: $url#" "$E2E_DIR/../../deploy/kube-scheduler-config.yaml" > "$out"
   grep -q "urlPrefix: $url\$" "$out"
 }
+
+# start_for_extender WORK: the control plane, its kube-scheduler configured as deploy/ ships it
+# (WORK/kube-scheduler-config.yaml) with the extender on a free loopback port. Sets EXT_PORT, METRICS_PORT
+# (free for serve's metrics), EXT and what WORK/env exports (HAMI_E2E_KUBECONFIG, ...); defines K (kubectl at
+# $KUBECTL with timeouts) and dump_logs (the end of WORK/logs' kube-scheduler, serve and plugin logs). False,
+# with the reason said, when any of it fails.
+start_for_extender() {
+  local work="$1"
+  E2E_LOGS="$work/logs"  # dump_logs' (called after this returns)
+  EXT_PORT="$(free_port)" && METRICS_PORT="$(free_port "$EXT_PORT")" || { bad "no free loopback port"; return 1; }
+  EXT="http://127.0.0.1:$EXT_PORT"
+  mkdir -p "$work/logs"
+  extender_scheduler_config "$work/kube-scheduler-config.yaml" "$EXT" ||
+    { bad "deploy/kube-scheduler-config.yaml has no urlPrefix to point at $EXT"; return 1; }
+  if ! HAMI_E2E_RESERVED_PORTS="$EXT_PORT $METRICS_PORT" bash "$E2E_DIR/start.sh" "$work" \
+      --scheduler-config "$work/kube-scheduler-config.yaml" > "$work/logs/start.log" 2>&1; then
+    tail -n 40 "$work/logs/start.log"; bad "start the control plane"; return 1
+  fi
+  # shellcheck disable=SC1091
+  . "$work/env"
+  K() { timeout 30 "$KUBECTL" --kubeconfig "$HAMI_E2E_KUBECONFIG" --request-timeout=20s "$@"; }
+  dump_logs() {
+    local f
+    for f in kube-scheduler hami-serve sim-device-plugins; do
+      log "---- last 40 lines of $f.log ----"; tail -n 40 "$E2E_LOGS/$f.log" 2>/dev/null
+    done
+  }
+}
