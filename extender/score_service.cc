@@ -69,7 +69,7 @@ std::vector<std::pair<std::string, int>> ScoreService::Prioritize(
     FilterOutcome expected;
     expected.node = scores.best;
     expected.devices = std::move(scores.devices);
-    Remember(pod, scheduler_.Decision(pod, expected));
+    Remember(subject, scheduler_.Decision(subject, expected));
   }
   return std::move(scores.scores);
 }
@@ -88,9 +88,9 @@ std::string ScoreService::PlaceAtBind(const PodView& pod, const Result<PodReques
   // Bound by a bind of ours a moment ago, the watch not there yet: its devices there stay charged.
   if (const std::string* bound = ledger_->BoundTo(uid); bound != nullptr && *bound != node)
     return fmt::format("pod {} is bound to node {} already, cannot bind it to {}", key, *bound, node);
+  expected_.erase(uid);  // the bind decides now, whatever the outcome
   // A bind retried after its Binding failed finds the devices it reserved still held.
   if (const Reservation* held = ledger_->HeldFor(uid, key); held != nullptr && held->node == node) return {};
-  expected_.erase(uid);   // the bind decides now, whatever the outcome
   ledger_->Redecide(uid);  // an earlier attempt's devices elsewhere go back first
   const TimePoint now = clock_->Now();
   FilterOutcome outcome = scheduler_.PlaceOn(pod, requests, node, now);
