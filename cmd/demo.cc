@@ -24,6 +24,7 @@
 
 #include "cmd/app.h"
 #include "cmd/service.h"
+#include "cmd/text_table.h"
 #include "core/codec/stamps.h"
 #include "core/keys.h"
 #include "core/strings.h"
@@ -450,7 +451,7 @@ json::value DemoRun::SummaryJson() {
 std::string DemoRun::Summary() {
   const json::value s = SummaryJson();
   std::string out = "\nPods\n";
-  out += fmt::format("  {:<18} {:<14} {:<17} {}\n", "POD", "STATE", "NODE", "DEVICES / REASON");
+  TextTable pods({"POD", "STATE", "NODE", "DEVICES / REASON"});
   for (const auto& v : s.at("outcomes").as_array()) {
     const auto& o = v.as_object();
     std::string detail;
@@ -460,24 +461,12 @@ std::string DemoRun::Summary() {
       detail = std::string(r->as_string());
     }
     const auto* node = o.if_contains("node");
-    out += fmt::format("  {:<18} {:<14} {:<17} {}\n", std::string(o.at("pod").as_string()).substr(8),
-                       std::string(o.at("state").as_string()), node ? std::string(node->as_string()) : "-",
-                       detail);
+    pods.Add({std::string(o.at("pod").as_string()).substr(8), std::string(o.at("state").as_string()),
+              node ? std::string(node->as_string()) : "-", detail});
   }
+  out += pods.Render("  ");
   out += "\nDevice usage (from the scheduler's ledger)\n";
-  out += fmt::format("  {:<17} {:<12} {:<22} {:>5} {:>13} {:>7}\n", "NODE", "DEVICE", "TYPE", "TASKS",
-                     "MEMORY MiB", "CORES");
-  const ClusterState& state = service_->extender().state();
-  for (const auto& name : state.NodeNames()) {
-    const NodeEntry* e = state.FindNode(name);
-    for (std::size_t i = 0; i < e->devices.size(); ++i) {
-      const auto& d = e->devices[i];
-      const auto& u = e->usage[i];
-      out +=
-          fmt::format("  {:<17} {:<12} {:<22} {:>2}/{:<2} {:>6}/{:<6} {:>3}/{:<3}\n", name, d.id, d.type,
-                      u.used, d.count, u.mem.value(), d.devmem.value(), u.cores.value(), d.devcore.value());
-    }
-  }
+  out += DeviceUsageTable(service_->extender().state()).Render("  ");
   out +=
       fmt::format("\n{} pods: {} scheduled, {} unschedulable, {} failed\n", s.at("pods").as_int64(),
                   s.at("scheduled").as_int64(), s.at("unschedulable").as_int64(), s.at("failed").as_int64());

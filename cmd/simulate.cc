@@ -7,6 +7,7 @@
 
 #include "cmd/app.h"
 #include "cmd/subcommand_flags.h"
+#include "cmd/text_table.h"
 #include "config/flags.h"
 #include "core/codec/stamps.h"
 #include "core/health.h"
@@ -191,7 +192,7 @@ json::array DevicesJson(const ClusterState& state) {
 }
 
 void PrintTable(const std::vector<PodResult>& results, const ClusterState& state, std::ostream& out) {
-  out << fmt::format("{:<36} {:<18} {:<16} {}\n", "POD", "RESULT", "NODE", "DEVICES / REASON");
+  TextTable pods({"POD", "RESULT", "NODE", "DEVICES / REASON"});
   for (const auto& r : results) {
     std::string detail;
     if (r.outcome.kind == FilterOutcome::Kind::kScheduled) {
@@ -224,23 +225,11 @@ void PrintTable(const std::vector<PodResult>& results, const ClusterState& state
     } else {
       detail = "asks for no managed device; any node";
     }
-    out << fmt::format("{:<36} {:<18} {:<16} {}\n", r.pod->Key(), OutcomeName(r.outcome.kind),
-                       r.outcome.node.empty() ? "-" : r.outcome.node, detail);
+    while (!detail.empty() && detail.back() == ' ') detail.pop_back();
+    pods.Add({r.pod->Key(), std::string(OutcomeName(r.outcome.kind)),
+              r.outcome.node.empty() ? "-" : r.outcome.node, detail});
   }
-  out << "\n"
-      << fmt::format("{:<16} {:<13} {:<44} {:>9} {:>17} {:>11}\n", "NODE", "VENDOR", "DEVICE", "TASKS",
-                     "MEMORY MiB", "CORES");
-  for (const auto& name : state.NodeNames()) {
-    const NodeEntry* n = state.FindNode(name);
-    for (std::size_t i = 0; i < n->devices.size(); ++i) {
-      const DeviceInfo& d = n->devices[i];
-      const DeviceUsage& u = n->usage[i];
-      out << fmt::format(
-          "{:<16} {:<13} {:<44} {:>9} {:>17} {:>11}{}\n", name, d.vendor, d.id,
-          fmt::format("{}/{}", u.used, d.count), fmt::format("{}/{}", u.mem.value(), d.devmem.value()),
-          fmt::format("{}/{}", u.cores.value(), d.devcore.value()), d.health ? "" : "  (unhealthy)");
-    }
-  }
+  out << pods.Render() << "\n" << DeviceUsageTable(state).Render();
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cmd/app.h"
+#include "cmd/text_table.h"
 #include "config/flags.h"
 #include "core/strings.h"
 
@@ -150,6 +151,40 @@ TEST(Simulate, TableOutputAndBadInput) {
   EXPECT_NE(bad_run.err.find("Node n: metadata.annotations"), std::string::npos) << bad_run.err;
   auto bad_output = Exec({"simulate", "--cluster", kExamples + "cluster.yaml", "-o", "xml"});
   EXPECT_EQ(bad_output.code, kExitUsage);
+}
+
+TEST(TextTable, ColumnsAsWideAsTheirWidestCell) {
+  TextTable t({"NAME", "ID", "USED"}, {false, false, true});
+  t.Add({"a", "mlu-370-1-cambricon-mlu-0", "1/100"});
+  t.Add({"node-b", "x", "10/10"});
+  t.Add({"bad\x1b[2Jname", "é", ""});  // a control sequence from a snapshot is shown as text
+  EXPECT_EQ(t.Render("  "),
+            "  NAME            ID                          USED\n"
+            "  a               mlu-370-1-cambricon-mlu-0  1/100\n"
+            "  node-b          x                          10/10\n"
+            "  bad\\x1b[2Jname  é\n");
+}
+
+// The device table of `simulate -o table` lines up whatever the IDs (Cambricon's and Moore Threads' are long).
+TEST(Simulate, TheDeviceTableLinesUp) {
+  auto table = Exec({"simulate", "--cluster", kExamples + "cluster.yaml", "--pods", kExamples + "pods.yaml",
+                     "-o", "table", "--now", "2026-11-29T12:00:00Z"});
+  ASSERT_EQ(table.code, 0) << table.err;
+  std::istringstream lines(table.out);
+  std::string line;
+  std::size_t end = std::string::npos, rows = 0;
+  while (std::getline(lines, line)) {
+    if (line.rfind("NODE", 0) == 0) {
+      end = line.find("MEMORY MiB") + std::string("MEMORY MiB").size();
+      continue;
+    }
+    if (end == std::string::npos || line.empty()) continue;
+    ++rows;
+    ASSERT_GT(line.size(), end) << line;
+    EXPECT_TRUE(std::isdigit(static_cast<unsigned char>(line[end - 1])) && line[end] == ' ') << line;
+  }
+  EXPECT_GT(rows, 10u);
+  EXPECT_NE(table.out.find("mlu-370-1-cambricon-mlu-0"), std::string::npos);
 }
 
 TEST(Inspect, Node) {
