@@ -26,6 +26,8 @@ Usage:
   hami-scheduler simulate --cluster FILE [--pods FILE] [-o json|table] [config flags]
                                               place pods offline against a cluster snapshot
                                               (what `kubectl get nodes,pods -A -o json` prints)
+  hami-scheduler explain NAMESPACE/POD --cluster FILE [--pods FILE] [-o table|json] [config flags]
+                                              why a pod of that snapshot is pending, down to the card
   hami-scheduler sim-apiserver --listen HOST:PORT [--cluster FILE] [--kubeconfig-out FILE]
                              [--generate-tls | --tls-cert-file F --tls-private-key-file F]
                              [--client-ca-file F] [--token-auth-file F]
@@ -122,6 +124,7 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   }
   if (command == "inspect") return Inspect(rest, out, err);
   if (command == "simulate") return Simulate(rest, out, err);
+  if (command == "explain") return Explain(rest, out, err);
   if (command == "sim-apiserver") return SimApiServer(rest, out, err);
   if (command == "serve") return Serve(rest, out, err);
   if (command == "demo") return Demo(rest, out, err);

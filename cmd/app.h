@@ -30,6 +30,8 @@ Result<Backends> BuildBackends(const config::Config& cfg, std::vector<std::strin
 
 int Inspect(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// `hami-scheduler explain NS/POD --cluster FILE ...`: why a pod of a snapshot is pending (cmd/simulate.cc).
+int Explain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int Serve(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int Demo(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 int SimDevicePlugins(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);

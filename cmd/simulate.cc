@@ -10,7 +10,9 @@
 #include "cmd/text_table.h"
 #include "config/flags.h"
 #include "core/codec/stamps.h"
+#include "core/explain.h"
 #include "core/health.h"
+#include "core/names.h"
 #include "core/preemption.h"
 #include "core/scheduler.h"
 #include "core/strings.h"
@@ -41,7 +43,18 @@ kube-scheduler's preemption would pick; none for a pod whose preemptionPolicy is
 exits with status 2 and names the object and field.
 )";
 
+constexpr std::string_view kExplainUsage =
+    R"(Usage: hami-scheduler explain NAMESPACE/POD --cluster FILE [--pods FILE] [-o table|json]
+                               [--now RFC3339] [config flags]
+
+Why a pod is pending, on a cluster snapshot: the pods before it are placed as `simulate` places them, then
+its fit on every node is traced down to the card that came closest (and by how much), with what would help.
+The flags are simulate's (-o defaults to table here). A pod that is not pending is said so; one that is not
+in the snapshot is an error (status 2).
+)";
+
 struct SimulateArgs {
+  std::string explain;  // explain: the pod ("ns/name")
   std::string cluster;
   std::string pods;
   std::string output = "json";
@@ -51,11 +64,28 @@ struct SimulateArgs {
 };
 
 // Its own flags; every other argument is a configuration flag (config/flags.h reads them, Go forms too).
-Result<SimulateArgs> ParseArgs(const std::vector<std::string>& args) {
-  const SubcommandFlags declared("hami-scheduler simulate", {"cluster", "pods", "o,output", "now"});
+// `explain`: the first argument names the pod.
+Result<SimulateArgs> ParseArgs(std::vector<std::string> args, bool explain) {
+  SimulateArgs a;
+  if (explain) {
+    a.output = "table";
+    a.config_args = {"hami-scheduler explain"};
+    if (!args.empty() && !args.front().starts_with("-")) {
+      a.explain = args.front();
+      args.erase(args.begin());
+      const auto slash = a.explain.find('/');
+      if (slash == std::string::npos)
+        return Error{fmt::format("{}: expected NAMESPACE/POD", Quoted(a.explain))};
+      if (auto ok = ValidateName("the namespace", a.explain.substr(0, slash), NameKind::kNamespace); !ok)
+        return ok.error();
+      if (auto ok = ValidateName("the pod name", a.explain.substr(slash + 1), NameKind::kPod); !ok)
+        return ok.error();
+    }
+  }
+  const SubcommandFlags declared(explain ? "hami-scheduler explain" : "hami-scheduler simulate",
+                                 {"cluster", "pods", "o,output", "now"});
   auto given = declared.Parse(args);
   if (!given) return given.error();
-  SimulateArgs a;
   a.help = given->help;
   a.config_args.insert(a.config_args.end(), given->undeclared.begin(), given->undeclared.end());
   std::vector<std::string> problems;
@@ -79,6 +109,8 @@ Result<SimulateArgs> ParseArgs(const std::vector<std::string>& args) {
     }
   }
   if (a.cluster.empty() && !a.help) problems.push_back("--cluster FILE is required");
+  if (explain && a.explain.empty() && !a.help)
+    problems.push_back("the pod to explain (NAMESPACE/POD) comes first");
   if (!problems.empty()) return Error{Join(problems, "; ")};
   return a;
 }
@@ -234,35 +266,78 @@ void PrintTable(const std::vector<PodResult>& results, const ClusterState& state
 
 }  // namespace
 
-int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  auto parsed = ParseArgs(args);
+namespace {
+
+void PrintExplanation(const PodExplanation& e, const std::string& output, std::ostream& out) {
+  if (output == "json") {
+    json::array requests(e.requests.begin(), e.requests.end()), hints(e.hints.begin(), e.hints.end());
+    json::array nodes;
+    for (const NodeExplanation& n : e.nodes) {
+      json::object o{{"node", n.node}, {"fits", n.fits}, {"reason", n.reason}, {"resolvable", n.resolvable},
+                     {"summary", n.Summary()}};
+      if (n.closest) {
+        const ClosestCard& c = *n.closest;
+        o["closest"] = json::object{{"device", c.device},     {"container", c.container},
+                                    {"reason", ReasonName(c.reason)}, {"shortBy", c.short_by},
+                                    {"wanted", c.wanted},     {"memFree", c.mem_free},
+                                    {"memTotal", c.mem_total}, {"coresUsed", c.cores_used},
+                                    {"coresTotal", c.cores_total}};
+      }
+      nodes.push_back(std::move(o));
+    }
+    json::object doc{{"pod", e.pod}, {"requests", std::move(requests)}, {"nodes", std::move(nodes)},
+                     {"hints", std::move(hints)}};
+    if (!e.error.empty()) doc["error"] = e.error;
+    out << json::serialize(doc) << "\n";
+    return;
+  }
+  out << "pod " << e.pod << "\n";
+  if (!e.error.empty()) {
+    out << "cannot be read: " << e.error << "\n";
+    return;
+  }
+  out << "requests\n";
+  for (const std::string& r : e.requests) out << "  " << r << "\n";
+  if (!e.nodes.empty()) {
+    TextTable nodes({"NODE", "VERDICT"});
+    for (const NodeExplanation& n : e.nodes) nodes.Add({n.node, n.Summary()});
+    out << "nodes\n" << nodes.Render("  ");
+  }
+  out << "what would help\n";
+  for (const std::string& h : e.hints) out << "  - " << h << "\n";
+}
+
+int RunSnapshot(const std::vector<std::string>& args, bool explain, std::ostream& out, std::ostream& err) {
+  const std::string prefix = explain ? "hami-scheduler explain: " : "hami-scheduler simulate: ";
+  const std::string_view usage = explain ? kExplainUsage : kSimulateUsage;
+  auto parsed = ParseArgs(args, explain);
   if (!parsed) {
-    err << "hami-scheduler simulate: " << parsed.error().message << "\n" << kSimulateUsage;
+    err << prefix << parsed.error().message << "\n" << usage;
     return kExitUsage;
   }
   if (parsed->help) {
-    out << kSimulateUsage;
+    out << usage;
     return kExitOk;
   }
   auto loaded = config::LoadConfig(parsed->config_args, Vendors());
   if (!loaded) {
-    err << "hami-scheduler simulate: " << loaded.error().message << "\n";
+    err << prefix << loaded.error().message << "\n";
     return kExitUsage;
   }
   for (const auto& w : loaded->config.warnings) err << "warning: " << w << "\n";
   auto backends = BuildBackends(loaded->config);
   if (!backends) {
-    err << "hami-scheduler simulate: " << backends.error().message << "\n";
+    err << prefix << backends.error().message << "\n";
     return kExitUsage;
   }
   k8s::ObjectSet cluster, extra;
   if (auto ok = Load(parsed->cluster, cluster); !ok) {
-    err << "hami-scheduler simulate: " << ok.error().message << "\n";
+    err << prefix << ok.error().message << "\n";
     return kExitUsage;
   }
   if (!parsed->pods.empty()) {
     if (auto ok = Load(parsed->pods, extra); !ok) {
-      err << "hami-scheduler simulate: " << ok.error().message << "\n";
+      err << prefix << ok.error().message << "\n";
       return kExitUsage;
     }
   }
@@ -295,7 +370,7 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
     if (p.Finished()) continue;
     auto allocation = AllocationFromAnnotations(p, *backends);
     if (!allocation) {
-      err << "hami-scheduler simulate: " << allocation.error().message << "\n";
+      err << prefix << allocation.error().message << "\n";
       return kExitUsage;
     }
     if (*allocation) {
@@ -330,6 +405,10 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
   for (const PodView& p : cluster.pods) snapshot.pods.emplace(p.Key(), &p);
   std::vector<PodResult> results;
   for (const PodView* p : to_place) {
+    if (explain && p->Key() == parsed->explain) {
+      PrintExplanation(ExplainPod(state, scheduler.options(), *p, candidates), parsed->output, out);
+      return kExitOk;
+    }
     const auto requests = CollectRequests(*p, *backends);
     PodResult r{p, scheduler.Filter(*p, requests, candidates, now), std::nullopt, {}};
     if (r.outcome.kind == FilterOutcome::Kind::kFitting) {
@@ -350,6 +429,20 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
     results.push_back(std::move(r));
   }
 
+  if (explain) {  // not among the pods to place
+    const auto it = snapshot.pods.find(parsed->explain);
+    if (it == snapshot.pods.end()) {
+      err << prefix << "pod " << parsed->explain << " is not in the snapshot\n";
+      return kExitUsage;
+    }
+    const PodView& pod = *it->second;
+    out << "pod " << parsed->explain << " is not pending: "
+        << (pod.Finished()                ? std::string("it has finished")
+            : !pod.node_name.empty() ? "it is bound to node " + pod.node_name
+                                     : std::string("it carries an allocation already, counted as usage"))
+        << "\n";
+    return kExitOk;
+  }
   if (parsed->output == "table") {
     PrintTable(results, state, out);
     return kExitOk;
@@ -385,6 +478,16 @@ int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostre
   out << json::serialize(json::object{{"results", std::move(results_json)}, {"devices", DevicesJson(state)}})
       << "\n";
   return kExitOk;
+}
+
+}  // namespace
+
+int Simulate(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  return RunSnapshot(args, false, out, err);
+}
+
+int Explain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  return RunSnapshot(args, true, out, err);
 }
 
 }  // namespace hami::cmd

@@ -12,8 +12,8 @@ namespace {
 
 // Columns on a terminal: one per UTF-8 code point (continuation bytes take none).
 std::size_t Width(std::string_view s) {
-  return static_cast<std::size_t>(
-      std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+  const auto starts_a_code_point = [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; };
+  return static_cast<std::size_t>(std::count_if(s.begin(), s.end(), starts_a_code_point));
 }
 
 }  // namespace

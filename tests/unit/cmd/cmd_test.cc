@@ -187,6 +187,44 @@ TEST(Simulate, TheDeviceTableLinesUp) {
   EXPECT_NE(table.out.find("mlu-370-1-cambricon-mlu-0"), std::string::npos);
 }
 
+// `explain` on the sample snapshot: the pods before it placed as simulate places them, then its fit traced.
+TEST(Explain, WhyAPodIsPendingDownToTheCard) {
+  const std::vector<std::string> snapshot{"--cluster", kExamples + "cluster.yaml", "--pods",
+                                          kExamples + "pods.yaml", "--now", "2026-11-29T12:00:00Z"};
+  const auto run = [&](std::vector<std::string> args) {
+    args.insert(args.end(), snapshot.begin(), snapshot.end());
+    return Exec(args);
+  };
+  auto too_big = run({"explain", "default/too-big"});
+  ASSERT_EQ(too_big.code, 0) << too_big.err;
+  EXPECT_NE(too_big.out.find("  app: 1 x NVIDIA, 100000 MiB\n"), std::string::npos) << too_big.out;
+  EXPECT_NE(too_big.out.find("gpu-a100-1        4/4 CardInsufficientMemory; app needs 100000 MiB on one "
+                             "card: the closest, GPU-a100-3, has 31960 MiB free (68040 MiB short)"),
+            std::string::npos)
+      << too_big.out;
+  EXPECT_NE(too_big.out.find("  - a request of at most 31960 MiB per card passes the memory check of "
+                             "GPU-a100-3 on gpu-a100-1"),
+            std::string::npos)
+      << too_big.out;
+  auto quota = json::parse(run({"explain", "team-a/quota-exceeded", "-o", "json"}).out);
+  EXPECT_EQ(quota.at("nodes").at(1).at("reason").as_string(), "4/4 ResourceQuotaNotFit");
+  EXPECT_NE(json::serialize(quota.at("hints")).find("namespace team-a's ResourceQuota on devices"),
+            std::string::npos);
+  // Not pending, not there, not a name, not given.
+  auto placed = Exec({"explain", "default/training-0", "--cluster", kExamples + "cluster.yaml"});
+  EXPECT_EQ(placed.code, 0);
+  EXPECT_NE(placed.out.find("is not pending: it is bound to node"), std::string::npos) << placed.out;
+  auto missing = run({"explain", "default/nobody"});
+  EXPECT_EQ(missing.code, kExitUsage);
+  EXPECT_NE(missing.err.find("pod default/nobody is not in the snapshot"), std::string::npos) << missing.err;
+  auto bad = run({"explain", "default/Bad_Name"});
+  EXPECT_EQ(bad.code, kExitUsage);
+  EXPECT_NE(bad.err.find("the pod name"), std::string::npos) << bad.err;
+  auto none = run({"explain"});
+  EXPECT_EQ(none.code, kExitUsage);
+  EXPECT_NE(none.err.find("the pod to explain (NAMESPACE/POD) comes first"), std::string::npos) << none.err;
+}
+
 TEST(Inspect, Node) {
   auto r = Exec({"inspect", "node", kExamples + "inspect-node.json"});
   ASSERT_EQ(r.code, 0) << r.err;
