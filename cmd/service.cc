@@ -98,8 +98,10 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   }
   extender::Extender& e = *s->extender_;
   s->routes_ = std::make_unique<extender::HttpRoutes>(
-      extender::HttpRoutes::Services{e.filter(), e.binder(), e.preempt(), e.scores(), e.admission(),
-                                     e.readiness(), e},
+      extender::HttpRoutes::Services{
+          e.filter(), e.binder(), e.preempt(), e.scores(),
+          [&e](const std::string& ns, const std::string& name) { return e.Explain(ns, name); },
+          e.admission(), e.readiness(), e},
       s->loop_exceptions_);
 
   using Serves = extender::HttpRoutes::Serves;
@@ -132,7 +134,7 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
     k8s::HttpServerOptions m;
     m.address = cfg.serving.metrics_bind_address;
     m.address_flag = "--metrics-bind-address";
-    s->metrics_ = add(m, "metrics", Serves{});
+    s->metrics_ = add(m, "metrics", Serves{.api = true});
   }
   if (!cfg.serving.webhook_bind.empty()) {
     k8s::HttpServerOptions w;

@@ -2,6 +2,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/json.hpp>
 #include <ostream>
 
@@ -16,11 +19,16 @@
 #include "core/preemption.h"
 #include "core/scheduler.h"
 #include "core/strings.h"
+#include "extender/explain_wire.h"
 #include "k8s/files.h"
+#include "k8s/http_client.h"
+#include "k8s/logging.h"
 #include "k8s/objects.h"
+#include "sim/scheduler/kube_scheduler.h"
 
 namespace hami::cmd {
 namespace json = boost::json;
+namespace asio = boost::asio;
 namespace {
 
 constexpr std::string_view kSimulateUsage =
@@ -46,15 +54,18 @@ exits with status 2 and names the object and field.
 constexpr std::string_view kExplainUsage =
     R"(Usage: hami-scheduler explain NAMESPACE/POD --cluster FILE [--pods FILE] [-o table|json]
                                [--now RFC3339] [config flags]
+       hami-scheduler explain NAMESPACE/POD --server URL [-o table|json]
 
-Why a pod is pending, on a cluster snapshot: the pods before it are placed as `simulate` places them, then
-its fit on every node is traced down to the card that came closest (and by how much), with what would help.
-The flags are simulate's (-o defaults to table here). A pod that is not pending is said so; one that is not
-in the snapshot is an error (status 2).
+Why a pod is pending, down to the card that came closest on each node (and by how much), with what would
+help. With --cluster, on a snapshot: the pods before it are placed as `simulate` places them (the flags are
+simulate's). With --server, as the running scheduler sees it now: URL is its metrics listener
+(--metrics-bind-address, e.g. http://127.0.0.1:9395), which answers GET /api/explain/<namespace>/<pod>.
+-o defaults to table. A pod that is not pending is said so; one that is not there is an error (status 2).
 )";
 
 struct SimulateArgs {
   std::string explain;  // explain: the pod ("ns/name")
+  std::string server;   // explain: the running scheduler's metrics listener
   std::string cluster;
   std::string pods;
   std::string output = "json";
@@ -82,15 +93,18 @@ Result<SimulateArgs> ParseArgs(std::vector<std::string> args, bool explain) {
         return ok.error();
     }
   }
-  const SubcommandFlags declared(explain ? "hami-scheduler explain" : "hami-scheduler simulate",
-                                 {"cluster", "pods", "o,output", "now"});
+  std::vector<std::string> value_flags{"cluster", "pods", "o,output", "now"};
+  if (explain) value_flags.push_back("server");
+  const SubcommandFlags declared(explain ? "hami-scheduler explain" : "hami-scheduler simulate", value_flags);
   auto given = declared.Parse(args);
   if (!given) return given.error();
   a.help = given->help;
   a.config_args.insert(a.config_args.end(), given->undeclared.begin(), given->undeclared.end());
   std::vector<std::string> problems;
   for (const auto& [name, value] : given->flags) {
-    if (name == "cluster") {
+    if (name == "server") {
+      a.server = value;
+    } else if (name == "cluster") {
       a.cluster = value;
     } else if (name == "pods") {
       a.pods = value;
@@ -108,7 +122,10 @@ Result<SimulateArgs> ParseArgs(std::vector<std::string> args, bool explain) {
       }
     }
   }
-  if (a.cluster.empty() && !a.help) problems.push_back("--cluster FILE is required");
+  if (!a.server.empty() && !a.cluster.empty())
+    problems.push_back("--server and --cluster exclude each other");
+  if (a.cluster.empty() && a.server.empty() && !a.help)
+    problems.push_back(explain ? "--cluster FILE or --server URL is required" : "--cluster FILE is required");
   if (explain && a.explain.empty() && !a.help)
     problems.push_back("the pod to explain (NAMESPACE/POD) comes first");
   if (!problems.empty()) return Error{Join(problems, "; ")};
@@ -270,25 +287,7 @@ namespace {
 
 void PrintExplanation(const PodExplanation& e, const std::string& output, std::ostream& out) {
   if (output == "json") {
-    json::array requests(e.requests.begin(), e.requests.end()), hints(e.hints.begin(), e.hints.end());
-    json::array nodes;
-    for (const NodeExplanation& n : e.nodes) {
-      json::object o{{"node", n.node}, {"fits", n.fits}, {"reason", n.reason}, {"resolvable", n.resolvable},
-                     {"summary", n.Summary()}};
-      if (n.closest) {
-        const ClosestCard& c = *n.closest;
-        o["closest"] = json::object{{"device", c.device},     {"container", c.container},
-                                    {"reason", ReasonName(c.reason)}, {"shortBy", c.short_by},
-                                    {"wanted", c.wanted},     {"memFree", c.mem_free},
-                                    {"memTotal", c.mem_total}, {"coresUsed", c.cores_used},
-                                    {"coresTotal", c.cores_total}};
-      }
-      nodes.push_back(std::move(o));
-    }
-    json::object doc{{"pod", e.pod}, {"requests", std::move(requests)}, {"nodes", std::move(nodes)},
-                     {"hints", std::move(hints)}};
-    if (!e.error.empty()) doc["error"] = e.error;
-    out << json::serialize(doc) << "\n";
+    out << extender::ExplanationJson(e) << "\n";
     return;
   }
   out << "pod " << e.pod << "\n";
@@ -307,6 +306,35 @@ void PrintExplanation(const PodExplanation& e, const std::string& output, std::o
   for (const std::string& h : e.hints) out << "  - " << h << "\n";
 }
 
+// GET <server>/api/explain/<pod>: the body of a 200 answer, or why there is none.
+Result<std::string> FetchExplanation(const std::string& server, const std::string& pod) {
+  auto endpoint = sim::ParseExtenderUrl(server);
+  if (!endpoint) return Error{fmt::format("--server: {}", endpoint.error().message)};
+  asio::io_context ioc;
+  auto http = k8s::HttpClient::Create(ioc.get_executor(), endpoint->config, 1);
+  if (!http) return Error{fmt::format("--server {}: {}", endpoint->url, http.error().message)};
+  k8s::HttpRequest request;
+  request.target = endpoint->path_prefix + "/api/explain/" + pod;
+  request.user_agent = "hami-scheduler explain";
+  Result<std::string> out = Error{"no answer"};
+  asio::co_spawn(
+      ioc,
+      [&]() -> asio::awaitable<void> {
+        auto response = co_await (*http)->Send(request, std::chrono::seconds(30));
+        if (!response) {
+          out = Error{fmt::format("{}/api/explain/{}: {}", endpoint->url, pod, response.error().message)};
+        } else if (response->status != 200) {
+          out = Error{fmt::format("{}/api/explain/{}: HTTP {}: {}", endpoint->url, pod, response->status,
+                                  k8s::EscapeControlChars(response->body))};
+        } else {
+          out = Ok(response->body);
+        }
+      },
+      asio::detached);
+  ioc.run();
+  return out;
+}
+
 int RunSnapshot(const std::vector<std::string>& args, bool explain, std::ostream& out, std::ostream& err) {
   const std::string prefix = explain ? "hami-scheduler explain: " : "hami-scheduler simulate: ";
   const std::string_view usage = explain ? kExplainUsage : kSimulateUsage;
@@ -317,6 +345,16 @@ int RunSnapshot(const std::vector<std::string>& args, bool explain, std::ostream
   }
   if (parsed->help) {
     out << usage;
+    return kExitOk;
+  }
+  if (!parsed->server.empty()) {
+    auto body = FetchExplanation(parsed->server, parsed->explain);
+    auto explained = body ? extender::ParseExplanation(*body) : Result<PodExplanation>(body.error());
+    if (!explained) {
+      err << prefix << explained.error().message << "\n";
+      return kExitUsage;
+    }
+    PrintExplanation(*explained, parsed->output, out);
     return kExitOk;
   }
   auto loaded = config::LoadConfig(parsed->config_args, Vendors());

@@ -102,6 +102,20 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
 
 Extender::~Extender() = default;
 
+Result<PodExplanation> Extender::Explain(const std::string& ns, const std::string& name) const {
+  const auto& pods = caches_.pods.views();
+  const auto it = pods.find(ns + "/" + name);
+  if (it == pods.end()) return Error{fmt::format("pod {}/{} is not in the scheduler's pod cache", ns, name)};
+  if (!it->second.node_name.empty()) {
+    PodExplanation bound;
+    bound.pod = it->first;
+    bound.hints.push_back(fmt::format("it is not pending: it is bound to node {}", it->second.node_name));
+    return bound;
+  }
+  const ClusterState& state = feed_.state();
+  return ExplainPod(state, options_.filter.policies, it->second, state.NodeNames());
+}
+
 asio::awaitable<void> Extender::Run() {
   using namespace asio::experimental::awaitable_operators;
   if (elector_) {

@@ -15,6 +15,7 @@
 #include "extender/admission_service.h"
 #include "extender/bind_service.h"
 #include "extender/cluster_writer.h"
+#include "core/explain.h"
 #include "extender/filter_service.h"
 #include "extender/health_service.h"
 #include "extender/housekeeping.h"
@@ -86,6 +87,10 @@ class Extender : public k8s::prom::Source {
   PreemptService& preempt() { return preempt_; }
   AdmissionService& admission() { return admission_; }
   Requeue& requeue() { return requeue_; }
+
+  // Why pod `ns`/`name` (as the pod cache has it) is pending, on every registered node (core/explain); an
+  // error when the cache has no such pod.
+  Result<PodExplanation> Explain(const std::string& ns, const std::string& name) const;
 
   // Acquire mode: ends our term at once (no write leaves after it) and gives the Lease up, so another replica
   // takes over within its retry period. Otherwise nothing.

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cctype>
 
+#include "core/names.h"
 #include "extender/admission_wire.h"
+#include "extender/explain_wire.h"
 #include "k8s/admission.h"
 #include "k8s/extender.h"
 #include "k8s/logging.h"
@@ -126,6 +128,34 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
                  });
   }
   if (serves.extender) InstallDecisions(server);
+  if (serves.api) InstallApi(server);
+}
+
+void HttpRoutes::InstallApi(k8s::HttpServer& server) {
+  using k8s::ServerRequest;
+  using k8s::ServerResponse;
+  const Services* e = &s_;
+  // Paths with names in them: /api/explain/<namespace>/<pod>. Every other path is not found.
+  server.Fallback([e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
+    constexpr std::string_view kExplain = "/api/explain/";
+    const std::string_view path = r.path;
+    if (!path.starts_with(kExplain)) co_return Respond(404, kText, "not found\n");
+    if (r.method != http::verb::get) co_return Respond(405, kText, "only GET\n");
+    const std::string_view names = path.substr(kExplain.size());
+    const auto slash = names.find('/');
+    if (slash == std::string_view::npos)
+      co_return Respond(400, kText, "expected /api/explain/<namespace>/<pod>\n");
+    const std::string ns(names.substr(0, slash)), name(names.substr(slash + 1));
+    if (auto ok = ValidateName("the namespace", ns, NameKind::kNamespace); !ok)
+      co_return Respond(400, kText, ok.error().message + "\n");
+    if (auto ok = ValidateName("the pod name", name, NameKind::kPod); !ok)
+      co_return Respond(400, kText, ok.error().message + "\n");
+    if (!e->readiness.ready())
+      co_return Respond(503, kText, "not ready: " + e->readiness.NotReadyReason() + "\n");
+    auto explained = e->explain(ns, name);
+    if (!explained) co_return Respond(404, kText, explained.error().message + "\n");
+    co_return Respond(200, kJson, ExplanationJson(*explained));
+  });
 }
 
 void HttpRoutes::InstallDecisions(k8s::HttpServer& server) {

@@ -1,7 +1,7 @@
 #pragma once
-// The extender's HTTP adapter: it owns the wire. Routes (/filter, /preempt, /bind and /webhook on the
-// extender listener, /webhook on a listener of its own with --webhook-bind; /metrics, /healthz and /readyz on every
-// listener), the request body limits, and the extender v1 and AdmissionReview JSON in and out (k8s/extender,
+// The extender's HTTP adapter: it owns the wire. Routes (/filter, /prioritize, /preempt, /bind and /webhook
+// on the extender listener, /webhook on a listener of its own with --webhook-bind; /metrics, /healthz and
+// /readyz on every listener; /api/explain on the metrics listener of its own), the request body limits, and the extender v1 and AdmissionReview JSON in and out (k8s/extender,
 // k8s/admission). It is handed the services it serves and the readiness that gates them; kube-scheduler
 // expects HTTP 200 with failures in the JSON's Error.
 //
@@ -11,11 +11,13 @@
 #include <boost/asio/thread_pool.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/explain.h"
 #include "extender/admission_service.h"
 #include "extender/bind_service.h"
 #include "extender/filter_service.h"
@@ -36,6 +38,8 @@ class HttpRoutes {
     BindService& binder;
     PreemptService& preempt;
     ScoreService& scores;
+    // GET /api/explain/<ns>/<pod>: Extender::Explain.
+    std::function<Result<PodExplanation>(const std::string& ns, const std::string& name)> explain;
     AdmissionService& admission;
     const Readiness& readiness;
     const k8s::prom::Source& metrics;  // every service's families
@@ -49,6 +53,7 @@ class HttpRoutes {
     bool extender = false;  // /filter, /prioritize, /bind, /preempt
     bool webhook = false;   // /webhook
     bool metrics = true;  // /metrics (names of nodes, pods, namespaces: not on a webhook listener of its own)
+    bool api = false;  // /api/ (read-only JSON about pods and devices): the metrics listener of its own only
   };
   ~HttpRoutes() { *alive_ = false; }
   HttpRoutes(const HttpRoutes&) = delete;
@@ -67,6 +72,7 @@ class HttpRoutes {
  private:
   // /filter, /preempt and /bind.
   void InstallDecisions(k8s::HttpServer& server);
+  void InstallApi(k8s::HttpServer& server);
   std::string ServerMetrics() const;
 
   Services s_;

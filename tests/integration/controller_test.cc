@@ -11,11 +11,13 @@
 #include <boost/json.hpp>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "cmd/app.h"
 #include "cmd/service.h"
 #include "core/codec/stamps.h"
 #include "core/keys.h"
+#include "extender/explain_wire.h"
 #include "k8s/http_client.h"
 #include "sim/apiserver/api_server.h"
 #include "sim/apiserver/resources.h"
@@ -1163,6 +1165,60 @@ TEST_F(ControllerTest, MetricsListenerHasNoExtenderRoutes) {
     // The extender listener keeps /metrics too.
     EXPECT_EQ((co_await Call(http::verb::get, "/metrics")).status, 200u);
   }());
+}
+
+// GET /api/explain/<ns>/<pod> on the metrics listener (never on the extender's): why a pod is pending as the
+// running scheduler sees it; and `hami-scheduler explain --server` reading it.
+TEST_F(ControllerTest, ExplainAPendingPodOnTheMetricsListener) {
+  cfg_.serving.metrics_bind_address = "127.0.0.2:0";
+  ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
+  json::value held = GpuPod("held", 12000);
+  held.at("metadata").as_object()["annotations"] = {
+      {"hami.io/vgpu-node", "gpu-a"}, {"hami.io/vgpu-devices-allocated", "gpu-a-gpu0,NVIDIA,12000,0:;"}};
+  held.at("spec").as_object()["nodeName"] = "gpu-a";
+  ASSERT_TRUE(server_.store().Create(held));
+  ASSERT_TRUE(server_.store().Create(GpuPod("wants", 6000)));
+  StartService();
+  k8s::RestConfig metrics_rest = k8s::LoopbackHttp(service_->metrics_port());
+  metrics_rest.host = "127.0.0.2";
+  auto metrics = k8s::HttpClient::Create(ioc_.get_executor(), metrics_rest).value();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    const auto get = [&](const char* path) -> asio::awaitable<k8s::HttpResponse> {
+      const k8s::HttpRequest req{http::verb::get, path, "", "", "", "t"};
+      auto r = co_await metrics->Send(req, 10s);
+      EXPECT_TRUE(r) << path;
+      co_return r ? *r : k8s::HttpResponse{};
+    };
+    const k8s::HttpResponse e = co_await get("/api/explain/default/wants");
+    EXPECT_EQ(e.status, 200u) << e.body;
+    auto parsed = extender::ParseExplanation(e.body);
+    EXPECT_TRUE(parsed) << (parsed ? "" : parsed.error().message);
+    CO_ASSERT_TRUE(parsed);
+    CO_ASSERT_EQ(parsed->nodes.size(), 1u);
+    EXPECT_EQ(parsed->nodes[0].Summary(),
+              "1/1 CardInsufficientMemory; c needs 6000 MiB on one card: the closest, gpu-a-gpu0, has "
+              "4000 MiB free (2000 MiB short), cores 0/100 used");
+    EXPECT_EQ((co_await get("/api/explain/default/nobody")).status, 404u);
+    const k8s::HttpResponse bad = co_await get("/api/explain/default/Bad%0Aname");
+    EXPECT_EQ(bad.status, 400u);
+    EXPECT_EQ(bad.body.find('\n'), bad.body.size() - 1) << bad.body;  // the name shown escaped, one line
+    EXPECT_EQ((co_await get("/api/elsewhere")).status, 404u);
+    // Not on the extender listener.
+    EXPECT_EQ((co_await Call(http::verb::get, "/api/explain/default/wants")).status, 404u);
+  }());
+  // The command against the running scheduler (its own event loop, as it runs from a shell).
+  std::thread serving([&] { ioc_.run_for(std::chrono::seconds(5)); });
+  std::ostringstream out, err;
+  const int code = cmd::Run({"explain", "default/wants", "--server",
+                             fmt::format("http://127.0.0.2:{}", service_->metrics_port())},
+                            out, err);
+  ioc_.stop();
+  serving.join();
+  EXPECT_EQ(code, 0) << err.str();
+  EXPECT_NE(out.str().find("gpu-a  1/1 CardInsufficientMemory; c needs 6000 MiB on one card"),
+            std::string::npos)
+      << out.str();
 }
 
 }  // namespace
