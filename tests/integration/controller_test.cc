@@ -61,6 +61,16 @@ json::value GpuPod(const std::string& name, int mem) {
       name, mem));
 }
 
+// A pod bound to `node` whose allocation annotation holds `mem` MiB of the node's first GPU.
+json::value BoundGpuPod(const std::string& name, const std::string& node, int mem) {
+  json::value pod = GpuPod(name, mem);
+  pod.at("metadata").as_object()["annotations"] = {
+      {"hami.io/vgpu-node", node},
+      {"hami.io/vgpu-devices-allocated", fmt::format("{}-gpu0,NVIDIA,{},0:;", node, mem)}};
+  pod.at("spec").as_object()["nodeName"] = node;
+  return pod;
+}
+
 class ControllerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -707,10 +717,7 @@ TEST_F(ControllerTest, SimulateDecidesAsServeOnTheSameSnapshot) {
 // status other than 200 and the reason in the body.
 TEST_F(ControllerTest, PreemptNamesTheVictimsAndRefusesWhatTheCachesContradict) {
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
-  json::value low = GpuPod("low", 10000);
-  low.at("metadata").as_object()["annotations"] = {
-      {"hami.io/vgpu-node", "gpu-a"}, {"hami.io/vgpu-devices-allocated", "gpu-a-gpu0,NVIDIA,10000,0:;"}};
-  low.at("spec").as_object()["nodeName"] = "gpu-a";
+  json::value low = BoundGpuPod("low", "gpu-a", 10000);
   low.at("spec").as_object()["priority"] = 10;
   ASSERT_TRUE(server_.store().Create(low));
   StartService();
@@ -755,11 +762,7 @@ TEST_F(ControllerTest, AllFittingModeFiltersScoresAndPlacesAtBind) {
   cfg_.extender.filter.policies.filter_mode = FilterMode::kAllFitting;
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-b", 1)));
-  json::value half = GpuPod("half", 8000);
-  half.at("metadata").as_object()["annotations"] = {
-      {"hami.io/vgpu-node", "gpu-a"}, {"hami.io/vgpu-devices-allocated", "gpu-a-gpu0,NVIDIA,8000,0:;"}};
-  half.at("spec").as_object()["nodeName"] = "gpu-a";
-  ASSERT_TRUE(server_.store().Create(half));
+  ASSERT_TRUE(server_.store().Create(BoundGpuPod("half", "gpu-a", 8000)));
   ASSERT_TRUE(server_.store().Create(GpuPod("p", 4000)));
   StartService();
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
@@ -1172,11 +1175,7 @@ TEST_F(ControllerTest, MetricsListenerHasNoExtenderRoutes) {
 TEST_F(ControllerTest, ExplainAPendingPodOnTheMetricsListener) {
   cfg_.serving.metrics_bind_address = "127.0.0.2:0";
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
-  json::value held = GpuPod("held", 12000);
-  held.at("metadata").as_object()["annotations"] = {
-      {"hami.io/vgpu-node", "gpu-a"}, {"hami.io/vgpu-devices-allocated", "gpu-a-gpu0,NVIDIA,12000,0:;"}};
-  held.at("spec").as_object()["nodeName"] = "gpu-a";
-  ASSERT_TRUE(server_.store().Create(held));
+  ASSERT_TRUE(server_.store().Create(BoundGpuPod("held", "gpu-a", 12000)));
   ASSERT_TRUE(server_.store().Create(GpuPod("wants", 6000)));
   StartService();
   k8s::RestConfig metrics_rest = k8s::LoopbackHttp(service_->metrics_port());
