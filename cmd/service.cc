@@ -101,7 +101,7 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
       extender::HttpRoutes::Services{
           e.filter(), e.binder(), e.preempt(), e.scores(),
           [&e](const std::string& ns, const std::string& name) { return e.Explain(ns, name); },
-          e.admission(), e.readiness(), e},
+          e.state(), e.admission(), e.readiness(), e},
       s->loop_exceptions_);
 
   using Serves = extender::HttpRoutes::Serves;

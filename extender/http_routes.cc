@@ -9,6 +9,7 @@
 
 #include "core/names.h"
 #include "extender/admission_wire.h"
+#include "extender/cluster_view.h"
 #include "extender/explain_wire.h"
 #include "k8s/admission.h"
 #include "k8s/extender.h"
@@ -135,6 +136,15 @@ void HttpRoutes::InstallApi(k8s::HttpServer& server) {
   using k8s::ServerRequest;
   using k8s::ServerResponse;
   const Services* e = &s_;
+  const auto json_of = [e](std::string (*view)(const ClusterState&)) {
+    return [e, view](const ServerRequest&) -> asio::awaitable<ServerResponse> {
+      if (!e->readiness.ready())
+        co_return Respond(503, kText, "not ready: " + e->readiness.NotReadyReason() + "\n");
+      co_return Respond(200, kJson, view(e->state));
+    };
+  };
+  server.Route(http::verb::get, "/api/overview", json_of(&OverviewJson));
+  server.Route(http::verb::get, "/api/nodes", json_of(&NodesJson));
   // Paths with names in them: /api/explain/<namespace>/<pod>. Every other path is not found.
   server.Fallback([e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
     constexpr std::string_view kExplain = "/api/explain/";

@@ -1170,8 +1170,9 @@ TEST_F(ControllerTest, MetricsListenerHasNoExtenderRoutes) {
   }());
 }
 
-// GET /api/explain/<ns>/<pod> on the metrics listener (never on the extender's): why a pod is pending as the
-// running scheduler sees it; and `hami-scheduler explain --server` reading it.
+// GET /api/explain/<ns>/<pod>, /api/nodes and /api/overview on the metrics listener (never on the
+// extender's): why a pod is pending as the running scheduler sees it, and the devices as the ledger has them;
+// and `hami-scheduler explain --server` reading the first.
 TEST_F(ControllerTest, ExplainAPendingPodOnTheMetricsListener) {
   cfg_.serving.metrics_bind_address = "127.0.0.2:0";
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
@@ -1203,8 +1204,17 @@ TEST_F(ControllerTest, ExplainAPendingPodOnTheMetricsListener) {
     EXPECT_EQ(bad.status, 400u);
     EXPECT_EQ(bad.body.find('\n'), bad.body.size() - 1) << bad.body;  // the name shown escaped, one line
     EXPECT_EQ((co_await get("/api/elsewhere")).status, 404u);
+    // The devices as the ledger has them.
+    const k8s::HttpResponse nodes = co_await get("/api/nodes");
+    EXPECT_EQ(nodes.status, 200u);
+    EXPECT_NE(nodes.body.find(R"("id":"gpu-a-gpu0","vendor":"NVIDIA")"), std::string::npos) << nodes.body;
+    EXPECT_NE(nodes.body.find(R"("memoryMiB":{"used":12000,"total":16000})"), std::string::npos)
+        << nodes.body;
+    const k8s::HttpResponse overview = co_await get("/api/overview");
+    EXPECT_NE(overview.body.find(R"("vendor":"NVIDIA","nodes":1)"), std::string::npos) << overview.body;
     // Not on the extender listener.
     EXPECT_EQ((co_await Call(http::verb::get, "/api/explain/default/wants")).status, 404u);
+    EXPECT_EQ((co_await Call(http::verb::get, "/api/nodes")).status, 404u);
   }());
   // The command against the running scheduler (its own event loop, as it runs from a shell).
   std::thread serving([&] { ioc_.run_for(std::chrono::seconds(5)); });
