@@ -91,6 +91,17 @@ std::string OverviewJson(const ClusterState& state) {
                                       {"vendors", std::move(vendors)}});
 }
 
+std::string QuotasJson(const ClusterState& state) {
+  json::array quotas;
+  for (const QuotaBook::Entry& e : state.quotas().Entries()) {
+    quotas.push_back(json::object{{"namespace", e.ns},
+                                  {"resource", e.resource},
+                                  {"used", e.used},
+                                  {"limit", e.limit ? json::value(*e.limit) : json::value(nullptr)}});
+  }
+  return json::serialize(json::object{{"quotas", std::move(quotas)}});
+}
+
 std::string NodesJson(const ClusterState& state) {
   // Written straight into one buffer: a value tree of 5,000 nodes x 8 cards costs more to build than to
   // print (docs/PERFORMANCE.md, "The metrics listener's /api/").

@@ -19,4 +19,8 @@ std::string OverviewJson(const ClusterState& state);
 //  memory free on one healthy card of the vendor that can take one more task.
 std::string NodesJson(const ClusterState& state);
 
+// {"quotas": [{"namespace", "resource", "used", "limit"}]}: per namespace and device resource, what the
+// ledger charges (memory in MiB, cores in percent) against the tightest ResourceQuota limit (null: none).
+std::string QuotasJson(const ClusterState& state);
+
 }  // namespace hami::extender

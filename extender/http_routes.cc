@@ -145,6 +145,7 @@ void HttpRoutes::InstallApi(k8s::HttpServer& server) {
   };
   server.Route(http::verb::get, "/api/overview", json_of(&OverviewJson));
   server.Route(http::verb::get, "/api/nodes", json_of(&NodesJson));
+  server.Route(http::verb::get, "/api/quotas", json_of(&QuotasJson));
   // Paths with names in them: /api/explain/<namespace>/<pod>. Every other path is not found.
   server.Fallback([e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
     constexpr std::string_view kExplain = "/api/explain/";

@@ -40,7 +40,7 @@ class HttpRoutes {
     ScoreService& scores;
     // GET /api/explain/<ns>/<pod>: Extender::Explain.
     std::function<Result<PodExplanation>(const std::string& ns, const std::string& name)> explain;
-    const ClusterState& state;  // GET /api/overview, /api/nodes
+    const ClusterState& state;  // GET /api/overview, /api/nodes, /api/quotas
     AdmissionService& admission;
     const Readiness& readiness;
     const k8s::prom::Source& metrics;  // every service's families

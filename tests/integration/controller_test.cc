@@ -1215,6 +1215,12 @@ TEST_F(ControllerTest, ExplainAPendingPodOnTheMetricsListener) {
     // Not on the extender listener.
     EXPECT_EQ((co_await Call(http::verb::get, "/api/explain/default/wants")).status, 404u);
     EXPECT_EQ((co_await Call(http::verb::get, "/api/nodes")).status, 404u);
+    // No ResourceQuota in the namespace: the use shows, with no limit.
+    const k8s::HttpResponse quotas = co_await get("/api/quotas");
+    EXPECT_NE(quotas.body.find(R"({"namespace":"default","resource":"nvidia.com/gpumem","used":12000,)"
+                               R"("limit":null})"),
+              std::string::npos)
+        << quotas.body;
   }());
   // The command against the running scheduler (its own event loop, as it runs from a shell).
   std::thread serving([&] { ioc_.run_for(std::chrono::seconds(5)); });

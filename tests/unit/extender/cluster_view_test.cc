@@ -11,18 +11,25 @@ namespace hami {
 namespace {
 namespace json = boost::json;
 
+// Pod `ns`/`name` holding `mem` MiB and `cores` of card `uuid` on `node`.
+PodAllocation Holding(std::string ns, std::string name, std::string node, std::string uuid, std::int64_t mem,
+                      std::int64_t cores) {
+  PodAllocation pod;
+  pod.uid = pod.name = std::move(name);
+  pod.ns = std::move(ns);
+  pod.node = std::move(node);
+  pod.devices["NVIDIA"] = {
+      {ContainerDevice{0, std::move(uuid), "NVIDIA", MiB(mem), Cores(cores), std::nullopt}}};
+  return pod;
+}
+
 TEST(ClusterView, OverviewAndNodesShowTheLedger) {
   Backends backends = testing::BuiltinBackends();
   ClusterState state(backends);
   DeviceInfo sick = testing::Gpu("GPU-s", 1, 16000);
   sick.health = false;
   state.UpsertNode(testing::NvidiaNode("gpu-1", {testing::Gpu("GPU-a", 0, 16000), sick}));
-  PodAllocation pod;
-  pod.uid = pod.name = "p";
-  pod.ns = "default";
-  pod.node = "gpu-1";
-  pod.devices["NVIDIA"] = {{ContainerDevice{0, "GPU-a", "NVIDIA", MiB(6000), Cores(30), std::nullopt}}};
-  state.AddPod(pod);
+  state.AddPod(Holding("default", "p", "gpu-1", "GPU-a", 6000, 30));
   state.SetWaiting("w", {static_cast<std::size_t>(backends.IndexOf("NVIDIA"))});
 
   const json::value overview = json::parse(extender::OverviewJson(state));
@@ -47,6 +54,22 @@ TEST(ClusterView, OverviewAndNodesShowTheLedger) {
             R"("memoryMiB":{"used":6000,"total":16000},"cores":{"used":30,"total":100},)"
             R"("tasks":{"used":1,"total":10}})");
   EXPECT_EQ(cards[1].at("health"), false);
+}
+
+TEST(ClusterView, QuotasShowUseAgainstTheTightestLimit) {
+  Backends backends = testing::BuiltinBackends();
+  ClusterState state(backends);
+  ResourceQuotaView q;
+  q.ns = "team";
+  q.name = "gpu";
+  q.hard = {{"limits.nvidia.com/gpumem", "20000"}};
+  state.quotas().UpsertQuota(q);
+  state.UpsertNode(testing::NvidiaNode("gpu-1", {testing::Gpu("GPU-a", 0, 16000)}));
+  state.AddPod(Holding("team", "p", "gpu-1", "GPU-a", 6000, 30));
+  const std::string body = extender::QuotasJson(state);
+  EXPECT_NE(body.find(R"({"namespace":"team","resource":"nvidia.com/gpumem","used":6000,"limit":20000})"),
+            std::string::npos)
+      << body;
 }
 
 TEST(ClusterView, WhatADevicePluginWritesStaysAString) {
