@@ -123,6 +123,13 @@ class ControllerTest : public ::testing::Test {
     auto o = server_.store().Find(resource, ns, name);
     return o ? *o : json::object{};
   }
+  // A client of the metrics listener of its own, which the tests put on 127.0.0.2 (127.0.0.1:0 is the
+  // extender's address: the same listener).
+  std::unique_ptr<k8s::HttpClient> MetricsClient() {
+    k8s::RestConfig rest = k8s::LoopbackHttp(service_->metrics_port());
+    rest.host = "127.0.0.2";
+    return k8s::HttpClient::Create(ioc_.get_executor(), rest).value();
+  }
   static std::string Annotation(const json::object& o, const std::string& key) {
     auto* a = o.at("metadata").as_object().if_contains("annotations");
     if (!a) return "";
@@ -1139,9 +1146,7 @@ TEST_F(ControllerTest, MetricsListenerHasNoExtenderRoutes) {
       "127.0.0.2:0";  // "127.0.0.1:0", the extender's, would mean the same listener
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   StartService();
-  k8s::RestConfig metrics_rest = k8s::LoopbackHttp(service_->metrics_port());
-  metrics_rest.host = "127.0.0.2";
-  auto metrics = k8s::HttpClient::Create(ioc_.get_executor(), metrics_rest).value();
+  auto metrics = MetricsClient();
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
     const auto call = [&](http::verb verb, const char* path) -> asio::awaitable<k8s::HttpResponse> {
@@ -1179,9 +1184,7 @@ TEST_F(ControllerTest, ExplainAPendingPodOnTheMetricsListener) {
   ASSERT_TRUE(server_.store().Create(BoundGpuPod("held", "gpu-a", 12000)));
   ASSERT_TRUE(server_.store().Create(GpuPod("wants", 6000)));
   StartService();
-  k8s::RestConfig metrics_rest = k8s::LoopbackHttp(service_->metrics_port());
-  metrics_rest.host = "127.0.0.2";
-  auto metrics = k8s::HttpClient::Create(ioc_.get_executor(), metrics_rest).value();
+  auto metrics = MetricsClient();
   RunCoro(ioc_, [&]() -> asio::awaitable<void> {
     co_await Ready();
     const auto get = [&](const char* path) -> asio::awaitable<k8s::HttpResponse> {
