@@ -9,6 +9,7 @@
 #include "backends/builtin.h"
 #include "cmd/sim_apiserver.h"
 #include "config/flags.h"
+#include "core/free_capacity.h"
 #include "k8s/logging.h"
 
 namespace hami::cmd {
@@ -98,7 +99,12 @@ Result<Backends> BuildBackends(const config::Config& cfg, std::vector<std::strin
     }
   }
   if (!problems.empty()) return config::ProblemsError(problems);
-  return Backends(std::move(list));
+  Backends backends(std::move(list));
+  // A shape's vendor and resources are known only now.
+  if (auto shapes = CheckCapacityShapes(cfg.extender.capacity_shapes, backends); !shapes)
+    return config::ProblemsError(
+        {fmt::format("--capacity-shape (scheduler.capacityShapes): {}", shapes.error().message)});
+  return backends;
 }
 
 int RunProgram(std::string_view program, const std::vector<std::string>& args, std::ostream& out,

@@ -386,6 +386,23 @@ void ReadLabelSelector(Reader& r, const Item& it, Config& c) {
   if (auto m = r.StringMap(it)) c.extender.node_label_selector = std::move(*m);
 }
 
+// A list of shapes in their written form; a bad one is a problem at its own line (ValidateConfig checks
+// how many there are and their names, cmd their vendors once the backends are built).
+void ReadCapacityShapes(Reader& r, const Item& it, Config& c) {
+  auto list = r.StringList(it);
+  if (!list) return;
+  std::vector<CapacityShape> shapes;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    auto shape = ParseCapacityShape((*list)[i]);
+    if (!shape) {
+      r.Problem(it.value[i], fmt::format("{}[{}]", it.path, i), shape.error().message);
+      continue;
+    }
+    shapes.push_back(std::move(*shape));
+  }
+  if (shapes.size() == list->size()) c.extender.capacity_shapes = std::move(shapes);
+}
+
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
@@ -425,6 +442,7 @@ constexpr Field<Config> kSchedulerFields[] = {
        if (!mode) return r.Problem(it.key, it.path, fmt::format("'{}': {}", *s, mode.error().message));
        c.extender.filter.policies.filter_mode = *mode;
      }},
+    {"capacityShapes", &ReadCapacityShapes},
     {"busyNodeThreshold",
      [](Reader& r, const Item& it, Config& c) {
        if (auto v = r.Int(it, 0, 1000000, "a number of allocations from 0 (off) to 1000000"))
@@ -822,6 +840,20 @@ void ValidateConfig(const Config& cfg, std::vector<std::string>& problems) {
         "--scheduler-name (scheduler.schedulerName): {} is not a scheduler name (a DNS subdomain, as "
         "spec.schedulerName)",
         Quoted(name)));
+  // Each shape adds a series per node to /metrics, and its name is a label value: few, and each name once.
+  const auto& shapes = cfg.extender.capacity_shapes;
+  if (shapes.size() > kMaxCapacityShapes)
+    problems.push_back(fmt::format("--capacity-shape (scheduler.capacityShapes): {} shapes given; at most {} "
+                                   "(each adds a series per node)",
+                                   shapes.size(), kMaxCapacityShapes));
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (shapes[j].name == shapes[i].name)
+        problems.push_back(fmt::format("--capacity-shape (scheduler.capacityShapes): {} and {} share a name",
+                                       Quoted(FormatCapacityShape(shapes[j])),
+                                       Quoted(FormatCapacityShape(shapes[i]))));
+    }
+  }
   if (cfg.serving.max_connections < 0)
     problems.push_back("--max-connections (scheduler.maxConnections): must not be negative");
   if (cfg.serving.http_bind.empty())
@@ -1027,6 +1059,9 @@ std::string ToYaml(const Config& cfg, const BackendRegistry& vendors) {
   for (const auto& [k, v] : cfg.extender.node_label_selector) EmitString(out, k, v);
   out << YAML::EndMap;
   EmitString(out, "filterMode", std::string(FilterModeName(cfg.extender.filter.policies.filter_mode)));
+  std::vector<std::string> shapes;
+  for (const auto& shape : cfg.extender.capacity_shapes) shapes.push_back(FormatCapacityShape(shape));
+  out << YAML::Key << "capacityShapes" << YAML::Value << YAML::Flow << shapes;
   out << YAML::Key << "busyNodeThreshold" << YAML::Value << cfg.extender.filter.policies.busy_node_threshold;
   out << YAML::Key << "nodeLockTimeout" << YAML::Value << FormatDuration(cfg.extender.node_lock_timeout);
   out << YAML::Key << "nodeLockRetryTimeout" << YAML::Value

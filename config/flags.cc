@@ -237,6 +237,24 @@ void SetFilterMode(const std::string& flag, const std::string& value, LoadedConf
   if (!mode) return problems.push_back(fmt::format("{} '{}': {}", flag, value, mode.error().message));
   out.config.extender.filter.policies.filter_mode = *mode;
 }
+// "SHAPE,SHAPE,..." (a shape has no ','); "" clears the list. ValidateConfig checks the list as a whole.
+void SetCapacityShapes(const std::string& flag, const std::string& value, LoadedConfig& out,
+                       Problems& problems) {
+  std::vector<CapacityShape> shapes;
+  bool ok = true;
+  if (!Trim(value).empty()) {
+    for (std::string_view text : Split(value, ',')) {
+      auto shape = ParseCapacityShape(text);
+      if (!shape) {
+        problems.push_back(fmt::format("{}: {}", flag, shape.error().message));
+        ok = false;
+        continue;
+      }
+      shapes.push_back(std::move(*shape));
+    }
+  }
+  if (ok) out.config.extender.capacity_shapes = std::move(shapes);
+}
 std::string ShowFilterMode(const Config& d) {
   return std::string(FilterModeName(d.extender.filter.policies.filter_mode));
 }
@@ -372,6 +390,10 @@ const FlagDef kOwnFlags[] = {
      "all-fitting: every node where the pod fits, and /prioritize scores them, so kube-scheduler weighs its "
      "soft constraints too (register prioritizeVerb; /bind then fits the pod on the node it chose)",
      &SetFilterMode, &ShowFilterMode},
+    {"capacity-shape", Group::kScheduling, false, "SHAPE,...",
+     "pod shapes NAME=VENDOR:COUNTxMEMORY[:CORES] (e.g. a10-quarter=NVIDIA:1x6000:25; at most 16): /metrics "
+     "says per node how many pods of each still fit, and each vendor's largest free slice",
+     &SetCapacityShapes, &ShowNone},
     {"busy-node-threshold", Group::kScheduling, false, "N",
      "allocations in flight (reserved or bound, not yet set up by the device plugin) that make a node busy: "
      "binpack then sends the pod to the next node in its order that is not busy, among the nodes it fills "

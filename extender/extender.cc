@@ -201,7 +201,9 @@ std::string Extender::Metrics() const {
       "1 on the leader (always without --leader-elect); a follower exports no device, quota or pod gauges, "
       "so dashboards summing over replicas count each device once.",
       leadership_.leader() ? 1 : 0);
-  if (leadership_.leader()) feed_.WriteMetrics(w, options_.legacy_metrics);
+  if (leadership_.leader())
+    feed_.WriteMetrics(w, options_.legacy_metrics, options_.capacity_shapes,
+                       options_.filter.policies.gpu_policy);
   return w.Take();
 }
 

@@ -14,12 +14,15 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "core/cluster_state.h"
+#include "core/free_capacity.h"
 #include "extender/cluster_writer.h"
 #include "k8s/metrics.h"
 
@@ -62,10 +65,13 @@ class LedgerFeed {
     std::size_t foreign_charges = 0;  // pod events whose allocation was not charged (other node, no request)
   };
   const Stats& stats() const { return stats_; }
-  // The ledger's gauges: nodes, pods, unreadable registrations, and HAMi's per-device, quota and per-pod
+  // The ledger's gauges: nodes, pods, unreadable registrations, HAMi's per-device, quota and per-pod
   // families with HAMi's names and labels (docs/DECISIONS.md, "Metrics under HAMi's names"; `legacy`:
-  // HAMi's older names besides them).
-  void WriteMetrics(k8s::prom::TextWriter& w, bool legacy) const;
+  // HAMi's older names besides them), and the free capacity: each node's largest free slice per vendor and,
+  // per shape of `shapes`, how many such pods fit on each node and in all, fit under the default device
+  // policy `gpu_policy` (docs/DECISIONS.md, "Free capacity").
+  void WriteMetrics(k8s::prom::TextWriter& w, bool legacy, std::span<const CapacityShape> shapes = {},
+                    std::string_view gpu_policy = kPolicySpread) const;
 
  private:
   struct UnreadableAllocation {

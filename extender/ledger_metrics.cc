@@ -203,9 +203,55 @@ void WriteLegacyFamilies(prom::TextWriter& w, const std::vector<DeviceRow>& rows
     w.Sample("vGPUCoreAllocated", pod(r), static_cast<double>(r.charge->cores.value()));
 }
 
+// Free capacity (docs/DECISIONS.md, "Free capacity"): a series per node and vendor, one per node and
+// configured shape, and one per shape for the cluster.
+void WriteCapacityFamilies(prom::TextWriter& w, const ClusterState& state,
+                           std::span<const CapacityShape> shapes, std::string_view gpu_policy) {
+  struct Row {
+    const std::string* node;
+    VendorCapacity capacity;
+  };
+  std::vector<Row> rows;
+  FreeCapacity counter(state, shapes, gpu_policy);
+  for (const auto& name : state.NodeNames()) {
+    const NodeEntry* e = state.FindNode(name);
+    for (VendorCapacity& v : counter.Of(*e)) rows.push_back({&e->node.name, std::move(v)});
+  }
+  constexpr const char* kSlice = "hami_scheduler_node_largest_free_slice_mib";
+  w.Family(kSlice,
+           "The most free memory (MiB) one card of the vendor on the node can still give a pod: healthy, not "
+           "cordoned, a task slot free; 0 when none can or the node takes no new pod of the vendor.",
+           "gauge");
+  for (const Row& r : rows)
+    w.Sample(kSlice, {{"node", *r.node}, {"vendor", r.capacity.vendor}},
+             static_cast<double>(r.capacity.largest_free_mib));
+  if (shapes.empty()) return;
+  constexpr const char* kFits = "hami_scheduler_node_shape_fits";
+  w.Family(kFits,
+           "Pods of a configured shape (--capacity-shape) that still fit on the node one after another, as "
+           "/filter would place them (at most 64).",
+           "gauge");
+  for (const Row& r : rows) {
+    for (const auto& [shape, fits] : r.capacity.fits)
+      w.Sample(kFits, {{"node", *r.node}, {"vendor", r.capacity.vendor}, {"shape", shape}},
+               static_cast<double>(fits));
+  }
+  constexpr const char* kTotal = "hami_scheduler_shape_fits_total";
+  w.Family(kTotal, "hami_scheduler_node_shape_fits summed over the nodes.", "gauge");
+  for (const CapacityShape& shape : shapes) {
+    std::int64_t sum = 0;
+    for (const Row& r : rows) {
+      if (r.capacity.vendor != shape.vendor) continue;
+      for (const auto& [name, fits] : r.capacity.fits) sum += name == shape.name ? fits : 0;
+    }
+    w.Sample(kTotal, {{"vendor", shape.vendor}, {"shape", shape.name}}, static_cast<double>(sum));
+  }
+}
+
 }  // namespace
 
-void LedgerFeed::WriteMetrics(k8s::prom::TextWriter& w, bool legacy) const {
+void LedgerFeed::WriteMetrics(k8s::prom::TextWriter& w, bool legacy, std::span<const CapacityShape> shapes,
+                              std::string_view gpu_policy) const {
   w.Counter("hami_scheduler_annotation_errors_total",
             "Pod events whose allocation annotations could not be read.",
             static_cast<double>(stats_.annotation_errors));
@@ -238,6 +284,7 @@ void LedgerFeed::WriteMetrics(k8s::prom::TextWriter& w, bool legacy) const {
   WriteQuotaFamilies(w, quota);
   WritePodFamilies(w, pod_rows);
   if (legacy) WriteLegacyFamilies(w, rows, quota, pod_rows);
+  WriteCapacityFamilies(w, state_, shapes, gpu_policy);
 }
 
 }  // namespace hami::extender

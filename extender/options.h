@@ -7,8 +7,10 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/admission.h"
+#include "core/free_capacity.h"
 #include "core/scheduler.h"
 
 namespace hami::extender {
@@ -69,6 +71,9 @@ struct ExtenderOptions {
   bool legacy_metrics = false;  // --legacy-metrics: LedgerFeed's families under HAMi's old names too
   // --requeue-qps: Requeue's nudges a second (0: none); unset: half the background client's --kube-qps.
   std::optional<double> requeue_qps;
+  // --capacity-shape: the pod shapes whose fits per node LedgerFeed exports with the largest free slices
+  // (docs/DECISIONS.md, "Free capacity"); checked against the backends when they are built.
+  std::vector<CapacityShape> capacity_shapes;
 };
 
 }  // namespace hami::extender

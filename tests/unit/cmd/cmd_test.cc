@@ -296,6 +296,22 @@ TEST(Commands, VersionHelpAndConfig) {
   EXPECT_NE(bad.err.find("node-scheduler-policy"), std::string::npos) << bad.err;
 }
 
+// A capacity shape's vendor is checked once the backends are built: one this scheduler runs, asked for with
+// its resources.
+TEST(Commands, CapacityShapesNameAVendorWeRun) {
+  auto ok = Exec({"config", "--capacity-shape=a10-quarter=NVIDIA:1x6000:25,big=NVIDIA:2x40000"});
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("capacityShapes: [a10-quarter=NVIDIA:1x6000:25, big=NVIDIA:2x40000]"),
+            std::string::npos)
+      << ok.out;
+  auto bad = Exec({"config", "--capacity-shape=gpu=Nvidia:1x6000"});
+  EXPECT_EQ(bad.code, kExitUsage);
+  EXPECT_NE(bad.err.find("--capacity-shape (scheduler.capacityShapes): capacity shape \"gpu=Nvidia:1x6000\": "
+                         "vendor \"Nvidia\" is not one this scheduler runs (want one of: "),
+            std::string::npos)
+      << bad.err;
+}
+
 // HAMi's image runs `scheduler <the chart's flags>`: the same binary under that name, and every flag the
 // chart passes (klog's included) is accepted.
 TEST(Commands, TheSchedulerEntryPointTakesTheChartsCommandLine) {

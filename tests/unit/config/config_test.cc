@@ -764,6 +764,8 @@ Config RichConfig() {
   cfg.extender.leadership.renew_deadline = milliseconds(12500);
   cfg.extender.leadership.retry_period = seconds(3);
   cfg.extender.legacy_metrics = true;
+  cfg.extender.capacity_shapes = {ParseCapacityShape("a10-quarter=NVIDIA:1x6000:25").value(),
+                                  ParseCapacityShape("big=NVIDIA:2x40000").value()};
   cfg.log_level = "warn";
   VendorSettings nv;
   nv.Set("resourceCountName", "nvidia.com/gpu");
@@ -832,6 +834,7 @@ TEST(ConfigToYaml, RoundTripsThroughApplyYaml) {
   EXPECT_EQ(got.extender.leadership.renew_deadline, want.extender.leadership.renew_deadline);
   EXPECT_EQ(got.extender.leadership.retry_period, want.extender.leadership.retry_period);
   EXPECT_EQ(got.extender.legacy_metrics, want.extender.legacy_metrics);
+  EXPECT_EQ(got.extender.capacity_shapes, want.extender.capacity_shapes) << yaml;
   EXPECT_EQ(got.log_level, want.log_level);
   ASSERT_EQ(got.vendors.size(), want.vendors.size()) << yaml;
   for (const auto& [name, settings] : want.vendors) {
@@ -869,6 +872,7 @@ TEST(ConfigToYaml, ShapeAndDurations) {
   EXPECT_THAT(yaml, HasSubstr("  kubeTimeout: 0s\n"));
   EXPECT_THAT(yaml, HasSubstr("  certFile: \"\"\n"));
   EXPECT_THAT(yaml, HasSubstr("  nodeLabelSelector: {}\n"));
+  EXPECT_THAT(yaml, HasSubstr("  capacityShapes: []\n"));
 }
 
 TEST(ProblemsError, ListsEveryProblem) {

@@ -1,5 +1,6 @@
 #include "config/flags.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -340,6 +341,47 @@ TEST(Flags, FilterMode) {
   const std::string wrong = WriteTemp("wrong-mode.yaml", "scheduler:\n  filterMode: allfitting\n");
   EXPECT_THAT(ProblemLines(Load({"--config=" + wrong})),
               ElementsAre(HasSubstr("'allfitting': expected one-node or all-fitting")));
+}
+
+TEST(Flags, CapacityShapes) {
+  const auto names = [](const Result<LoadedConfig>& loaded) {
+    std::vector<std::string> out;
+    if (!loaded) {
+      ADD_FAILURE() << loaded.error().message;
+      return out;
+    }
+    for (const auto& s : loaded->config.extender.capacity_shapes) out.push_back(FormatCapacityShape(s));
+    return out;
+  };
+  EXPECT_THAT(names(Load({})), IsEmpty());
+  EXPECT_THAT(names(Load({"--capacity-shape=a10-quarter=NVIDIA:1x6000:25, big=NVIDIA:2x40000"})),
+              ElementsAre("a10-quarter=NVIDIA:1x6000:25", "big=NVIDIA:2x40000"));
+  EXPECT_THAT(names(Load({"--capacity-shape", "one=NVIDIA:1x100"})), ElementsAre("one=NVIDIA:1x100"));
+  const std::string config = WriteTemp(
+      "shapes.yaml", "scheduler:\n  capacityShapes:\n    - half=NVIDIA:1x8000:50\n    - two=NVIDIA:2x100\n");
+  EXPECT_THAT(names(Load({"--config=" + config})), ElementsAre("half=NVIDIA:1x8000:50", "two=NVIDIA:2x100"));
+  EXPECT_THAT(names(Load({"--config=" + config, "--capacity-shape=one=NVIDIA:1x100"})),
+              ElementsAre("one=NVIDIA:1x100"));  // flags win
+  EXPECT_THAT(names(Load({"--config=" + config, "--capacity-shape="})), IsEmpty());
+
+  EXPECT_THAT(ProblemLines(Load({"--capacity-shape=ok=NVIDIA:1x100,bad=NVIDIA:0x100"})),
+              ElementsAre("--capacity-shape: capacity shape \"bad=NVIDIA:0x100\": count \"0\" is not a "
+                          "number of cards, 1 to 64"));
+  EXPECT_THAT(ProblemLines(Load({"--capacity-shape=a=NVIDIA:1x100,a=NVIDIA:1x200"})),
+              ElementsAre("--capacity-shape (scheduler.capacityShapes): \"a=NVIDIA:1x100\" and "
+                          "\"a=NVIDIA:1x200\" share a name"));
+  std::string many;
+  for (int i = 0; i < 17; ++i) many += fmt::format("{}s{}=NVIDIA:1x100", i == 0 ? "" : ",", i);
+  EXPECT_THAT(ProblemLines(Load({"--capacity-shape=" + many})),
+              ElementsAre(HasSubstr("17 shapes given; at most 16")));
+  const std::string bad = WriteTemp("bad-shapes.yaml",
+                                    "scheduler:\n  capacityShapes:\n    - fine=NVIDIA:1x100\n    - Wrong\n");
+  EXPECT_THAT(ProblemLines(Load({"--config=" + bad})),
+              ElementsAre(HasSubstr("bad-shapes.yaml:4: scheduler.capacityShapes[1]: capacity shape "
+                                    "\"Wrong\": expected NAME=VENDOR:COUNTxMEMORY[:CORES]")));
+  const std::string scalar = WriteTemp("scalar-shapes.yaml", "scheduler:\n  capacityShapes: a=NVIDIA:1x1\n");
+  EXPECT_THAT(ProblemLines(Load({"--config=" + scalar})),
+              ElementsAre(HasSubstr("scheduler.capacityShapes: expected a list of strings")));
 }
 
 TEST(Flags, AWebhookListenerOfItsOwnNeedsItsCertificate) {

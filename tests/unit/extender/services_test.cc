@@ -27,6 +27,7 @@ namespace {
 namespace asio = boost::asio;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::RunCoro;
 using testing::Admit;
 using testing::Admitted;
@@ -203,6 +204,36 @@ TEST_F(ServicesTest, AdmissionDeniesOverTheQuotaTheLedgerKeeps) {
   k8s::prom::TextWriter w;
   admission_.WriteMetrics(w);
   EXPECT_THAT(w.Take(), HasSubstr("hami_scheduler_admission_requests_total{result=\"denied\"} 1\n"));
+}
+
+// Free capacity on /metrics: each node's largest slice per vendor, and the configured shapes' fits per node
+// and in all, with the label values escaped.
+TEST_F(ServicesTest, LedgerMetricsExportFreeCapacity) {
+  AddNode("n1");
+  AddNode("n\"2");
+  testing::Hold(feed_.state(), "half", "n1", "NVIDIA", "n1-gpu0", 1, 8000, 0);
+  const std::vector<CapacityShape> shapes{ParseCapacityShape("quarter=NVIDIA:1x4000:25").value(),
+                                          ParseCapacityShape("pair=NVIDIA:2x1000").value()};
+  k8s::prom::TextWriter w;
+  feed_.WriteMetrics(w, false, shapes, "spread");
+  const std::string text = w.Take();
+  const std::string slice = "hami_scheduler_node_largest_free_slice_mib";
+  // Sorted by node name, the quote escaped.
+  EXPECT_THAT(text, HasSubstr("# TYPE " + slice + " gauge\n" + slice +
+                              "{node=\"n\\\"2\",vendor=\"NVIDIA\"} 16000\n" + slice +
+                              "{node=\"n1\",vendor=\"NVIDIA\"} 8000\n"));
+  const std::string fits = "hami_scheduler_node_shape_fits";
+  EXPECT_THAT(text, HasSubstr(fits + "{node=\"n\\\"2\",vendor=\"NVIDIA\",shape=\"quarter\"} 4\n"));
+  EXPECT_THAT(text, HasSubstr(fits + "{node=\"n1\",vendor=\"NVIDIA\",shape=\"quarter\"} 2\n" + fits +
+                              "{node=\"n1\",vendor=\"NVIDIA\",shape=\"pair\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE hami_scheduler_shape_fits_total gauge\n"
+                              "hami_scheduler_shape_fits_total{vendor=\"NVIDIA\",shape=\"quarter\"} 6\n"
+                              "hami_scheduler_shape_fits_total{vendor=\"NVIDIA\",shape=\"pair\"} 0\n"));
+  // Without shapes: the slices alone.
+  feed_.WriteMetrics(w, false);
+  const std::string plain = w.Take();
+  EXPECT_THAT(plain, HasSubstr(slice + "{node=\"n1\",vendor=\"NVIDIA\"} 8000\n"));
+  EXPECT_THAT(plain, Not(HasSubstr("shape_fits")));
 }
 
 TEST_F(ServicesTest, AdmissionLeavesOtherSchedulersPodsAndOtherOperationsAlone) {
