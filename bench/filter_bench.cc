@@ -1,15 +1,17 @@
 // Decision-path benchmarks: one /filter decision against N nodes of 8 GPUs with 10 running pods per node
-// (and with every vendor's cards beside them), /preempt's victim choice on N such nodes, and the cost of
-// one ledger update. Run a Release build:
+// (and with every vendor's cards beside them), /preempt's victim choice on N such nodes, the free capacity
+// a /metrics scrape computes, and the cost of one ledger update. Run a Release build:
 //   BUILD_DIR=build-release BUILD_TYPE=Release scripts/build.sh && build-release/bench/bench_filter
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include "backends/builtin.h"
 #include "core/codec/node_devices.h"
+#include "core/free_capacity.h"
 #include "core/preemption.h"
 #include "core/scheduler.h"
 #include "extender/cluster_view.h"
+#include "tests/unit/extender/fake_writer.h"
 
 namespace hami {
 namespace {
@@ -248,12 +250,70 @@ BENCHMARK(BM_ApiNodesJson)->Args({1000, 10})->Args({5000, 10})->Unit(benchmark::
 void BM_ApiOverviewJson(benchmark::State& st) {
   Cluster cluster(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
   for (auto _ : st) {
-    std::string body = extender::OverviewJson(cluster.state);
+    std::string body = extender::OverviewJson(cluster.state, 0);
     benchmark::DoNotOptimize(body);
   }
   PerNode(st);
 }
 BENCHMARK(BM_ApiOverviewJson)->Args({5000, 10})->Unit(benchmark::kMillisecond);
+
+// GET /api/pods: every holder with its devices and creation time (the pod cache has them all), and 1,000
+// pods refused on 32 nodes each.
+void BM_ApiPodsJson(benchmark::State& st) {
+  Cluster cluster(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
+  std::map<std::string, PodView> cache;
+  cluster.state.ForEachPod([&](const PodAllocation& a, const auto&) {
+    PodView p;
+    p.ns = a.ns;
+    p.name = a.name;
+    p.created = "2026-12-05T09:00:00Z";
+    cache.emplace(p.Key(), std::move(p));
+  });
+  testing::FakeWriter writer;
+  const FixedClock clock(std::chrono::system_clock::now());
+  extender::Requeue requeue(cluster.state, cache, writer, clock, extender::RequeueOptions{});
+  FilterOutcome refusal;
+  refusal.kind = FilterOutcome::Kind::kUnschedulable;
+  for (int n = 0; n < 32; ++n) refusal.failed_nodes[cluster.names[n]] = "8/8 CardInsufficientMemory";
+  for (int k = 0; k < 1000; ++k) {
+    PodView p = RequestPod();
+    p.name = fmt::format("waiting-{}", k);
+    p.uid = p.name;
+    requeue.Refused(p, refusal);
+  }
+  std::size_t bytes = 0;
+  for (auto _ : st) {
+    std::string body = extender::PodsJson(cluster.state, cache, requeue);
+    bytes = body.size();
+    benchmark::DoNotOptimize(body);
+  }
+  st.counters["bytes"] = static_cast<double>(bytes);
+  PerNode(st);
+}
+BENCHMARK(BM_ApiPodsJson)->Args({5000, 10})->Unit(benchmark::kMillisecond);
+
+// The free capacity a /metrics scrape computes: every node's largest slice and how many pods of 3 shapes
+// still fit there (`nodes` x 8 H100 80 GiB, `pods` per node charged), through the fit engine.
+void BM_FreeCapacity(benchmark::State& st) {
+  Cluster cluster(static_cast<int>(st.range(0)), static_cast<int>(st.range(1)));
+  const std::vector<CapacityShape> shapes{ParseCapacityShape("quarter=NVIDIA:1x20000:25").value(),
+                                          ParseCapacityShape("half=NVIDIA:1x40000:50").value(),
+                                          ParseCapacityShape("pair=NVIDIA:2x40000").value()};
+  std::int64_t fits = 0;
+  for (auto _ : st) {
+    FreeCapacity counter(cluster.state, shapes, kPolicySpread);
+    fits = 0;
+    for (const std::string& name : cluster.names) {
+      for (const VendorCapacity& v : counter.Of(*cluster.state.FindNode(name))) {
+        for (const auto& [shape, n] : v.fits) fits += n;
+      }
+    }
+    benchmark::DoNotOptimize(fits);
+  }
+  st.counters["fits"] = static_cast<double>(fits);
+  PerNode(st);
+}
+BENCHMARK(BM_FreeCapacity)->Args({5000, 10})->Unit(benchmark::kMillisecond);
 
 // /preempt's work per candidate node (kube-scheduler sends at most max(100, 10% of the nodes)): the pods
 // holding devices there looked up, and the victims chosen for a pod that needs a whole 80 GiB GPU, which

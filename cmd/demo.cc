@@ -26,6 +26,7 @@
 #include "cmd/service.h"
 #include "cmd/text_table.h"
 #include "core/codec/stamps.h"
+#include "core/free_capacity.h"
 #include "core/keys.h"
 #include "core/strings.h"
 #include "k8s/objects.h"
@@ -102,6 +103,7 @@ struct DemoFlags {
   bool json = false;
   bool verbose = false;
   std::string listen = "127.0.0.1:0";
+  std::string ui_listen = "127.0.0.1:0";
   std::string kubeconfig_out;
   std::chrono::seconds timeout{60};
   FilterMode filter_mode = FilterMode::kOneNode;
@@ -113,6 +115,8 @@ Result<DemoFlags> ParseDemoFlags(const std::vector<std::string>& args, std::stri
       "json", "print the summary as JSON on stdout (the live table goes to stderr)")(
       "verbose", "show the scheduler's own log lines")(
       "listen", "address of the embedded API server",
+      cxxopts::value<std::string>()->default_value("127.0.0.1:0"))(
+      "ui-listen", "address of the scheduler's metrics listener: the /ui/ page, /api/ and /metrics",
       cxxopts::value<std::string>()->default_value("127.0.0.1:0"))(
       "kubeconfig-out", "where to write the kubeconfig for kubectl (default: a temporary file)",
       cxxopts::value<std::string>())("timeout", "seconds to wait for every pod to settle",
@@ -131,6 +135,7 @@ Result<DemoFlags> ParseDemoFlags(const std::vector<std::string>& args, std::stri
     f.json = r.count("json") > 0;
     f.verbose = r.count("verbose") > 0;
     f.listen = r["listen"].as<std::string>();
+    f.ui_listen = r["ui-listen"].as<std::string>();
     if (r.count("kubeconfig-out")) f.kubeconfig_out = r["kubeconfig-out"].as<std::string>();
     const int t = r["timeout"].as<int>();
     if (t <= 0) return Error{fmt::format("--timeout {}: expected a positive number of seconds", t)};
@@ -158,6 +163,8 @@ class DemoRun {
   std::string Summary();
   json::value SummaryJson();
   bool Settled();
+  // The metrics listener as a browser reaches it ("http://127.0.0.1:<port>"): /ui/, /api/, /metrics.
+  std::string PageUrl() const;
 
   asio::io_context& ioc_;
   DemoFlags flags_;
@@ -190,9 +197,12 @@ void DemoRun::Line(std::string_view pod, std::string_view event, std::string_vie
 
 int DemoRun::Run() {
   cfg_.serving.http_bind = "127.0.0.1:0";
-  cfg_.serving.metrics_bind_address = "";
+  cfg_.serving.metrics_bind_address = flags_.ui_listen;
   cfg_.kube.qps = 0;  // no client-side rate limit against the embedded server
   cfg_.extender.filter.policies.filter_mode = flags_.filter_mode;
+  // Two shapes the page's "Free capacity" counts: a quarter of a 16 GiB card, and two whole ones.
+  for (const char* shape : {"nvidia-4g=NVIDIA:1x4096:25", "nvidia-2x16g=NVIDIA:2x16384:100"})
+    cfg_.extender.capacity_shapes.push_back(ParseCapacityShape(shape).value());
   // Every vendor runs in the demo, also those a deployment switches on with a flag.
   for (const auto& section : Vendors().Sections()) cfg_.vendors[section].enabled = true;
   auto backends = BuildBackends(cfg_);
@@ -382,14 +392,22 @@ asio::awaitable<void> DemoRun::Script() {
   if (summary.at("failed").as_int64() > 0) exit_code_ = kExitFailure;
   if (flags_.keep) {
     log_ << fmt::format(
-        "\nStill running (Ctrl-C stops). Try:\n  kubectl --kubeconfig {} get pods -o wide\n"
-        "  kubectl --kubeconfig {} describe pod too-big\n  curl {}/metrics\n",
-        kubeconfig_, kubeconfig_, service_->url());
+        "\nStill running (Ctrl-C stops). Try:\n  open {}/ui/ in a browser: the devices, the pods, why one waits\n"
+        "  kubectl --kubeconfig {} get pods -o wide\n  kubectl --kubeconfig {} describe pod too-big\n"
+        "  hami-scheduler explain default/too-big --server {}\n  curl {}/metrics\n",
+        PageUrl(), kubeconfig_, kubeconfig_, PageUrl(), PageUrl());
+    log_.flush();
     for (;;) {
       t.expires_after(1h);
       co_await t.async_wait(asio::use_awaitable);
     }
   }
+}
+
+std::string DemoRun::PageUrl() const {
+  std::string host = flags_.ui_listen.substr(0, flags_.ui_listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
+  return fmt::format("http://{}:{}", host, service_->metrics_port());
 }
 
 bool DemoRun::Settled() {

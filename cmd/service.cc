@@ -99,9 +99,7 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   extender::Extender& e = *s->extender_;
   s->routes_ = std::make_unique<extender::HttpRoutes>(
       extender::HttpRoutes::Services{
-          e.filter(), e.binder(), e.preempt(), e.scores(),
-          [&e](const std::string& ns, const std::string& name) { return e.Explain(ns, name); },
-          e.state(), e.admission(), e.readiness(), e},
+          e.filter(), e.binder(), e.preempt(), e.scores(), e.view(), e.admission(), e.readiness(), e},
       s->loop_exceptions_);
 
   using Serves = extender::HttpRoutes::Serves;
@@ -129,8 +127,9 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   main.key_file = cfg.serving.key_file;
   main.client_ca_file = cfg.serving.client_ca_file;
   s->server_ = add(main, "extender", Serves{.extender = true, .webhook = cfg.serving.webhook_bind.empty()});
-  if (!cfg.serving.metrics_bind_address.empty() &&
-      cfg.serving.metrics_bind_address != cfg.serving.http_bind) {
+  // The same address is the same listener, except port 0, which each listener picks anew (the demo's).
+  const std::string& metrics_bind = cfg.serving.metrics_bind_address;
+  if (!metrics_bind.empty() && (metrics_bind != cfg.serving.http_bind || metrics_bind.ends_with(":0"))) {
     k8s::HttpServerOptions m;
     m.address = cfg.serving.metrics_bind_address;
     m.address_flag = "--metrics-bind-address";

@@ -40,6 +40,7 @@ std::vector<DeviceCharge> ClusterState::QuotaCharges(const std::vector<DeviceCha
 }
 
 void ClusterState::UpsertNode(const NodeView& node) {
+  ++changes_;
   auto [it, inserted] = nodes_.try_emplace(node.name);
   NodeEntry& entry = it->second;
   entry.node = node;
@@ -66,6 +67,7 @@ void ClusterState::UpsertNode(const NodeView& node) {
 }
 
 void ClusterState::RemoveVendorDevices(std::string_view node, std::size_t backend) {
+  ++changes_;
   auto it = nodes_.find(std::string(node));
   if (it == nodes_.end()) return;
   NodeEntry& entry = it->second;
@@ -154,6 +156,7 @@ void ClusterState::ReapplyUsage(NodeEntry& entry) {
 }
 
 void ClusterState::RemoveNode(std::string_view node) {
+  ++changes_;
   auto it = nodes_.find(node);
   if (it == nodes_.end()) return;
   CountVendors(it->second, -1);
@@ -161,6 +164,7 @@ void ClusterState::RemoveNode(std::string_view node) {
 }
 
 void ClusterState::SetVendorBlocks(const std::string& node, std::vector<std::string> reasons) {
+  ++changes_;
   if (std::all_of(reasons.begin(), reasons.end(), [](const std::string& r) { return r.empty(); }))
     reasons.clear();
   if (reasons.empty()) {
@@ -275,6 +279,7 @@ bool SameDevices(const PodDevices& a, const PodDevices& b) {
 }  // namespace
 
 bool ClusterState::AddPod(PodAllocation allocation) {
+  ++changes_;
   const std::string uid = allocation.uid;
   if (auto existing = pods_.find(uid); existing != pods_.end()) {
     if (existing->second.allocation.node == allocation.node &&
@@ -310,6 +315,7 @@ bool ClusterState::AddPod(PodAllocation allocation) {
 }
 
 std::optional<PodAllocation> ClusterState::RemovePod(std::string_view uid) {
+  ++changes_;
   auto it = pods_.find(std::string(uid));
   if (it == pods_.end()) return std::nullopt;
   PodRecord record = std::move(it->second);
@@ -340,6 +346,7 @@ void ClusterState::CountWaiting(const Waiting& w, int sign) {
 }
 
 void ClusterState::Nominate(std::int32_t priority, PodAllocation hold) {
+  ++changes_;
   const std::string uid = hold.uid;
   ClearNomination(uid);
   nominated_by_node_[hold.node].push_back(uid);
@@ -347,6 +354,7 @@ void ClusterState::Nominate(std::int32_t priority, PodAllocation hold) {
 }
 
 void ClusterState::ClearNomination(const std::string& uid) {
+  ++changes_;
   auto it = nominated_.find(uid);
   if (it == nominated_.end()) return;
   // A hold in effect (its pod not charged yet) kept pods off the node: they may fit now.
@@ -372,6 +380,7 @@ const PodAllocation* ClusterState::NominationOf(const std::string& uid) const {
 }
 
 void ClusterState::SetWaiting(const std::string& uid, std::vector<std::size_t> backends) {
+  ++changes_;
   if (backends.empty()) {
     ClearWaiting(uid);
     return;
@@ -385,6 +394,7 @@ void ClusterState::SetWaiting(const std::string& uid, std::vector<std::size_t> b
 }
 
 void ClusterState::ClearWaiting(const std::string& uid) {
+  ++changes_;
   auto it = waiting_.find(uid);
   if (it == waiting_.end()) return;
   if (!it->second.unplaceable && !pods_.contains(uid)) CountWaiting(it->second, -1);
@@ -392,6 +402,7 @@ void ClusterState::ClearWaiting(const std::string& uid) {
 }
 
 void ClusterState::SetUnplaceable(const std::string& uid) {
+  ++changes_;
   auto it = waiting_.find(uid);
   if (it == waiting_.end() || it->second.unplaceable) return;
   if (!pods_.contains(uid)) CountWaiting(it->second, -1);
@@ -413,6 +424,7 @@ const PodAllocation* ClusterState::FindPod(std::string_view uid) const {
 }
 
 void ClusterState::ReleaseInitContainers(std::string_view uid) {
+  ++changes_;
   auto it = pods_.find(std::string(uid));
   if (it == pods_.end() || it->second.init_released) return;
   PodRecord& record = it->second;

@@ -102,6 +102,9 @@ class ClusterState {
   const Backends& backends() const { return *backends_; }
   QuotaBook& quotas() { return quotas_; }
   const QuotaBook& quotas() const { return quotas_; }
+  // Grows with every change of the registry, the ledger, the nominations, the waiting pods or the quotas:
+  // a reader that saw generation G has nothing new to read while it is still G (the /ui/ page's polls).
+  std::uint64_t generation() const { return changes_ + quotas_.changes(); }
 
   // --- node registry -----------------------------------------------------------------------------------
   // Stores the node object and runs every backend's discovery on it. A vendor whose discovery fails keeps
@@ -218,6 +221,7 @@ class ClusterState {
   void Apply(NodeEntry& entry, const PodRecord& record, int sign);
 
   const Backends* backends_;
+  std::uint64_t changes_ = 0;  // generation(), less the quotas' changes
   Grown grown_;
   bool unit_shares_ = false;  // some backend's cores are shares of compute units (QuotaCharges converts)
   QuotaBook quotas_;

@@ -68,6 +68,7 @@ struct PodView {
   std::string resource_version;
   std::string node_name;       // spec.nodeName
   std::string phase;           // status.phase
+  std::string created;         // metadata.creationTimestamp, as written (shown, never compared)
   std::string scheduler_name;  // spec.schedulerName
   std::optional<std::string> runtime_class_name;
   std::string pod_group;     // label scheduling.x-k8s.io/pod-group or spec.schedulingGroup.podGroupName

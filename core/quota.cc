@@ -10,6 +10,7 @@ constexpr std::string_view kLimitsPrefix = "limits.";
 }
 
 void QuotaBook::UpsertQuota(const ResourceQuotaView& quota) {
+  ++changes_;
   RemoveQuota(quota.ns, quota.name);
   auto& ns = by_ns_[quota.ns];
   for (const auto& [key, text] : quota.hard) {
@@ -31,6 +32,7 @@ void QuotaBook::UpsertQuota(const ResourceQuotaView& quota) {
 }
 
 void QuotaBook::RemoveQuota(std::string_view ns, std::string_view name) {
+  ++changes_;
   auto it = by_ns_.find(ns);
   if (it == by_ns_.end()) return;
   for (auto& [resource, state] : it->second) {
@@ -39,6 +41,7 @@ void QuotaBook::RemoveQuota(std::string_view ns, std::string_view name) {
 }
 
 void QuotaBook::Charge(std::string_view ns, const std::vector<DeviceCharge>& charges, int sign) {
+  ++changes_;
   for (const auto& c : charges) {
     const Backend* b = backends_->Find(c.vendor);
     if (b == nullptr) continue;

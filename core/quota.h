@@ -43,6 +43,8 @@ class QuotaBook {
     std::optional<std::int64_t> limit;  // in resource units, as written in the quota
   };
   std::vector<Entry> Entries() const;
+  // Counts every change of a limit or of the use (ClusterState::generation).
+  std::uint64_t changes() const { return changes_; }
 
  private:
   struct ResourceState {
@@ -53,6 +55,7 @@ class QuotaBook {
   std::optional<std::int64_t> Limit(const ResourceState& s) const;
 
   const Backends* backends_;
+  std::uint64_t changes_ = 0;
   std::map<std::string, std::map<std::string, ResourceState, std::less<>>, std::less<>> by_ns_;
 };
 

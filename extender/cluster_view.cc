@@ -2,11 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <iterator>
 #include <map>
+#include <set>
 #include <string_view>
 #include <utility>
+#include <vector>
+
+#include "core/codec/stamps.h"
 
 namespace hami::extender {
 namespace json = boost::json;
@@ -31,6 +36,28 @@ void AppendJsonString(fmt::memory_buffer& out, std::string_view s) {
   out.push_back('"');
 }
 
+// The node lock annotations of `lock_keys` set on `node`: [{"annotation", "holder", "since"}] (NodesJson).
+void AppendLocks(fmt::memory_buffer& out, const NodeEntry& node, const std::set<std::string>& lock_keys) {
+  bool first = true;
+  for (const std::string& key : lock_keys) {
+    const auto held = node.node.annotations.find(key);
+    if (held == node.node.annotations.end()) continue;
+    if (!std::exchange(first, false)) out.push_back(',');
+    out.append(std::string_view(R"({"annotation":)"));
+    AppendJsonString(out, key);
+    out.append(std::string_view(R"(,"holder":)"));
+    if (auto lock = codec::ParseNodeLock(held->second); lock) {
+      AppendJsonString(out, lock->legacy ? std::string() : lock->ns + "/" + lock->pod);
+      out.append(std::string_view(R"(,"since":)"));
+      AppendJsonString(out, codec::FormatRfc3339(lock->taken_at));
+    } else {
+      out.append(std::string_view(R"(null,"value":)"));
+      AppendJsonString(out, held->second);
+    }
+    out.push_back('}');
+  }
+}
+
 struct VendorTotals {
   std::int64_t nodes = 0, blocked = 0, devices = 0, unhealthy = 0, pods = 0;
   std::int64_t mem = 0, mem_used = 0, cores = 0, cores_used = 0, tasks = 0, tasks_used = 0;
@@ -38,7 +65,26 @@ struct VendorTotals {
 
 }  // namespace
 
-std::string OverviewJson(const ClusterState& state) {
+std::string ClusterView::Overview() const { return OverviewJson(*state_, requeue_->candidates()); }
+std::string ClusterView::Nodes() const { return NodesJson(*state_); }
+std::string ClusterView::Pods() const { return PodsJson(*state_, *pods_, *requeue_); }
+std::string ClusterView::Quotas() const { return QuotasJson(*state_); }
+std::string ClusterView::Capacity() const { return CapacityJson(*state_, shapes_, policies_->gpu_policy); }
+
+Result<PodExplanation> ClusterView::Explain(const std::string& ns, const std::string& name) const {
+  const auto it = pods_->find(ns + "/" + name);
+  if (it == pods_->end())
+    return Error{fmt::format("pod {}/{} is not in the scheduler's pod cache", ns, name)};
+  if (!it->second.node_name.empty()) {
+    PodExplanation bound;
+    bound.pod = it->first;
+    bound.hints.push_back(fmt::format("it is not pending: it is bound to node {}", it->second.node_name));
+    return bound;
+  }
+  return ExplainPod(*state_, *policies_, it->second, state_->NodeNames());
+}
+
+std::string OverviewJson(const ClusterState& state, std::size_t refused) {
   const Backends& backends = state.backends();
   std::vector<VendorTotals> totals(backends.size());
   const std::vector<std::string> names = state.NodeNames();
@@ -88,6 +134,7 @@ std::string OverviewJson(const ClusterState& state) {
   }
   return json::serialize(json::object{{"nodes", names.size()},
                                       {"pods", state.PodCount()},
+                                      {"podsRefused", refused},
                                       {"vendors", std::move(vendors)}});
 }
 
@@ -106,6 +153,11 @@ std::string NodesJson(const ClusterState& state) {
   // Written straight into one buffer: a value tree of 5,000 nodes x 8 cards costs more to build than to
   // print (docs/PERFORMANCE.md, "The metrics listener's /api/").
   const Backends& backends = state.backends();
+  std::set<std::string> lock_keys;  // one annotation many vendors share, or one of a vendor's own
+  for (const auto& b : backends) {
+    if (!b->Spec().keys.node_lock.empty()) lock_keys.insert(b->Spec().keys.node_lock);
+  }
+  FreeCapacity slices(state, {}, kPolicySpread);  // no shape: the largest slices alone
   fmt::memory_buffer out;
   const auto text = [&](std::string_view s) { AppendJsonString(out, s); };
   out.append(std::string_view(R"({"nodes":[)"));
@@ -125,20 +177,14 @@ std::string NodesJson(const ClusterState& state) {
       out.push_back(':');
       text(node->blocked[b]);
     }
-    out.append(std::string_view(R"(},"largestFreeMiB":{)"));
+    out.append(std::string_view(R"(},"locks":[)"));
+    AppendLocks(out, *node, lock_keys);
+    out.append(std::string_view(R"(],"largestFreeMiB":{)"));
     first = true;
-    for (std::size_t b = 0; b < backends.size(); ++b) {
-      const auto [begin, end] = node->vendor_range[b];
-      if (begin == end) continue;
-      std::int64_t free = 0;
-      for (auto d = static_cast<std::size_t>(begin); d < static_cast<std::size_t>(end); ++d) {
-        const DeviceUsage& use = node->usage[d];
-        if (node->devices[d].health && use.used < node->devices[d].count)
-          free = std::max(free, node->devices[d].devmem.value() - use.mem.value());
-      }
+    for (const VendorCapacity& v : slices.Of(*node)) {
       if (!std::exchange(first, false)) out.push_back(',');
-      text(backends.at(b).Vendor());
-      fmt::format_to(std::back_inserter(out), ":{}", free);
+      text(v.vendor);
+      fmt::format_to(std::back_inserter(out), ":{}", v.largest_free_mib);
     }
     out.append(std::string_view(R"(},"cards":[)"));
     for (std::size_t d = 0; d < node->devices.size(); ++d) {
@@ -156,6 +202,111 @@ std::string NodesJson(const ClusterState& state) {
                      R"("total":{}}},"tasks":{{"used":{},"total":{}}}}})",
                      card.numa, card.health, use.mem.value(), card.devmem.value(), use.cores.value(),
                      card.devcore.value(), use.used, card.count);
+    }
+    out.append(std::string_view("]}"));
+  }
+  out.append(std::string_view("]}"));
+  return fmt::to_string(out);
+}
+
+std::string CapacityJson(const ClusterState& state, std::span<const CapacityShape> shapes,
+                         std::string_view gpu_policy) {
+  FreeCapacity counter(state, shapes, gpu_policy);
+  std::vector<std::int64_t> totals(shapes.size(), 0);
+  json::array nodes;
+  for (const std::string& name : state.NodeNames()) {
+    for (const VendorCapacity& v : counter.Of(*state.FindNode(name))) {
+      json::object fits;
+      for (const auto& [shape, n] : v.fits) {
+        fits[shape] = n;
+        for (std::size_t s = 0; s < shapes.size(); ++s) totals[s] += shapes[s].name == shape ? n : 0;
+      }
+      if (fits.empty()) continue;  // no shape of this vendor
+      nodes.push_back(json::object{{"node", name},
+                                   {"vendor", v.vendor},
+                                   {"largestFreeMiB", v.largest_free_mib},
+                                   {"fits", std::move(fits)}});
+    }
+  }
+  json::array out_shapes;
+  for (std::size_t s = 0; s < shapes.size(); ++s) {
+    out_shapes.push_back(json::object{{"shape", shapes[s].name},
+                                      {"vendor", shapes[s].vendor},
+                                      {"count", shapes[s].count},
+                                      {"memoryMiB", shapes[s].memory_mib},
+                                      {"cores", shapes[s].cores},
+                                      {"fits", totals[s]}});
+  }
+  return json::serialize(json::object{{"shapes", std::move(out_shapes)}, {"nodes", std::move(nodes)}});
+}
+
+std::string PodsJson(const ClusterState& state, const std::map<std::string, PodView>& pods,
+                     const Requeue& requeue) {
+  // Sorted by namespace and name: the page lists them so, and two answers of one generation are equal.
+  std::vector<std::pair<std::string, const PodAllocation*>> holders;
+  holders.reserve(state.PodCount());
+  state.ForEachPod(
+      [&](const PodAllocation& pod, const auto&) { holders.emplace_back(pod.ns + "/" + pod.name, &pod); });
+  std::sort(holders.begin(), holders.end());
+  fmt::memory_buffer out;
+  const auto text = [&](std::string_view s) { AppendJsonString(out, s); };
+  out.append(std::string_view(R"({"holders":[)"));
+  bool first_pod = true;
+  for (const auto& [key, pod] : holders) {
+    if (!std::exchange(first_pod, false)) out.push_back(',');
+    out.append(std::string_view(R"({"namespace":)"));
+    text(pod->ns);
+    out.append(std::string_view(R"(,"name":)"));
+    text(pod->name);
+    out.append(std::string_view(R"(,"node":)"));
+    text(pod->node);
+    out.append(std::string_view(R"(,"phase":)"));
+    text(pod->in_flight ? "allocating" : "allocated");
+    out.append(std::string_view(R"(,"created":)"));
+    const auto cached = pods.find(key);
+    text(cached == pods.end() ? std::string_view() : std::string_view(cached->second.created));
+    out.append(std::string_view(R"(,"devices":[)"));
+    bool first = true;
+    for (const auto& [vendor, containers] : pod->devices) {
+      for (std::size_t c = 0; c < containers.size(); ++c) {
+        for (const ContainerDevice& d : containers[c]) {
+          if (!std::exchange(first, false)) out.push_back(',');
+          fmt::format_to(std::back_inserter(out), R"({{"container":{},"vendor":)", c);
+          text(vendor);
+          out.append(std::string_view(R"(,"id":)"));
+          text(d.uuid);
+          fmt::format_to(std::back_inserter(out), R"(,"memoryMiB":{},"cores":{}}})", d.mem.value(),
+                         d.cores.value());
+        }
+      }
+    }
+    out.append(std::string_view("]}"));
+  }
+  std::vector<std::pair<std::string, const Requeue::LastRefusal*>> refused;
+  requeue.ForEachRefused([&](const std::string&, const std::string& key, const Requeue::LastRefusal& last) {
+    refused.emplace_back(key, &last);
+  });
+  std::sort(refused.begin(), refused.end());
+  out.append(std::string_view(R"(],"refused":[)"));
+  first_pod = true;
+  for (const auto& [key, last] : refused) {
+    if (!std::exchange(first_pod, false)) out.push_back(',');
+    const auto slash = key.find('/');
+    out.append(std::string_view(R"({"namespace":)"));
+    text(std::string_view(key).substr(0, slash));
+    out.append(std::string_view(R"(,"name":)"));
+    text(std::string_view(key).substr(slash + 1));
+    out.append(std::string_view(R"(,"at":)"));
+    text(codec::FormatRfc3339(last->at));
+    fmt::format_to(std::back_inserter(out), R"(,"nodes":{},"reasons":[)", last->nodes);
+    bool first = true;
+    for (const auto& [node, reason] : last->reasons) {
+      if (!std::exchange(first, false)) out.push_back(',');
+      out.append(std::string_view(R"({"node":)"));
+      text(node);
+      out.append(std::string_view(R"(,"reason":)"));
+      text(reason);
+      out.push_back('}');
     }
     out.append(std::string_view("]}"));
   }

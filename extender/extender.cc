@@ -48,6 +48,8 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
                RequeueOptions{.qps = options_.requeue_qps.value_or(clients.background->options().qps / 2),
                               .scheduler_name = options_.admission.scheduler_name,
                               .policies = options_.filter.policies}),
+      view_(feed_.state(), caches_.pods.views(), requeue_, options_.filter.policies,
+            options_.capacity_shapes),
       lock_queue_(executor, feed_.state(), caches_.pods.views(), locker_,
                   options_.bind.node_lock_retry_timeout),
       plugin_locks_(executor, feed_.state(), ledger_, caches_.pods.views(), locker_, clock,
@@ -101,20 +103,6 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
 }
 
 Extender::~Extender() = default;
-
-Result<PodExplanation> Extender::Explain(const std::string& ns, const std::string& name) const {
-  const auto& pods = caches_.pods.views();
-  const auto it = pods.find(ns + "/" + name);
-  if (it == pods.end()) return Error{fmt::format("pod {}/{} is not in the scheduler's pod cache", ns, name)};
-  if (!it->second.node_name.empty()) {
-    PodExplanation bound;
-    bound.pod = it->first;
-    bound.hints.push_back(fmt::format("it is not pending: it is bound to node {}", it->second.node_name));
-    return bound;
-  }
-  const ClusterState& state = feed_.state();
-  return ExplainPod(state, options_.filter.policies, it->second, state.NodeNames());
-}
 
 asio::awaitable<void> Extender::Run() {
   using namespace asio::experimental::awaitable_operators;

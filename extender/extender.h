@@ -14,8 +14,8 @@
 #include "core/cluster_state.h"
 #include "extender/admission_service.h"
 #include "extender/bind_service.h"
+#include "extender/cluster_view.h"
 #include "extender/cluster_writer.h"
-#include "core/explain.h"
 #include "extender/filter_service.h"
 #include "extender/health_service.h"
 #include "extender/housekeeping.h"
@@ -88,9 +88,8 @@ class Extender : public k8s::prom::Source {
   AdmissionService& admission() { return admission_; }
   Requeue& requeue() { return requeue_; }
 
-  // Why pod `ns`/`name` (as the pod cache has it) is pending, on every registered node (core/explain); an
-  // error when the cache has no such pod.
-  Result<PodExplanation> Explain(const std::string& ns, const std::string& name) const;
+  // What the metrics listener's /api/ shows.
+  const ClusterView& view() const { return view_; }
 
   // Acquire mode: ends our term at once (no write leaves after it) and gives the Lease up, so another replica
   // takes over within its retry period. Otherwise nothing.
@@ -137,6 +136,7 @@ class Extender : public k8s::prom::Source {
   NodeLocker locker_;
   Caches caches_;
   Requeue requeue_;
+  ClusterView view_;
   LockQueue lock_queue_;
   PluginLocks plugin_locks_;
   ScoreService scores_;  // all-fitting filter mode

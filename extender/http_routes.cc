@@ -11,6 +11,7 @@
 #include "extender/admission_wire.h"
 #include "extender/cluster_view.h"
 #include "extender/explain_wire.h"
+#include "extender/ui_assets.h"
 #include "k8s/admission.h"
 #include "k8s/extender.h"
 #include "k8s/logging.h"
@@ -97,6 +98,34 @@ asio::awaitable<std::string> Webhook(AdmissionService& admission, asio::thread_p
                                      ConcludeReview(admission, std::move(done.prepared), start));
 }
 
+// What every answer of the page and its /api/ carries: scripts and styles from this listener only (no
+// inline script, so a name that slipped through as markup could run nothing), no framing, no sniffing.
+void Harden(k8s::ServerResponse& r) {
+  r.headers.emplace_back("Content-Security-Policy",
+                         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                         "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+  r.headers.emplace_back("X-Content-Type-Options", "nosniff");
+  r.headers.emplace_back("Referrer-Policy", "no-referrer");
+  r.headers.emplace_back("Cache-Control", "no-cache");
+}
+
+// `body` at `generation`, or 304 with no body when the request's If-None-Match names that generation. The
+// tag names this process too: a generation counted again from 0 after a restart is another tag.
+k8s::ServerResponse Versioned(const k8s::ServerRequest& r, std::uint64_t generation,
+                              const std::function<std::string()>& body) {
+  static const auto kStarted = std::chrono::system_clock::now().time_since_epoch().count();
+  const std::string tag = fmt::format("\"{:x}-{}\"", kStarted, generation);
+  k8s::ServerResponse out;
+  if (r.headers[http::field::if_none_match] == tag) {
+    out = Respond(304, kJson, "");
+  } else {
+    out = Respond(200, kJson, body());
+  }
+  out.headers.emplace_back("ETag", tag);
+  Harden(out);
+  return out;
+}
+
 }  // namespace
 
 void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves serves) {
@@ -136,37 +165,73 @@ void HttpRoutes::InstallApi(k8s::HttpServer& server) {
   using k8s::ServerRequest;
   using k8s::ServerResponse;
   const Services* e = &s_;
-  const auto json_of = [e](std::string (*view)(const ClusterState&)) {
-    return [e, view](const ServerRequest&) -> asio::awaitable<ServerResponse> {
+  const auto json_of = [e](std::string (ClusterView::*view)() const) {
+    return [e, view](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
       if (!e->readiness.ready())
         co_return Respond(503, kText, "not ready: " + e->readiness.NotReadyReason() + "\n");
-      co_return Respond(200, kJson, view(e->state));
+      co_return Versioned(r, e->view.Generation(), [&] { return (e->view.*view)(); });
     };
   };
-  server.Route(http::verb::get, "/api/overview", json_of(&OverviewJson));
-  server.Route(http::verb::get, "/api/nodes", json_of(&NodesJson));
-  server.Route(http::verb::get, "/api/quotas", json_of(&QuotasJson));
+  server.Route(http::verb::get, "/api/overview", json_of(&ClusterView::Overview));
+  server.Route(http::verb::get, "/api/nodes", json_of(&ClusterView::Nodes));
+  server.Route(http::verb::get, "/api/pods", json_of(&ClusterView::Pods));
+  server.Route(http::verb::get, "/api/quotas", json_of(&ClusterView::Quotas));
+  server.Route(http::verb::get, "/api/capacity", json_of(&ClusterView::Capacity));
+  InstallUi(server);
   // Paths with names in them: /api/explain/<namespace>/<pod>. Every other path is not found.
-  server.Fallback([e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
-    constexpr std::string_view kExplain = "/api/explain/";
-    const std::string_view path = r.path;
-    if (!path.starts_with(kExplain)) co_return Respond(404, kText, "not found\n");
-    if (r.method != http::verb::get) co_return Respond(405, kText, "only GET\n");
-    const std::string_view names = path.substr(kExplain.size());
-    const auto slash = names.find('/');
-    if (slash == std::string_view::npos)
-      co_return Respond(400, kText, "expected /api/explain/<namespace>/<pod>\n");
-    const std::string ns(names.substr(0, slash)), name(names.substr(slash + 1));
-    if (auto ok = ValidateName("the namespace", ns, NameKind::kNamespace); !ok)
-      co_return Respond(400, kText, ok.error().message + "\n");
-    if (auto ok = ValidateName("the pod name", name, NameKind::kPod); !ok)
-      co_return Respond(400, kText, ok.error().message + "\n");
-    if (!e->readiness.ready())
-      co_return Respond(503, kText, "not ready: " + e->readiness.NotReadyReason() + "\n");
-    auto explained = e->explain(ns, name);
-    if (!explained) co_return Respond(404, kText, explained.error().message + "\n");
-    co_return Respond(200, kJson, ExplanationJson(*explained));
+  server.Fallback([this](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
+    co_return ExplainRoute(r);
   });
+}
+
+k8s::ServerResponse HttpRoutes::ExplainRoute(const k8s::ServerRequest& r) {
+  constexpr std::string_view kExplain = "/api/explain/";
+  const std::string_view path = r.path;
+  if (!path.starts_with(kExplain)) return Respond(404, kText, "not found\n");
+  if (r.method != http::verb::get) return Respond(405, kText, "only GET\n");
+  const std::string_view names = path.substr(kExplain.size());
+  const auto slash = names.find('/');
+  if (slash == std::string_view::npos)
+    return Respond(400, kText, "expected /api/explain/<namespace>/<pod>\n");
+  const std::string ns(names.substr(0, slash)), name(names.substr(slash + 1));
+  if (auto ok = ValidateName("the namespace", ns, NameKind::kNamespace); !ok)
+    return Respond(400, kText, ok.error().message + "\n");
+  if (auto ok = ValidateName("the pod name", name, NameKind::kPod); !ok)
+    return Respond(400, kText, ok.error().message + "\n");
+  if (!s_.readiness.ready()) return Respond(503, kText, "not ready: " + s_.readiness.NotReadyReason() + "\n");
+  // Kept while neither the view nor the pod changed.
+  const std::uint64_t generation = s_.view.Generation();
+  const std::string key = ns + "/" + name;
+  const PodView* pod = s_.view.CachedPod(key);
+  const std::string version = pod == nullptr ? "" : pod->resource_version;
+  if (auto kept = explained_.find(key); kept != explained_.end() && kept->second.generation == generation &&
+                                        kept->second.pod_version == version && pod != nullptr) {
+    return Versioned(r, generation, [&] { return kept->second.json; });
+  }
+  auto explained = s_.view.Explain(ns, name);
+  if (!explained) return Respond(404, kText, explained.error().message + "\n");
+  if (explained_.size() >= kExplainedKept) explained_.clear();
+  const std::string& json =
+      (explained_[key] = Explained{generation, version, ExplanationJson(*explained)}).json;
+  return Versioned(r, generation, [&] { return json; });
+}
+
+void HttpRoutes::InstallUi(k8s::HttpServer& server) {
+  using k8s::ServerRequest;
+  using k8s::ServerResponse;
+  server.Route(http::verb::get, "/ui", [](const ServerRequest&) -> asio::awaitable<ServerResponse> {
+    ServerResponse r = Respond(301, kText, "see /ui/\n");
+    r.headers.emplace_back("Location", "/ui/");
+    co_return r;
+  });
+  for (const UiAsset& asset : UiAssets()) {
+    server.Route(http::verb::get, std::string(asset.path),
+                 [&asset](const ServerRequest&) -> asio::awaitable<ServerResponse> {
+                   ServerResponse r = Respond(200, asset.content_type, std::string(asset.body));
+                   Harden(r);
+                   co_return r;
+                 });
+  }
 }
 
 void HttpRoutes::InstallDecisions(k8s::HttpServer& server) {

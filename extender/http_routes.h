@@ -1,9 +1,10 @@
 #pragma once
 // The extender's HTTP adapter: it owns the wire. Routes (/filter, /prioritize, /preempt, /bind and /webhook
 // on the extender listener, /webhook on a listener of its own with --webhook-bind; /metrics, /healthz and
-// /readyz on every listener; /api/explain on the metrics listener of its own), the request body limits, and the extender v1 and AdmissionReview JSON in and out (k8s/extender,
-// k8s/admission). It is handed the services it serves and the readiness that gates them; kube-scheduler
-// expects HTTP 200 with failures in the JSON's Error.
+// /readyz on every listener; the /ui/ page and its /api/ on the metrics listener of its own), the request
+// body limits, and the extender v1 and AdmissionReview JSON in and out (k8s/extender, k8s/admission). It is
+// handed the services it serves and the readiness that gates them; kube-scheduler expects HTTP 200 with
+// failures in the JSON's Error.
 //
 // An AdmissionReview is read and decided on the webhook's worker thread (PrepareReview), never
 // on the event loop: a review of several MiB costs seconds of parsing, and the loop must keep renewing the
@@ -12,14 +13,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "core/explain.h"
 #include "extender/admission_service.h"
 #include "extender/bind_service.h"
+#include "extender/cluster_view.h"
 #include "extender/filter_service.h"
 #include "extender/preempt_service.h"
 #include "extender/readiness.h"
@@ -38,9 +40,7 @@ class HttpRoutes {
     BindService& binder;
     PreemptService& preempt;
     ScoreService& scores;
-    // GET /api/explain/<ns>/<pod>: Extender::Explain.
-    std::function<Result<PodExplanation>(const std::string& ns, const std::string& name)> explain;
-    const ClusterState& state;  // GET /api/overview, /api/nodes, /api/quotas
+    const ClusterView& view;  // GET /api/... and the /ui/ page that reads them
     AdmissionService& admission;
     const Readiness& readiness;
     const k8s::prom::Source& metrics;  // every service's families
@@ -54,7 +54,8 @@ class HttpRoutes {
     bool extender = false;  // /filter, /prioritize, /bind, /preempt
     bool webhook = false;   // /webhook
     bool metrics = true;  // /metrics (names of nodes, pods, namespaces: not on a webhook listener of its own)
-    bool api = false;  // /api/ (read-only JSON about pods and devices): the metrics listener of its own only
+    // /ui/ and /api/ (read-only, about pods and devices): the metrics listener of its own only
+    bool api = false;
   };
   ~HttpRoutes() { *alive_ = false; }
   HttpRoutes(const HttpRoutes&) = delete;
@@ -74,6 +75,9 @@ class HttpRoutes {
   // /filter, /preempt and /bind.
   void InstallDecisions(k8s::HttpServer& server);
   void InstallApi(k8s::HttpServer& server);
+  void InstallUi(k8s::HttpServer& server);
+  // GET /api/explain/<ns>/<pod>, answered from `explained_` while the view's generation is the same.
+  k8s::ServerResponse ExplainRoute(const k8s::ServerRequest& r);
   std::string ServerMetrics() const;
 
   Services s_;
@@ -83,6 +87,15 @@ class HttpRoutes {
   boost::asio::thread_pool reviews_{1};
   std::vector<std::pair<std::string, const k8s::HttpServer*>> listeners_;
   std::vector<std::pair<std::string, std::shared_ptr<const k8s::BodyBudget>>> budgets_;
+  // The last explanations ("ns/name" -> generation, JSON): an explain costs a fit on every node, a page
+  // asking again while nothing changed costs none. At most kExplainedKept.
+  static constexpr std::size_t kExplainedKept = 64;
+  struct Explained {
+    std::uint64_t generation = 0;
+    std::string pod_version;  // the pod's resourceVersion
+    std::string json;
+  };
+  std::map<std::string, Explained> explained_;
   // False once the routes are gone: a review the worker finishes after that touches nothing of theirs.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -29,11 +29,15 @@ void Requeue::Refused(const PodView& pod, const FilterOutcome& outcome) {
   for (const auto& [node, reason] : outcome.failed_nodes) {  // ordered: so are both lists
     (outcome.unresolvable.contains(node) ? c.unfit_idle : c.freeable).push_back(node);
     c.quota = c.quota || reason.find(ReasonName(Reason::kResourceQuotaNotFit)) != std::string::npos;
+    if (c.last.reasons.size() < kShownReasons) c.last.reasons.emplace_back(node, reason);
   }
+  c.last.at = clock_->Now();
+  c.last.nodes = outcome.failed_nodes.size();
   if (c.freeable.empty() && c.unfit_idle.empty()) {
     Forget(uid);
     return;
   }
+  ++changes_;
   c.key = pod.Key();
   c.ns = pod.ns;
   c.priority = pod.priority;
@@ -43,7 +47,7 @@ void Requeue::Refused(const PodView& pod, const FilterOutcome& outcome) {
 }
 
 void Requeue::Forget(const std::string& uid) {
-  candidates_.erase(uid);  // a nudge still queued for it is not sent (SendQueued)
+  if (candidates_.erase(uid) > 0) ++changes_;  // a nudge still queued for it is not sent (SendQueued)
   for (auto it = locks_.begin(); it != locks_.end();) {
     it->second.erase(uid);
     it = it->second.empty() ? locks_.erase(it) : std::next(it);

@@ -78,6 +78,21 @@ class Requeue {
   boost::asio::awaitable<void> SendQueued();
 
   std::size_t candidates() const { return candidates_.size(); }
+  // A pod's last refusal, as the metrics listener's /api/pods shows it: when, on how many nodes, and the
+  // reasons of the first kShownReasons of them by name (the rest are counted, not kept).
+  static constexpr std::size_t kShownReasons = 32;
+  struct LastRefusal {
+    TimePoint at;
+    std::size_t nodes = 0;
+    std::vector<std::pair<std::string, std::string>> reasons;  // node -> reason
+  };
+  // Visits every pod refused for want of room and not decided, bound or gone since: f(uid, "ns/name", last).
+  template <class F>
+  void ForEachRefused(F&& visit) const {
+    for (const auto& [uid, c] : candidates_) visit(uid, c.key, c.last);
+  }
+  // Grows with every refusal recorded or forgotten: a reader that saw the same count has nothing new.
+  std::uint64_t changes() const { return changes_; }
   std::size_t queued() const { return queue_.size(); }
   struct Stats {
     std::uint64_t passes = 0;
@@ -98,6 +113,7 @@ class Requeue {
     std::vector<std::string> unfit_idle;  // sorted: refused where it does not fit even idle
     bool quota = false;                   // some node refused it for the namespace's quota
     std::optional<TimePoint> nudged;
+    LastRefusal last;
   };
   struct Nudge {
     std::string uid, key;
@@ -127,6 +143,7 @@ class Requeue {
   std::unordered_set<std::string> queued_;              // their uids
   std::chrono::steady_clock::time_point next_send_{};  // the pace: no nudge before it
   std::uint64_t refusals_ = 0;
+  std::uint64_t changes_ = 0;
   k8s::Signal wake_;
   bool pending_ = false;  // a pass is due
   Stats stats_;

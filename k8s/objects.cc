@@ -223,6 +223,7 @@ Result<PodView> ReadPod(const json::value& v, PodName name_rule) {
                              {"metadata.resourceVersion", &p.resource_version},
                              {"spec.nodeName", &p.node_name},
                              {"spec.schedulerName", &p.scheduler_name},
+                             {"metadata.creationTimestamp", &p.created},
                              {"status.phase", &p.phase}}) {
     if (auto ok = str(path, *field); !ok) return ok.error();
   }

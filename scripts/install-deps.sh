@@ -17,9 +17,10 @@ PACKAGES=(
 # are named here; the chart's test reads rendered manifests with PyYAML (tests/e2e/helm.sh).
 # scripts/check-toolchains.sh proves each toolchain works right after this script.
 # The container image is built and run with podman (runc: crun refuses this kernel's hybrid cgroup layout)
-# from a base image mmdebstrap makes, no registry needed (scripts/build-image.sh).
+# from a base image mmdebstrap makes, no registry needed (scripts/build-image.sh). The /ui/ page is loaded in
+# headless Chromium (tests/e2e/ui.sh).
 if [ "${1:-}" != "--build-only" ]; then
-  PACKAGES+=(clang-16 libclang-rt-16-dev libfuzzer-16-dev python3-yaml podman runc mmdebstrap)
+  PACKAGES+=(clang-16 libclang-rt-16-dev libfuzzer-16-dev python3-yaml podman runc mmdebstrap chromium)
 fi
 
 missing=()
