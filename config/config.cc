@@ -443,6 +443,8 @@ constexpr Field<Config> kSchedulerFields[] = {
        c.extender.filter.policies.filter_mode = *mode;
      }},
     {"capacityShapes", &ReadCapacityShapes},
+    {"refusalAnnotation",
+     [](Reader& r, const Item& it, Config& c) { r.Bool(it, c.extender.filter.refusal_annotation); }},
     {"busyNodeThreshold",
      [](Reader& r, const Item& it, Config& c) {
        if (auto v = r.Int(it, 0, 1000000, "a number of allocations from 0 (off) to 1000000"))
@@ -1062,6 +1064,7 @@ std::string ToYaml(const Config& cfg, const BackendRegistry& vendors) {
   std::vector<std::string> shapes;
   for (const auto& shape : cfg.extender.capacity_shapes) shapes.push_back(FormatCapacityShape(shape));
   out << YAML::Key << "capacityShapes" << YAML::Value << YAML::Flow << shapes;
+  out << YAML::Key << "refusalAnnotation" << YAML::Value << cfg.extender.filter.refusal_annotation;
   out << YAML::Key << "busyNodeThreshold" << YAML::Value << cfg.extender.filter.policies.busy_node_threshold;
   out << YAML::Key << "nodeLockTimeout" << YAML::Value << FormatDuration(cfg.extender.node_lock_timeout);
   out << YAML::Key << "nodeLockRetryTimeout" << YAML::Value

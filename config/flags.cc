@@ -156,6 +156,7 @@ constexpr auto kKube = &Config::kube;
 constexpr auto kExtender = &Config::extender;
 constexpr auto kAdmission = &extender::ExtenderOptions::admission;
 constexpr auto kBind = &extender::ExtenderOptions::bind;
+constexpr auto kFilter = &extender::ExtenderOptions::filter;
 constexpr auto kLeadership = &extender::ExtenderOptions::leadership;
 using extender::ExtenderOptions;
 using extender::LeadershipOptions;
@@ -394,6 +395,11 @@ const FlagDef kOwnFlags[] = {
      "pod shapes NAME=VENDOR:COUNTxMEMORY[:CORES] (e.g. a10-quarter=NVIDIA:1x6000:25; at most 16): /metrics "
      "says per node how many pods of each still fit, and each vendor's largest free slice",
      &SetCapacityShapes, &ShowNone},
+    {"refusal-annotation", Group::kScheduling, true, "",
+     "a pod our filter refuses carries the reason in annotation hami.io/filter-refusal (patched only when "
+     "the reason changes; each patch makes kube-scheduler try the pod once more), removed once it fits",
+     &SetBool<kExtender, kFilter, &extender::FilterOptions::refusal_annotation>,
+     &ShowBoolMember<kExtender, kFilter, &extender::FilterOptions::refusal_annotation>},
     {"busy-node-threshold", Group::kScheduling, false, "N",
      "allocations in flight (reserved or bound, not yet set up by the device plugin) that make a node busy: "
      "binpack then sends the pod to the next node in its order that is not busy, among the nodes it fills "

@@ -13,6 +13,8 @@ inline constexpr std::string_view kBindPhaseSuccess = "success";
 inline constexpr std::string_view kBindPhaseFailed = "failed";
 // Pod annotation: when our requeue last asked kube-scheduler to try the pod again (ms since the epoch).
 inline constexpr std::string_view kRequeue = "hami.io/requeue";
+// Pod annotation (--refusal-annotation): why our filter last refused the pod, removed once it is bound.
+inline constexpr std::string_view kFilterRefusal = "hami.io/filter-refusal";
 inline constexpr std::string_view kMigAllocations = "hami.io/vgpu-mig-allocations";
 inline constexpr std::string_view kDeviceCordon = "hami.io/device-cordon";        // node annotation
 inline constexpr std::string_view kNodePolicy = "hami.io/node-scheduler-policy";  // pod annotation

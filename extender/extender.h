@@ -98,8 +98,9 @@ class Extender : public k8s::prom::Source {
   // shutdown. Requests in flight finish.
   void Stop();
   void DropQueuedEvents() { events_.Stop(); }
-  // Work of its own still running (events being posted, leftover locks being released).
-  bool busy() const { return events_.busy() || plugin_locks_.busy(); }
+  // Work of its own still running (events being posted, leftover locks being released, refusal annotations
+  // being written).
+  bool busy() const { return events_.busy() || plugin_locks_.busy() || filter_.busy(); }
 
   // GET /metrics (Prometheus text 0.0.4): every service's families and the API budget's.
   std::string Metrics() const override;

@@ -3,10 +3,19 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/json.hpp>
+#include <exception>
+
+#include "core/codec/stamps.h"
 #include "core/fit.h"
+#include "core/keys.h"
+#include "k8s/reflector.h"
 
 namespace hami::extender {
 namespace asio = boost::asio;
+namespace json = boost::json;
 using std::chrono::steady_clock;
 
 namespace {
@@ -26,7 +35,149 @@ std::string SummarizeFailures(const std::map<std::string, std::string>& failed) 
   return out;
 }
 
+// Control characters would break the one line `kubectl describe pod` shows: they are written as escapes.
+void AppendEscaped(std::string& out, std::string_view text) {
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f) {
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      out += fmt::format("\\x{:02x}", byte);
+    }
+  }
+}
+
+std::optional<std::string_view> ReasonOf(const std::optional<std::string>& value) {
+  if (!value) return std::nullopt;
+  return RefusalReason(*value);
+}
+
 }  // namespace
+
+std::string RefusalAnnotation(TimePoint at, std::string_view reason) {
+  std::string out = codec::FormatRfc3339(at) + ": ";
+  AppendEscaped(out, reason);
+  if (out.size() <= kRefusalAnnotationBytes) return out;
+  constexpr std::string_view kCut = "\xE2\x80\xA6";  // "…"
+  std::size_t end = kRefusalAnnotationBytes - kCut.size();
+  // Back to the start of the character the cut would split (UTF-8 continuation bytes are 10xxxxxx).
+  while (end > 0 && (static_cast<unsigned char>(out[end]) & 0xC0) == 0x80) --end;
+  out.resize(end);
+  out += kCut;
+  return out;
+}
+
+std::string_view RefusalReason(std::string_view value) {
+  const std::size_t stamp = value.find(": ");  // an RFC 3339 time has no ": "
+  return stamp == std::string_view::npos ? value : value.substr(stamp + 2);
+}
+
+void RefusalAnnotations::Refused(const PodView& pod, std::string value,
+                                 const asio::any_io_executor& executor) {
+  Set(pod, std::move(value), executor);
+}
+
+void RefusalAnnotations::Scheduled(const PodView& pod, const asio::any_io_executor& executor) {
+  Set(pod, std::nullopt, executor);
+}
+
+std::optional<std::string> RefusalAnnotations::Expected(const PodView& pod) const {
+  const std::string id = pod.UidOrKey();
+  if (sending_ && sending_->first == id) return sending_->second;
+  // The later of kube-scheduler's copy (the request's) and the pod cache's: either may be behind the other.
+  const PodView* latest = &pod;
+  auto cached = pods_->find(pod.Key());
+  if (cached != pods_->end() && cached->second.UidOrKey() == id &&
+      k8s::LaterOrSame(cached->second.resource_version, pod.resource_version))
+    latest = &cached->second;
+  auto carried = latest->annotations.find(std::string(keys::kFilterRefusal));
+  if (carried == latest->annotations.end()) return std::nullopt;
+  return carried->second;
+}
+
+void RefusalAnnotations::Set(const PodView& pod, std::optional<std::string> value,
+                             const asio::any_io_executor& executor) {
+  const std::string id = pod.UidOrKey();
+  // Only a change costs a request: every patch of a pod kube-scheduler holds as unschedulable makes it try
+  // the pod again, and a pod refused again for the same reason would be tried (and patched) in a loop. The
+  // time stamp alone is no change.
+  if (ReasonOf(Expected(pod)) == ReasonOf(value)) {
+    pending_.erase(id);  // a change queued before this one is undone by it
+    return;
+  }
+  if (pending_.insert_or_assign(id, Write{pod.ns, pod.name, pod.uid, std::move(value)}).second)
+    order_.push_back(id);
+  if (draining_) return;
+  draining_ = true;
+  // The completion runs only if Drain threw (it catches what a patch throws): Drain clears the flag itself,
+  // before a change queued after its last patch could find it still set.
+  asio::co_spawn(executor, Drain(), [this](std::exception_ptr e) {
+    if (e) draining_ = false;
+  });
+}
+
+asio::awaitable<void> RefusalAnnotations::Drain() {
+  while (!order_.empty() && !readiness_->stopping()) {
+    const std::string id = std::move(order_.front());
+    order_.pop_front();
+    auto it = pending_.find(id);
+    if (it == pending_.end()) continue;  // undone, or sent under an earlier place in the queue
+    const Write write = std::move(it->second);
+    pending_.erase(it);
+    // Another pod under the name now (re-created while the patch waited): not patched. A pod the cache has
+    // not seen yet is (its first filter often comes before the watch shows it).
+    auto cached = pods_->find(write.ns + "/" + write.name);
+    if (cached != pods_->end() && cached->second.UidOrKey() != id) continue;
+    sending_.emplace(id, write.value);
+    const ApiResult<void> done = co_await Send(write);
+    sending_.reset();
+    if (done) {
+      ++(write.value ? written_ : removed_);
+    } else if (done.error().kind != ApiErrorKind::kNotFound) {  // a pod deleted meanwhile needs nothing
+      ++failed_;
+      spdlog::warn("filter: could not {} {} on pod {}/{}: {}", write.value ? "write" : "remove",
+                   keys::kFilterRefusal, write.ns, write.name, done.error().message);
+    }
+  }
+  if (readiness_->stopping()) {
+    pending_.clear();
+    order_.clear();
+  }
+  draining_ = false;
+}
+
+asio::awaitable<ApiResult<void>> RefusalAnnotations::Send(const Write& write) {
+  json::object annotations;
+  annotations[keys::kFilterRefusal] = write.value ? json::value(*write.value) : json::value(nullptr);
+  json::object metadata;
+  metadata["annotations"] = std::move(annotations);
+  // The API server refuses a patch that would change metadata.uid: a pod re-created under the name since is
+  // left alone.
+  if (!write.uid.empty()) metadata["uid"] = write.uid;
+  json::object patch;
+  patch["metadata"] = std::move(metadata);
+  const json::value body = std::move(patch);
+  try {
+    co_return co_await writer_->PatchPod(write.ns, write.name, body, Budget::kBackground);
+  } catch (const std::exception& e) {
+    co_return ApiError{ApiErrorKind::kOther, 0, "", e.what()};
+  }
+}
+
+void RefusalAnnotations::WriteMetrics(k8s::prom::TextWriter& w) const {
+  w.Family("hami_scheduler_refusal_annotations_total",
+           "Patches of the hami.io/filter-refusal pod annotation (--refusal-annotation) by result: written "
+           "on a refused pod, removed once a node was found, failed.",
+           "counter");
+  for (const auto& [result, n] : {std::pair{"written", written_}, {"removed", removed_}, {"failed", failed_}})
+    w.Sample("hami_scheduler_refusal_annotations_total", {{"result", result}}, static_cast<double>(n));
+}
 
 FilterService::FilterService(ClusterState& state, PodLedger& ledger, const BindService& binds,
                              const std::map<std::string, PodView>& pods, ClusterWriter& writer,
@@ -44,7 +195,8 @@ FilterService::FilterService(ClusterState& state, PodLedger& ledger, const BindS
       requeue_(&requeue),
       scores_(&scores),
       scheduler_(state, options_.policies),
-      latency_(k8s::prom::Histogram::LatencyBuckets()) {}
+      latency_(k8s::prom::Histogram::LatencyBuckets()),
+      refusals_(pods, writer, readiness) {}
 
 FilterOutcome FilterService::Fail(std::string message) {
   ++results_["error"];
@@ -184,6 +336,7 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
   const TimePoint now = clock_->Now();
   FilterOutcome outcome = scheduler_.Filter(pod, requests, candidates, now);
   requeue_->Poke();  // the earlier decision's devices, if any, are free for others
+  const asio::any_io_executor executor = co_await asio::this_coro::executor;
   switch (outcome.kind) {
     case FilterOutcome::Kind::kPassThrough:
       ++results_["passthrough"];
@@ -196,20 +349,19 @@ asio::awaitable<FilterOutcome> FilterService::Decide(const PodView& pod,
       ++results_["unschedulable"];
       state_->SetUnplaceable(uid);  // not part of a burst the nodes can take now
       requeue_->Refused(pod, outcome);  // nudged when the ledger can take it
-      writer_->Event(
-          k8s::InvolvedObject::Of(pod), "Warning", "FilteringFailed",
-          fmt::format("no node fits the pod's device request; {}",
-                      candidates.empty() ? "no candidate nodes" : SummarizeFailures(outcome.failed_nodes)));
+      RecordRefusal(pod, outcome, candidates.empty(), executor);
       co_return outcome;
     case FilterOutcome::Kind::kFitting:
       // Nothing is reserved: kube-scheduler scores these nodes and /bind fits the pod where it chose.
       requeue_->Forget(uid);
+      refusals_.Scheduled(pod, executor);
       scores_->Expect(pod, outcome);
       ++results_["fitting"];
       RecordFilterEvent(pod, outcome);
       co_return outcome;
     case FilterOutcome::Kind::kScheduled:
       requeue_->Forget(uid);
+      refusals_.Scheduled(pod, executor);
       break;
   }
   HoldDecision(pod, outcome, now, candidates.size());
@@ -243,6 +395,17 @@ void FilterService::HoldDecision(const PodView& pod, FilterOutcome& outcome, Tim
   RecordFilterEvent(pod, outcome);
 }
 
+void FilterService::RecordRefusal(const PodView& pod, const FilterOutcome& outcome, bool no_candidates,
+                                  const asio::any_io_executor& executor) {
+  std::string message =
+      fmt::format("no node fits the pod's device request; {}",
+                  no_candidates ? "no candidate nodes" : SummarizeFailures(outcome.failed_nodes));
+  // Events age out after an hour; the annotation stays until the pod is scheduled.
+  if (options_.refusal_annotation)
+    refusals_.Refused(pod, RefusalAnnotation(clock_->Now(), message), executor);
+  writer_->Event(k8s::InvolvedObject::Of(pod), "Warning", "FilteringFailed", std::move(message));
+}
+
 void FilterService::RecordFilterEvent(const PodView& pod, const FilterOutcome& outcome) {
   std::string fits;
   for (const auto& [node, score] : outcome.best)
@@ -273,6 +436,7 @@ void FilterService::WriteMetrics(k8s::prom::TextWriter& w) const {
   w.Counter("hami_scheduler_filter_held_seconds_total",
             "Time filters were held back for the binds in flight (backpressure on kube-scheduler's queue).",
             held_seconds_);
+  refusals_.WriteMetrics(w);
 }
 
 }  // namespace hami::extender

@@ -4,10 +4,16 @@
 // all-fitting mode it answers every node that fits and reserves nothing (ScoreService takes over).
 // Waits for the caches and the first health pass before its first answer, and holds a decision while the
 // binds in flight need more of the API budget than kube-scheduler's timeout leaves them.
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <chrono>
+#include <deque>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
 
 #include "core/scheduler.h"
 #include "extender/bind_service.h"
@@ -21,6 +27,59 @@
 #include "k8s/waits.h"
 
 namespace hami::extender {
+
+// The refusal annotation (keys::kFilterRefusal, --refusal-annotation) is at most this long: it is one line of
+// `kubectl describe pod`, not a report.
+inline constexpr std::size_t kRefusalAnnotationBytes = 1024;
+// Its value for a refusal at `at` for `reason`: "<RFC 3339 time>: <reason>" on one line (control characters
+// escaped), cut at a UTF-8 boundary and ended with "…" when longer than kRefusalAnnotationBytes.
+std::string RefusalAnnotation(TimePoint at, std::string_view reason);
+// What follows a value's time stamp: the part two refusals compare.
+std::string_view RefusalReason(std::string_view value);
+
+// The refusal annotation's patches (docs/DECISIONS.md, "The refusal annotation"): written when the reason
+// differs from what the pod carries or is about to carry, removed when our filter finds the pod a node. One
+// patch at a time on the background budget, never awaited by an answer; a pod's newest change replaces one
+// still queued. Runs on the event loop, as the filter.
+class RefusalAnnotations {
+ public:
+  // `pods`: the pod cache ("ns/name" -> pod), alive as long as this. Once `readiness` is stopping, what is
+  // still queued is dropped (a stop does not wait for diagnostics).
+  RefusalAnnotations(const std::map<std::string, PodView>& pods, ClusterWriter& writer,
+                     const Readiness& readiness)
+      : pods_(&pods), writer_(&writer), readiness_(&readiness) {}
+
+  // Our filter refused `pod`; `value` is RefusalAnnotation's. Patches go out on `executor`.
+  void Refused(const PodView& pod, std::string value, const boost::asio::any_io_executor& executor);
+  // Our filter found `pod` a node.
+  void Scheduled(const PodView& pod, const boost::asio::any_io_executor& executor);
+
+  bool busy() const { return draining_; }  // patches queued or in flight: this must outlive them
+  std::size_t queued() const { return pending_.size(); }
+  void WriteMetrics(k8s::prom::TextWriter& w) const;
+
+ private:
+  struct Write {
+    std::string ns, name, uid;         // uid: the pod's metadata.uid ("" for a pod without one)
+    std::optional<std::string> value;  // none: the annotation removed
+  };
+  // The value the pod will carry once the patch in flight for it lands (as it carries it, if none is).
+  std::optional<std::string> Expected(const PodView& pod) const;
+  void Set(const PodView& pod, std::optional<std::string> value,
+           const boost::asio::any_io_executor& executor);
+  boost::asio::awaitable<void> Drain();
+  boost::asio::awaitable<ApiResult<void>> Send(const Write& write);  // what a throw says, as an error
+
+  const std::map<std::string, PodView>* pods_;
+  ClusterWriter* writer_;
+  const Readiness* readiness_;
+  std::unordered_map<std::string, Write> pending_;  // by PodView::UidOrKey
+  std::deque<std::string> order_;                   // their ids, oldest first (one not pending: skipped)
+  // The patch in flight: the pod's UidOrKey and the value it writes.
+  std::optional<std::pair<std::string, std::optional<std::string>>> sending_;
+  bool draining_ = false;
+  std::uint64_t written_ = 0, removed_ = 0, failed_ = 0;
+};
 
 class FilterService {
  public:
@@ -43,6 +102,9 @@ class FilterService {
     std::size_t filters_held = 0;  // filters that waited for the binds in flight
   };
   const Stats& stats() const { return stats_; }
+  // Refusal annotations queued or being written: the service must outlive them.
+  bool busy() const { return refusals_.busy(); }
+  const RefusalAnnotations& refusals() const { return refusals_; }
   void WriteMetrics(k8s::prom::TextWriter& w) const;
 
  private:
@@ -62,6 +124,9 @@ class FilterService {
   void HoldDecision(const PodView& pod, FilterOutcome& outcome, TimePoint now, std::size_t candidates);
   FilterOutcome Fail(std::string message);
   void RecordFilterEvent(const PodView& pod, const FilterOutcome& outcome);
+  // The refusal's event, and with --refusal-annotation the annotation.
+  void RecordRefusal(const PodView& pod, const FilterOutcome& outcome, bool no_candidates,
+                     const boost::asio::any_io_executor& executor);
 
   ClusterState* state_;
   PodLedger* ledger_;
@@ -79,6 +144,7 @@ class FilterService {
   double held_seconds_ = 0;
   k8s::prom::Histogram latency_;
   std::map<std::string, std::uint64_t> results_;  // scheduled, fitting, unschedulable, error, passthrough
+  RefusalAnnotations refusals_;
 };
 
 }  // namespace hami::extender

@@ -41,6 +41,9 @@ struct FilterOptions {
   // (--kube-qps, two requests each): binds queued longer would pass kube-scheduler's 30 s httpTimeout.
   // 0: never.
   std::chrono::milliseconds bind_backlog{10000};
+  // --refusal-annotation: a refused pod carries the refusal's reason (keys::kFilterRefusal) after its events
+  // have aged out, written only when the reason changes (docs/DECISIONS.md, "The refusal annotation").
+  bool refusal_annotation = false;
 };
 
 // BindService (and LockQueue, PluginLocks, ReservationExpiry: the same two timeouts).

@@ -203,6 +203,7 @@ TEST(ConfigYaml, FullSchedulerSection) {
   leaderElectResourceName: hami-scheduler
   leaderElectResourceNamespace: kube-system
   legacyMetrics: true
+  refusalAnnotation: true
   logLevel: debug
 )";
   Config cfg;
@@ -234,6 +235,7 @@ TEST(ConfigYaml, FullSchedulerSection) {
   EXPECT_EQ(cfg.extender.leadership.name, "hami-scheduler");
   EXPECT_EQ(cfg.extender.leadership.ns, "kube-system");
   EXPECT_TRUE(cfg.extender.legacy_metrics);
+  EXPECT_TRUE(cfg.extender.filter.refusal_annotation);
   EXPECT_EQ(cfg.log_level, "debug");
 }
 
@@ -764,6 +766,7 @@ Config RichConfig() {
   cfg.extender.leadership.renew_deadline = milliseconds(12500);
   cfg.extender.leadership.retry_period = seconds(3);
   cfg.extender.legacy_metrics = true;
+  cfg.extender.filter.refusal_annotation = true;
   cfg.extender.capacity_shapes = {ParseCapacityShape("a10-quarter=NVIDIA:1x6000:25").value(),
                                   ParseCapacityShape("big=NVIDIA:2x40000").value()};
   cfg.log_level = "warn";
@@ -834,6 +837,7 @@ TEST(ConfigToYaml, RoundTripsThroughApplyYaml) {
   EXPECT_EQ(got.extender.leadership.renew_deadline, want.extender.leadership.renew_deadline);
   EXPECT_EQ(got.extender.leadership.retry_period, want.extender.leadership.retry_period);
   EXPECT_EQ(got.extender.legacy_metrics, want.extender.legacy_metrics);
+  EXPECT_EQ(got.extender.filter.refusal_annotation, want.extender.filter.refusal_annotation);
   EXPECT_EQ(got.extender.capacity_shapes, want.extender.capacity_shapes) << yaml;
   EXPECT_EQ(got.log_level, want.log_level);
   ASSERT_EQ(got.vendors.size(), want.vendors.size()) << yaml;
@@ -873,6 +877,7 @@ TEST(ConfigToYaml, ShapeAndDurations) {
   EXPECT_THAT(yaml, HasSubstr("  certFile: \"\"\n"));
   EXPECT_THAT(yaml, HasSubstr("  nodeLabelSelector: {}\n"));
   EXPECT_THAT(yaml, HasSubstr("  capacityShapes: []\n"));
+  EXPECT_THAT(yaml, HasSubstr("  refusalAnnotation: false\n"));
 }
 
 TEST(ProblemsError, ListsEveryProblem) {

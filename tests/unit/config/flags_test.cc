@@ -343,6 +343,22 @@ TEST(Flags, FilterMode) {
               ElementsAre(HasSubstr("'allfitting': expected one-node or all-fitting")));
 }
 
+TEST(Flags, RefusalAnnotation) {
+  const auto on = [](const Result<LoadedConfig>& loaded) {
+    return loaded->config.extender.filter.refusal_annotation;
+  };
+  EXPECT_FALSE(on(Load({})));
+  EXPECT_TRUE(on(Load({"--refusal-annotation"})));
+  EXPECT_TRUE(on(Load({"--refusal-annotation=true"})));
+  const std::string config = WriteTemp("refusal.yaml", "scheduler:\n  refusalAnnotation: true\n");
+  EXPECT_TRUE(on(Load({"--config=" + config})));
+  EXPECT_FALSE(on(Load({"--config=" + config, "--refusal-annotation=false"})));  // flags win
+  EXPECT_THAT(ProblemLines(Load({"--refusal-annotation=maybe"})),
+              ElementsAre(HasSubstr("--refusal-annotation")));
+  const std::string bad = WriteTemp("bad-refusal.yaml", "scheduler:\n  refusalAnnotation: [true]\n");
+  EXPECT_THAT(ProblemLines(Load({"--config=" + bad})), ElementsAre(HasSubstr("refusalAnnotation")));
+}
+
 TEST(Flags, CapacityShapes) {
   const auto names = [](const Result<LoadedConfig>& loaded) {
     std::vector<std::string> out;

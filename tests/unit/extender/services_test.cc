@@ -25,6 +25,7 @@ namespace hami {
 namespace {
 
 namespace asio = boost::asio;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -258,6 +259,207 @@ TEST_F(ServicesTest, AdmissionRefusesAnUnreadablePodWithTheField) {
   EXPECT_EQ(a.answer.code, 400);
   EXPECT_THAT(a.answer.message, HasSubstr("spec.containers[0].resources.limits: expected an object"));
   EXPECT_EQ(admission_.stats().invalid, 1u);
+}
+
+extender::FilterOptions Annotating() {
+  extender::FilterOptions options;
+  options.refusal_annotation = true;
+  return options;
+}
+
+// --refusal-annotation (docs/DECISIONS.md, "The refusal annotation"): a second filter service with the flag
+// on, over the fixture's cluster.
+class RefusalAnnotationTest : public ServicesTest {
+ protected:
+  FilterOutcome::Kind FilterWith(extender::FilterService& service, const PodView& pod,
+                                 const std::vector<std::string>& nodes) {
+    FilterOutcome out;
+    RunCoro(ioc_, [&]() -> asio::awaitable<void> { out = co_await service.Filter(pod, nodes); }());
+    return out.kind;
+  }
+  // Runs what the filter left to the event loop: the annotation's patches.
+  void Settle() {
+    ioc_.restart();
+    ioc_.poll();
+  }
+  std::vector<testing::FakeWriter::Call> PodPatches() const {
+    std::vector<testing::FakeWriter::Call> out;
+    for (const auto& c : writer_.calls) {
+      if (c.what.starts_with("patch pod ")) out.push_back(c);
+    }
+    return out;
+  }
+  static const boost::json::value& Annotation(const testing::FakeWriter::Call& patch) {
+    return patch.patch.at("metadata").at("annotations").at(keys::kFilterRefusal);
+  }
+  // The pod as the watch (and kube-scheduler's next request) shows it once the last patch is applied.
+  PodView Applied(PodView pod) {
+    const testing::FakeWriter::Call last = PodPatches().back();
+    const boost::json::value& value = Annotation(last);
+    if (value.is_null()) {
+      pod.annotations.erase(std::string(keys::kFilterRefusal));
+    } else {
+      pod.annotations[std::string(keys::kFilterRefusal)] = std::string(value.as_string());
+    }
+    pod.resource_version = std::to_string(std::stoi(pod.resource_version) + 1);
+    pods_[pod.Key()] = pod;
+    return pod;
+  }
+  std::string Metrics() const {
+    k8s::prom::TextWriter w;
+    annotating_.WriteMetrics(w);
+    return w.Take();
+  }
+
+  extender::FilterService annotating_{feed_.state(),
+                                      ledger_,
+                                      binder_,
+                                      pods_,
+                                      writer_,
+                                      clock_,
+                                      Annotating(),
+                                      0,
+                                      readiness_,
+                                      requeue_,
+                                      scores_};
+};
+
+TEST_F(RefusalAnnotationTest, OffByDefault) {
+  AddNode("n1");
+  const PodView pod = GpuPod("p");
+  EXPECT_EQ(Filter(pod, {"ghost"}).error, "");
+  Settle();
+  EXPECT_TRUE(PodPatches().empty());
+  EXPECT_THAT(writer_.Whats(), ElementsAre("event Warning FilteringFailed p"));
+}
+
+// One patch per new reason, in the background on the background budget; none for the same reason again
+// (later, too: the time stamp alone is no change); removed once the pod fits.
+TEST_F(RefusalAnnotationTest, WrittenWhenTheReasonChangesAndRemovedOnceThePodFits) {
+  AddNode("n1");
+  PodView pod = GpuPod("p");
+  EXPECT_EQ(FilterWith(annotating_, pod, {"ghost"}), FilterOutcome::Kind::kUnschedulable);
+  Settle();
+  ASSERT_EQ(PodPatches().size(), 1u);
+  const auto first = PodPatches()[0];
+  EXPECT_EQ(first.what, "patch pod default/p");
+  EXPECT_EQ(first.budget, extender::Budget::kBackground);
+  // The uid is a precondition: not a pod re-created under the name.
+  EXPECT_EQ(first.patch.at("metadata").at("uid").as_string(), pod.uid);
+  const std::string value(Annotation(first).as_string());
+  EXPECT_THAT(value, StartsWith("2023-11-14T22:13:20Z: no node fits the pod's device request; 1 node: "));
+  EXPECT_THAT(value, HasSubstr("(ghost)"));
+  pod = Applied(pod);
+
+  clock_.Advance(std::chrono::minutes(5));
+  FilterWith(annotating_, pod, {"ghost"});
+  Settle();
+  EXPECT_EQ(PodPatches().size(), 1u);
+
+  FilterWith(annotating_, pod, {"ghost", "ghost2"});
+  Settle();
+  ASSERT_EQ(PodPatches().size(), 2u);
+  EXPECT_THAT(std::string(Annotation(PodPatches()[1]).as_string()),
+              AllOf(StartsWith("2023-11-14T22:18:20Z: "), HasSubstr("2 nodes: "),
+                    HasSubstr("(ghost, ghost2)")));
+  pod = Applied(pod);
+
+  EXPECT_EQ(FilterWith(annotating_, pod, {"n1"}), FilterOutcome::Kind::kScheduled);
+  Settle();
+  ASSERT_EQ(PodPatches().size(), 3u);
+  EXPECT_TRUE(Annotation(PodPatches()[2]).is_null());
+  EXPECT_EQ(PodPatches()[2].patch.at("metadata").at("uid").as_string(), pod.uid);
+  EXPECT_THAT(Metrics(), AllOf(HasSubstr("hami_scheduler_refusal_annotations_total{result=\"written\"} 2"),
+                               HasSubstr("hami_scheduler_refusal_annotations_total{result=\"removed\"} 1"),
+                               HasSubstr("hami_scheduler_refusal_annotations_total{result=\"failed\"} 0")));
+  EXPECT_FALSE(annotating_.busy());
+}
+
+// Neither copy of the pod shows a patch still queued: the queue itself says what the pod is about to carry.
+// (The queue on its own: co_spawn posts, so nothing is sent before Settle.)
+TEST_F(RefusalAnnotationTest, AQueuedPatchIsNotSentTwiceAndAPodThatFitsMeanwhileGetsNone) {
+  const PodView pod = GpuPod("p");
+  const PodView other = GpuPod("q");
+  extender::RefusalAnnotations notes(pods_, writer_, readiness_);
+  const auto executor = ioc_.get_executor();
+  notes.Refused(pod, extender::RefusalAnnotation(clock_.Now(), "no room"), executor);
+  clock_.Advance(std::chrono::seconds(1));
+  notes.Refused(pod, extender::RefusalAnnotation(clock_.Now(), "no room"), executor);
+  notes.Refused(other, extender::RefusalAnnotation(clock_.Now(), "no room"), executor);
+  notes.Scheduled(other, executor);  // found a node before its refusal's patch went out
+  EXPECT_EQ(notes.queued(), 1u);
+  EXPECT_TRUE(notes.busy());
+  Settle();
+  ASSERT_EQ(PodPatches().size(), 1u);
+  EXPECT_EQ(PodPatches()[0].what, "patch pod default/p");
+  EXPECT_EQ(Annotation(PodPatches()[0]).as_string(), "2023-11-14T22:13:21Z: no room");  // the newer time
+  EXPECT_FALSE(notes.busy());
+}
+
+// A stop does not wait for diagnostics: what is still queued is dropped.
+TEST_F(RefusalAnnotationTest, AStopDropsWhatIsQueued) {
+  const PodView pod = GpuPod("p");
+  extender::RefusalAnnotations notes(pods_, writer_, readiness_);
+  notes.Refused(pod, extender::RefusalAnnotation(clock_.Now(), "no room"), ioc_.get_executor());
+  readiness_.Stop();
+  Settle();
+  EXPECT_TRUE(PodPatches().empty());
+  EXPECT_EQ(notes.queued(), 0u);
+  EXPECT_FALSE(notes.busy());
+}
+
+// A pod scheduled with the flag off still loses an annotation written while it was on.
+TEST_F(RefusalAnnotationTest, RemovedWithTheFlagOffToo) {
+  AddNode("n1");
+  PodView pod = GpuPod("p");
+  pod.annotations[std::string(keys::kFilterRefusal)] = "2023-11-14T22:13:20Z: no node fits";
+  pods_[pod.Key()] = pod;
+  Filter(pod, {"n1"});
+  Settle();
+  ASSERT_EQ(PodPatches().size(), 1u);
+  EXPECT_TRUE(Annotation(PodPatches()[0]).is_null());
+}
+
+TEST_F(RefusalAnnotationTest, AFailedPatchIsCountedAndNeverThrown) {
+  AddNode("n1");
+  const PodView pod = GpuPod("p");
+  extender::Leadership follower{extender::LeadershipOptions{true, "kube-system", "hami-scheduler", "a"}};
+  extender::LeaderFencedWriter fenced(writer_, follower);  // a follower's writes are refused unsent
+  extender::FilterService service{feed_.state(), ledger_, binder_, pods_, fenced, clock_,
+                                  Annotating(), 0, readiness_, requeue_, scores_};
+  FilterWith(service, pod, {"ghost"});
+  Settle();
+  EXPECT_TRUE(PodPatches().empty());
+  k8s::prom::TextWriter w;
+  service.WriteMetrics(w);
+  EXPECT_THAT(w.Take(), HasSubstr("hami_scheduler_refusal_annotations_total{result=\"failed\"} 1"));
+  EXPECT_FALSE(service.busy());
+}
+
+TEST_F(RefusalAnnotationTest, ALongReasonIsCutAtACharacterAndControlCharactersAreEscaped) {
+  std::vector<std::string> nodes;
+  for (char c : std::string("abcdef")) nodes.push_back(std::string(240, c));
+  nodes.push_back("Odd\nnode\x01");  // named first (upper case sorts first)
+  const PodView pod = GpuPod("p");
+  FilterWith(annotating_, pod, nodes);
+  Settle();
+  ASSERT_EQ(PodPatches().size(), 1u);
+  const std::string value(Annotation(PodPatches()[0]).as_string());
+  EXPECT_LE(value.size(), extender::kRefusalAnnotationBytes);
+  EXPECT_THAT(value, ::testing::EndsWith("\u2026"));
+  EXPECT_THAT(value, HasSubstr("(Odd\\nnode\\x01, aaa"));
+
+  const TimePoint at = clock_.Now();
+  EXPECT_EQ(extender::RefusalAnnotation(at, "a\nb\tc\x01" "d\x7f"),
+            "2023-11-14T22:13:20Z: a\\nb\\tc\\x01d\\x7f");
+  // 22 bytes of time stamp, then two-byte characters: the cut falls inside one and moves before it.
+  std::string wide;
+  for (int i = 0; i < 600; ++i) wide += "\u00e9";
+  const std::string cut = extender::RefusalAnnotation(at, wide);
+  EXPECT_EQ(cut.size(), 22u + 998u + 3u);
+  EXPECT_EQ(cut.substr(cut.size() - 5), "\u00e9\u2026");
+  EXPECT_EQ(extender::RefusalReason(cut), cut.substr(22));
+  EXPECT_EQ(extender::RefusalAnnotation(at, "short"), "2023-11-14T22:13:20Z: short");
 }
 
 }  // namespace
