@@ -21,19 +21,48 @@ namespace {
 json::object UsedOf(std::int64_t used, std::int64_t total) { return {{"used", used}, {"total", total}}; }
 
 // `s` as a JSON string: quotes, backslashes and control characters escaped.
+// Runs that need no escape are appended whole.
 void AppendJsonString(fmt::memory_buffer& out, std::string_view s) {
   out.push_back('"');
-  for (const char c : s) {
+  std::size_t run = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c != '"' && c != '\\' && static_cast<unsigned char>(c) >= 0x20) continue;
+    out.append(s.substr(run, i - run));
+    run = i + 1;
     if (c == '"' || c == '\\') {
       out.push_back('\\');
       out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned char>(c));
     } else {
-      out.push_back(c);
+      fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned char>(c));
     }
   }
+  out.append(s.substr(run));
   out.push_back('"');
+}
+
+// "ns/name" of one pod against another's, as the strings would compare (a namespace holds no '/').
+int CompareKey(std::string_view a_ns, std::string_view a_name, std::string_view b_ns,
+               std::string_view b_name) {
+  const std::size_t common = std::min(a_ns.size(), b_ns.size());
+  if (const int c = a_ns.substr(0, common).compare(b_ns.substr(0, common)); c != 0) return c;
+  if (a_ns.size() != b_ns.size()) {  // one namespace ends where the other goes on: '/' against its next char
+    const auto next_a = static_cast<unsigned char>(a_ns.size() > common ? a_ns[common] : '/');
+    const auto next_b = static_cast<unsigned char>(b_ns.size() > common ? b_ns[common] : '/');
+    return next_a < next_b ? -1 : 1;
+  }
+  return a_name.compare(b_name);
+}
+// A cache key "ns/name" against a pod's namespace and name.
+int CompareKey(std::string_view key, std::string_view ns, std::string_view name) {
+  const std::size_t slash = key.find('/');
+  const std::string_view key_name = slash == std::string_view::npos ? "" : key.substr(slash + 1);
+  return CompareKey(key.substr(0, slash), key_name, ns, name);
+}
+
+void AppendInt(fmt::memory_buffer& out, std::int64_t v) {
+  const fmt::format_int digits(v);
+  out.append(digits.data(), digits.data() + digits.size());
 }
 
 // The node lock annotations of `lock_keys` set on `node`: [{"annotation", "holder", "since"}] (NodesJson).
@@ -240,19 +269,54 @@ std::string CapacityJson(const ClusterState& state, std::span<const CapacityShap
   return json::serialize(json::object{{"shapes", std::move(out_shapes)}, {"nodes", std::move(nodes)}});
 }
 
+// The refused pods of `requeue`, sorted by "ns/name" (see PodsJson).
+void AppendRefused(fmt::memory_buffer& out, const Requeue& requeue) {
+  std::vector<std::pair<std::string, const Requeue::LastRefusal*>> refused;
+  requeue.ForEachRefused([&](const std::string&, const std::string& key, const Requeue::LastRefusal& last) {
+    refused.emplace_back(key, &last);
+  });
+  std::sort(refused.begin(), refused.end());
+  bool first_pod = true;
+  for (const auto& [key, last] : refused) {
+    if (!std::exchange(first_pod, false)) out.push_back(',');
+    const auto slash = key.find('/');
+    out.append(std::string_view(R"({"namespace":)"));
+    AppendJsonString(out, std::string_view(key).substr(0, slash));
+    out.append(std::string_view(R"(,"name":)"));
+    AppendJsonString(out, std::string_view(key).substr(slash + 1));
+    out.append(std::string_view(R"(,"at":)"));
+    AppendJsonString(out, codec::FormatRfc3339(last->at));
+    fmt::format_to(std::back_inserter(out), R"(,"nodes":{},"reasons":[)", last->nodes);
+    bool first = true;
+    for (const auto& [node, reason] : last->reasons) {
+      if (!std::exchange(first, false)) out.push_back(',');
+      out.append(std::string_view(R"({"node":)"));
+      AppendJsonString(out, node);
+      out.append(std::string_view(R"(,"reason":)"));
+      AppendJsonString(out, reason);
+      out.push_back('}');
+    }
+    out.append(std::string_view("]}"));
+  }
+}
+
 std::string PodsJson(const ClusterState& state, const std::map<std::string, PodView>& pods,
                      const Requeue& requeue) {
-  // Sorted by namespace and name: the page lists them so, and two answers of one generation are equal.
-  std::vector<std::pair<std::string, const PodAllocation*>> holders;
+  // Sorted as the pod cache is ("ns/name"), without building the keys: the page lists them so, two answers
+  // of one generation are equal, and the cache is walked along.
+  std::vector<const PodAllocation*> holders;
   holders.reserve(state.PodCount());
-  state.ForEachPod(
-      [&](const PodAllocation& pod, const auto&) { holders.emplace_back(pod.ns + "/" + pod.name, &pod); });
-  std::sort(holders.begin(), holders.end());
+  state.ForEachPod([&](const PodAllocation& pod, const auto&) { holders.push_back(&pod); });
+  std::sort(holders.begin(), holders.end(), [](const PodAllocation* a, const PodAllocation* b) {
+    return CompareKey(a->ns, a->name, b->ns, b->name) < 0;
+  });
   fmt::memory_buffer out;
+  out.reserve(holders.size() * 256);  // about a holder's length: the buffer is not grown and copied 16 times
   const auto text = [&](std::string_view s) { AppendJsonString(out, s); };
   out.append(std::string_view(R"({"holders":[)"));
   bool first_pod = true;
-  for (const auto& [key, pod] : holders) {
+  auto cached = pods.begin();  // walks the cache, sorted by the same key, along the holders
+  for (const PodAllocation* pod : holders) {
     if (!std::exchange(first_pod, false)) out.push_back(',');
     out.append(std::string_view(R"({"namespace":)"));
     text(pod->ns);
@@ -263,53 +327,34 @@ std::string PodsJson(const ClusterState& state, const std::map<std::string, PodV
     out.append(std::string_view(R"(,"phase":)"));
     text(pod->in_flight ? "allocating" : "allocated");
     out.append(std::string_view(R"(,"created":)"));
-    const auto cached = pods.find(key);
-    text(cached == pods.end() ? std::string_view() : std::string_view(cached->second.created));
+    while (cached != pods.end() && CompareKey(cached->first, pod->ns, pod->name) < 0) ++cached;
+    text(cached == pods.end() || CompareKey(cached->first, pod->ns, pod->name) != 0
+             ? std::string_view()
+             : std::string_view(cached->second.created));
     out.append(std::string_view(R"(,"devices":[)"));
     bool first = true;
     for (const auto& [vendor, containers] : pod->devices) {
       for (std::size_t c = 0; c < containers.size(); ++c) {
         for (const ContainerDevice& d : containers[c]) {
           if (!std::exchange(first, false)) out.push_back(',');
-          fmt::format_to(std::back_inserter(out), R"({{"container":{},"vendor":)", c);
+          out.append(std::string_view(R"({"container":)"));
+          AppendInt(out, static_cast<std::int64_t>(c));
+          out.append(std::string_view(R"(,"vendor":)"));
           text(vendor);
           out.append(std::string_view(R"(,"id":)"));
           text(d.uuid);
-          fmt::format_to(std::back_inserter(out), R"(,"memoryMiB":{},"cores":{}}})", d.mem.value(),
-                         d.cores.value());
+          out.append(std::string_view(R"(,"memoryMiB":)"));
+          AppendInt(out, d.mem.value());
+          out.append(std::string_view(R"(,"cores":)"));
+          AppendInt(out, d.cores.value());
+          out.push_back('}');
         }
       }
     }
     out.append(std::string_view("]}"));
   }
-  std::vector<std::pair<std::string, const Requeue::LastRefusal*>> refused;
-  requeue.ForEachRefused([&](const std::string&, const std::string& key, const Requeue::LastRefusal& last) {
-    refused.emplace_back(key, &last);
-  });
-  std::sort(refused.begin(), refused.end());
   out.append(std::string_view(R"(],"refused":[)"));
-  first_pod = true;
-  for (const auto& [key, last] : refused) {
-    if (!std::exchange(first_pod, false)) out.push_back(',');
-    const auto slash = key.find('/');
-    out.append(std::string_view(R"({"namespace":)"));
-    text(std::string_view(key).substr(0, slash));
-    out.append(std::string_view(R"(,"name":)"));
-    text(std::string_view(key).substr(slash + 1));
-    out.append(std::string_view(R"(,"at":)"));
-    text(codec::FormatRfc3339(last->at));
-    fmt::format_to(std::back_inserter(out), R"(,"nodes":{},"reasons":[)", last->nodes);
-    bool first = true;
-    for (const auto& [node, reason] : last->reasons) {
-      if (!std::exchange(first, false)) out.push_back(',');
-      out.append(std::string_view(R"({"node":)"));
-      text(node);
-      out.append(std::string_view(R"(,"reason":)"));
-      text(reason);
-      out.push_back('}');
-    }
-    out.append(std::string_view("]}"));
-  }
+  AppendRefused(out, requeue);
   out.append(std::string_view("]}"));
   return fmt::to_string(out);
 }

@@ -164,12 +164,21 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
 void HttpRoutes::InstallApi(k8s::HttpServer& server) {
   using k8s::ServerRequest;
   using k8s::ServerResponse;
-  const Services* e = &s_;
-  const auto json_of = [e](std::string (ClusterView::*view)() const) {
-    return [e, view](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
-      if (!e->readiness.ready())
-        co_return Respond(503, kText, "not ready: " + e->readiness.NotReadyReason() + "\n");
-      co_return Versioned(r, e->view.Generation(), [&] { return (e->view.*view)(); });
+  const auto json_of = [this](std::string (ClusterView::*view)() const) {
+    auto kept = std::make_shared<KeptView>();
+    return [this, view, kept](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
+      if (!s_.readiness.ready())
+        co_return Respond(503, kText, "not ready: " + s_.readiness.NotReadyReason() + "\n");
+      // Computed again only when the view changed, and at most once per kViewRefresh: any number of
+      // pages polling a busy cluster cost one computation per endpoint and period.
+      const auto now = std::chrono::steady_clock::now();
+      const std::uint64_t generation = s_.view.Generation();
+      if (kept->body.empty() || (kept->generation != generation && now - kept->at >= kViewRefresh)) {
+        kept->body = (s_.view.*view)();
+        kept->generation = generation;
+        kept->at = now;
+      }
+      co_return Versioned(r, kept->generation, [&] { return kept->body; });
     };
   };
   server.Route(http::verb::get, "/api/overview", json_of(&ClusterView::Overview));

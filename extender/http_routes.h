@@ -10,6 +10,7 @@
 // on the event loop: a review of several MiB costs seconds of parsing, and the loop must keep renewing the
 // Lease, answering probes and deciding filters meanwhile. Only the quota check returns to the loop.
 #include <boost/asio/thread_pool.hpp>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -90,6 +91,13 @@ class HttpRoutes {
   // The last explanations ("ns/name" -> generation, JSON): an explain costs a fit on every node, a page
   // asking again while nothing changed costs none. At most kExplainedKept.
   static constexpr std::size_t kExplainedKept = 64;
+  // The last answer of one /api/ view, and the view's generation it was computed at.
+  struct KeptView {
+    std::uint64_t generation = 0;
+    std::chrono::steady_clock::time_point at;
+    std::string body;
+  };
+  static constexpr std::chrono::seconds kViewRefresh{1};
   struct Explained {
     std::uint64_t generation = 0;
     std::string pod_version;  // the pod's resourceVersion
