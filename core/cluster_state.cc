@@ -40,9 +40,22 @@ std::vector<DeviceCharge> ClusterState::QuotaCharges(const std::vector<DeviceCha
 }
 
 void ClusterState::UpsertNode(const NodeView& node) {
-  ++changes_;
   auto [it, inserted] = nodes_.try_emplace(node.name);
   NodeEntry& entry = it->second;
+  // Only what a reader can see moves the generation: the device plugins' handshake rewrites every node every
+  // few seconds and changes none of it.
+  bool seen_change = inserted || entry.node.labels != node.labels;
+  for (const auto& b : *backends_) {
+    const std::string& key = b->Spec().keys.node_lock;
+    if (key.empty() || seen_change) continue;
+    const Annotations& was = entry.node.annotations;
+    const auto before = was.find(key);
+    const auto after = node.annotations.find(key);
+    seen_change = (before == was.end()) != (after == node.annotations.end()) ||
+                  (after != node.annotations.end() && before->second != after->second);
+  }
+  const std::vector<DeviceInfo> devices_before = seen_change ? std::vector<DeviceInfo>{} : entry.devices;
+  const std::vector<std::string> errors_before = entry.discovery_error;
   entry.node = node;
   const std::size_t nb = backends_->size();
   if (inserted) {
@@ -64,6 +77,7 @@ void ClusterState::UpsertNode(const NodeView& node) {
     }
   }
   RebuildLayout(entry, std::move(per_backend));
+  if (seen_change || entry.devices != devices_before || entry.discovery_error != errors_before) ++changes_;
 }
 
 void ClusterState::RemoveVendorDevices(std::string_view node, std::size_t backend) {
@@ -164,9 +178,11 @@ void ClusterState::RemoveNode(std::string_view node) {
 }
 
 void ClusterState::SetVendorBlocks(const std::string& node, std::vector<std::string> reasons) {
-  ++changes_;
   if (std::all_of(reasons.begin(), reasons.end(), [](const std::string& r) { return r.empty(); }))
     reasons.clear();
+  if (!reasons.empty()) reasons.resize(backends_->size());
+  const auto before = blocks_.find(node);
+  if (before == blocks_.end() ? !reasons.empty() : before->second != reasons) ++changes_;
   if (reasons.empty()) {
     blocks_.erase(node);
   } else {
@@ -279,7 +295,6 @@ bool SameDevices(const PodDevices& a, const PodDevices& b) {
 }  // namespace
 
 bool ClusterState::AddPod(PodAllocation allocation) {
-  ++changes_;
   const std::string uid = allocation.uid;
   if (auto existing = pods_.find(uid); existing != pods_.end()) {
     if (existing->second.allocation.node == allocation.node &&
@@ -287,6 +302,7 @@ bool ClusterState::AddPod(PodAllocation allocation) {
         existing->second.allocation.mig == allocation.mig &&
         existing->second.allocation.classes == allocation.classes) {
       if (existing->second.allocation.in_flight != allocation.in_flight) {
+        ++changes_;
         existing->second.allocation.in_flight = allocation.in_flight;
         if (auto n = nodes_.find(allocation.node); n != nodes_.end())
           n->second.allocations_in_flight += allocation.in_flight ? 1 : -1;
@@ -295,6 +311,7 @@ bool ClusterState::AddPod(PodAllocation allocation) {
     }
     RemovePod(uid);
   }
+  ++changes_;
   PodRecord record;
   record.charges = codec::CollapseDevices(allocation.devices, allocation.num_init);
   record.allocation = std::move(allocation);
@@ -315,9 +332,9 @@ bool ClusterState::AddPod(PodAllocation allocation) {
 }
 
 std::optional<PodAllocation> ClusterState::RemovePod(std::string_view uid) {
-  ++changes_;
   auto it = pods_.find(std::string(uid));
   if (it == pods_.end()) return std::nullopt;
+  ++changes_;
   PodRecord record = std::move(it->second);
   pods_.erase(it);
   const std::string& node = record.allocation.node;
@@ -354,9 +371,9 @@ void ClusterState::Nominate(std::int32_t priority, PodAllocation hold) {
 }
 
 void ClusterState::ClearNomination(const std::string& uid) {
-  ++changes_;
   auto it = nominated_.find(uid);
   if (it == nominated_.end()) return;
+  ++changes_;
   // A hold in effect (its pod not charged yet) kept pods off the node: they may fit now.
   if (!pods_.contains(uid)) grown_.freed.insert(it->second.hold.node);
   auto node = nominated_by_node_.find(it->second.hold.node);
@@ -380,7 +397,6 @@ const PodAllocation* ClusterState::NominationOf(const std::string& uid) const {
 }
 
 void ClusterState::SetWaiting(const std::string& uid, std::vector<std::size_t> backends) {
-  ++changes_;
   if (backends.empty()) {
     ClearWaiting(uid);
     return;
@@ -388,23 +404,24 @@ void ClusterState::SetWaiting(const std::string& uid, std::vector<std::size_t> b
   auto [it, inserted] = waiting_.try_emplace(uid);
   const bool counts = !it->second.unplaceable && !pods_.contains(uid);
   if (!inserted && it->second.backends == backends) return;
+  ++changes_;
   if (!inserted && counts) CountWaiting(it->second, -1);
   it->second.backends = std::move(backends);
   if (counts) CountWaiting(it->second, +1);
 }
 
 void ClusterState::ClearWaiting(const std::string& uid) {
-  ++changes_;
   auto it = waiting_.find(uid);
   if (it == waiting_.end()) return;
+  ++changes_;
   if (!it->second.unplaceable && !pods_.contains(uid)) CountWaiting(it->second, -1);
   waiting_.erase(it);
 }
 
 void ClusterState::SetUnplaceable(const std::string& uid) {
-  ++changes_;
   auto it = waiting_.find(uid);
   if (it == waiting_.end() || it->second.unplaceable) return;
+  ++changes_;
   if (!pods_.contains(uid)) CountWaiting(it->second, -1);
   it->second.unplaceable = true;
 }
@@ -424,9 +441,9 @@ const PodAllocation* ClusterState::FindPod(std::string_view uid) const {
 }
 
 void ClusterState::ReleaseInitContainers(std::string_view uid) {
-  ++changes_;
   auto it = pods_.find(std::string(uid));
   if (it == pods_.end() || it->second.init_released) return;
+  ++changes_;
   PodRecord& record = it->second;
   auto n = nodes_.find(record.allocation.node);
   if (n != nodes_.end()) Apply(n->second, record, -1);

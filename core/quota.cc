@@ -10,7 +10,19 @@ constexpr std::string_view kLimitsPrefix = "limits.";
 }
 
 void QuotaBook::UpsertQuota(const ResourceQuotaView& quota) {
-  ++changes_;
+  // The quota controller rewrites status.used all the time: only a limit of ours that changed is a change.
+  const auto limits_of = [&] {
+    std::vector<std::pair<std::string, std::int64_t>> out;
+    if (auto it = by_ns_.find(quota.ns); it != by_ns_.end()) {
+      for (const auto& [resource, state] : it->second) {
+        const auto l = state.limits.find(quota.name);
+        if (l != state.limits.end()) out.emplace_back(resource, l->second);
+      }
+    }
+    return out;
+  };
+  const auto before = limits_of();
+  const std::uint64_t changes = changes_;
   RemoveQuota(quota.ns, quota.name);
   auto& ns = by_ns_[quota.ns];
   for (const auto& [key, text] : quota.hard) {
@@ -29,14 +41,17 @@ void QuotaBook::UpsertQuota(const ResourceQuotaView& quota) {
     if (!v) continue;
     ns[resource].limits[quota.name] = *v;
   }
+  changes_ = changes + (limits_of() != before ? 1 : 0);
 }
 
 void QuotaBook::RemoveQuota(std::string_view ns, std::string_view name) {
-  ++changes_;
   auto it = by_ns_.find(ns);
   if (it == by_ns_.end()) return;
   for (auto& [resource, state] : it->second) {
-    if (auto l = state.limits.find(name); l != state.limits.end()) state.limits.erase(l);
+    if (auto l = state.limits.find(name); l != state.limits.end()) {
+      state.limits.erase(l);
+      ++changes_;
+    }
   }
 }
 

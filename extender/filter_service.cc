@@ -111,7 +111,9 @@ void RefusalAnnotations::Set(const PodView& pod, std::optional<std::string> valu
     pending_.erase(id);  // a change queued before this one is undone by it
     return;
   }
-  if (pending_.insert_or_assign(id, Write{pod.ns, pod.name, pod.uid, std::move(value)}).second)
+  // An id still in order_ (its change undone since) keeps its place: order_ holds each pod once.
+  if (pending_.insert_or_assign(id, Write{pod.ns, pod.name, pod.uid, std::move(value)}).second &&
+      queued_.insert(id).second)
     order_.push_back(id);
   if (draining_) return;
   draining_ = true;
@@ -126,6 +128,7 @@ asio::awaitable<void> RefusalAnnotations::Drain() {
   while (!order_.empty() && !readiness_->stopping()) {
     const std::string id = std::move(order_.front());
     order_.pop_front();
+    queued_.erase(id);
     auto it = pending_.find(id);
     if (it == pending_.end()) continue;  // undone, or sent under an earlier place in the queue
     const Write write = std::move(it->second);
@@ -148,6 +151,7 @@ asio::awaitable<void> RefusalAnnotations::Drain() {
   if (readiness_->stopping()) {
     pending_.clear();
     order_.clear();
+    queued_.clear();
   }
   draining_ = false;
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "core/scheduler.h"
@@ -75,6 +76,7 @@ class RefusalAnnotations {
   const Readiness* readiness_;
   std::unordered_map<std::string, Write> pending_;  // by PodView::UidOrKey
   std::deque<std::string> order_;                   // their ids, oldest first (one not pending: skipped)
+  std::unordered_set<std::string> queued_;          // the ids in order_
   // The patch in flight: the pod's UidOrKey and the value it writes.
   std::optional<std::pair<std::string, std::optional<std::string>>> sending_;
   bool draining_ = false;

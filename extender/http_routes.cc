@@ -109,6 +109,11 @@ void Harden(k8s::ServerResponse& r) {
   r.headers.emplace_back("Cache-Control", "no-cache");
 }
 
+k8s::ServerResponse Hardened(k8s::ServerResponse r) {
+  Harden(r);
+  return r;
+}
+
 // `body` at `generation`, or 304 with no body when the request's If-None-Match names that generation. The
 // tag names this process too: a generation counted again from 0 after a restart is another tag.
 k8s::ServerResponse Versioned(const k8s::ServerRequest& r, std::uint64_t generation,
@@ -168,7 +173,7 @@ void HttpRoutes::InstallApi(k8s::HttpServer& server) {
     auto kept = std::make_shared<KeptView>();
     return [this, view, kept](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
       if (!s_.readiness.ready())
-        co_return Respond(503, kText, "not ready: " + s_.readiness.NotReadyReason() + "\n");
+        co_return Hardened(Respond(503, kText, "not ready: " + s_.readiness.NotReadyReason() + "\n"));
       // Computed again only when the view changed, and at most once per kViewRefresh: any number of
       // pages polling a busy cluster cost one computation per endpoint and period.
       const auto now = std::chrono::steady_clock::now();
@@ -189,7 +194,9 @@ void HttpRoutes::InstallApi(k8s::HttpServer& server) {
   InstallUi(server);
   // Paths with names in them: /api/explain/<namespace>/<pod>. Every other path is not found.
   server.Fallback([this](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
-    co_return ExplainRoute(r);
+    ServerResponse answer = ExplainRoute(r);
+    if (answer.status != 200 && answer.status != 304) Harden(answer);  // Versioned hardened the others
+    co_return answer;
   });
 }
 
@@ -217,6 +224,17 @@ k8s::ServerResponse HttpRoutes::ExplainRoute(const k8s::ServerRequest& r) {
                                         kept->second.pod_version == version && pod != nullptr) {
     return Versioned(r, generation, [&] { return kept->second.json; });
   }
+  // A fit on every node each: a page (or anyone) asking for many pods in a row is slowed, not the loop.
+  const auto now = std::chrono::steady_clock::now();
+  if (now - explain_window_ >= std::chrono::seconds(1)) {
+    explain_window_ = now;
+    explains_in_window_ = 0;
+  }
+  if (++explains_in_window_ > kExplainsPerSecond) {
+    k8s::ServerResponse busy = Respond(429, kText, "too many explanations asked this second; retry\n");
+    busy.headers.emplace_back("Retry-After", "1");
+    return busy;
+  }
   auto explained = s_.view.Explain(ns, name);
   if (!explained) return Respond(404, kText, explained.error().message + "\n");
   if (explained_.size() >= kExplainedKept) explained_.clear();
@@ -229,7 +247,7 @@ void HttpRoutes::InstallUi(k8s::HttpServer& server) {
   using k8s::ServerRequest;
   using k8s::ServerResponse;
   server.Route(http::verb::get, "/ui", [](const ServerRequest&) -> asio::awaitable<ServerResponse> {
-    ServerResponse r = Respond(301, kText, "see /ui/\n");
+    ServerResponse r = Hardened(Respond(301, kText, "see /ui/\n"));
     r.headers.emplace_back("Location", "/ui/");
     co_return r;
   });

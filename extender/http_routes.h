@@ -104,6 +104,10 @@ class HttpRoutes {
     std::string json;
   };
   std::map<std::string, Explained> explained_;
+  // Explanations computed (not answered from explained_) in the second that began at explain_window_.
+  static constexpr int kExplainsPerSecond = 10;
+  std::chrono::steady_clock::time_point explain_window_;
+  int explains_in_window_ = 0;
   // False once the routes are gone: a review the worker finishes after that touches nothing of theirs.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

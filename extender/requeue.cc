@@ -129,10 +129,11 @@ void Requeue::Pass() {
   grown.namespaces.merge(quota_changed_);
   quota_changed_.clear();
   // A pod the cache no longer has (deleted while no watch showed it) waits for nothing.
-  std::erase_if(candidates_, [&](const auto& entry) {
+  const auto gone = std::erase_if(candidates_, [&](const auto& entry) {
     auto p = pods_->find(entry.second.key);
     return p == pods_->end() || p->second.UidOrKey() != entry.first;
   });
+  if (gone > 0) ++changes_;
   if (candidates_.empty()) return;
   const TimePoint now = clock_->Now();
   // The candidates to look at, in the order they are fitted: higher priority first, then the older refusal.

@@ -164,18 +164,31 @@ function drawQuotas(q) {
       'No namespace uses devices under a ResourceQuota.');
 }
 
+// A Kubernetes name: what may be asked of /api/explain (a link's hash is anyone's to write).
+const NAME = /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/;
+let asking = 0;  // the newest explanation asked: a late answer of an older one is not drawn
+
 async function explain(ns, name) {
   const box = document.getElementById('explanation');
+  const ask = ++asking;
   box.hidden = false;
   box.replaceChildren(el('p', {}, `Asking why ${ns}/${name} is pending…`));
   location.hash = 'explain=' + encodeURIComponent(ns) + '/' + encodeURIComponent(name);
-  const r = await fetch(`/api/explain/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`,
-                        {cache: 'no-store'});
+  let r;
+  let e;
+  try {
+    const path = `/api/explain/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`;
+    r = await fetch(path, {cache: 'no-store'});
+    e = r.ok ? await r.json() : await r.text();
+  } catch (err) {
+    r = {ok: false};
+    e = 'cannot ask the scheduler: ' + err.message;
+  }
+  if (ask !== asking) return;
   if (!r.ok) {
-    box.replaceChildren(el('p', {class: 'unhealthy'}, await r.text()));
+    box.replaceChildren(el('p', {class: 'unhealthy'}, e));
     return;
   }
-  const e = await r.json();
   // replaceChildren would show a null as the text "null": the parts go through el(), which skips it.
   box.replaceChildren(el('div', {},
       el('h3', {}, 'Why ' + e.pod + ' is pending'),
@@ -192,10 +205,11 @@ function status(text, error) {
   s.className = error ? 'error' : '';
 }
 
+// The body of `path` and the generation it was computed at (its ETag).
 async function json(path) {
   const r = await fetch(path, {cache: 'no-store'});
   if (!r.ok) throw new Error(`${path}: ${r.status} ${await r.text()}`);
-  return r.json();
+  return {tag: r.headers.get('ETag'), body: await r.json()};
 }
 
 function draw() {
@@ -217,10 +231,13 @@ async function poll() {
     } else {
       const tag = r.headers.get('ETag');
       const overview = await r.json();
-      const [nodes, pods, quotas, capacity] = await Promise.all(
+      const parts = await Promise.all(
           [json('/api/nodes'), json('/api/pods'), json('/api/quotas'), json('/api/capacity')]);
+      const [nodes, pods, quotas, capacity] = parts.map((p) => p.body);
       last = {overview, nodes, pods, quotas, capacity};
-      etag = tag;
+      // The server computes each answer at most once a second: one of an older generation than the overview's
+      // is read again at the next poll rather than kept until something else changes.
+      etag = parts.every((p) => p.tag === tag) ? tag : null;
       draw();
       document.body.dataset.generation = tag || '';
       document.body.dataset.state = 'ready';
@@ -236,7 +253,14 @@ document.addEventListener('DOMContentLoaded', () => {
   document.getElementById('node-filter').addEventListener('input', () => {
     if (last) drawNodes(last.nodes, last.pods);
   });
-  const m = /^#explain=([^/]+)\/(.+)$/.exec(location.hash);
-  if (m) explain(decodeURIComponent(m[1]), decodeURIComponent(m[2]));
   poll();
+  const m = /^#explain=([^/]+)\/(.+)$/.exec(location.hash);
+  let ns = '';
+  let name = '';
+  try {
+    if (m) [ns, name] = [decodeURIComponent(m[1]), decodeURIComponent(m[2])];
+  } catch (err) {
+    status('the link names no pod: ' + err.message, true);
+  }
+  if (NAME.test(ns) && NAME.test(name)) explain(ns, name);
 });

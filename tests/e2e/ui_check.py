@@ -20,7 +20,8 @@ class Page(HTMLParser):
         self.state = None
         self.title = ""
         self.by_id = {}  # id -> text inside
-        self.rows = {}  # data-pod -> text inside
+        self.rows = {}  # data-pod or data-shape -> text inside
+        self.cells = {}  # data-pod or data-shape -> the text of each of its cells
         self.tags = set()
         self.scripts = 0
         self.handlers = []
@@ -44,6 +45,11 @@ class Page(HTMLParser):
             name = a.get("data-pod") or a["data-shape"]
             key = ("row", name)
             self.rows[name] = ""
+            self.cells[name] = []
+        if tag == "td":
+            row = next((k for _, k in reversed(self._open) if k and k[0] == "row"), None)
+            if row:
+                self.cells[row[1]].append("")
         self._open.append((tag, key))
 
     def handle_endtag(self, tag):
@@ -65,6 +71,8 @@ class Page(HTMLParser):
                 self.by_id[name] += data
             else:
                 self.rows[name] += data
+                if self.cells[name]:
+                    self.cells[name][-1] += data
 
 
 def main(argv):
@@ -107,7 +115,8 @@ def main(argv):
         elif opt == "--shape":
             shape, fits = rest[i + 1], rest[i + 2]
             row = page.rows.get(shape, "")
-            check(row.endswith(fits), f"free capacity: {shape} shows {row!r}, the scheduler {fits} still fit")
+            shown = (page.cells.get(shape) or [None])[-1]
+            check(shown == fits, f"free capacity: {shape} shows {shown!r}, the scheduler {fits} still fit")
             i += 3
         elif opt == "--text":
             text = rest[i + 1]

@@ -142,11 +142,24 @@ TEST(ClusterView, TheGenerationGrowsWithEveryChangeAndOnlyThen) {
     seen = state.generation();
     return grown;
   };
-  state.UpsertNode(testing::NvidiaNode("gpu-1", {testing::Gpu("GPU-a", 0, 16000)}));
+  NodeView node = testing::NvidiaNode("gpu-1", {testing::Gpu("GPU-a", 0, 16000)});
+  state.UpsertNode(node);
   EXPECT_TRUE(grew());
   (void)extender::NodesJson(state);
   (void)extender::OverviewJson(state, 0);
   EXPECT_FALSE(grew());  // reading changes nothing
+  // A device plugin's handshake rewrite changes nothing anyone reads; a lock taken does.
+  node.annotations["hami.io/node-handshake"] = "Requesting_2026-12-05T10:00:00Z";
+  node.resource_version = "2";
+  state.UpsertNode(node);
+  EXPECT_FALSE(grew());
+  node.annotations["hami.io/mutex.lock"] = "2026-12-05T10:00:00Z,team,a";
+  state.UpsertNode(node);
+  EXPECT_TRUE(grew());
+  state.ClearWaiting("nobody");
+  state.RemovePod("nobody");
+  state.SetVendorBlocks("gpu-1", {});
+  EXPECT_FALSE(grew());  // nothing to clear, remove or open
   state.AddPod(Holding("team", "a", "gpu-1", "GPU-a", 2000, 10));
   EXPECT_TRUE(grew());
   ResourceQuotaView q;
@@ -155,6 +168,9 @@ TEST(ClusterView, TheGenerationGrowsWithEveryChangeAndOnlyThen) {
   q.hard = {{"limits.nvidia.com/gpumem", "20000"}};
   state.quotas().UpsertQuota(q);
   EXPECT_TRUE(grew());
+  q.hard["requests.cpu"] = "4";  // not a limit of ours (and the controller's status.used is not read)
+  state.quotas().UpsertQuota(q);
+  EXPECT_FALSE(grew());
   state.SetVendorBlocks("gpu-1", {"draining"});
   EXPECT_TRUE(grew());
   state.RemovePod("a");
