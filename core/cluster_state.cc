@@ -426,6 +426,17 @@ void ClusterState::SetUnplaceable(const std::string& uid) {
   it->second.unplaceable = true;
 }
 
+std::vector<std::size_t> ClusterState::UnplaceableByBackend() const {
+  std::vector<std::size_t> out(backends_->size(), 0);
+  for (const auto& [uid, w] : waiting_) {
+    if (!w.unplaceable || pods_.contains(uid)) continue;
+    for (std::size_t b : w.backends) {
+      if (b < out.size()) ++out[b];
+    }
+  }
+  return out;
+}
+
 std::size_t ClusterState::WaitingFor(std::size_t backend) const {
   return backend < waiting_count_.size() ? waiting_count_[backend] : 0;
 }

@@ -199,6 +199,9 @@ class ClusterState {
   void SetUnplaceable(const std::string& uid);
   // Pods that count as waiting and ask for devices of `backend`.
   std::size_t WaitingFor(std::size_t backend) const;
+  // Per backend: the pods asking for its devices that no candidate fitted (SetUnplaceable) and that are not
+  // charged since. A walk over the waiting pods.
+  std::vector<std::size_t> UnplaceableByBackend() const;
   bool CountsAsWaiting(std::string_view uid) const;
   std::size_t WaitingPods() const { return waiting_.size(); }
 

@@ -146,6 +146,7 @@ std::string OverviewJson(const ClusterState& state, std::size_t refused) {
       if (auto it = index.find(vendor); it != index.end()) ++totals[it->second].pods;
     }
   });
+  const std::vector<std::size_t> refused_by_vendor = state.UnplaceableByBackend();
   json::array vendors;
   for (std::size_t b = 0; b < backends.size(); ++b) {
     const VendorTotals& t = totals[b];
@@ -159,7 +160,8 @@ std::string OverviewJson(const ClusterState& state, std::size_t refused) {
                                    {"cores", UsedOf(t.cores_used, t.cores)},
                                    {"tasks", UsedOf(t.tasks_used, t.tasks)},
                                    {"pods", t.pods},
-                                   {"podsWaiting", state.WaitingFor(b)}});
+                                   {"podsWaiting", state.WaitingFor(b)},
+                                   {"podsRefused", refused_by_vendor[b]}});
   }
   return json::serialize(json::object{{"nodes", names.size()},
                                       {"pods", state.PodCount()},

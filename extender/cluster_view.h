@@ -52,8 +52,9 @@ class ClusterView {
 // {"nodes": N, "pods": N, "podsRefused": N, "vendors": [{"vendor", "nodes", "nodesBlocked", "devices",
 //  "devicesUnhealthy",
 //  "memoryMiB": {"used", "total"}, "cores": {"used", "total"}, "tasks": {"used", "total"}, "pods",
-//  "podsWaiting"}]}: "pods" hold devices of the vendor, "podsWaiting" wait for a decision asking for it,
-//  "podsRefused" (`refused`) were refused by every node for their devices and wait for room.
+//  "podsWaiting", "podsRefused"}]}: "pods" hold devices of the vendor, "podsWaiting" wait for a decision
+//  asking for it, "podsRefused" asking for it found no node at their last filter; the top-level
+//  "podsRefused" (`refused`) counts the pods refused for their devices that wait for room.
 std::string OverviewJson(const ClusterState& state, std::size_t refused);
 
 // {"nodes": [{"node", "allocationsInFlight", "blocked": {vendor: why}, "largestFreeMiB": {vendor: MiB},

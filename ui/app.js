@@ -62,13 +62,14 @@ function drawOverview(o) {
       plural(o.podsRefused, ' pod waiting', ' pods waiting'), ' for devices.');
   table('vendors',
       ['vendor', 'nodes', 'blocked', 'devices', 'unhealthy', 'memory MiB', 'cores %', 'shares', 'pods',
-        'waiting'],
+        'waiting', 'refused'],
       o.vendors.map((v) => el('tr', {'data-vendor': v.vendor},
           el('td', {}, v.vendor), num(v.nodes),
           el('td', {class: v.nodesBlocked ? 'num blocked' : 'num'}, v.nodesBlocked), num(v.devices),
           el('td', {class: v.devicesUnhealthy ? 'num unhealthy' : 'num'}, v.devicesUnhealthy),
           meter(v.memoryMiB.used, v.memoryMiB.total), meter(v.cores.used, v.cores.total),
-          meter(v.tasks.used, v.tasks.total), num(v.pods), num(v.podsWaiting))),
+          meter(v.tasks.used, v.tasks.total), num(v.pods), num(v.podsWaiting),
+          el('td', {class: v.podsRefused ? 'num blocked' : 'num'}, v.podsRefused))),
       'No node publishes devices of a vendor this scheduler serves.');
 }
 

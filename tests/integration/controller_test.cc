@@ -1207,6 +1207,15 @@ TEST_F(ControllerTest, ExplainAPendingPodOnTheMetricsListener) {
     EXPECT_EQ(bad.status, 400u);
     EXPECT_EQ(bad.body.find('\n'), bad.body.size() - 1) << bad.body;  // the name shown escaped, one line
     EXPECT_EQ((co_await get("/api/elsewhere")).status, 404u);
+    // A fit on every node each: at most 10 computed a second, then 429 (a window may begin mid-loop).
+    unsigned last = 0;
+    int asked = 0;
+    while (last != 429u && asked < 25) {
+      const std::string path = fmt::format("/api/explain/default/nobody-{}", asked++);
+      last = (co_await get(path.c_str())).status;
+    }
+    EXPECT_EQ(last, 429u);
+    EXPECT_GE(asked, 8) << "the limit is 10 a second; 3 were asked before";
     // The devices as the ledger has them.
     const k8s::HttpResponse nodes = co_await get("/api/nodes");
     EXPECT_EQ(nodes.status, 200u);

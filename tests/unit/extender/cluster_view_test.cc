@@ -43,7 +43,7 @@ TEST(ClusterView, OverviewAndNodesShowTheLedger) {
   EXPECT_EQ(json::serialize(vendors[0]),
             R"({"vendor":"NVIDIA","nodes":1,"nodesBlocked":0,"devices":2,"devicesUnhealthy":1,)"
             R"("memoryMiB":{"used":6000,"total":32000},"cores":{"used":30,"total":200},)"
-            R"("tasks":{"used":1,"total":20},"pods":1,"podsWaiting":1})");
+            R"("tasks":{"used":1,"total":20},"pods":1,"podsWaiting":1,"podsRefused":0})");
 
   const json::value nodes = json::parse(extender::NodesJson(state));
   const json::object& node = nodes.at("nodes").at(0).as_object();
@@ -109,6 +109,7 @@ TEST_F(ClusterViewTest, PodsShowTheLastRefusalOfAPodWaitingForRoomUntilItFits) {
   PodView big = testing::Pod("big", {testing::GpuCtr("main", 1, 20000, 30)});
   big.uid = "big-uid";
   pods_[big.Key()] = big;
+  feed_.TrackWaiting(big, true);  // as the pod watch does
   const std::uint64_t before = view.Generation();
   const std::string unchanged = view.Pods();
   EXPECT_EQ(view.Generation(), before);  // reading changes nothing
@@ -125,6 +126,7 @@ TEST_F(ClusterViewTest, PodsShowTheLastRefusalOfAPodWaitingForRoomUntilItFits) {
             R"([{"node":"gpu-a","reason":"1/1 CardInsufficientMemory"},)"
             R"({"node":"gpu-b","reason":"1/1 CardInsufficientMemory"}])");
   EXPECT_EQ(json::parse(view.Overview()).at("podsRefused"), 1);
+  EXPECT_EQ(json::parse(view.Overview()).at("vendors").at(0).at("podsRefused"), 1);  // NVIDIA's
   // Gone from the cache and the watch: forgotten, and the generation says so.
   const std::uint64_t refused_at = view.Generation();
   requeue_.Forget("big-uid");
