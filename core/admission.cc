@@ -8,6 +8,7 @@
 
 #include "core/bind_plan.h"
 #include "core/keys.h"
+#include "core/policy.h"
 
 namespace hami {
 namespace {
@@ -115,6 +116,12 @@ AdmissionVerdict Admit(PodView& pod, const Backends& backends, const AdmissionOp
     return Deny(400, *error, uses_devices);
   }
   if (uses_devices) {
+    // Weights the filter cannot read would leave the pod pending with that error: refused now with the same
+    // message, as HAMi's webhook does since v2.10 (docs/DECISIONS.md, "HAMi after v2.10").
+    if (auto w = pod.annotations.find(std::string(keys::kScoringWeights)); w != pod.annotations.end()) {
+      auto weights = ParseScoringWeights(w->second);
+      if (!weights) return Deny(400, weights.error().message, true);
+    }
     if (auto name = EachContainer(pod, [](ContainerView& c) -> std::optional<std::string> {
           if (c.privileged) return c.name;
           return std::nullopt;

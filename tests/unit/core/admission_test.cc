@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/policy.h"
 #include "tests/support/builders.h"
 
 namespace hami {
@@ -104,6 +105,22 @@ TEST_F(Admission, PrivilegedContainersWithDevicesAreDeniedInitContainersFirst) {
   plain.privileged = true;
   PodView other = Pod("q", {plain});
   EXPECT_EQ(Admit(other).kind, Kind::kAllowed);
+}
+
+TEST_F(Admission, UnreadableScoringWeightsAreDeniedForAPodWithDevices) {
+  PodView pod = Pod("p", {Ctr("app", {{"nvidia.com/gpu", "1"}})});
+  pod.annotations["hami.io/device-scoring-weights"] = "slot=1,core=x,memory=1";
+  AdmissionVerdict v = Admit(pod);
+  EXPECT_EQ(v.kind, Kind::kDenied);
+  EXPECT_EQ(v.code, 400);
+  EXPECT_EQ(v.message, ParseScoringWeights("slot=1,core=x,memory=1").error().message);  // the filter's words
+  EXPECT_NE(v.message.find("hami.io/device-scoring-weights"), std::string::npos) << v.message;
+  pod.annotations["hami.io/device-scoring-weights"] = "slot=1,core=0,memory=2";
+  EXPECT_EQ(Admit(pod).kind, Kind::kAllowed);
+  // Not ours to judge on a pod without devices: its weights weigh nothing.
+  PodView plain = Pod("q", {Ctr("app", {{"cpu", "1"}})});
+  plain.annotations["hami.io/device-scoring-weights"] = "nonsense";
+  EXPECT_EQ(Admit(plain).kind, Kind::kAllowed);
 }
 
 TEST_F(Admission, APodWithANodeNameIsDeniedOnceItUsesDevices) {
