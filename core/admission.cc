@@ -150,22 +150,19 @@ AdmissionVerdict Admit(PodView& pod, const Backends& backends, const AdmissionOp
 
 AdmissionVerdict AdmitPodRules(PodView& pod, const Backends& backends, const AdmissionOptions& options) {
   // A new pod has no decision yet: the scheduler writes one at bind, the device plugin reads it. Allocation
-  // annotations on a CREATE are made up (or copied from another pod) and would make the ledger charge cards
-  // to a pod that never got them, so they go, whichever scheduler the pod names.
-  std::vector<std::string> stripped;
+  // annotations on a CREATE are made up (or copied from another pod) and would make a device plugin or a
+  // ledger take cards the pod never got: refused, whichever scheduler the pod names, with HAMi's words
+  // (docs/DECISIONS.md, "The webhook refuses").
   std::vector<std::string_view> allocation = AllocationKeys(backends);
   allocation.push_back(keys::kBindPhase);
   allocation.push_back(keys::kBindTime);
+  std::sort(allocation.begin(), allocation.end());
   for (const std::string_view k : allocation) {
-    auto it = pod.annotations.find(std::string(k));
-    if (it == pod.annotations.end()) continue;
-    stripped.emplace_back(k);
-    pod.annotations.erase(it);
+    if (!pod.annotations.contains(std::string(k))) continue;
+    constexpr std::string_view kWhy = "is written by the scheduler and cannot be set when creating a pod";
+    return Deny(403, fmt::format("annotation {} {}", k, kWhy), false);
   }
-  AdmissionVerdict v = Admit(pod, backends, options);
-  std::sort(stripped.begin(), stripped.end());
-  v.stripped = std::move(stripped);
-  return v;
+  return Admit(pod, backends, options);
 }
 
 std::optional<AdmissionVerdict> QuotaDenial(const std::string& ns, const AdmissionVerdict& admitted,

@@ -41,7 +41,6 @@ struct AdmissionVerdict {
   int code = 200;
   std::string message;
   bool uses_devices = false;  // some container asks for a backend's resources
-  std::vector<std::string> stripped;  // allocation annotations the pod was created with, removed (sorted)
   std::vector<QuotaDemand> quota;     // admitted by the rules: what the quota check must allow
 
   bool allowed() const { return kind != Kind::kDenied; }

@@ -57,13 +57,6 @@ AdmissionDecision AdmissionService::Prepare(PodView& pod, std::string shown) con
   if (!out.verdict.allowed()) return Denied(std::move(out.verdict), std::move(out.ns), std::move(out.shown));
   out.kind = AdmissionDecision::Kind::kAdmitted;
   out.message = out.verdict.message;  // HAMi's "pod already has different scheduler assigned"
-  if (!out.verdict.stripped.empty()) {
-    std::string keys;
-    for (const auto& k : out.verdict.stripped) keys += (keys.empty() ? "" : ", ") + k;
-    spdlog::warn("admission: pod {} was created with allocation annotations ({}): removed", out.shown, keys);
-    out.warnings.push_back(fmt::format(
-        "removed {}: allocation annotations are written by the scheduler when it binds the pod", keys));
-  }
   return out;
 }
 
@@ -86,7 +79,6 @@ AdmissionDecision AdmissionService::Conclude(AdmissionDecision decision,
       spdlog::warn("admission: denied pod {}: {}", decision.shown, decision.verdict.message);
       break;
     case Kind::kAdmitted:
-      if (!decision.verdict.stripped.empty()) ++stats_.stripped;
       if (decision.changes == 0) {
         ++stats_.allowed;
       } else {
@@ -100,10 +92,6 @@ AdmissionDecision AdmissionService::Conclude(AdmissionDecision decision,
 }
 
 void AdmissionService::WriteMetrics(k8s::prom::TextWriter& w) const {
-  w.Counter("hami_scheduler_admission_stripped_total",
-            "Pods created with allocation annotations (hami.io/vgpu-node, bind-phase, devices), which the "
-            "webhook removed.",
-            static_cast<double>(stats_.stripped));
   w.Family("hami_scheduler_admission_duration_seconds", "Time to answer /webhook.", "histogram");
   latency_.Write(w, "hami_scheduler_admission_duration_seconds", {});
   w.Family("hami_scheduler_admission_requests_total",

@@ -52,7 +52,6 @@ class AdmissionService {
     std::uint64_t allowed = 0;  // admitted unchanged (no device, another scheduler's pod, not a CREATE)
     std::uint64_t denied = 0;
     std::uint64_t invalid = 0;  // unreadable review or pod
-    std::uint64_t stripped = 0;  // admitted with their allocation annotations removed
   };
   const Stats& stats() const { return stats_; }
   void WriteMetrics(k8s::prom::TextWriter& w) const;

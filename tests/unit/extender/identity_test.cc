@@ -251,18 +251,20 @@ TEST_F(IdentityTest, ARunningPodWhoseAllocationCannotBeReadClosesItsNodeToItsVen
   EXPECT_EQ(Filter(GpuPod("small2", 100), {"n1"}).node_names, std::vector<std::string>{"n1"});
 }
 
-TEST_F(IdentityTest, TheWebhookRemovesAllocationAnnotationsAPodIsCreatedWith) {
+TEST_F(IdentityTest, TheWebhookRefusesAPodCreatedWithAllocationAnnotations) {
   for (const char* scheduler : {"", "someone-else"}) {
     const auto [answer, pod] = testing::Admit(admission_, fmt::format(
         R"({{"metadata":{{"name":"forged","annotations":{{"hami.io/vgpu-node":"n1","hami.io/bind-phase":"success",
         "hami.io/vgpu-devices-allocated":"n1-gpu0,NVIDIA,16000,0:;","team":"a"}}}},
         "spec":{{"schedulerName":"{}","containers":[{{"name":"c","image":"x"}}]}}}})",
         scheduler));
-    ASSERT_TRUE(answer.allowed) << scheduler;
-    EXPECT_EQ(pod.at("metadata").at("annotations"), boost::json::parse(R"({"team":"a"})")) << scheduler;
-    ASSERT_EQ(answer.warnings.size(), 1u);
-    EXPECT_THAT(answer.warnings[0], HasSubstr("removed hami.io/bind-phase, hami.io/vgpu-devices-allocated, "
-                                              "hami.io/vgpu-node"));
+    EXPECT_FALSE(answer.allowed) << scheduler;
+    EXPECT_EQ(answer.code, 403);
+    // HAMi's words, naming the first key in order.
+    EXPECT_EQ(answer.message,
+              "annotation hami.io/bind-phase is written by the scheduler and cannot be set when creating a "
+              "pod");
+    EXPECT_TRUE(answer.patch.empty());
   }
 }
 
