@@ -11,6 +11,7 @@
 #include "core/codec/stamps.h"
 #include "core/fit.h"
 #include "core/keys.h"
+#include "k8s/logging.h"
 #include "k8s/reflector.h"
 
 namespace hami::extender {
@@ -35,24 +36,6 @@ std::string SummarizeFailures(const std::map<std::string, std::string>& failed) 
   return out;
 }
 
-// Control characters would break the one line `kubectl describe pod` shows: they are written as escapes.
-void AppendEscaped(std::string& out, std::string_view text) {
-  for (const char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte >= 0x20 && byte != 0x7f) {
-      out += c;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else {
-      out += fmt::format("\\x{:02x}", byte);
-    }
-  }
-}
-
 std::optional<std::string_view> ReasonOf(const std::optional<std::string>& value) {
   if (!value) return std::nullopt;
   return RefusalReason(*value);
@@ -61,8 +44,8 @@ std::optional<std::string_view> ReasonOf(const std::optional<std::string>& value
 }  // namespace
 
 std::string RefusalAnnotation(TimePoint at, std::string_view reason) {
-  std::string out = codec::FormatRfc3339(at) + ": ";
-  AppendEscaped(out, reason);
+  // One line of `kubectl describe pod`: control characters and line breaks written as escapes.
+  std::string out = codec::FormatRfc3339(at) + ": " + k8s::EscapeControlChars(reason);
   if (out.size() <= kRefusalAnnotationBytes) return out;
   constexpr std::string_view kCut = "\xE2\x80\xA6";  // "…"
   std::size_t end = kRefusalAnnotationBytes - kCut.size();
