@@ -11,6 +11,7 @@
 #include "core/codec/stamps.h"
 #include "core/fit.h"
 #include "core/keys.h"
+#include "core/template_nodes.h"
 #include "k8s/logging.h"
 #include "k8s/reflector.h"
 
@@ -204,6 +205,33 @@ asio::awaitable<FilterOutcome> FilterService::Filter(const PodView& pod,
   const auto start = steady_clock::now();
   ++stats_.filters;
   FilterOutcome out = co_await Decide(pod, candidates);
+  latency_.Observe(std::chrono::duration<double>(steady_clock::now() - start).count());
+  co_return out;
+}
+
+asio::awaitable<FilterOutcome> FilterService::FilterOnTemplates(const PodView& pod,
+                                                               const std::vector<std::string>& candidates,
+                                                               const std::vector<NodeView>& templates) {
+  const auto start = steady_clock::now();
+  ++stats_.filters;
+  ++template_filters_;
+  FilterOutcome out;
+  // The registry's nodes among the candidates are judged as they are: wait for it as any filter does.
+  if (!co_await WaitReady()) {
+    out = Fail("hami-scheduler is not ready: " + readiness_->NotReadyReason());
+  } else {
+    // A question, not a decision: no identity check, reservation, expectation, requeue, event or
+    // annotation, since the pod will not be bound on a node that does not exist.
+    out = hami::FilterWithTemplates(*state_, options_.policies, pod, CollectRequests(pod, state_->backends()),
+                                    candidates, templates, clock_->Now());
+    if (out.kind == FilterOutcome::Kind::kError) {
+      out = Fail(fmt::format("pod {}: {}", pod.Key(), out.error));
+    } else {
+      ++results_[out.kind == FilterOutcome::Kind::kFitting         ? "fitting"
+                 : out.kind == FilterOutcome::Kind::kUnschedulable ? "unschedulable"
+                                                                   : "passthrough"];
+    }
+  }
   latency_.Observe(std::chrono::duration<double>(steady_clock::now() - start).count());
   co_return out;
 }
@@ -417,6 +445,9 @@ void FilterService::WriteMetrics(k8s::prom::TextWriter& w) const {
     w.Sample("hami_scheduler_filter_decisions_total", {{"result", result}},
              static_cast<double>(it == results_.end() ? 0 : it->second));
   }
+  w.Counter("hami_scheduler_filter_template_requests_total",
+            "/filter requests answered over nodes not in the registry (Cluster Autoscaler's template nodes).",
+            static_cast<double>(template_filters_));
   w.Counter("hami_scheduler_filters_held_total",
             "Filters held back while the binds in flight needed too much of the --kube-qps budget.",
             static_cast<double>(stats_.filters_held));

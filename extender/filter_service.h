@@ -96,6 +96,15 @@ class FilterService {
   // an outcome of kind kError with its message.
   boost::asio::awaitable<FilterOutcome> Filter(const PodView& pod,
                                                const std::vector<std::string>& candidates);
+  // Whether the registry has `node`: a posted node it lacks is a template node (FilterOnTemplates).
+  bool Registered(std::string_view node) const { return state_->FindNode(node) != nullptr; }
+  // /filter over Cluster Autoscaler's template nodes (`templates`, posted whole, none of them in the
+  // registry) and the registry's nodes among `candidates`: every node that fits, a template judged by the
+  // devices it publishes with nothing used; nothing is reserved, recorded or written (docs/DECISIONS.md,
+  // "Cluster Autoscaler's template nodes").
+  boost::asio::awaitable<FilterOutcome> FilterOnTemplates(const PodView& pod,
+                                                          const std::vector<std::string>& candidates,
+                                                          const std::vector<NodeView>& templates);
   // A request that could not be read: counted, answered with `error`.
   FilterOutcome Refuse(std::string error);
 
@@ -146,6 +155,7 @@ class FilterService {
   double held_seconds_ = 0;
   k8s::prom::Histogram latency_;
   std::map<std::string, std::uint64_t> results_;  // scheduled, fitting, unschedulable, error, passthrough
+  std::uint64_t template_filters_ = 0;  // answered over template nodes (FilterOnTemplates)
   RefusalAnnotations refusals_;
 };
 

@@ -131,6 +131,24 @@ k8s::ServerResponse Versioned(const k8s::ServerRequest& r, std::uint64_t generat
   return out;
 }
 
+// /filter's answer to a request read as `args`: a refusal, or the filter's decision.
+asio::awaitable<FilterOutcome> FilterAnswer(FilterService& filter, const Readiness& readiness,
+                                            const Result<k8s::ExtenderArgs>& args) {
+  if (const std::string follower = readiness.NotLeaderReason(); !follower.empty())
+    co_return filter.Refuse("hami-scheduler is not the leader (" + follower + "); retry");
+  if (!args) co_return filter.Refuse(args.error().message);
+  // Named before the co_await (GCC 12 mishandles temporaries in a co_await's full-expression); a reference
+  // to the request's own list, not a copy of up to thousands of names.
+  const std::vector<std::string>& candidates = k8s::CandidatesOf(*args);
+  // Posted nodes the registry lacks are Cluster Autoscaler's template nodes (or a node our watch has not
+  // shown yet): the answer comes from the objects themselves and reserves nothing.
+  const auto templates =
+      k8s::UnregisteredNodes(*args, [&filter](std::string_view node) { return filter.Registered(node); });
+  if (!templates) co_return filter.Refuse(templates.error().message);
+  if (!templates->empty()) co_return co_await filter.FilterOnTemplates(args->pod, candidates, *templates);
+  co_return co_await filter.Filter(args->pod, candidates);
+}
+
 }  // namespace
 
 void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves serves) {
@@ -268,17 +286,7 @@ void HttpRoutes::InstallDecisions(k8s::HttpServer& server) {
   server.Route(http::verb::post, "/filter", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
     auto args = r.body_too_large ? Result<k8s::ExtenderArgs>(Error{std::string(kTooLarge)})
                                  : k8s::ParseExtenderArgs(r.body);
-    FilterOutcome outcome;
-    if (const std::string follower = e->readiness.NotLeaderReason(); !follower.empty()) {
-      outcome = e->filter.Refuse("hami-scheduler is not the leader (" + follower + "); retry");
-    } else if (args) {
-      // Named before the co_await (GCC 12 mishandles temporaries in a co_await's full-expression); a
-      // reference to the request's own list, not a copy of up to thousands of names.
-      const std::vector<std::string>& candidates = k8s::CandidatesOf(*args);
-      outcome = co_await e->filter.Filter(args->pod, candidates);
-    } else {
-      outcome = e->filter.Refuse(args.error().message);
-    }
+    const FilterOutcome outcome = co_await FilterAnswer(e->filter, e->readiness, args);
     static const k8s::ExtenderArgs kUnread;  // an error's answer echoes nothing of the request
     co_return Respond(200, kJson, k8s::ToJson(k8s::ToFilterResult(outcome, args ? *args : kUnread)));
   });

@@ -239,6 +239,19 @@ const std::vector<std::string>& CandidatesOf(const ExtenderArgs& args) {
   return args.nodes ? *args.nodes : kNone;
 }
 
+Result<std::vector<NodeView>> UnregisteredNodes(const ExtenderArgs& args,
+                                                const std::function<bool(std::string_view)>& registered) {
+  std::vector<NodeView> out;
+  if (!args.nodes) return out;
+  for (std::size_t i = 0; i < args.nodes->size(); ++i) {
+    if (registered((*args.nodes)[i])) continue;
+    auto node = NodeFromJson(args.nodes_json[i]);
+    if (!node) return Error{fmt::format("ExtenderArgs.Nodes.items[{}]: {}", i, node.error().message)};
+    out.push_back(std::move(*node));
+  }
+  return out;
+}
+
 ExtenderFilterResult ToFilterResult(const FilterOutcome& outcome, const ExtenderArgs& args) {
   ExtenderFilterResult r;
   const bool by_nodes = args.nodes.has_value();

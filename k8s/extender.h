@@ -3,6 +3,7 @@
 // tags: keys are read case-insensitively and written as the Go field names (PascalCase), every key present,
 // null for unset pointers. Pure functions; the HTTP adapter that calls them is extender/http_routes.
 #include <boost/json/value.hpp>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -37,6 +38,11 @@ struct ExtenderArgs {
 Result<ExtenderArgs> ParseExtenderArgs(std::string_view body);
 // The candidate node names the request carries: NodeNames, or the names of Nodes.items (none: empty).
 const std::vector<std::string>& CandidatesOf(const ExtenderArgs& args);
+// The posted Nodes.items that `registered` does not know (Cluster Autoscaler's template nodes), read as
+// nodes; an item that cannot be read is an error naming it. Only those are read: a kube-scheduler configured
+// with nodeCacheCapable: false posts every node on every filter, and the registry has those already.
+Result<std::vector<NodeView>> UnregisteredNodes(const ExtenderArgs& args,
+                                                const std::function<bool(std::string_view)>& registered);
 
 struct ExtenderFilterResult {
   std::optional<std::vector<boost::json::value>> nodes;  // NodeList items, for nodeCacheCapable: false

@@ -10,6 +10,9 @@
 #   all-fitting  serve restarted in all-fitting mode: the same pod lands on gpu-3 (zone c); four pods of one
 #                ReplicaSet's template (required zone a or b, ScheduleAnyway spread over the zone) end 2 + 2 on
 #                gpu-1 and gpu-2, where binpack alone puts all four on gpu-1.
+#   autoscaler   a /filter shaped as Cluster Autoscaler's (tests/e2e/ca_check.py): Nodes posted whole with a
+#                template node that does not exist, for a pod that fits only there; answered from the
+#                template's own annotations, nothing written.
 # Every pod is allocated (hami.io/bind-phase success), and a watcher (preempt_watch.py) checks that no card's
 # pods ever hold more than the card. No controller-manager runs here: the ReplicaSet's pods are created from
 # its template as its controller would.
@@ -157,6 +160,13 @@ prioritized="$(counter hami_scheduler_prioritize_total)"
   bad "all-fitting: /prioritize answered $prioritized times (want one per pod, 5)"
 refused="$(counter 'hami_scheduler_bind_placements_total{result="no_longer_fits"}')"
 log "all-fitting: binds refused because the pod no longer fitted: $refused"
+
+# --- Cluster Autoscaler's template nodes: a /filter posting whole Node objects, one of them a node that does
+# not exist, for a pod no real node can take (gpu-1 holds 12000 MiB, gpu-2 4000, gpu-3 4000).
+while IFS= read -r line; do
+  case "$line" in ok:*) ok "autoscaler: ${line#ok: }" ;; *) bad "autoscaler: ${line#FAIL: }" ;; esac
+done < <(python3 "$E2E_DIR/ca_check.py" "$KUBECTL" "$HAMI_E2E_KUBECONFIG" "$EXT" \
+  "http://127.0.0.1:$METRICS_PORT" gpu-1 14000 2>&1)
 
 touch "$WORK/stop-watch"
 wait "$WATCH_PID"
