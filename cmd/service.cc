@@ -98,8 +98,8 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   }
   extender::Extender& e = *s->extender_;
   s->routes_ = std::make_unique<extender::HttpRoutes>(
-      extender::HttpRoutes::Services{
-          e.filter(), e.binder(), e.preempt(), e.scores(), e.view(), e.admission(), e.readiness(), e},
+      extender::HttpRoutes::Services{e.filter(), e.binder(), e.preempt(), e.scores(), e.view(), e.admission(),
+                                     e.readiness(), e, e.refit()},
       s->loop_exceptions_);
 
   using Serves = extender::HttpRoutes::Serves;

@@ -501,6 +501,12 @@ constexpr Field<Config> kSchedulerFields[] = {
        if (auto d = r.Duration(it, milliseconds(1), false)) c.extender.leadership.retry_period = *d;
      }},
     {"legacyMetrics", [](Reader& r, const Item& it, Config& c) { r.Bool(it, c.extender.legacy_metrics); }},
+    {"devicePluginNamespace",
+     [](Reader& r, const Item& it, Config& c) { r.String(it, c.extender.refit.device_plugin_namespace); }},
+    {"devicePluginServiceAccount",
+     [](Reader& r, const Item& it, Config& c) {
+       r.String(it, c.extender.refit.device_plugin_service_account);
+     }},
     {"logLevel", &ReadLogLevel},
 };
 
@@ -825,6 +831,20 @@ void ValidateConfig(const Config& cfg, std::vector<std::string>& problems) {
   if (!cfg.extender.leadership.name.empty() && !IsDns1123Subdomain(cfg.extender.leadership.name))
     problems.push_back(fmt::format("--leader-elect-resource-name: {} is not a Lease name (a DNS subdomain)",
                                    Quoted(cfg.extender.leadership.name)));
+  // They make the one username /refit accepts; one without the other accepts nobody.
+  const extender::RefitOptions& refit = cfg.extender.refit;
+  if (!refit.device_plugin_namespace.empty() && !IsDns1123Label(refit.device_plugin_namespace))
+    problems.push_back(fmt::format("--device-plugin-namespace: {} is not a namespace name (a DNS label)",
+                                   Quoted(refit.device_plugin_namespace)));
+  if (!refit.device_plugin_service_account.empty() &&
+      !IsDns1123Subdomain(refit.device_plugin_service_account))
+    problems.push_back(
+        fmt::format("--device-plugin-service-account: {} is not a service account name (a DNS subdomain)",
+                    Quoted(refit.device_plugin_service_account)));
+  if (refit.device_plugin_namespace.empty() != refit.device_plugin_service_account.empty())
+    problems.push_back(
+        "--device-plugin-namespace and --device-plugin-service-account go together (the device plugin's "
+        "service account, the one caller /refit accepts): set both or neither");
   // The node watch's labelSelector query: a key or value outside the label syntax (a ',', '!' or '=' in it)
   // would select other nodes than the ones named.
   for (const auto& [key, value] : cfg.extender.node_label_selector) {
@@ -1084,6 +1104,8 @@ std::string ToYaml(const Config& cfg, const BackendRegistry& vendors) {
   out << YAML::Key << "leaderElect" << YAML::Value << cfg.extender.leadership.enabled;
   EmitString(out, "leaderElectResourceName", cfg.extender.leadership.name);
   EmitString(out, "leaderElectResourceNamespace", cfg.extender.leadership.ns);
+  EmitString(out, "devicePluginNamespace", cfg.extender.refit.device_plugin_namespace);
+  EmitString(out, "devicePluginServiceAccount", cfg.extender.refit.device_plugin_service_account);
   EmitString(out, "leaderElectMode", std::string(LeaderElectModeName(cfg.extender.leadership.mode)));
   if (!cfg.extender.leadership.identity.empty())
     EmitString(out, "leaderElectIdentity", cfg.extender.leadership.identity);

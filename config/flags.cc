@@ -133,14 +133,6 @@ void NoOpVendorFlag(const std::string& flag, const std::string& value, LoadedCon
 
 void IgnoredFlag(const std::string&, const std::string&, LoadedConfig&, Problems&) {}
 
-// Flags of HAMi releases after v2.10 (its device plugins' token authentication, which this scheduler does not
-// implement): accepted so that a newer chart's command line starts us, with a warning.
-void NewerHamiFlag(const std::string& flag, const std::string& value, LoadedConfig& out, Problems&) {
-  out.config.warnings.push_back(fmt::format(
-      "{}={} has no effect: this scheduler does not implement HAMi's device-plugin authentication", flag,
-      value));
-}
-
 // A field of the configuration, named by the path of members to it: Field<kServing,
 // &ServingOptions::http_bind>.
 template <auto... Path>
@@ -158,6 +150,7 @@ constexpr auto kAdmission = &extender::ExtenderOptions::admission;
 constexpr auto kBind = &extender::ExtenderOptions::bind;
 constexpr auto kFilter = &extender::ExtenderOptions::filter;
 constexpr auto kLeadership = &extender::ExtenderOptions::leadership;
+constexpr auto kRefit = &extender::ExtenderOptions::refit;
 using extender::ExtenderOptions;
 using extender::LeadershipOptions;
 
@@ -442,6 +435,14 @@ const FlagDef kOwnFlags[] = {
     {"kube-timeout", Group::kKube, false, "SECONDS",
      "API request timeout in seconds (or a duration); 0 = none",
      &SetSeconds<0, kKube, &KubeClientOptions::timeout>, &ShowKubeTimeout},
+    {"device-plugin-namespace", Group::kScheduling, false, "NAMESPACE",
+     "namespace of the device plugin's service account, the one caller /refit accepts",
+     &SetString<kExtender, kRefit, &extender::RefitOptions::device_plugin_namespace>,
+     &ShowString<kExtender, kRefit, &extender::RefitOptions::device_plugin_namespace>},
+    {"device-plugin-service-account", Group::kScheduling, false, "NAME",
+     "name of the device plugin's service account, the one caller /refit accepts",
+     &SetString<kExtender, kRefit, &extender::RefitOptions::device_plugin_service_account>,
+     &ShowString<kExtender, kRefit, &extender::RefitOptions::device_plugin_service_account>},
     // Leader election.
     {"leader-elect", Group::kLeader, true, "",
      "follow the co-located kube-scheduler's Lease (HAMi's way): lead while its holder identity starts with "
@@ -510,10 +511,6 @@ const FlagDef kOwnFlags[] = {
     // HAMi compatibility.
     {"debug", Group::kHami, true, "", "accepted and ignored (HAMi's scheduler does not use it either)",
      &CheckBoolOnly, nullptr},
-    {"device-plugin-namespace", Group::kHami, false, "NAMESPACE",
-     "no effect (newer HAMi charts pass it for device-plugin authentication)", &NewerHamiFlag, nullptr},
-    {"device-plugin-service-account", Group::kHami, false, "NAME",
-     "no effect (newer HAMi charts pass it for device-plugin authentication)", &NewerHamiFlag, nullptr},
     // Help.
     {"help", Group::kHelp, true, "", "show this help", nullptr, nullptr},
 };

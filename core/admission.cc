@@ -8,7 +8,9 @@
 
 #include "core/bind_plan.h"
 #include "core/keys.h"
+#include "core/names.h"
 #include "core/policy.h"
+#include "core/strings.h"
 
 namespace hami {
 namespace {
@@ -88,6 +90,15 @@ AdmissionVerdict Admit(PodView& pod, const Backends& backends, const AdmissionOp
     v.kind = AdmissionVerdict::Kind::kSkipped;
     v.message = "pod already has different scheduler assigned";
     return v;
+  }
+  // The device plugin reads it when the kubelet hands it other cards: a typo would only surface in its log.
+  if (auto numa = pod.annotations.find(std::string(keys::kNumaAlignment)); numa != pod.annotations.end()) {
+    const std::string mode = ToLower(Trim(numa->second));
+    if (mode != "best-effort" && mode != "strict")
+      return Deny(403,
+                  fmt::format("invalid {} annotation {}: expected \"best-effort\" or \"strict\"",
+                              keys::kNumaAlignment, Quoted(numa->second)),
+                  false);
   }
 
   bool uses_devices = false;

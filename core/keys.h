@@ -20,6 +20,8 @@ inline constexpr std::string_view kDeviceCordon = "hami.io/device-cordon";      
 inline constexpr std::string_view kNodePolicy = "hami.io/node-scheduler-policy";  // pod annotation
 inline constexpr std::string_view kGpuPolicy = "hami.io/gpu-scheduler-policy";    // pod annotation
 inline constexpr std::string_view kScoringWeights = "hami.io/device-scoring-weights";
+// The pod's opt-in to the device plugin's NUMA refit: best-effort or strict (read by the plugin alone).
+inline constexpr std::string_view kNumaAlignment = "hami.io/numa-alignment";
 inline constexpr std::string_view kPodGroupLabel = "scheduling.x-k8s.io/pod-group";
 
 }  // namespace hami::keys

@@ -58,6 +58,44 @@ asio::awaitable<ApiResult<void>> ApiClusterWriter::Bind(const BindingWrite& b) {
   co_return co_await decisions_->Bind(b.ns, b.name, b.uid, b.node, b.annotations, b.labels);
 }
 
+namespace {
+
+TokenReviewStatus ReviewStatusOf(const json::value& review) {
+  TokenReviewStatus out;
+  const json::object* obj = review.if_object();
+  const json::value* status = obj ? obj->if_contains("status") : nullptr;
+  if (status == nullptr || !status->is_object()) return out;
+  const json::object& st = status->get_object();
+  if (auto* a = st.if_contains("authenticated"); a && a->is_bool()) out.authenticated = a->get_bool();
+  if (auto* e = st.if_contains("error"); e && e->is_string()) out.error = std::string(e->get_string());
+  const json::value* user = st.if_contains("user");
+  if (user == nullptr || !user->is_object()) return out;
+  if (auto* u = user->get_object().if_contains("username"); u && u->is_string())
+    out.username = std::string(u->get_string());
+  if (auto* extra = user->get_object().if_contains("extra"); extra && extra->is_object()) {
+    for (const auto& [k, values] : extra->get_object()) {
+      if (!values.is_array()) continue;
+      auto& kept = out.extra[std::string(k)];
+      for (const auto& v : values.get_array()) {
+        if (v.is_string()) kept.emplace_back(v.get_string());
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+asio::awaitable<ApiResult<TokenReviewStatus>> ApiClusterWriter::ReviewToken(const std::string& token) {
+  // No audiences: the API server's own, which a projected service-account token carries.
+  const json::value review = {
+      {"apiVersion", "authentication.k8s.io/v1"}, {"kind", "TokenReview"}, {"spec", {{"token", token}}}};
+  const std::string path = "/apis/authentication.k8s.io/v1/tokenreviews";
+  auto r = co_await decisions_->Create(path, review);
+  if (!r) co_return r.error();
+  co_return ReviewStatusOf(*r);
+}
+
 void ApiClusterWriter::Event(const k8s::InvolvedObject& object, std::string_view type,
                              std::string_view reason, std::string message) {
   events_->Record(object, type, reason, std::move(message));

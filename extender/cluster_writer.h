@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/model.h"
 #include "k8s/api_client.h"
@@ -39,6 +40,14 @@ struct BindingWrite {
   std::map<std::string, std::string> annotations, labels;  // written with spec.nodeName
 };
 
+// What a TokenReview (authentication.k8s.io/v1) says of a bearer token.
+struct TokenReviewStatus {
+  bool authenticated = false;
+  std::string username;
+  std::map<std::string, std::vector<std::string>> extra;  // e.g. the pod a service-account token is bound to
+  std::string error;                                      // why not authenticated, when the server says
+};
+
 class ClusterWriter {
  public:
   virtual ~ClusterWriter() = default;
@@ -53,6 +62,8 @@ class ClusterWriter {
   virtual boost::asio::awaitable<ApiResult<PodView>> ReadPod(const std::string& ns,
                                                              const std::string& name) = 0;
   virtual boost::asio::awaitable<ApiResult<void>> Bind(const BindingWrite& binding) = 0;
+  // Who `token` is, by a TokenReview without audiences (the token itself never reaches a log).
+  virtual boost::asio::awaitable<ApiResult<TokenReviewStatus>> ReviewToken(const std::string& token) = 0;
   // Queued; posted by the event recorder on a budget of its own.
   virtual void Event(const k8s::InvolvedObject& object, std::string_view type, std::string_view reason,
                      std::string message) = 0;
@@ -73,6 +84,7 @@ class ApiClusterWriter final : public ClusterWriter {
   boost::asio::awaitable<ApiResult<ObjectMeta>> ReadNode(const std::string& node) override;
   boost::asio::awaitable<ApiResult<PodView>> ReadPod(const std::string& ns, const std::string& name) override;
   boost::asio::awaitable<ApiResult<void>> Bind(const BindingWrite& binding) override;
+  boost::asio::awaitable<ApiResult<TokenReviewStatus>> ReviewToken(const std::string& token) override;
   void Event(const k8s::InvolvedObject& object, std::string_view type, std::string_view reason,
              std::string message) override;
 

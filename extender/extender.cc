@@ -64,6 +64,8 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
                PreemptOptions{.policies = options_.filter.policies,
                               .scheduler_name = options_.admission.scheduler_name}),
       admission_(backends, feed_.state(), options_.admission),
+      refit_(feed_, ledger_, caches_.pods.views(), lock_queue_, locker_, fenced_, clock, options_.refit,
+             options_.filter.policies),
       routes_(WatchRoutes::Targets{.feed = feed_,
                                    .health = health_,
                                    .ledger = ledger_,
@@ -160,6 +162,7 @@ std::string Extender::Metrics() const {
   scores_.WriteMetrics(w);
   admission_.WriteMetrics(w);
   binder_.WriteMetrics(w);
+  refit_.WriteMetrics(w);
   health_.WriteMetrics(w);
   requeue_.WriteMetrics(w);
   w.Counter("hami_scheduler_reservations_expired_total",

@@ -27,8 +27,9 @@
 #include "extender/options.h"
 #include "extender/plugin_locks.h"
 #include "extender/pod_ledger.h"
-#include "extender/readiness.h"
 #include "extender/preempt_service.h"
+#include "extender/readiness.h"
+#include "extender/refit_service.h"
 #include "extender/requeue.h"
 #include "extender/reservation_expiry.h"
 #include "extender/watch_routes.h"
@@ -86,6 +87,7 @@ class Extender : public k8s::prom::Source {
   ScoreService& scores() { return scores_; }
   PreemptService& preempt() { return preempt_; }
   AdmissionService& admission() { return admission_; }
+  RefitService& refit() { return refit_; }
   Requeue& requeue() { return requeue_; }
 
   // What the metrics listener's /api/ shows.
@@ -145,6 +147,7 @@ class Extender : public k8s::prom::Source {
   FilterService filter_;
   PreemptService preempt_;
   AdmissionService admission_;
+  RefitService refit_;
   WatchRoutes routes_;
   Housekeeping housekeeping_;
   std::unique_ptr<LeaseClient> lease_client_;  // acquire mode only

@@ -181,6 +181,8 @@ void HttpRoutes::Install(k8s::HttpServer& server, std::string listener, Serves s
                  });
   }
   if (serves.extender) InstallDecisions(server);
+  // HAMi's device plugin reaches the scheduler through its Service, which fronts the webhook's listener.
+  if (serves.extender || serves.webhook) InstallRefit(server);
   if (serves.api) InstallApi(server);
 }
 
@@ -341,6 +343,30 @@ void HttpRoutes::InstallDecisions(k8s::HttpServer& server) {
       error = args.error().message;
     }
     co_return Respond(200, kJson, k8s::BindingResultJson(error));
+  });
+}
+
+void HttpRoutes::InstallRefit(k8s::HttpServer& server) {
+  using k8s::ServerRequest;
+  using k8s::ServerResponse;
+  const Services* e = &s_;
+  // HAMi's device plugin reads any status but 200 as a failed refit, as it reads succeeded=false: the
+  // statuses tell an operator's curl what kind of refusal it is; the body says why, always as JSON.
+  server.Route(http::verb::post, "/refit", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {
+    RefitAnswer answer;
+    if (const std::string follower = e->readiness.NotLeaderReason(); !follower.empty()) {
+      answer = e->refit.Refuse(503, "hami-scheduler is not the leader (" + follower + "); retry");
+    } else if (!e->readiness.ready()) {
+      answer = e->refit.Refuse(503, "hami-scheduler is not ready: " + e->readiness.NotReadyReason());
+    } else if (r.body_too_large) {
+      answer = e->refit.Refuse(413, std::string(kTooLarge));
+    } else if (auto request = ParseRefitRequest(r.body); !request) {
+      answer = e->refit.Refuse(400, std::move(request.error().message));
+    } else {
+      const std::string authorization(r.headers[http::field::authorization]);  // named: see /filter
+      answer = co_await e->refit.Refit(*request, authorization);
+    }
+    co_return Respond(answer.status, kJson, RefitAnswerJson(answer));
   });
 }
 

@@ -26,6 +26,7 @@
 #include "extender/filter_service.h"
 #include "extender/preempt_service.h"
 #include "extender/readiness.h"
+#include "extender/refit_service.h"
 #include "k8s/http_server.h"
 #include "k8s/metrics.h"
 
@@ -45,6 +46,7 @@ class HttpRoutes {
     AdmissionService& admission;
     const Readiness& readiness;
     const k8s::prom::Source& metrics;  // every service's families
+    RefitService& refit;               // POST /refit, on the extender's listener
   };
   // `loop_exceptions`: the event loop's counter (k8s::RunLoop), shown in /metrics.
   HttpRoutes(Services services, const std::uint64_t& loop_exceptions)
@@ -52,8 +54,8 @@ class HttpRoutes {
 
   // What a listener serves besides /healthz and /readyz.
   struct Serves {
-    bool extender = false;  // /filter, /prioritize, /bind, /preempt
-    bool webhook = false;   // /webhook
+    bool extender = false;  // /filter, /prioritize, /bind, /preempt (and /refit)
+    bool webhook = false;   // /webhook (and /refit)
     bool metrics = true;  // /metrics (names of nodes, pods, namespaces: not on a webhook listener of its own)
     // /ui/ and /api/ (read-only, about pods and devices): the metrics listener of its own only
     bool api = false;
@@ -75,6 +77,7 @@ class HttpRoutes {
  private:
   // /filter, /preempt and /bind.
   void InstallDecisions(k8s::HttpServer& server);
+  void InstallRefit(k8s::HttpServer& server);  // POST /refit (docs/DECISIONS.md, "NUMA refit")
   void InstallApi(k8s::HttpServer& server);
   void InstallUi(k8s::HttpServer& server);
   // GET /api/explain/<ns>/<pod>, answered from `explained_` while the view's generation is the same.

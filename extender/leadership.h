@@ -83,6 +83,10 @@ class LeaderFencedWriter final : public ClusterWriter {
     return inner_->ReadPod(ns, name);
   }
   boost::asio::awaitable<ApiResult<void>> Bind(const BindingWrite& binding) override;
+  // A question, not a write: it passes as the reads do.
+  boost::asio::awaitable<ApiResult<TokenReviewStatus>> ReviewToken(const std::string& token) override {
+    return inner_->ReviewToken(token);
+  }
   void Event(const k8s::InvolvedObject& object, std::string_view type, std::string_view reason,
              std::string message) override;
   std::uint64_t refused() const { return refused_; }

@@ -58,6 +58,19 @@ struct BindOptions {
   std::chrono::seconds reservation_timeout{300};
 };
 
+// RefitService (POST /refit): whose calls it takes, and the time its caller gives it.
+struct RefitOptions {
+  // --device-plugin-namespace, --device-plugin-service-account: the NVIDIA device plugin's service account,
+  // the one caller accepted (both empty: every refit is refused, saying so).
+  std::string device_plugin_namespace;
+  std::string device_plugin_service_account;
+  std::chrono::milliseconds budget{2000};  // the device plugin's client timeout
+  // The merge patch starts only with this much of the budget left, so a refit never lands after the
+  // plugin gave up on it.
+  std::chrono::milliseconds patch_reserve{500};
+  std::chrono::seconds verdict_ttl{60};  // how long a token's positive TokenReview is kept
+};
+
 struct ExtenderOptions {
   // --scheduler-name (also the events' source, and the pods the watch routes take as ours) and
   // --force-overwrite-default-scheduler: AdmissionService.
@@ -77,6 +90,7 @@ struct ExtenderOptions {
   // --capacity-shape: the pod shapes whose fits per node LedgerFeed exports with the largest free slices
   // (docs/DECISIONS.md, "Free capacity"); checked against the backends when they are built.
   std::vector<CapacityShape> capacity_shapes;
+  RefitOptions refit;
 };
 
 }  // namespace hami::extender

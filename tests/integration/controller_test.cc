@@ -195,6 +195,51 @@ TEST_F(ControllerTest, ReadyOnlyAfterSyncAndFirstHealthPass) {
   }());
 }
 
+// POST /refit over HTTP, as the device plugin sends it: the statuses and the JSON answer of what is refused
+// before any refit (the service's own decisions: tests/unit/extender/refit_test.cc; the whole path on the
+// real API server: tests/e2e/refit.sh).
+TEST_F(ControllerTest, RefitAnswersJsonWithAStatusPerKindOfRefusal) {
+  cfg_.extender.refit.device_plugin_namespace = "hami-system";
+  cfg_.extender.refit.device_plugin_service_account = "hami-device-plugin";
+  StartService();
+  RunCoro(ioc_, [&]() -> asio::awaitable<void> {
+    co_await Ready();
+    const std::string body =
+        R"({"podUID":"u","podNamespace":"default","podName":"p","nodeName":"gpu-a","containerIndex":0,)"
+        R"("deviceType":"NVIDIA","allowedDeviceUUIDs":["GPU-b"]})";
+    struct Case {
+      std::string body, authorization;
+      unsigned status;
+      std::string reason;
+    };
+    const std::vector<Case> cases = {
+        {std::string((1 << 20) + 1, ' '), "", 413, "larger than the 1 MiB limit"},
+        {"{", "", 400, "refit request: not JSON"},
+        {body, "", 401, "want an Authorization: Bearer"},
+        // The embedded API server serves no TokenReview: the review fails, and nothing is let in.
+        {body, "Bearer forged", 503, "the caller's token could not be reviewed"},
+    };
+    for (const Case& c : cases) {
+      k8s::HttpRequest req;
+      req.verb = http::verb::post;
+      req.target = "/refit";
+      req.body = c.body;
+      req.content_type = "application/json";
+      req.authorization = c.authorization;
+      auto r = co_await extender_->Send(req, 10s);
+      if (!r) {
+        ADD_FAILURE() << c.reason;
+        continue;
+      }
+      EXPECT_EQ(r->status, c.status) << r->body;
+      const json::object answer = json::parse(r->body).as_object();
+      EXPECT_FALSE(answer.at("succeeded").as_bool());
+      EXPECT_NE(std::string(answer.at("failureReason").as_string()).find(c.reason), std::string::npos)
+          << r->body;
+    }
+  }());
+}
+
 TEST_F(ControllerTest, FilterReservesThenBindLocksAndWritesTheDecisionWithTheBinding) {
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-b", 1, 2000)));

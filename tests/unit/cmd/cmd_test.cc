@@ -343,16 +343,17 @@ TEST(Commands, TheSchedulerEntryPointTakesTheChartsCommandLine) {
   std::ostringstream vout, verr;
   EXPECT_EQ(RunProgram("scheduler", {"version"}, vout, verr), 0);
   EXPECT_NE(vout.str().find("hami-scheduler"), std::string::npos);
-  // A newer chart's command line (HAMi after v2.10) starts us too, with a warning for what we do not do.
+  // A newer chart's command line (HAMi after v2.10) starts us too: its device plugin's account calls /refit.
   std::ostringstream wout, werr;
   EXPECT_EQ(RunProgram("scheduler",
-                       {"config", "--device-plugin-namespace=kube-system",
-                        "--device-plugin-service-account=hami-device-plugin"},
+                       {"--device-plugin-namespace=kube-system",
+                        "--device-plugin-service-account=hami-device-plugin", "--print-config"},
                        wout, werr),
             0)
       << werr.str();
-  EXPECT_NE(werr.str().find("--device-plugin-namespace=kube-system has no effect"), std::string::npos)
-      << werr.str();
+  EXPECT_NE(wout.str().find("devicePluginNamespace: kube-system\n"), std::string::npos) << wout.str();
+  EXPECT_NE(wout.str().find("devicePluginServiceAccount: hami-device-plugin\n"), std::string::npos)
+      << wout.str();
   std::ostringstream bout, berr;
   EXPECT_EQ(RunProgram("scheduler", {"--log_file_max_size=big", "--print-config"}, bout, berr), kExitUsage);
   EXPECT_NE(berr.str().find("--log_file_max_size: 'big' is not an integer"), std::string::npos) << berr.str();

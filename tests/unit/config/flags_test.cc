@@ -427,6 +427,21 @@ TEST(Flags, LeaderElectionNamesTheLeaseWithValidNames) {
                     "--leader-elect-resource-namespace=kube-system"}));
 }
 
+TEST(Flags, TheDevicePluginsServiceAccountIsNamedWholeWithValidNames) {
+  auto both =
+      Load({"--device-plugin-namespace=hami-system", "--device-plugin-service-account=hami-device-plugin"});
+  ASSERT_TRUE(both);
+  EXPECT_EQ(both->config.extender.refit.device_plugin_namespace, "hami-system");
+  EXPECT_EQ(both->config.extender.refit.device_plugin_service_account, "hami-device-plugin");
+  EXPECT_THAT(
+      ProblemLines(Load({"--device-plugin-namespace=hami-system"})),
+      ElementsAre(HasSubstr("--device-plugin-namespace and --device-plugin-service-account go together")));
+  EXPECT_THAT(
+      ProblemLines(Load({"--device-plugin-namespace=Hami System", "--device-plugin-service-account=a:b"})),
+      ElementsAre(HasSubstr("--device-plugin-namespace: \"Hami System\" is not a namespace name"),
+                  HasSubstr("--device-plugin-service-account: \"a:b\" is not a service account name")));
+}
+
 // Acquire mode takes kube-scheduler's timing flags, checked by client-go's rules.
 TEST(Flags, AcquiringTheLeaseTakesKubeSchedulersTimingFlags) {
   const std::vector<std::string> lease{"--leader-elect", "--leader-elect-resource-name=hami-scheduler",

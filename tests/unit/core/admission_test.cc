@@ -123,6 +123,29 @@ TEST_F(Admission, UnreadableScoringWeightsAreDeniedForAPodWithDevices) {
   EXPECT_EQ(Admit(plain).kind, Kind::kAllowed);
 }
 
+TEST_F(Admission, AnUnknownNumaAlignmentIsDeniedWithHamisWords) {
+  PodView pod = Pod("p", {Ctr("app", {{"nvidia.com/gpu", "1"}})});
+  pod.annotations["hami.io/numa-alignment"] = "bestefort";
+  AdmissionVerdict v = Admit(pod);
+  EXPECT_EQ(v.kind, Kind::kDenied);
+  EXPECT_EQ(v.code, 403);
+  EXPECT_EQ(v.message,
+            "invalid hami.io/numa-alignment annotation \"bestefort\": expected \"best-effort\" or "
+            "\"strict\"");
+  // Trimmed and read without regard to case, as the device plugin reads it.
+  for (const char* ok : {"best-effort", " Strict ", "BEST-EFFORT"}) {
+    pod.annotations["hami.io/numa-alignment"] = ok;
+    EXPECT_EQ(Admit(pod).kind, Kind::kAllowed) << ok;
+  }
+  // Present but empty is no choice either; a pod without devices is held to it too (the plugin's rule).
+  PodView plain = Pod("q", {Ctr("app", {{"cpu", "1"}})});
+  plain.annotations["hami.io/numa-alignment"] = "";
+  EXPECT_EQ(Admit(plain).kind, Kind::kDenied);
+  // A control character in the value is escaped in the message.
+  plain.annotations["hami.io/numa-alignment"] = "x\ny";
+  EXPECT_EQ(Admit(plain).message.find('\n'), std::string::npos);
+}
+
 TEST_F(Admission, APodWithANodeNameIsDeniedOnceItUsesDevices) {
   PodView pod = Pod("p", {Ctr("app", {{"nvidia.com/gpu", "1"}})});
   pod.node_name = "n1";

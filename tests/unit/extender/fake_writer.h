@@ -4,6 +4,7 @@
 // The services' tests run against it without HTTP.
 #include <boost/json.hpp>
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -24,6 +25,10 @@ class FakeWriter final : public extender::ClusterWriter {
   std::map<std::string, PodView> pods;  // "ns/name"
   std::vector<extender::BindingWrite> bindings;
   std::deque<extender::ApiError> fail_next_bind;  // errors the next Bind calls answer
+  std::deque<extender::ApiError> fail_next_pod_patch;  // errors the next PatchPod calls answer
+  // What a TokenReview says of each token (a token not listed: not authenticated).
+  std::map<std::string, extender::TokenReviewStatus> token_reviews;
+  std::function<void()> on_review;  // runs at each TokenReview (a test's clock moving meanwhile)
 
   std::vector<std::string> Whats() const {
     std::vector<std::string> out;
@@ -56,6 +61,30 @@ class FakeWriter final : public extender::ClusterWriter {
                                                              const boost::json::value& patch,
                                                              extender::Budget budget) override {
     calls.push_back({"patch pod " + ns + "/" + name, patch, budget});
+    if (!fail_next_pod_patch.empty()) {
+      auto e = fail_next_pod_patch.front();
+      fail_next_pod_patch.pop_front();
+      co_return e;
+    }
+    // A pod the fake holds is patched as the API server would: compare-and-swap, annotations merged.
+    auto it = pods.find(ns + "/" + name);
+    const auto* meta = patch.as_object().if_contains("metadata");
+    if (it == pods.end() || meta == nullptr) co_return extender::ApiResult<void>{};
+    if (auto* rv = meta->as_object().if_contains("resourceVersion");
+        rv && rv->as_string() != it->second.resource_version)
+      co_return extender::ApiError{extender::ApiErrorKind::kConflict, 409, "Conflict", ns + "/" + name};
+    if (auto* ann = meta->as_object().if_contains("annotations")) {
+      for (const auto& [k, v] : ann->as_object()) {
+        if (v.is_null()) {
+          it->second.annotations.erase(std::string(k));
+        } else {
+          it->second.annotations[std::string(k)] = std::string(v.as_string());
+        }
+      }
+    }
+    std::string& version = it->second.resource_version;
+    if (!version.empty() && version.find_first_not_of("0123456789") == std::string::npos)
+      version = std::to_string(std::stoll(version) + 1);
     co_return extender::ApiResult<void>{};
   }
   boost::asio::awaitable<extender::ApiResult<extender::ObjectMeta>> ReadNode(
@@ -86,6 +115,18 @@ class FakeWriter final : public extender::ClusterWriter {
     pod.node_name = b.node;
     for (const auto& [k, v] : b.annotations) pod.annotations[k] = v;
     co_return extender::ApiResult<void>{};
+  }
+  boost::asio::awaitable<extender::ApiResult<extender::TokenReviewStatus>> ReviewToken(
+      const std::string& token) override {
+    calls.push_back({"token review", {}, extender::Budget::kDecision});  // never the token itself
+    if (on_review) on_review();
+    auto it = token_reviews.find(token);
+    if (it == token_reviews.end()) {
+      extender::TokenReviewStatus refused;
+      refused.error = "invalid bearer token";
+      co_return refused;
+    }
+    co_return it->second;
   }
   void Event(const k8s::InvolvedObject& object, std::string_view type, std::string_view reason,
              std::string message) override {
