@@ -12,6 +12,7 @@
 #include "backends/metax/metax.h"
 #include "backends/mthreads/mthreads.h"
 #include "backends/nvidia/nvidia.h"
+#include "backends/remotegpu/remotegpu.h"
 #include "backends/vastai/vastai.h"
 
 namespace hami::backends {
@@ -31,7 +32,7 @@ Result<void> RegisterBuiltinBackends(BackendRegistry& registry) {
   for (VendorModule module :
        {nvidia::Module(), cambricon::Module(), hygon::Module(), mthreads::Module(), ascend::Module(),
         kunlun::Module(), iluvatar::Module(), awsneuron::Module(), amd::Module(), vastai::Module(),
-        biren::Module(), enflame::Module(), metax::Module()}) {
+        biren::Module(), enflame::Module(), metax::Module(), remotegpu::Module()}) {
     if (auto ok = registry.Register(std::move(module)); !ok) return ok;
   }
   for (UnimplementedVendor vendor : Unimplemented()) {

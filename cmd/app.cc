@@ -89,7 +89,8 @@ Result<Backends> BuildBackends(const config::Config& cfg, std::vector<std::strin
       // shared on purpose, and so are UUID selectors.
       const BackendKeys& k = backend->Spec().keys;
       for (const std::string* key : {&k.register_annotation, &k.handshake, &k.allocated, &k.to_allocate}) {
-        if (key->empty()) continue;
+        // A pool's servers are read, never charged as nodes: it may read another vendor's registration.
+        if (key->empty() || (key == &k.register_annotation && backend->Spec().pool.Active())) continue;
         if (auto owner = key_owner.try_emplace(*key, backend->Vendor()); !owner.second) {
           problems.push_back(fmt::format("annotation {} is used by vendor key '{}' (section {}) and by '{}'",
                                          *key, backend->Vendor(), name, owner.first->second));

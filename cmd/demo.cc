@@ -163,6 +163,9 @@ class DemoRun {
   std::string Summary();
   json::value SummaryJson();
   bool Settled();
+  // Bound with cards of pool vendors only (remote GPUs): no device plugin on its node answers, so bound is
+  // set up.
+  bool BoundToPool(const json::object& pod) const;
   // The metrics listener as a browser reaches it ("http://127.0.0.1:<port>"): /ui/, /api/, /metrics.
   std::string PageUrl() const;
 
@@ -290,11 +293,17 @@ asio::awaitable<void> DemoRun::Script() {
   const auto executor = co_await asio::this_coro::executor;
   // Nodes as kubelet registers them; the device plugins publish the devices.
   std::size_t device_count = 0;
+  std::size_t node_number = 0;
   for (const auto& n : DemoNodes()) {
+    ++node_number;
+    // An address as kubelet reports it: a lupine server's endpoint is its InternalIP.
+    const std::string ip = fmt::format("10.0.{}.{}", node_number / 250, 1 + node_number % 250);
     const json::value node = {
         {"apiVersion", "v1"},
         {"kind", "Node"},
-        {"metadata", {{"name", n.name}, {"labels", {{"kubernetes.io/hostname", n.name}}}}}};
+        {"metadata", {{"name", n.name}, {"labels", {{"kubernetes.io/hostname", n.name}}}}},
+        {"status",
+         json::object{{"addresses", json::array{json::object{{"type", "InternalIP"}, {"address", ip}}}}}}};
     const std::string nodes_path = "/api/v1/nodes";
     if (auto c = co_await user_client_->Create(nodes_path, node); !c)
       throw std::runtime_error(c.error().message);
@@ -410,6 +419,18 @@ std::string DemoRun::PageUrl() const {
   return fmt::format("http://{}:{}", host, service_->metrics_port());
 }
 
+bool DemoRun::BoundToPool(const json::object& pod) const {
+  const auto* spec = pod.at("spec").as_object().if_contains("nodeName");
+  if (spec == nullptr || !spec->is_string() || spec->as_string().empty()) return false;
+  bool any = false;
+  for (const auto& b : backends_) {
+    if (Annotation(pod, b->Spec().keys.allocated).empty()) continue;
+    if (!b->Spec().pool.Active()) return false;
+    any = true;
+  }
+  return any;
+}
+
 bool DemoRun::Settled() {
   if (pod_names_.empty()) return false;
   const auto& outcomes = stand_in_->outcomes();
@@ -417,7 +438,7 @@ bool DemoRun::Settled() {
     auto pod = api_->store().Find("pods", "default", name);
     if (!pod) return false;
     const std::string phase = Annotation(*pod, keys::kBindPhase);
-    if (phase == keys::kBindPhaseSuccess || phase == keys::kBindPhaseFailed) continue;
+    if (phase == keys::kBindPhaseSuccess || phase == keys::kBindPhaseFailed || BoundToPool(*pod)) continue;
     auto o = outcomes.find("default/" + name);
     if (o != outcomes.end() && o->second.state == sim::PodOutcome::State::kUnschedulable) continue;
     return false;
@@ -435,7 +456,7 @@ json::value DemoRun::SummaryJson() {
     const auto* spec = pod ? pod->at("spec").as_object().if_contains("nodeName") : nullptr;
     const std::string node = spec != nullptr && spec->is_string() ? std::string(spec->as_string()) : "";
     auto so = stand_in_->outcomes().find("default/" + name);
-    if (!node.empty() && phase == keys::kBindPhaseSuccess) {
+    if (!node.empty() && (phase == keys::kBindPhaseSuccess || BoundToPool(*pod))) {
       ++scheduled;
       o["state"] = "scheduled";
       o["node"] = node;

@@ -25,6 +25,8 @@ Result<void> CheckFitRules(const Backend& backend) {
   if (!rules.split_count_limits && !hooks.refuse_card) return missing("split_count_limits", "RefuseCard");
   if (rules.vendor_score_together && !hooks.allocation_score)
     return missing("vendor_score_together", "AllocationScore");
+  if (rules.choice_beyond_count && !hooks.chooses_cards)
+    return missing("choice_beyond_count", "ChoosesCards and ChooseCards");
   return {};
 }
 

@@ -89,6 +89,18 @@ struct FitRules {
   // interconnect group) rather than how the pod packs on the node: it ranks first under either policy
   // (spread subtracts it).
   bool vendor_score_together = false;
+  // Backend::ChooseCards may choose more cards than the request's count (a whole server of a pool): a
+  // choice of at least that many fits, and every chosen card is the request's.
+  bool choice_beyond_count = false;
+};
+
+// A vendor whose cards are no node's own but a cluster-wide pool (GPUs served over the network): the nodes
+// carrying `server_label` contribute their cards (Backend::Discover lists them there, each named
+// `<server>/<uuid>`) and host no pod of this vendor; every other node is a client that offers the whole
+// pool, whose usage is charged once for the cluster (ClusterState keeps it).
+struct PoolRule {
+  std::string server_label;  // "" = the vendor's cards are its nodes' own
+  bool Active() const { return !server_label.empty(); }
 };
 
 struct NodeLockRule {
@@ -103,6 +115,7 @@ struct NodePublication {
   std::optional<std::string> annotation;         // the register annotation's value; nullopt: none written
   std::map<std::string, std::string> resources;  // status.capacity (= allocatable)
   bool answers_handshake = true;  // the NVIDIA plugin does not: its allocatable count carries its health
+  std::map<std::string, std::string> labels;  // node labels that go with it (a pool server's)
 };
 
 struct BackendSpec {
@@ -114,6 +127,7 @@ struct BackendSpec {
   ResourceNames resources;
   FitRules fit;
   NodeLockRule lock;
+  PoolRule pool;
 };
 
 // What one card taken for a request is charged.

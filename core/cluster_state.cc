@@ -15,6 +15,77 @@ ClusterState::ClusterState(const Backends& backends)
       nodes_with_(backends.size(), 0),
       waiting_count_(backends.size(), 0) {
   for (const auto& b : backends) unit_shares_ = unit_shares_ || b->Spec().resources.cores_share_of_units;
+  for (std::size_t b = 0; b < backends.size(); ++b) {
+    if (backends.spec(b).pool.Active()) pool_backends_.push_back(b);
+  }
+  if (!pool_backends_.empty()) {
+    pool_ = std::make_unique<NodeEntry>();
+    pool_->vendor_range.assign(backends.size(), {0, 0});
+    pool_->discovery_error.assign(backends.size(), "");
+  }
+}
+
+bool ClusterState::IsPoolVendor(std::string_view vendor) const {
+  for (std::size_t b : pool_backends_) {
+    if (backends_->at(b).Vendor() == vendor) return true;
+  }
+  return false;
+}
+
+bool ClusterState::IsPoolServer(const NodeView& node) const {
+  for (std::size_t b : pool_backends_) {
+    if (node.labels.contains(backends_->spec(b).pool.server_label)) return true;
+  }
+  return false;
+}
+
+bool ClusterState::DiscoverPoolPart(NodeEntry& entry, std::size_t b,
+                                    Result<std::vector<DeviceInfo>> discovered) {
+  if (!discovered) {
+    // Keep what the server had: a bad value must not take the cards of running pods out of the pool.
+    entry.discovery_error[b] = discovered.error().message;
+    return false;
+  }
+  entry.discovery_error[b].clear();
+  for (DeviceInfo& d : *discovered) d.vendor = backends_->at(b).Vendor();
+  auto part = pool_parts_.find(entry.node.name);
+  if (part == pool_parts_.end()) {
+    if (discovered->empty()) return false;
+    part = pool_parts_.emplace(entry.node.name, std::vector<std::vector<DeviceInfo>>(backends_->size()))
+               .first;
+  }
+  if (part->second[b] == *discovered) return false;
+  part->second[b] = std::move(*discovered);
+  if (std::all_of(part->second.begin(), part->second.end(), [](const auto& cards) { return cards.empty(); }))
+    pool_parts_.erase(part);
+  return true;
+}
+
+void ClusterState::RebuildPool() {
+  std::vector<std::vector<DeviceInfo>> per_backend(backends_->size());
+  for (const auto& [server, part] : pool_parts_) {
+    for (std::size_t b : pool_backends_)
+      per_backend[b].insert(per_backend[b].end(), part[b].begin(), part[b].end());
+  }
+  RebuildLayout(*pool_, std::move(per_backend));
+  // The pool is every client's: pods refused on any of them may fit now.
+  grown_.changed.erase(pool_->node.name);
+  for (const auto& [name, entry] : nodes_) {
+    if (entry.pool != nullptr) grown_.changed.insert(name);
+  }
+  ++changes_;
+}
+
+void ClusterState::ApplyPool(const PodRecord& record, int sign) {
+  if (!record.pool || pool_ == nullptr) return;
+  std::vector<DeviceCharge> charges;  // the pod's pool cards alone
+  for (const DeviceCharge& c : record.charges) {
+    if (IsPoolVendor(c.vendor)) charges.push_back(c);
+  }
+  NodeEntry& pool = *pool_;
+  pool.unknown_device_charges +=
+      sign * ApplyCharges(pool, record.allocation, charges, sign,
+                          NodeUsage{pool.usage, pool.mig_in_use, pool.classes_in_use, pool.totals});
 }
 
 std::vector<DeviceCharge> ClusterState::QuotaCharges(const std::vector<DeviceCharge>& charges,
@@ -64,9 +135,14 @@ void ClusterState::UpsertNode(const NodeView& node) {
     if (auto b = blocks_.find(node.name); b != blocks_.end()) entry.blocked = b->second;
   }
   std::vector<std::vector<DeviceInfo>> per_backend(nb);
+  bool pool_changed = false;
   for (std::size_t b = 0; b < nb; ++b) {
     const auto [begin, end] = entry.vendor_range[b];
     auto discovered = backends_->at(b).Discover(node);
+    if (backends_->spec(b).pool.Active()) {  // a server's cards are the pool's, not the node's
+      pool_changed = DiscoverPoolPart(entry, b, std::move(discovered)) || pool_changed;
+      continue;
+    }
     if (discovered) {
       per_backend[b] = std::move(*discovered);
       entry.discovery_error[b].clear();
@@ -77,6 +153,12 @@ void ClusterState::UpsertNode(const NodeView& node) {
     }
   }
   RebuildLayout(entry, std::move(per_backend));
+  if (pool_ != nullptr) {
+    const NodeEntry* pool = IsPoolServer(node) ? nullptr : pool_.get();
+    if (pool != entry.pool) grown_.changed.insert(node.name);
+    entry.pool = pool;
+  }
+  if (pool_changed) RebuildPool();
   if (seen_change || entry.devices != devices_before || entry.discovery_error != errors_before) ++changes_;
 }
 
@@ -152,6 +234,12 @@ void ClusterState::ReapplyUsage(NodeEntry& entry) {
   entry.unknown_device_charges = 0;
   entry.allocations_in_flight = 0;
   entry.totals.used = entry.totals.used_cores = entry.totals.used_mem = 0;
+  if (&entry == pool_.get()) {
+    for (const std::string& uid : pool_pods_) {
+      if (auto p = pods_.find(uid); p != pods_.end()) ApplyPool(p->second, +1);
+    }
+    return;
+  }
   auto pods = pods_by_node_.find(entry.node.name);
   if (pods == pods_by_node_.end()) return;
   for (const auto& uid : pods->second) {
@@ -175,6 +263,10 @@ void ClusterState::RemoveNode(std::string_view node) {
   if (it == nodes_.end()) return;
   CountVendors(it->second, -1);
   nodes_.erase(it);
+  if (auto part = pool_parts_.find(node); part != pool_parts_.end()) {
+    pool_parts_.erase(part);
+    RebuildPool();
+  }
 }
 
 void ClusterState::SetVendorBlocks(const std::string& node, std::vector<std::string> reasons) {
@@ -196,6 +288,26 @@ void ClusterState::SetVendorBlocks(const std::string& node, std::vector<std::str
         grown_.changed.insert(node);
     }
     it->second.blocked = std::move(reasons);
+  }
+  if (pool_ == nullptr) return;
+  // A pool vendor closed on any node (a pod's allocation of it that cannot be read) closes the pool: the
+  // cards that pod holds may be any server's.
+  std::vector<std::string> pool_blocked(backends_->size());
+  for (std::size_t b : pool_backends_) {
+    for (const auto& [name, why] : blocks_) {
+      if (b < why.size() && !why[b].empty()) {
+        pool_blocked[b] = why[b];
+        break;
+      }
+    }
+  }
+  if (std::all_of(pool_blocked.begin(), pool_blocked.end(), [](const std::string& r) { return r.empty(); }))
+    pool_blocked.clear();
+  if (pool_->blocked == pool_blocked) return;
+  const bool opened = pool_blocked.size() < pool_->blocked.size();  // the pool's last block is gone
+  pool_->blocked = std::move(pool_blocked);
+  for (const auto& [name, entry] : nodes_) {
+    if (opened && entry.pool != nullptr) grown_.changed.insert(name);
   }
 }
 
@@ -270,6 +382,16 @@ int ApplyCharges(const NodeEntry& node, const PodAllocation& pod, const std::vec
 
 void ClusterState::Apply(NodeEntry& entry, const PodRecord& record, int sign) {
   if (record.allocation.in_flight) entry.allocations_in_flight += sign;
+  if (record.pool) {
+    std::vector<DeviceCharge> own;  // the pool's cards are charged in the pool (ApplyPool)
+    for (const DeviceCharge& c : record.charges) {
+      if (!IsPoolVendor(c.vendor)) own.push_back(c);
+    }
+    entry.unknown_device_charges +=
+        sign * ApplyCharges(entry, record.allocation, own, sign,
+                            NodeUsage{entry.usage, entry.mig_in_use, entry.classes_in_use, entry.totals});
+    return;
+  }
   entry.unknown_device_charges +=
       sign * ApplyCharges(entry, record.allocation, record.charges, sign,
                           NodeUsage{entry.usage, entry.mig_in_use, entry.classes_in_use, entry.totals});
@@ -314,6 +436,9 @@ bool ClusterState::AddPod(PodAllocation allocation) {
   ++changes_;
   PodRecord record;
   record.charges = codec::CollapseDevices(allocation.devices, allocation.num_init);
+  record.pool = pool_ != nullptr &&
+                std::any_of(record.charges.begin(), record.charges.end(),
+                            [&](const DeviceCharge& c) { return IsPoolVendor(c.vendor); });
   record.allocation = std::move(allocation);
   const std::string node = record.allocation.node;
   record.quota = QuotaCharges(record.charges, node);
@@ -324,6 +449,10 @@ bool ClusterState::AddPod(PodAllocation allocation) {
   if (auto w = waiting_.find(uid); w != waiting_.end() && !w->second.unplaceable) CountWaiting(w->second, -1);
   auto [it, inserted] = pods_.emplace(uid, std::move(record));
   pods_by_node_[node].insert(uid);
+  if (it->second.pool) {
+    pool_pods_.insert(uid);
+    ApplyPool(it->second, +1);
+  }
   if (auto n = nodes_.find(node); n != nodes_.end()) {
     n->second.pods.insert(uid);
     Apply(n->second, it->second, +1);
@@ -337,6 +466,10 @@ std::optional<PodAllocation> ClusterState::RemovePod(std::string_view uid) {
   ++changes_;
   PodRecord record = std::move(it->second);
   pods_.erase(it);
+  if (record.pool) {
+    pool_pods_.erase(record.allocation.uid);
+    ApplyPool(record, -1);
+  }
   const std::string& node = record.allocation.node;
   if (auto n = nodes_.find(node); n != nodes_.end()) {
     n->second.pods.erase(std::string(uid));
@@ -458,12 +591,14 @@ void ClusterState::ReleaseInitContainers(std::string_view uid) {
   PodRecord& record = it->second;
   auto n = nodes_.find(record.allocation.node);
   if (n != nodes_.end()) Apply(n->second, record, -1);
+  ApplyPool(record, -1);
   quotas_.RemoveUsage(record.allocation.ns, record.quota);
   record.charges = codec::AppOnlyCharges(record.allocation.devices, record.allocation.num_init);
   record.quota = QuotaCharges(record.charges, record.allocation.node);
   record.init_released = true;
   quotas_.AddUsage(record.allocation.ns, record.quota);
   if (n != nodes_.end()) Apply(n->second, record, +1);
+  ApplyPool(record, +1);
   grown_.freed.insert(record.allocation.node);
   grown_.namespaces.insert(record.allocation.ns);
 }
@@ -548,7 +683,8 @@ Result<std::optional<PodAllocation>> AllocationFromAnnotations(const PodView& po
   if (a.in_flight && !a.devices.empty()) {
     a.in_flight = std::any_of(a.devices.begin(), a.devices.end(), [&](const auto& vendor_devices) {
       const Backend* b = backends.Find(vendor_devices.first);
-      return b != nullptr && !b->Spec().keys.to_allocate.empty();
+      // A pool vendor's client node runs no device plugin to answer.
+      return b != nullptr && !b->Spec().keys.to_allocate.empty() && !b->Spec().pool.Active();
     });
   }
   if (auto m = pod.annotations.find(keys::kMigAllocations);

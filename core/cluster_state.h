@@ -6,6 +6,8 @@
 //
 // Thread rule: owned by the event loop; no locks.
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -41,6 +43,9 @@ struct NodeEntry {
   // on the node lock or allocating.
   int allocations_in_flight = 0;
   bool has_mig = false;
+  // A client node of the cluster's pool (BackendSpec::pool): the pool's entry, whose cards and usage a fit of
+  // pool vendors reads instead (FitEngine::Target); null on a pool server and when no vendor has a pool.
+  const NodeEntry* pool = nullptr;
   // Per backend: why the node takes no new pod of that vendor ("" = it does); empty when nothing is blocked.
   std::vector<std::string> blocked;
   // --- read for the chosen node, for selectors, and off the decision path
@@ -119,6 +124,9 @@ class ClusterState {
   const NodeEntry* FindNode(std::string_view node) const;
   std::vector<std::string> NodeNames() const;  // sorted
   std::size_t NodeCount() const { return nodes_.size(); }
+  // The cluster's pool of the pool vendors (BackendSpec::pool): every server's cards, in server name order,
+  // with their usage by pods on any node; null when no vendor has a pool.
+  const NodeEntry* Pool() const { return pool_.get(); }
   // Nodes that have devices of `backend` (index into Backends).
   std::size_t NodesWith(std::size_t backend) const {
     return backend < nodes_with_.size() ? nodes_with_[backend] : 0;
@@ -211,7 +219,15 @@ class ClusterState {
     std::vector<DeviceCharge> charges;
     std::vector<DeviceCharge> quota;  // what the charges take from the namespace's quota (QuotaCharges)
     bool init_released = false;
+    bool pool = false;  // some charges are a pool vendor's: they are the pool's, not the node's
   };
+  bool IsPoolVendor(std::string_view vendor) const;
+  // The node's discovery of pool vendor `b`: a server's cards become its part of the pool (an error keeps
+  // the part it had and is the node's); true when its part changed.
+  bool DiscoverPoolPart(NodeEntry& entry, std::size_t b, Result<std::vector<DeviceInfo>> discovered);
+  bool IsPoolServer(const NodeView& node) const;
+  void RebuildPool();
+  void ApplyPool(const PodRecord& record, int sign);
   // The charges as the quota counts them: as charged, but the cores of a vendor whose core resource is a
   // share of a card's compute units (ResourceNames::cores_share_of_units) in percent of the card on `node`,
   // rounded up; a card the node does not list counts whole.
@@ -233,6 +249,11 @@ class ClusterState {
   std::unordered_map<std::string, std::unordered_set<std::string>> pods_by_node_;  // incl. unknown nodes
   std::unordered_map<std::string, std::vector<std::string>> blocks_;  // node -> NodeEntry::blocked
   std::vector<std::size_t> nodes_with_;                                // per backend: nodes with its devices
+  std::vector<std::size_t> pool_backends_;  // the backends with a pool (BackendSpec::pool)
+  std::unique_ptr<NodeEntry> pool_;         // their pool; null without one (a stable address for clients)
+  // Per server node: its cards per backend (index-aligned with Backends; only pool backends' filled).
+  std::map<std::string, std::vector<std::vector<DeviceInfo>>, std::less<>> pool_parts_;
+  std::unordered_set<std::string> pool_pods_;  // uids of pods holding pool cards
   struct Waiting {
     std::vector<std::size_t> backends;
     bool unplaceable = false;

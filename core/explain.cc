@@ -193,7 +193,7 @@ PodExplanation ExplainPod(const ClusterState& state, const SchedulerOptions& opt
     engine.TraceRefusals(nullptr);
     if (!n.fits) {
       n.resolvable = engine.FitsIdle(idle, *requests, *node);
-      n.closest = Closest(pod, *requests, *node, trace);
+      n.closest = Closest(pod, *requests, engine.Target(*node, *requests), trace);
     } else {
       n.reason.clear();
     }

@@ -113,14 +113,31 @@ Result<PodContext> MakePodContext(const PodView& pod, const Backends& backends, 
   return ctx;
 }
 
-bool FitEngine::Fit(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, PodDevices* out,
-                    std::string* reason) {
-  return FitFrom(ctx, reqs, node, Base{&node.usage, &node.mig_in_use, &node.classes_in_use, &node.totals}, out,
-                 reason);
+const NodeEntry& FitEngine::Target(const NodeEntry& node, const PodRequests& reqs) const {
+  if (node.pool == nullptr) return node;  // no pool vendor configured, or a pool server: the per-node path
+  bool any = false;
+  for (const auto& container : reqs.containers) {
+    for (const auto& [b, request] : container) {
+      // A pod that mixes pool cards with the node's own is fit against the node (no pool there).
+      if (!backends_->spec(static_cast<std::size_t>(b)).pool.Active()) return node;
+      any = true;
+    }
+  }
+  return any ? *node.pool : node;
 }
 
-bool FitEngine::FitWith(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
+bool FitEngine::Fit(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& client, PodDevices* out,
+                    std::string* reason) {
+  const NodeEntry& node = Target(client, reqs);
+  return FitFrom(ctx, reqs, node, Base{&node.usage, &node.mig_in_use, &node.classes_in_use, &node.totals},
+                 out, reason);
+}
+
+bool FitEngine::FitWith(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& client,
                         const UsageOverlay& overlay, PodDevices* out, std::string* reason) {
+  const NodeEntry& node = Target(client, reqs);
+  // The pool's cards are charged by pods on every client node.
+  const bool pool = &node != &client;
   overlay_usage_ = node.usage;
   overlay_mig_ = node.mig_in_use;
   overlay_classes_ = node.classes_in_use;
@@ -128,7 +145,7 @@ bool FitEngine::FitWith(const PodContext& ctx, const PodRequests& reqs, const No
   NodeUsage into{overlay_usage_, overlay_mig_, overlay_classes_, overlay_totals_};
   const auto apply = [&](std::span<const PodAllocation* const> pods, int sign) {
     for (const PodAllocation* pod : pods) {
-      if (pod != nullptr && pod->node == node.node.name) ApplyCharges(node, *pod, sign, into);
+      if (pod != nullptr && (pool || pod->node == node.node.name)) ApplyCharges(node, *pod, sign, into);
     }
   };
   apply(overlay.without, -1);
@@ -141,7 +158,8 @@ bool FitEngine::FitAgainst(const PodContext& ctx, const PodRequests& reqs, const
   return FitFrom(ctx, reqs, node, Base{&usage.usage, &usage.mig, &usage.classes, &usage.totals}, out, reason);
 }
 
-int FitEngine::Capacity(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node, int limit) {
+int FitEngine::Capacity(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& client, int limit) {
+  const NodeEntry& node = Target(client, reqs);
   capacity_usage_.assign(node.usage.begin(), node.usage.end());
   if (node.has_mig) capacity_mig_ = node.mig_in_use;
   int copies = 0;
@@ -157,7 +175,8 @@ int FitEngine::Capacity(const PodContext& ctx, const PodRequests& reqs, const No
   return copies;
 }
 
-bool FitEngine::FitsIdle(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node) {
+bool FitEngine::FitsIdle(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& client) {
+  const NodeEntry& node = Target(client, reqs);
   idle_usage_.assign(node.usage.size(), DeviceUsage{});
   idle_mig_.assign(node.mig_in_use.size(), {});
   idle_classes_.assign(node.classes_in_use.size(), {});
@@ -562,7 +581,8 @@ bool FitEngine::Conclude(Scan& scan, std::string* reason) {
   const std::int32_t origin = scan.request.count;
   if (scan.collect_all) {
     const CardChoice choice = ChooseByVendor(scan);
-    if (static_cast<std::int32_t>(choice.chosen.size()) == origin) return true;
+    const auto chosen = static_cast<std::int32_t>(choice.chosen.size());
+    if (chosen == origin || (scan.spec.fit.choice_beyond_count && chosen > origin)) return true;
     if (choice.refusal) {
       scan.reasons.Set(*choice.refusal, choice.refused);
       if (reason) *reason = scan.reasons.Format(choice.over_request ? origin : scan.total);
@@ -657,7 +677,9 @@ CardChoice FitEngine::ChooseByVendor(const Scan& scan) {
     view.classes = candidate_classes_;
   }
   CardChoice choice = scan.vendor.ChooseCards(candidates_, scan.request.count, view);
-  if (static_cast<std::int32_t>(choice.chosen.size()) != scan.request.count) return choice;
+  const auto chosen = static_cast<std::int32_t>(choice.chosen.size());
+  if (chosen < scan.request.count || (chosen > scan.request.count && !scan.spec.fit.choice_beyond_count))
+    return choice;
   ContainerPicks taken;
   taken.reserve(choice.chosen.size());
   for (std::size_t i : choice.chosen) {

@@ -132,6 +132,12 @@ class FitEngine {
   bool FitOnto(const PodContext& ctx, const PodRequests& reqs, const NodeEntry& node,
                std::vector<DeviceUsage>& usage, std::vector<std::vector<MigInUse>>& mig);
 
+  // The entry a fit of `reqs` on `node` reads: the cluster's pool (NodeEntry::pool) for a pod asking for pool
+  // vendors only (BackendSpec::pool) on a client node; the node itself otherwise. Its devices are what a
+  // fit's positions (CardRefusal::device) and the pod's cards index. Fit, FitWith, Capacity and FitsIdle
+  // read it; FitAgainst and FitOnto take the usage of the entry they are given, which is the one they fit.
+  const NodeEntry& Target(const NodeEntry& node, const PodRequests& reqs) const;
+
   // While set, every fit records each card's first refusal here (cleared at the start of each fit); null:
   // nothing is recorded (the decision path).
   void TraceRefusals(std::vector<CardRefusal>* sink) { trace_ = sink; }

@@ -24,7 +24,17 @@ using ResourceList = StringMap;  // resource name -> quantity text as written in
 struct EnvVar {
   std::string name;
   std::string value;
+  // valueFrom.fieldRef.fieldPath: the value is the pod's field (the downward API); "" = none.
+  std::string field_path = {};
+  bool other_source = false;  // valueFrom of another kind (a secret, a config map, a resource field)
+  bool FromSource() const { return !field_path.empty() || other_source; }
   friend bool operator==(const EnvVar&, const EnvVar&) = default;
+};
+
+struct VolumeMount {
+  std::string name;
+  std::string mount_path;
+  friend bool operator==(const VolumeMount&, const VolumeMount&) = default;
 };
 
 struct ContainerView {
@@ -33,6 +43,17 @@ struct ContainerView {
   ResourceList requests;
   bool privileged = false;
   std::vector<EnvVar> env;
+  std::vector<std::string> volume_mounts = {};  // the names of the container's volumeMounts, as written
+  std::vector<VolumeMount> added_mounts = {};   // volumeMounts admission appends
+};
+
+// A container admission appends to the pod's init containers (after the pod's own).
+struct AddedContainer {
+  std::string name;
+  std::string image;
+  std::vector<std::string> command;
+  std::vector<VolumeMount> mounts;
+  friend bool operator==(const AddedContainer&, const AddedContainer&) = default;
 };
 
 struct ContainerStatusView {
@@ -49,6 +70,7 @@ struct NodeView {
   Annotations annotations;
   ResourceList capacity;
   ResourceList allocatable;
+  std::string internal_ip;  // status.addresses: the first InternalIP ("" = none)
 };
 
 // The pod's PodScheduled condition as kube-scheduler last wrote it (all empty: none).
@@ -83,6 +105,11 @@ struct PodView {
   std::vector<ContainerView> init_containers;
   std::vector<ContainerView> containers;
   std::vector<ContainerStatusView> init_container_statuses;
+  std::vector<std::string> volumes;  // the names of spec.volumes, as written
+  // What admission appends, kept apart from the lists above so that a container being admitted (a reference
+  // into them) never moves: emptyDir volumes by name, and init containers.
+  std::vector<std::string> added_empty_dirs;
+  std::vector<AddedContainer> added_init_containers;
 
   std::string Key() const { return ns + "/" + name; }
   // The pod's identity in the ledger and the reservations: its uid, or Key() for a pod without one.

@@ -73,14 +73,15 @@ const std::string* PickPreemptionNode(const std::map<std::string, VictimChoice>&
 }
 
 void VictimChooser::Begin(const PreemptionQuery& q) {
-  const NodeEntry& node = *q.node;
+  // A pod of the cluster's pool on a client node: its victims there free pool cards.
+  const NodeEntry& node = engine_.Target(*q.node, *q.requests);
   usage_ = node.usage;
   mig_ = node.mig_in_use;
   classes_ = node.classes_in_use;
   totals_ = node.totals;
   const NodeUsage into{usage_, mig_, classes_, totals_};
   for (const PodAllocation* hold : q.nominated) {
-    if (hold->node == node.node.name) ApplyCharges(node, *hold, +1, into);
+    if (hold->node == q.node->node.name) ApplyCharges(node, *hold, +1, into);
   }
   const auto required = [&](const PodView* pod) {
     return std::any_of(q.required.begin(), q.required.end(),
@@ -119,12 +120,13 @@ VictimChoice VictimChooser::ChooseOn(const PodView& preemptor, const PodContext&
 void VictimChooser::Evict(const PreemptionQuery& q, Candidate& c, bool evicted) {
   if (c.evicted == evicted) return;
   c.evicted = evicted;
-  ApplyCharges(*q.node, *c.charge, *c.charges, evicted ? -1 : +1, NodeUsage{usage_, mig_, classes_, totals_});
+  ApplyCharges(engine_.Target(*q.node, *q.requests), *c.charge, *c.charges, evicted ? -1 : +1,
+               NodeUsage{usage_, mig_, classes_, totals_});
 }
 
 bool VictimChooser::Fits(const PreemptionQuery& q, PodDevices* out, std::string* reason) {
-  return engine_.FitAgainst(*q.ctx, *q.requests, *q.node, NodeUsage{usage_, mig_, classes_, totals_}, out,
-                            reason);
+  return engine_.FitAgainst(*q.ctx, *q.requests, engine_.Target(*q.node, *q.requests),
+                            NodeUsage{usage_, mig_, classes_, totals_}, out, reason);
 }
 
 VictimChoice VictimChooser::Choose(const PreemptionQuery& q) {

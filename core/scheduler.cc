@@ -258,6 +258,7 @@ void Scheduler::WriteDecision(const PodView& pod, const PodContext& ctx, const P
   const Backends& backends = state_->backends();
   const NodeEntry* chosen = state_->FindNode(out.node);
   FitNode(ctx, requests, *chosen, &out.devices, nullptr);
+  const NodeEntry& cards_on = engine_.Target(*chosen, requests);  // a client's cards are the pool's
   if (mode == FilterMode::kAllFitting) {  // nothing is written before kube-scheduler chooses
     out.kind = FilterOutcome::Kind::kFitting;
     return;
@@ -270,8 +271,8 @@ void Scheduler::WriteDecision(const PodView& pod, const PodContext& ctx, const P
     auto d = out.devices.find(backends.at(b).Vendor());
     if (d == out.devices.end()) continue;
     const Annotations written = out.annotations;
-    const auto [begin, end] = chosen->vendor_range[b];
-    const std::span<const DeviceInfo> cards(chosen->devices.data() + begin,
+    const auto [begin, end] = cards_on.vendor_range[b];
+    const std::span<const DeviceInfo> cards(cards_on.devices.data() + begin,
                                             static_cast<std::size_t>(end - begin));
     backends.at(b).AnnotateOnNode(pod, d->second, cards, written, now, out.annotations);
   }
@@ -329,7 +330,10 @@ std::vector<bool> Scheduler::FitInTurn(std::span<const PodView* const> pods, con
     auto ctx = MakePodContext(*pods[i], state_->backends(), state_->quotas(), options_.gpu_policy);
     if (!ctx) continue;
     apply(*pods[i], -1);
-    fits[i] = engine_.FitOnto(*ctx, *requests, *entry, usage, mig);
+    // A pod of the cluster's pool is fit against the pool as the ledger has it, not this node's usage.
+    fits[i] = &engine_.Target(*entry, *requests) != entry
+                  ? engine_.Fit(*ctx, *requests, *entry, nullptr, nullptr)
+                  : engine_.FitOnto(*ctx, *requests, *entry, usage, mig);
     if (fits[i]) {  // it takes its own place instead of its hold, which is gone from here on
       std::erase_if(holds, [&](const auto& h) { return h.second->uid == pods[i]->UidOrKey(); });
     }

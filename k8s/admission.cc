@@ -47,7 +47,40 @@ void WriteMap(const StringMap& before, const StringMap& after, json::object& par
   }
 }
 
+// `was` the entry before admission, or null: a value admission changed is written as a literal.
+json::object EnvJson(const EnvVar& e, const EnvVar* was) {
+  json::object entry;
+  entry["name"] = e.name;
+  if (e.field_path.empty() || (was != nullptr && was->value != e.value)) {
+    entry["value"] = e.value;
+  } else {
+    entry["valueFrom"] = {{"fieldRef", {{"apiVersion", "v1"}, {"fieldPath", e.field_path}}}};
+  }
+  return entry;
+}
+
+json::array MountsJson(const std::vector<VolumeMount>& mounts) {
+  json::array out;
+  for (const VolumeMount& m : mounts)
+    out.push_back(json::object{{"name", m.name}, {"mountPath", m.mount_path}});
+  return out;
+}
+
+// Appends `items` to the list at `key` of `parent`, created when absent.
+void Append(json::object& parent, std::string_view key, json::array items) {
+  if (items.empty()) return;
+  json::value& list = parent[key];
+  if (!list.is_array()) list = json::array();
+  for (auto& item : items) list.get_array().push_back(std::move(item));
+}
+
 void WriteContainer(const ContainerView& before, const ContainerView& after, json::object& c) {
+  if (before.added_mounts != after.added_mounts) {
+    const std::size_t kept = std::min(before.added_mounts.size(), after.added_mounts.size());
+    std::vector<VolumeMount> added(after.added_mounts.begin() + static_cast<std::ptrdiff_t>(kept),
+                                   after.added_mounts.end());
+    Append(c, "volumeMounts", MountsJson(added));
+  }
   if (before.limits != after.limits || before.requests != after.requests) {
     json::object& resources = ObjectAt(c, "resources");
     WriteMap(before.limits, after.limits, resources, "limits");
@@ -62,9 +95,7 @@ void WriteContainer(const ContainerView& before, const ContainerView& after, jso
   for (std::size_t i = 0; i < after.env.size(); ++i) {
     const EnvVar& e = after.env[i];
     if (i < before.env.size() && before.env[i] == e) continue;
-    json::object entry;
-    entry["name"] = e.name;
-    entry["value"] = e.value;
+    json::object entry = EnvJson(e, i < before.env.size() ? &before.env[i] : nullptr);
     if (i < env.size()) {
       env[i] = std::move(entry);
     } else {
@@ -81,11 +112,30 @@ void WriteContainers(const std::vector<ContainerView>& before, const std::vector
   auto& items = list->get_array();
   for (std::size_t i = 0; i < after.size() && i < before.size() && i < items.size(); ++i) {
     if (before[i].limits == after[i].limits && before[i].requests == after[i].requests &&
-        before[i].env == after[i].env) {
+        before[i].env == after[i].env && before[i].added_mounts == after[i].added_mounts) {
       continue;
     }
     if (items[i].is_object()) WriteContainer(before[i], after[i], items[i].get_object());
   }
+}
+
+// The volumes and init containers admission appended (after the pod's own).
+void WriteAdditions(const PodView& before, const PodView& after, json::object& spec) {
+  json::array volumes;
+  for (std::size_t i = before.added_empty_dirs.size(); i < after.added_empty_dirs.size(); ++i)
+    volumes.push_back(json::object{{"name", after.added_empty_dirs[i]}, {"emptyDir", json::object()}});
+  Append(spec, "volumes", std::move(volumes));
+  json::array inits;
+  for (std::size_t i = before.added_init_containers.size(); i < after.added_init_containers.size(); ++i) {
+    const AddedContainer& a = after.added_init_containers[i];
+    json::array command;
+    for (const std::string& part : a.command) command.emplace_back(part);
+    inits.push_back(json::object{{"name", a.name},
+                                 {"image", a.image},
+                                 {"command", std::move(command)},
+                                 {"volumeMounts", MountsJson(a.mounts)}});
+  }
+  Append(spec, "initContainers", std::move(inits));
 }
 
 }  // namespace
@@ -167,8 +217,10 @@ void WritePodChanges(const PodView& before, const PodView& after, json::value& o
   if (before.annotations != after.annotations) {
     WriteMap(before.annotations, after.annotations, ObjectAt(pod, "metadata"), "annotations");
   }
-  const bool spec_changed =
-      before.scheduler_name != after.scheduler_name || before.runtime_class_name != after.runtime_class_name;
+  const bool spec_changed = before.scheduler_name != after.scheduler_name ||
+                            before.runtime_class_name != after.runtime_class_name ||
+                            before.added_empty_dirs != after.added_empty_dirs ||
+                            before.added_init_containers != after.added_init_containers;
   json::value* spec_value = pod.if_contains("spec");
   if (spec_value == nullptr || !spec_value->is_object()) {
     if (!spec_changed) return;
@@ -186,6 +238,7 @@ void WritePodChanges(const PodView& before, const PodView& after, json::value& o
   }
   WriteContainers(before.init_containers, after.init_containers, spec, "initContainers");
   WriteContainers(before.containers, after.containers, spec, "containers");
+  WriteAdditions(before, after, spec);
 }
 
 }  // namespace hami::k8s

@@ -39,7 +39,9 @@ std::string AdmissionReviewJson(std::string_view api_version, std::string_view u
 
 // Writes onto `object` (the pod as sent) what admission changed between `before` and `after` (views of it):
 // schedulerName, runtimeClassName, annotations, and each container's limits, requests and env. An env var
-// whose value changed is replaced as a whole ({name, value}, dropping a valueFrom); a new one is appended.
+// whose value changed is replaced as a whole ({name, value}, dropping a valueFrom); a new one is appended (a
+// fieldRef when it reads a pod field). The volumes, init containers and volume mounts admission added
+// (PodView::added_*, ContainerView::added_mounts) are appended after the pod's own.
 void WritePodChanges(const PodView& before, const PodView& after, boost::json::value& object);
 
 }  // namespace hami::k8s

@@ -113,7 +113,22 @@ Result<ContainerView> ContainerFromJson(const Reader& r, const json::value& c, c
       if (!en) return en.error();
       auto ev = r.String(e, "value", at + ".env[].value");
       if (!ev) return ev.error();
-      out.env.push_back(EnvVar{*en, *ev});
+      EnvVar var{*en, *ev, "", false};
+      if (const json::value* from = r.Find(e, "valueFrom"); from != nullptr && !from->is_null()) {
+        auto path = r.String(e, "valueFrom.fieldRef.fieldPath", at + ".env[].valueFrom.fieldRef.fieldPath");
+        if (!path) return path.error();
+        var.field_path = *path;
+        var.other_source = path->empty();
+      }
+      out.env.push_back(std::move(var));
+    }
+  }
+  if (const json::value* mounts = r.Find(c, "volumeMounts")) {
+    if (!mounts->is_array()) return r.Fail(at + ".volumeMounts", "expected a list");
+    for (const auto& m : mounts->get_array()) {
+      auto mn = r.String(m, "name", at + ".volumeMounts[].name");
+      if (!mn) return mn.error();
+      out.volume_mounts.push_back(*mn);
     }
   }
   return out;
@@ -162,6 +177,17 @@ Result<NodeView> NodeFromJson(const json::value& v) {
   auto allocatable = r.Map(v, "status.allocatable", "status.allocatable");
   if (!allocatable) return allocatable.error();
   n.allocatable = std::move(*allocatable);
+  if (const json::value* addresses = r.Find(v, "status.addresses"); addresses && addresses->is_array()) {
+    for (const json::value& a : addresses->get_array()) {
+      const json::value* type = a.is_object() ? a.get_object().if_contains("type") : nullptr;
+      const json::value* address = a.is_object() ? a.get_object().if_contains("address") : nullptr;
+      if (type && address && type->is_string() && address->is_string() &&
+          type->get_string() == "InternalIP") {
+        n.internal_ip = std::string(address->get_string());
+        break;
+      }
+    }
+  }
   return n;
 }
 
@@ -253,6 +279,14 @@ Result<PodView> ReadPod(const json::value& v, PodName name_rule) {
   auto containers = Containers(r, v, "containers");
   if (!containers) return containers.error();
   p.containers = std::move(*containers);
+  if (const json::value* volumes = r.Find(v, "spec.volumes")) {
+    if (!volumes->is_array()) return r.Fail("spec.volumes", "expected a list");
+    for (const auto& vol : volumes->get_array()) {
+      auto name = r.String(vol, "name", "spec.volumes[].name");
+      if (!name) return name.error();
+      p.volumes.push_back(*name);
+    }
+  }
   if (const json::value* st = r.Find(v, "status.initContainerStatuses")) {
     if (!st->is_array()) return r.Fail("status.initContainerStatuses", "expected a list");
     for (const auto& s : st->get_array()) {

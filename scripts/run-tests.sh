@@ -57,6 +57,9 @@ timeout 600 bash tests/e2e/preempt.sh "${BUILD_DIR:-build}/hami-scheduler"
 # win over binpack there, not in one-node mode; every pod allocated, no card over-committed (docs/DECISIONS.md
 # "Filter modes").
 timeout 600 bash tests/e2e/soft.sh "${BUILD_DIR:-build}/hami-scheduler"
+# Remote GPUs (lupine) on the real kube-scheduler: a GPU-less client gets one whole server, the smallest free
+# one, with its endpoint; a pod waits while every server is in use (docs/DECISIONS.md "Remote GPUs").
+timeout 600 bash tests/e2e/remotegpu.sh "${BUILD_DIR:-build}/hami-scheduler"
 # The NUMA refit with real bound service-account tokens and TokenReviews: a container moved to an allowed card
 # (both annotations, the ledger at once), forged, other-account, other-node and replayed tokens refused with
 # nothing changed (docs/DECISIONS.md "NUMA refit").
@@ -76,8 +79,9 @@ timeout 600 bash tests/e2e/bench.sh --allocate-delay 200ms --max-nodes 2 --serve
   burst=48x6:binpack:30
 # smoke, the conformance suite with two kinds of authentication, the real kube-scheduler + extender, HAMi's
 # chart contract with the webhook, failover between two leader-elected pairs, our Helm chart, the requeue,
-# preemption, soft constraints, the NUMA refit, the page, the container image, the burst in both filter modes
-e2e_suites=15
+# preemption, soft constraints, remote GPUs, the NUMA refit, the page, the container image, the burst in both
+# filter modes
+e2e_suites=16
 t_e2e=$(date +%s)
 echo "time: deps $((t_deps - start))s, build $((t_build - t_deps))s, tests $((t_test - t_build))s," \
   "asan build $((t_asan_build - t_test))s, asan tests $((t_asan - t_asan_build))s, fuzz $((t_fuzz - t_asan))s," \

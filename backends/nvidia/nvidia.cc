@@ -69,7 +69,7 @@ void SetEnv(ContainerView& c, std::string name, std::string value) {
   // it.
   for (auto e = c.env.rbegin(); e != c.env.rend(); ++e) {
     if (e->name == name) {
-      e->value = std::move(value);
+      *e = EnvVar{std::move(name), std::move(value)};  // a literal now, whatever source it had
       return;
     }
   }

@@ -248,7 +248,11 @@ DevicePlugin::NodeStatus DevicePlugin::DesiredStatus() const {
 asio::awaitable<bool> DevicePlugin::PublishAnnotation(const std::string& value) {
   json::object annotations;
   annotations[backend_->Spec().keys.register_annotation] = value;
-  const json::value patch = AnnotationsPatch(std::move(annotations));
+  json::object patch_object = AnnotationsPatch(std::move(annotations));
+  // A pool server's label goes with its registration (set by its operator, in a real cluster).
+  if (const auto labels = PublishFor(*backend_, options_.devices).labels; !labels.empty())
+    patch_object["metadata"].get_object()["labels"] = ResourcesJson(labels);
+  const json::value patch = std::move(patch_object);
   const std::string path = NodePath();
   auto patched = co_await client_->MergePatch(path, patch);
   if (!patched) {

@@ -14,11 +14,11 @@ check() { if eval "$2"; then passed=$((passed + 1)); echo "ok   $1"; else failed
 timeout 120 "$bin" demo --json --kubeconfig-out "$tmp/kubeconfig" >"$tmp/out.json" 2>"$tmp/live.txt"
 rc=$?
 check "demo --json exits 0" '[ $rc = 0 ]' "rc=$rc $(tail -5 "$tmp/live.txt")"
-check "the summary: 26 pods, 25 scheduled, 1 unschedulable, 0 failed" \
+check "the summary: 27 pods, 26 scheduled, 1 unschedulable, 0 failed" \
   'python3 - "$tmp/out.json" <<"PY"
 import json, sys
 s = json.load(open(sys.argv[1]))
-assert (s["pods"], s["scheduled"], s["unschedulable"], s["failed"]) == (26, 25, 1, 0), s
+assert (s["pods"], s["scheduled"], s["unschedulable"], s["failed"]) == (27, 26, 1, 0), s
 by = {o["pod"].split("/")[1]: o for o in s["outcomes"]}
 vendors = {"mlu-slice": "MLU", "mthreads-slice": "Mthreads", "dcu-slice": "DCU", "shared-gpu-1": "NVIDIA",
            "npu-vnpu": "Ascend910B3", "npu-pair": "Ascend910B3", "xpu-pair": "kunlun", "vxpu-quarter": "XPU",
@@ -27,6 +27,10 @@ vendors = {"mlu-slice": "MLU", "mthreads-slice": "Mthreads", "dcu-slice": "DCU",
            "gcu-whole": "GCU", "drs-three": "Enflame", "metax-whole": "Metax-GPU", "sgpu-quarter": "Metax-SGPU"}
 for pod, vendor in vendors.items():
     assert by[pod]["state"] == "scheduled" and vendor in by[pod]["devices"], by[pod]
+# a remote-GPU pod runs on a client (any node but the lupine server) with both cards of the server, whole
+remote = by["remote-gpu-whole-server"]
+assert remote["state"] == "scheduled" and remote["node"] != "lupine-server-1", remote
+assert remote["devices"]["RemoteGPU"].count("lupine-server-1/") == 2 and ",40960,100" in remote["devices"]["RemoteGPU"], remote
 # two containers and an init container: one device list per container, init first
 assert by["two-containers"]["devices"]["NVIDIA"].count(";") == 2, by["two-containers"]
 assert by["init-then-serve"]["devices"]["NVIDIA"].count(";") == 2, by["init-then-serve"]

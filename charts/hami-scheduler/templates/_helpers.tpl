@@ -117,6 +117,9 @@ imagePullSecrets:
 {{- if .Values.devices.ascend.enabled -}}
 {{- $names = concat $names .Values.devices.ascend.customresources -}}
 {{- end -}}
+{{- if .Values.devices.remotegpu.enabled -}}
+{{- $names = concat $names (list .Values.devices.remotegpu.resourceCountName .Values.devices.remotegpu.resourceMemoryName) -}}
+{{- end -}}
 {{- range (uniq $names) }}
 - {name: {{ . | quote }}, ignoredByScheduler: true}
 {{- end -}}

@@ -76,7 +76,8 @@ TEST(Registry, BuiltinNamesAndVendorOrder) {
   ASSERT_TRUE(backends::RegisterBuiltinBackends(registry));
   EXPECT_EQ(registry.Names(),
             (std::vector<std::string>{"amd", "awsneuron", "biren", "cambricon", "enflame", "hygon", "iluvatars",
-                                      "kunlun", "metax", "mthreads", "nvidia", "vastai", "vnpus"}));
+                                      "kunlun", "metax", "mthreads", "nvidia", "remotegpu", "vastai",
+                                      "vnpus"}));
   EXPECT_FALSE(backends::RegisterBuiltinBackends(registry)) << "registering a name twice must fail";
   EXPECT_FALSE(registry.Create("iluvatar", VendorSettings{})) << "HAMi's section is iluvatars";
   // Backends are kept sorted by vendor key: the order node locks are taken in.

@@ -143,6 +143,8 @@ TEST_P(VendorContract, ItsDemoIsWellFormed) {
     const NodePublication published = backend_->Publish(demo.cards);
     NodeView node;
     node.name = demo.name;
+    node.internal_ip = "10.0.0.1";  // as kubelet registers every node
+    node.labels.insert(published.labels.begin(), published.labels.end());
     if (published.annotation) node.annotations[spec().keys.register_annotation] = *published.annotation;
     node.capacity.insert(published.resources.begin(), published.resources.end());
     node.allocatable = node.capacity;
@@ -183,6 +185,8 @@ TEST_P(VendorContract, DiscoversWhatItsSimulatedPluginPublishes) {
   const NodePublication published = sim::PublishFor(*backend_, cards);
   NodeView node;
   node.name = "n1";
+  node.internal_ip = "10.0.0.1";
+  node.labels.insert(published.labels.begin(), published.labels.end());
   if (published.annotation) node.annotations[spec().keys.register_annotation] = *published.annotation;
   node.capacity.insert(published.resources.begin(), published.resources.end());
   node.allocatable = node.capacity;

@@ -423,7 +423,8 @@ TEST(Commands, TheChartsAscendConfigurationBuildsOneBackendPerChip) {
   // Every other registered vendor, as its section builds it by default.
   std::vector<std::string> registered;
   for (const std::string& section : Vendors().Sections()) {
-    if (section == "vnpus") continue;
+    // Remote GPUs came after v2.10: its chart does not turn them on.
+    if (section == "vnpus" || section == "remotegpu") continue;
     auto built = Vendors().Create(section, VendorSettings{});
     ASSERT_TRUE(built) << section;
     for (const auto& b : *built) registered.push_back(b->Vendor());

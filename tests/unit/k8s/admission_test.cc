@@ -123,7 +123,7 @@ TEST(AdmissionWire, PodChangesAreWrittenOntoTheObjectAsSent) {
   after.runtime_class_name = "nvidia";
   after.annotations["mthreads.com/request-gpu-num"] = "2";
   after.containers[0].limits["nvidia.com/gpu"] = "1";
-  after.containers[0].env[1].value = "5";
+  after.containers[0].env[1] = EnvVar{"CUDA_TASK_PRIORITY", "5"};  // a literal now
   after.containers[0].env.push_back(EnvVar{"GPU_CORE_UTILIZATION_POLICY", "force"});
   after.init_containers[0].env.push_back(EnvVar{"GPU_CORE_UTILIZATION_POLICY", "force"});
   json::value mutated = object;
@@ -177,6 +177,43 @@ TEST(AdmissionWire, APodBeingCreatedNeedsNoName) {
   auto pod = PodBeingCreatedFromJson(object);
   ASSERT_TRUE(pod) << pod.error().message;
   EXPECT_EQ(pod->name, "");
+}
+
+// What admission appends (remote GPUs' library delivery) lands after the pod's own entries, and an env var
+// read through the downward API is written as a fieldRef.
+TEST(AdmissionWire, AppendedVolumesInitContainersMountsAndFieldRefs) {
+  json::value object = json::parse(R"({"metadata":{"name":"p"},"spec":{
+      "initContainers":[{"name":"setup"}],
+      "containers":[{"name":"app","volumeMounts":[{"name":"data","mountPath":"/data"}],
+                     "env":[{"name":"FROM","valueFrom":{"secretKeyRef":{"name":"s","key":"k"}}}]}],
+      "volumes":[{"name":"data","emptyDir":{}}]}})");
+  PodView before = PodFromJson(object).value();
+  EXPECT_EQ(before.volumes, std::vector<std::string>{"data"});
+  EXPECT_EQ(before.containers[0].volume_mounts, std::vector<std::string>{"data"});
+  ASSERT_EQ(before.containers[0].env.size(), 1u);
+  EXPECT_TRUE(before.containers[0].env[0].other_source);
+  PodView after = before;
+  after.containers[0].env.push_back(EnvVar{"ID", "", "metadata.uid"});
+  after.containers[0].added_mounts.push_back(VolumeMount{"lib", "/lib-here"});
+  after.added_empty_dirs.push_back("lib");
+  after.added_init_containers.push_back(
+      AddedContainer{"lib", "img:1", {"sh", "-c", "cp a b"}, {{"lib", "/lib-here"}}});
+  json::value mutated = object;
+  WritePodChanges(before, after, mutated);
+  EXPECT_EQ(mutated, json::parse(R"({"metadata":{"name":"p"},"spec":{
+      "initContainers":[{"name":"setup"},
+        {"name":"lib","image":"img:1","command":["sh","-c","cp a b"],
+         "volumeMounts":[{"name":"lib","mountPath":"/lib-here"}]}],
+      "containers":[{"name":"app","volumeMounts":[{"name":"data","mountPath":"/data"},
+                       {"name":"lib","mountPath":"/lib-here"}],
+                     "env":[{"name":"FROM","valueFrom":{"secretKeyRef":{"name":"s","key":"k"}}},
+                            {"name":"ID",
+                             "valueFrom":{"fieldRef":{"apiVersion":"v1","fieldPath":"metadata.uid"}}}]}],
+      "volumes":[{"name":"data","emptyDir":{}},{"name":"lib","emptyDir":{}}]}})"));
+  // Read back, the downward API entry is what the view said.
+  const PodView reread = PodFromJson(mutated).value();
+  EXPECT_EQ(reread.containers[0].env[1].field_path, "metadata.uid");
+  EXPECT_EQ(reread.init_containers.size(), 2u);
 }
 
 }  // namespace
