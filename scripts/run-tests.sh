@@ -55,7 +55,8 @@ timeout 900 bash tests/e2e/requeue.sh "${BUILD_DIR:-build}/hami-scheduler"
 timeout 600 bash tests/e2e/preempt.sh "${BUILD_DIR:-build}/hami-scheduler"
 # kube-scheduler's soft constraints with --filter-mode=all-fitting: a preferred zone and a ScheduleAnyway spread
 # win over binpack there, not in one-node mode; every pod allocated, no card over-committed (docs/DECISIONS.md
-# "Filter modes").
+# "Filter modes"); then a Cluster Autoscaler-shaped /filter with a template node (docs/DECISIONS.md "Cluster
+# Autoscaler's template nodes").
 timeout 600 bash tests/e2e/soft.sh "${BUILD_DIR:-build}/hami-scheduler"
 # Remote GPUs (lupine) on the real kube-scheduler: a GPU-less client gets one whole server, the smallest free
 # one, with its endpoint; a pod waits while every server is in use (docs/DECISIONS.md "Remote GPUs").
