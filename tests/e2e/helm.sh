@@ -3,7 +3,7 @@
 #  - `helm lint --strict`;
 #  - `helm template` in every shape (default; an operator's HAMi values file, tests/e2e/chart-v2.10.0/
 #    values-operator.yaml; without the kube-scheduler sidecar; without the webhook; cert-manager; ServiceMonitor
-#    and Grafana dashboard; a config change) with the rendered objects checked (helm_checks.py);
+#    and Grafana dashboard; remote GPUs on; a config change) with the rendered objects checked (helm_checks.py);
 #  - the renderings accepted by the REAL kube-apiserver (`kubectl apply --dry-run=server`; cert-manager's and the
 #    Prometheus operator's kinds are left out, their CRDs are not installed), then the default one applied;
 #  - the extender's command line as the operator's values render it, loaded by our binary (--print-config):
@@ -114,6 +114,28 @@ if "$HAMI" config --enable-iluvatar=true --device-config-file "$WORK/iluvatar-de
   ok "our binary loads the iluvatar rendering's device config with --enable-iluvatar, without a warning about it"
 else
   cat "$WORK/logs/iluvatar-config.log"; bad "our binary and the iluvatar rendering's device config"
+fi
+# Remote GPUs: off by default; on, the device config's remotegpu section loads in our binary and both
+# resources are the extender's managedResources.
+! grep -q 'remote-gpu' "$WORK/default.yaml" && ok "remote GPUs: off in the default rendering" ||
+  bad "remote GPUs: the default rendering mentions remote-gpu"
+if render remotegpu --set devices.remotegpu.enabled=true --set devices.remotegpu.libImage=example.com/hami:v1; then
+  python3 -c '
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if d and d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-device"):
+        print(d["data"]["device-config.yaml"])' "$WORK/remotegpu.yaml" > "$WORK/remotegpu-device-config.yaml"
+  if "$HAMI" config --device-config-file "$WORK/remotegpu-device-config.yaml" --print-config \
+       > "$WORK/remotegpu-config.yaml" 2> "$WORK/logs/remotegpu-config.log" &&
+     ! grep -qi 'remotegpu' "$WORK/logs/remotegpu-config.log" &&
+     grep -q 'libImage: "example.com/hami:v1"' "$WORK/remotegpu-device-config.yaml"; then
+    ok "remote GPUs: our binary loads the rendering's remotegpu section (enabled, libImage) without a warning"
+  else
+    cat "$WORK/logs/remotegpu-config.log"; bad "remote GPUs: our binary and the rendering's device config"
+  fi
+  [ "$(grep -c 'name: "nvidia.com/remote-gpu\(-memory\)\?", ignoredByScheduler: true' "$WORK/remotegpu.yaml")" = 2 ] &&
+    ok "remote GPUs: both resources are the extender's managedResources" ||
+    bad "remote GPUs: managedResources lack nvidia.com/remote-gpu or -memory"
 fi
 render changed --set devices.nvidia.gpuCorePolicy=force && checks checksum "$WORK/default.yaml" "$WORK/changed.yaml"
 
