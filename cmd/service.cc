@@ -59,6 +59,18 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   auto background = k8s::ApiClient::Create(ioc.get_executor(), rest, co);
   if (!background) return background.error();
   s->background_client_ = std::move(*background);
+  {
+    // /refit's TokenReviews: a limiter of their own, one attempt of 1 s (half the device plugin's 2 s), so
+    // that junk tokens never queue in front of a bind (docs/DECISIONS.md, "NUMA refit").
+    k8s::ClientOptions ro;
+    ro.qps = 10;
+    ro.burst = 10;
+    ro.timeout = std::chrono::milliseconds(1000);
+    ro.max_attempts = 1;
+    auto reviews = k8s::ApiClient::Create(ioc.get_executor(), rest, ro);
+    if (!reviews) return reviews.error();
+    s->review_client_ = std::move(*reviews);
+  }
   const extender::LeadershipOptions& election = cfg.extender.leadership;
   if (election.enabled && election.mode == extender::LeaderElectMode::kAcquire) {
     // One attempt per request, bounded by half the renew deadline (at least the retry period): the rounds are
@@ -84,7 +96,7 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
   s->extender_ = std::make_unique<extender::Extender>(
       ioc.get_executor(),
       extender::Extender::Clients{s->client_.get(), s->background_client_.get(), s->event_client_.get(),
-                                  s->lease_client_.get()},
+                                  s->lease_client_.get(), s->review_client_.get()},
       backends, std::move(settings), std::move(site), clock);
   if (election.enabled) {
     // The last fence: every attempt of every write (retries included) asks whether we still lead.
@@ -93,7 +105,8 @@ Result<std::unique_ptr<SchedulerService>> SchedulerService::Create(
       return leadership->leader() ? std::string()
                                   : "this replica is not the leader (" + leadership->Describe() + ")";
     };
-    for (k8s::ApiClient* c : {s->client_.get(), s->background_client_.get(), s->event_client_.get()})
+    for (k8s::ApiClient* c :
+         {s->client_.get(), s->background_client_.get(), s->event_client_.get(), s->review_client_.get()})
       c->SetWriteGate(gate);
   }
   extender::Extender& e = *s->extender_;

@@ -79,6 +79,7 @@ class SchedulerService {
   std::unique_ptr<k8s::ApiClient> background_client_;
   // --leader-elect-mode=acquire: the Lease's own client (its own rate limit, one attempt per round).
   std::unique_ptr<k8s::ApiClient> lease_client_;
+  std::unique_ptr<k8s::ApiClient> review_client_;
   std::unique_ptr<extender::Extender> extender_;
   std::unique_ptr<extender::HttpRoutes> routes_;
   // Every listener: the extender's first, then the metrics and webhook ones when they are listeners of their

@@ -91,7 +91,8 @@ asio::awaitable<ApiResult<TokenReviewStatus>> ApiClusterWriter::ReviewToken(cons
   const json::value review = {
       {"apiVersion", "authentication.k8s.io/v1"}, {"kind", "TokenReview"}, {"spec", {{"token", token}}}};
   const std::string path = "/apis/authentication.k8s.io/v1/tokenreviews";
-  auto r = co_await decisions_->Create(path, review);
+  // Never on the decisions' client: a caller not yet authenticated must not spend what binds wait for.
+  auto r = co_await reviews_->Create(path, review);
   if (!r) co_return r.error();
   co_return ReviewStatusOf(*r);
 }

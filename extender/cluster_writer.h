@@ -70,11 +70,15 @@ class ClusterWriter {
 };
 
 // The port on the API server: decisions and background writes on their clients (which share one rate
-// limit), events through the recorder.
+// limit), events through the recorder, TokenReviews on `reviews` (the background client when none is given).
 class ApiClusterWriter final : public ClusterWriter {
  public:
-  ApiClusterWriter(k8s::ApiClient& decisions, k8s::ApiClient& background, k8s::EventRecorder& events)
-      : decisions_(&decisions), background_(&background), events_(&events) {}
+  ApiClusterWriter(k8s::ApiClient& decisions, k8s::ApiClient& background, k8s::EventRecorder& events,
+                   k8s::ApiClient* reviews = nullptr)
+      : decisions_(&decisions),
+        background_(&background),
+        events_(&events),
+        reviews_(reviews ? reviews : &background) {}
 
   boost::asio::awaitable<ApiResult<ObjectMeta>> PatchNode(const std::string& node,
                                                           const boost::json::value& patch,
@@ -94,6 +98,7 @@ class ApiClusterWriter final : public ClusterWriter {
   k8s::ApiClient* decisions_;
   k8s::ApiClient* background_;
   k8s::EventRecorder* events_;
+  k8s::ApiClient* reviews_;
 };
 
 }  // namespace hami::extender

@@ -36,7 +36,7 @@ Extender::Extender(asio::any_io_executor executor, Clients clients, const Backen
       readiness_(leadership_),
       events_(executor, *clients.events, clock,
               k8s::EventRecorderOptions{options_.admission.scheduler_name, site.hostname}),
-      writer_(*clients.decisions, *clients.background, events_),
+      writer_(*clients.decisions, *clients.background, events_, clients.reviews),
       fenced_(writer_, leadership_),
       feed_(backends, fenced_),
       health_(backends, fenced_, clock, options_.handshake_timeout, &readiness_.changed()),

@@ -62,6 +62,9 @@ class Extender : public k8s::prom::Source {
     // --leader-elect-mode=acquire: the Lease's reads and writes (a rate limit of its own, so a renewal never
     // queues behind decisions).
     k8s::ApiClient* leases = nullptr;
+    // /refit's TokenReviews (a rate limit of its own, one short attempt): unauthenticated callers never
+    // spend the decisions' budget. Null: the background client.
+    k8s::ApiClient* reviews = nullptr;
   };
   Extender(boost::asio::any_io_executor executor, Clients clients, const Backends& backends,
            ExtenderOptions options, const ExtenderSite& site, const Clock& clock);

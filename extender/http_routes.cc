@@ -366,7 +366,9 @@ void HttpRoutes::InstallRefit(k8s::HttpServer& server) {
       const std::string authorization(r.headers[http::field::authorization]);  // named: see /filter
       answer = co_await e->refit.Refit(*request, authorization);
     }
-    co_return Respond(answer.status, kJson, RefitAnswerJson(answer));
+    k8s::ServerResponse out = Respond(answer.status, kJson, RefitAnswerJson(answer));
+    if (answer.retry_after) out.headers.emplace_back("Retry-After", "1");
+    co_return out;
   });
 }
 

@@ -5,6 +5,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/json.hpp>
 #include <unordered_set>
 
@@ -26,6 +29,27 @@ constexpr std::string_view kPodNameExtra = "authentication.kubernetes.io/pod-nam
 constexpr std::string_view kPodUidExtra = "authentication.kubernetes.io/pod-uid";
 constexpr std::size_t kMaxUuidBytes = 256;
 constexpr std::size_t kVerdictsKept = 4096;
+constexpr std::size_t kRejectionsKept = 4096;
+constexpr std::chrono::seconds kRejectionTtl{10};
+
+// Three non-empty base64url segments separated by '.': what a service-account token is.
+bool JwtShaped(std::string_view t) {
+  int dots = 0;
+  std::size_t run = 0;
+  for (char c : t) {
+    if (c == '.') {
+      if (run == 0) return false;
+      ++dots;
+      run = 0;
+    } else if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+               c == '_') {
+      ++run;
+    } else {
+      return false;
+    }
+  }
+  return dots == 2 && run > 0;
+}
 
 // A UUID, a container name or a pod uid: printable, no space, none of the allocation encoding's separators
 // (',' ':' ';'), so that nothing read here can change the meaning of an annotation or a log line.
@@ -226,8 +250,8 @@ void RefitService::Count(const RefitAnswer& a, double seconds) {
   const char* result = a.status == 200   ? (a.succeeded ? (a.moved ? "moved" : "unchanged") : "refused")
                        : a.status == 401 ? "unauthenticated"
                        : a.status == 403 ? "forbidden"
-                       : a.status == 503 ? "unavailable"
-                                         : "invalid";
+                       : a.status == 503 || a.status == 429 ? "unavailable"
+                                                            : "invalid";
   ++results_[result];
   latency_.Observe(seconds);
 }
@@ -239,8 +263,9 @@ RefitAnswer RefitService::Refuse(unsigned status, std::string reason) {
 }
 
 RefitAnswer RefitService::Refused(const PodView* pod, unsigned status, std::string reason) {
-  // Every outside value in a reason is quoted or validated already; escaped once more for the log line.
-  spdlog::info("refit refused ({}): {}", status, k8s::EscapeControlChars(reason));
+  // Escaped once, here, for the answer, the log line and the event alike: reasons carry annotation text.
+  reason = k8s::EscapeControlChars(reason);
+  spdlog::info("refit refused ({}): {}", status, reason);
   if (pod != nullptr) writer_->Event(k8s::InvolvedObject::Of(*pod), "Warning", "NumaRefitFailed", reason);
   RefitAnswer a;
   a.status = status;
@@ -260,52 +285,98 @@ asio::awaitable<RefitAnswer> RefitService::Decide(const RefitRequest& request, s
                                                   TimePoint start) {
   // Who asks comes first: nothing of the pod named is looked at for a caller that is not let in.
   if (auto refused = co_await Authenticate(request, authorization)) co_return std::move(*refused);
-  auto target = Locate(request);
-  if (!target) {
-    auto it = pods_->find(request.pod_ns + "/" + request.pod_name);
-    const bool same = it != pods_->end() && it->second.uid == request.pod_uid;
-    co_return Refused(same ? &it->second : nullptr, 200, std::move(target.error().message));
-  }
-  const PodView& pod = target->pod;
+  // One refit of a pod at a time: a second one would count the node lock as its own (re-entered) and work
+  // on the same copy of the pod as the first.
+  if (!refitting_.insert(request.pod_uid).second)
+    co_return Refused(nullptr, 200, "a refit of this pod is already running");
+  struct Running {
+    std::unordered_set<std::string>* set;
+    std::string uid;
+    ~Running() { set->erase(uid); }
+  } running{&refitting_, request.pod_uid};
+  co_return co_await Locked(request, start);
+}
+
+std::optional<RefitAnswer> RefitService::Unchanged(const RefitRequest& request, const Target& target) {
   std::unordered_set<std::string_view> allowed(request.allowed.begin(), request.allowed.end());
-  const bool all_allowed = std::all_of(target->current.begin(), target->current.end(),
-                                       [&](const ContainerDevice& d) { return allowed.contains(d.uuid); });
-  if (all_allowed) {
-    RefitAnswer a;
-    a.succeeded = true;
-    a.container_devices = EntryOf(target->current);
-    co_return a;
-  }
+  if (!std::all_of(target.current.begin(), target.current.end(),
+                   [&](const ContainerDevice& d) { return allowed.contains(d.uuid); }))
+    return std::nullopt;
+  RefitAnswer a;
+  a.succeeded = true;
+  a.container_devices = EntryOf(target.current);
+  return a;
+}
+
+RefitAnswer RefitService::NotLocated(const RefitRequest& request, std::string reason) {
+  auto it = pods_->find(request.pod_ns + "/" + request.pod_name);
+  // An event only on a pod of the request's node: the caller is that node's device plugin, no other's.
+  const bool ours =
+      it != pods_->end() && it->second.uid == request.pod_uid && it->second.node_name == request.node;
+  return Refused(ours ? &it->second : nullptr, 200, std::move(reason));
+}
+
+asio::awaitable<RefitAnswer> RefitService::Locked(const RefitRequest& request, TimePoint start) {
+  auto target = Locate(request);
+  if (!target) co_return NotLocated(request, std::move(target.error().message));
+  if (auto same = Unchanged(request, *target)) co_return std::move(*same);
   // The node's allocation lock, as the bind takes it: the pod being set up holds it already (taken again
   // without a write); otherwise it is taken for the refit and given back after it.
   std::optional<std::pair<LockTarget, LockOutcome>> taken;
   const BackendSpec& spec = target->backend->Spec();
   if (!spec.keys.node_lock.empty()) {
-    LockTarget lock{request.node, spec.keys.node_lock, spec.lock, pod.ns, pod.name};
+    LockTarget lock{request.node, spec.keys.node_lock, spec.lock, target->pod.ns, target->pod.name};
     const auto left = start + options_.budget - options_.patch_reserve - clock_->Now();
     const auto deadline = steady_clock::now() + std::chrono::duration_cast<steady_clock::duration>(left);
     LockOutcome got = co_await queue_->Acquire(lock, deadline);
     if (!got.acquired)
-      co_return Refused(&pod, 200, fmt::format("node {} is locked: {}", request.node, got.message));
+      co_return Refused(&target->pod, 200, fmt::format("node {} is locked: {}", request.node, got.message));
     if (!got.reentered) taken.emplace(std::move(lock), std::move(got));
   }
-  RefitAnswer a;
-  auto chosen = Choose(request, *target);
-  if (!chosen) {
-    a = Refused(&pod, 200, std::move(chosen.error().message));
-  } else if (auto done = co_await Commit(request, *target, *chosen, start); !done) {
-    a = Refused(&pod, 200, std::move(done.error().message));
-  } else {
-    a.succeeded = true;
-    a.moved = true;
-    a.container_devices = EntryOf(*chosen);
-    const std::string message =
-        fmt::format("NUMA refit moved container {} from {} to {}", request.container_index,
-                    UuidsOf(target->current), UuidsOf(*chosen));
-    spdlog::info("pod {} on node {}: {}", pod.Key(), request.node, message);
-    writer_->Event(k8s::InvolvedObject::Of(pod), "Normal", "NumaRefitSucceeded", message);
+  // Given back on every way out: after an exception, by a coroutine of its own.
+  struct Giveback {
+    NodeLocker* locker;
+    asio::any_io_executor executor;
+    std::optional<std::pair<LockTarget, LockOutcome>>* taken;
+    ~Giveback() {
+      if (!*taken) return;
+      asio::co_spawn(
+          executor,
+          [locker = locker, t = std::move(**taken)]() -> asio::awaitable<void> {
+            co_await locker->Release(t.first, t.second.value);
+          },
+          asio::detached);
+    }
+  } giveback{locker_, co_await asio::this_coro::executor, &taken};
+  RefitAnswer a = co_await Move(request, start);
+  if (taken) {
+    auto held = std::move(*taken);
+    taken.reset();
+    co_await locker_->Release(held.first, held.second.value);
   }
-  if (taken) co_await locker_->Release(taken->first, taken->second.value);
+  co_return a;
+}
+
+asio::awaitable<RefitAnswer> RefitService::Move(const RefitRequest& request, TimePoint start) {
+  // Found again under the lock: the pod may have changed while the lock was waited for.
+  auto target = Locate(request);
+  if (!target) co_return NotLocated(request, std::move(target.error().message));
+  if (auto same = Unchanged(request, *target)) co_return std::move(*same);
+  const PodView& pod = target->pod;
+  auto chosen = Choose(request, *target);
+  if (!chosen) co_return Refused(&pod, 200, std::move(chosen.error().message));
+  if (auto done = co_await Commit(request, *target, *chosen, start); !done)
+    co_return Refused(&pod, 200, std::move(done.error().message));
+  RefitAnswer a;
+  a.succeeded = true;
+  a.moved = true;
+  a.container_devices = EntryOf(*chosen);
+  // The UUIDs come from annotations: escaped once for the log line and the event.
+  const std::string message = k8s::EscapeControlChars(
+      fmt::format("NUMA refit moved container {} from {} to {}", request.container_index,
+                  UuidsOf(target->current), UuidsOf(*chosen)));
+  spdlog::info("pod {} on node {}: {}", pod.Key(), request.node, message);
+  writer_->Event(k8s::InvolvedObject::Of(pod), "Normal", "NumaRefitSucceeded", message);
   co_return a;
 }
 
@@ -321,6 +392,12 @@ asio::awaitable<std::optional<RefitAnswer>> RefitService::Authenticate(const Ref
                       "caller authentication failed: want an Authorization: Bearer <service-account token> "
                       "header");
   const std::string token(authorization.substr(kBearer.size()));
+  // Refused before any TokenReview: a review is spent only on what could be a service-account token.
+  if (token.size() > kMaxTokenBytes || !JwtShaped(token))
+    co_return Refused(nullptr, 401,
+                      fmt::format("caller authentication failed: the token is not a service-account token (a "
+                                  "JWT of at most {} bytes)",
+                                  kMaxTokenBytes));
   const std::string hash = Sha256Hex(token);
   const TimePoint now = clock_->Now();
   auto kept = verdicts_.find(hash);
@@ -333,7 +410,7 @@ asio::awaitable<std::optional<RefitAnswer>> RefitService::Authenticate(const Ref
     verdict = kept->second;
   } else {
     RefitAnswer refused;
-    auto reviewed = co_await Review(token, hash, refused);
+    auto reviewed = co_await ReviewOnce(token, hash, refused);
     if (!reviewed) co_return refused;
     verdict = std::move(*reviewed);
   }
@@ -342,14 +419,50 @@ asio::awaitable<std::optional<RefitAnswer>> RefitService::Authenticate(const Ref
   co_return refused;
 }
 
+asio::awaitable<std::optional<RefitService::Verdict>> RefitService::ReviewOnce(const std::string& token,
+                                                                               const std::string& hash,
+                                                                               RefitAnswer& refused) {
+  const TimePoint now = clock_->Now();
+  if (auto kept = rejected_.find(hash); kept != rejected_.end()) {
+    if (kept->second.until > now) {
+      refused = Refused(nullptr, kept->second.status, kept->second.reason);
+      co_return std::nullopt;
+    }
+    rejected_.erase(kept);
+  }
+  // The API server's TokenReviews are no free resource for callers not yet known: a few at once.
+  if (reviews_in_flight_ >= kMaxReviewsInFlight) {
+    refused = Refused(nullptr, 429, "too many callers are being authenticated at once; retry");
+    refused.retry_after = true;
+    co_return std::nullopt;
+  }
+  ++reviews_in_flight_;
+  struct InFlight {
+    std::size_t* n;
+    ~InFlight() { --*n; }
+  } in_flight{&reviews_in_flight_};
+  auto verdict = co_await Review(token, hash, refused);
+  // Only what the token itself decides is kept: not a review that failed.
+  if (!verdict && (refused.status == 401 || refused.status == 403)) Reject(hash, refused);
+  co_return verdict;
+}
+
+void RefitService::Reject(const std::string& hash, const RefitAnswer& refused) {
+  const TimePoint now = clock_->Now();
+  if (rejected_.size() >= kRejectionsKept)
+    std::erase_if(rejected_, [&](const auto& e) { return e.second.until <= now; });
+  if (rejected_.size() >= kRejectionsKept) rejected_.clear();
+  rejected_[hash] = Rejection{refused.status, refused.failure_reason, now + kRejectionTtl};
+}
+
 asio::awaitable<std::optional<RefitService::Verdict>> RefitService::Review(const std::string& token,
                                                                            const std::string& hash,
                                                                            RefitAnswer& refused) {
   auto review = co_await writer_->ReviewToken(token);
   if (!review) {
-    refused = Refused(nullptr, 503,
-                      fmt::format("the caller's token could not be reviewed: {}",
-                                  k8s::EscapeControlChars(review.error().message)));
+    // The API server's words (they may name our account and its rights) go to the log, not to the caller.
+    spdlog::warn("refit: a caller's TokenReview failed: {}", k8s::EscapeControlChars(review.error().message));
+    refused = Refused(nullptr, 503, "token review unavailable, retry");
     co_return std::nullopt;
   }
   if (!review->authenticated) {
@@ -396,9 +509,9 @@ asio::awaitable<std::optional<RefitAnswer>> RefitService::CheckCallerPod(const R
     if (read && read->uid == verdict.pod_uid) {
       caller = std::move(*read);
     } else if (!read && read.error().kind != ApiErrorKind::kNotFound) {
-      co_return Refused(nullptr, 503,
-                        fmt::format("the caller's pod {} could not be read: {}", shown,
-                                    k8s::EscapeControlChars(read.error().message)));
+      co_return Refused(
+          nullptr, 503,
+          fmt::format("the caller's pod {} could not be read: {}", shown, read.error().message));
     }
   }
   if (!caller)
@@ -418,9 +531,11 @@ Result<RefitService::Target> RefitService::Locate(const RefitRequest& request) c
   if (it == pods_->end() || it->second.uid != request.pod_uid)
     return Error{fmt::format("pod {} (uid {}) is not known to the scheduler", key, request.pod_uid)};
   const PodView& pod = it->second;
+  // Which node it is on instead is not told: the caller is the device plugin of the request's node only.
   if (pod.node_name != request.node)
-    return Error{fmt::format("pod {} runs on node {}, not on {}", key,
-                             pod.node_name.empty() ? "(none yet)" : pod.node_name, request.node)};
+    return Error{fmt::format("pod {} with that uid is not on node {}", key, request.node)};
+  if (pod.Finished()) return Error{fmt::format("pod {} has finished", key)};
+  if (pod.terminating) return Error{fmt::format("pod {} is being deleted", key)};
   if (ledger_->reserved(pod.UidOrKey()))
     return Error{fmt::format("pod {}'s binding is not shown by the watch yet; retry", key)};
   if (request.container_index >= pod.ContainerCount())
@@ -502,6 +617,10 @@ Result<ContainerDevices> RefitService::Choose(const RefitRequest& request, const
 
 asio::awaitable<ApiResult<void>> RefitService::Patch(const RefitRequest& request, const Target& target,
                                                      const PodView& pod, const ContainerDevices& chosen) {
+  if (pod.resource_version.empty())
+    co_return ApiError{
+        ApiErrorKind::kOther, 0, "",
+        fmt::format("pod {}'s resourceVersion is not known: the write would not be guarded", pod.Key())};
   const BackendKeys& keys = target.backend->Spec().keys;
   json::object annotations;
   for (const std::string& key : {keys.to_allocate, keys.allocated}) {
@@ -519,53 +638,70 @@ asio::awaitable<ApiResult<void>> RefitService::Patch(const RefitRequest& request
   co_return co_await writer_->PatchPod(pod.ns, pod.name, patch, Budget::kDecision);
 }
 
+std::optional<std::string> RefitService::TooLate(TimePoint start) const {
+  const auto left = start + options_.budget - clock_->Now();
+  if (left >= options_.patch_reserve) return std::nullopt;
+  return fmt::format("too late: {} ms of the device plugin's {} ms are left",
+                     std::chrono::duration_cast<std::chrono::milliseconds>(left).count(),
+                     options_.budget.count());
+}
+
 asio::awaitable<Result<void>> RefitService::Commit(const RefitRequest& request, const Target& target,
                                                    const ContainerDevices& chosen, TimePoint start) {
-  const auto left = start + options_.budget - clock_->Now();
-  if (left < options_.patch_reserve)
-    co_return Error{fmt::format("too late: {} ms of the device plugin's {} ms are left",
-                                std::chrono::duration_cast<std::chrono::milliseconds>(left).count(),
-                                options_.budget.count())};
-  const BackendKeys& keys = target.backend->Spec().keys;
-  const auto moved = [&](const PodView& from) -> std::optional<PodView> {
-    PodView to = from;
-    for (const std::string& key : {keys.to_allocate, keys.allocated}) {
-      auto value = ReplaceEntry(to.annotations[key], request.container_index, EntryOf(chosen));
-      if (!value) return std::nullopt;
-      to.annotations[key] = std::move(*value);
-    }
-    return to;
-  };
+  if (auto late = TooLate(start)) co_return Error{std::move(*late)};
   // Charged before the write: a decision made while the patch is on its way sees the new cards taken.
-  if (auto after = moved(target.pod)) feed_->RecordAllocation(*after);
-  auto written = co_await Patch(request, target, target.pod, chosen);
-  if (!written && written.error().kind == ApiErrorKind::kConflict) {
-    // The cache was behind, or someone wrote the pod meanwhile: read it once and try once more if the
-    // container still waits for the cards it had.
-    auto fresh = co_await writer_->ReadPod(request.pod_ns, request.pod_name);
-    if (fresh && fresh->uid == target.pod.uid && fresh->node_name == request.node &&
-        EntryAt(*fresh, keys.to_allocate, request.container_index) && [&] {
-          auto had = EntryAt(*fresh, keys.allocated, request.container_index);
-          return had && *had == target.current;
-        }()) {
-      written = co_await Patch(request, target, *fresh, chosen);
-      // Charged again from the pod as written: the cache's copy may lack an earlier refit of the pod.
-      if (auto after = moved(*fresh); written && after) feed_->RecordAllocation(*after);
-    } else {
-      written = ApiError{ApiErrorKind::kConflict, 409, "",
-                         "the pod changed while it was refitted and the container no longer waits for the "
-                         "cards it had"};
-    }
+  const BackendKeys& keys = target.backend->Spec().keys;
+  PodView after = target.pod;
+  bool replaced = true;
+  for (const std::string& key : {keys.to_allocate, keys.allocated}) {
+    auto value = ReplaceEntry(after.annotations[key], request.container_index, EntryOf(chosen));
+    replaced = replaced && value;
+    if (value) after.annotations[key] = std::move(*value);
   }
+  if (replaced) feed_->RecordAllocation(after);
+  auto written = co_await Patch(request, target, target.pod, chosen);
+  if (!written && written.error().kind == ApiErrorKind::kConflict)
+    written = co_await Retry(request, target, chosen, start);
   if (!written) {
     // The ledger goes back to what the watch last showed of the pod.
     auto cached = pods_->find(target.pod.Key());
     feed_->RecordAllocation(cached != pods_->end() && cached->second.uid == target.pod.uid ? cached->second
                                                                                            : target.pod);
-    co_return Error{fmt::format("could not write pod {}'s annotations: {}", target.pod.Key(),
-                                k8s::EscapeControlChars(written.error().message))};
+    co_return Error{
+        fmt::format("could not write pod {}'s annotations: {}", target.pod.Key(), written.error().message)};
   }
   co_return Result<void>{};
+}
+
+asio::awaitable<ApiResult<void>> RefitService::Retry(const RefitRequest& request, const Target& target,
+                                                     const ContainerDevices& chosen, TimePoint start) {
+  // The cache was behind, or someone wrote the pod meanwhile: read it once and try once more if the
+  // container still waits for the cards it had. Each step only while the reserve is left, so that the
+  // retry does not land long after the plugin gave up.
+  if (auto late = TooLate(start)) co_return ApiError{ApiErrorKind::kOther, 0, "", std::move(*late)};
+  const BackendKeys& keys = target.backend->Spec().keys;
+  auto fresh = co_await writer_->ReadPod(request.pod_ns, request.pod_name);
+  const bool waits = fresh && fresh->uid == target.pod.uid && fresh->node_name == request.node &&
+                     EntryAt(*fresh, keys.to_allocate, request.container_index) && [&] {
+                       auto had = EntryAt(*fresh, keys.allocated, request.container_index);
+                       return had && *had == target.current;
+                     }();
+  if (!waits)
+    co_return ApiError{ApiErrorKind::kConflict, 409, "",
+                       "the pod changed while it was refitted and the container no longer waits for the "
+                       "cards it had"};
+  if (auto late = TooLate(start)) co_return ApiError{ApiErrorKind::kOther, 0, "", std::move(*late)};
+  auto written = co_await Patch(request, target, *fresh, chosen);
+  if (!written) co_return written;
+  // Charged again from the pod as written: the cache's copy may lack an earlier refit of the pod.
+  PodView after = *fresh;
+  for (const std::string& key : {keys.to_allocate, keys.allocated}) {
+    auto value = ReplaceEntry(after.annotations[key], request.container_index, EntryOf(chosen));
+    if (!value) co_return written;
+    after.annotations[key] = std::move(*value);
+  }
+  feed_->RecordAllocation(after);
+  co_return written;
 }
 
 void RefitService::WriteMetrics(k8s::prom::TextWriter& w) const {

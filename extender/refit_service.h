@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/clock.h"
@@ -32,6 +33,10 @@ namespace hami::extender {
 // The one vendor whose device plugin asks for refits.
 inline constexpr std::string_view kRefitDeviceType = "NVIDIA";
 inline constexpr std::size_t kMaxAllowedDevices = 512;
+// A bearer token longer than this, or not shaped as a JWT, is refused before any TokenReview.
+inline constexpr std::size_t kMaxTokenBytes = 8192;
+// TokenReviews in flight at once; a caller beyond them is answered 429 without one.
+inline constexpr std::size_t kMaxReviewsInFlight = 4;
 
 struct RefitRequest {
   std::string pod_uid, pod_ns, pod_name, node;
@@ -43,9 +48,11 @@ struct RefitRequest {
 
 // `status` is the HTTP status: 200 for every answer to an authenticated caller (succeeded or not, as HAMi
 // answers), 400/413 for a request that cannot be read, 401 for a token that is not one, 403 for a caller
-// that is not the device plugin on that node, 503 when refits cannot be served now.
+// that is not the device plugin on that node, 429 (with Retry-After) when too many callers are being
+// reviewed, 503 when refits cannot be served now.
 struct RefitAnswer {
   unsigned status = 200;
+  bool retry_after = false;  // answered with Retry-After: 1
   bool succeeded = false;
   bool moved = false;  // the container's cards changed (not sent)
   std::string container_devices;
@@ -69,12 +76,19 @@ class RefitService {
   RefitAnswer Refuse(unsigned status, std::string reason);
 
   std::size_t verdicts_kept() const { return verdicts_.size(); }
+  std::size_t rejections_kept() const { return rejected_.size(); }
   void WriteMetrics(k8s::prom::TextWriter& w) const;
 
  private:
   // A positive TokenReview, kept for its token's hash.
   struct Verdict {
     std::string pod_name, pod_uid;  // the device plugin's pod the token is bound to
+    TimePoint until;
+  };
+  // A negative TokenReview, kept for its token's hash: a replayed bad token costs no review.
+  struct Rejection {
+    unsigned status;
+    std::string reason;
     TimePoint until;
   };
   // What the refit works on, once found and checked.
@@ -97,6 +111,22 @@ class RefitService {
                                                                     const Verdict& verdict);
   // The pod and the container's cards, or why not.
   Result<Target> Locate(const RefitRequest& request) const;
+  // The refusal of a request Locate refused: an event only on a pod that is on the request's node.
+  RefitAnswer NotLocated(const RefitRequest& request, std::string reason);
+  // The answer when the container's cards are all allowed already (no write), else nullopt.
+  static std::optional<RefitAnswer> Unchanged(const RefitRequest& request, const Target& target);
+  // Authenticate's review step: the kept rejection, 429 beyond kMaxReviewsInFlight, or the review.
+  boost::asio::awaitable<std::optional<Verdict>> ReviewOnce(const std::string& token, const std::string& hash,
+                                                            RefitAnswer& refused);
+  void Reject(const std::string& hash, const RefitAnswer& refused);
+  // Decide's part from the node's lock on; Move its part under it, on the pod as the cache shows it then.
+  boost::asio::awaitable<RefitAnswer> Locked(const RefitRequest& request, TimePoint start);
+  boost::asio::awaitable<RefitAnswer> Move(const RefitRequest& request, TimePoint start);
+  // Why no write may start any more (less than the patch reserve of the plugin's budget left), or nullopt.
+  std::optional<std::string> TooLate(TimePoint start) const;
+  // After a conflict: the pod read once and written once more, each only while the reserve is left.
+  boost::asio::awaitable<ApiResult<void>> Retry(const RefitRequest& request, const Target& target,
+                                                const ContainerDevices& chosen, TimePoint start);
   // The container's new cards on the allowed ones (the fit engine's), or why none.
   Result<ContainerDevices> Choose(const RefitRequest& request, const Target& target);
   // Charges the move, writes it (one retry after a conflict), and takes the charge back when it fails.
@@ -116,7 +146,10 @@ class RefitService {
   const Clock* clock_;
   RefitOptions options_;
   SchedulerOptions policies_;
-  std::unordered_map<std::string, Verdict> verdicts_;  // SHA-256 of the token (hex) -> verdict
+  std::unordered_map<std::string, Verdict> verdicts_;    // SHA-256 of the token (hex) -> verdict
+  std::unordered_map<std::string, Rejection> rejected_;  // SHA-256 of the token (hex) -> refusal
+  std::size_t reviews_in_flight_ = 0;
+  std::unordered_set<std::string> refitting_;  // uids of the pods a refit runs for
   k8s::prom::Histogram latency_;
   std::map<std::string, std::uint64_t> results_;
 };

@@ -130,7 +130,7 @@ refused "a forged token" 401 "the token is not valid" "eyJhbGciOiJSUzI1NiJ9.eyJz
 refused "another service account's token" 403 "is not the device plugin's service account" "$TOKEN_OTHER" work gpu-1 "$FREE"
 refused "a token bound to the plugin pod on gpu-2, for gpu-1" 403 "does not run on node gpu-1" "$TOKEN_2" work gpu-1 "$FREE"
 refused "plugin-1's token replayed for a pod on gpu-2" 403 "does not run on node gpu-2" "$TOKEN_1" far gpu-2 "$HELD"
-refused "plugin-1's token naming gpu-1 for a pod on gpu-2" 200 "runs on node gpu-2, not on gpu-1" "$TOKEN_1" far gpu-1 "$FREE"
+refused "plugin-1's token naming gpu-1 for a pod on gpu-2" 200 "with that uid is not on node gpu-1" "$TOKEN_1" far gpu-1 "$FREE"
 refused "no token" 401 "want an Authorization: Bearer" "" work gpu-1 "$FREE"
 
 # (a) the device plugin's own refit moves work to the free card.

@@ -216,8 +216,10 @@ TEST_F(ControllerTest, RefitAnswersJsonWithAStatusPerKindOfRefusal) {
         {std::string((1 << 20) + 1, ' '), "", 413, "larger than the 1 MiB limit"},
         {"{", "", 400, "refit request: not JSON"},
         {body, "", 401, "want an Authorization: Bearer"},
-        // The embedded API server serves no TokenReview: the review fails, and nothing is let in.
-        {body, "Bearer forged", 503, "the caller's token could not be reviewed"},
+        {body, "Bearer forged", 401, "not a service-account token"},
+        // The embedded API server serves no TokenReview: the review fails, and nothing is let in (its
+        // words are logged, not answered).
+        {body, "Bearer eyJh.eyJz.c2ln", 503, "token review unavailable, retry"},
     };
     for (const Case& c : cases) {
       k8s::HttpRequest req;

@@ -6,6 +6,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,11 +25,14 @@ class FakeWriter final : public extender::ClusterWriter {
   std::map<std::string, extender::ObjectMeta> nodes;
   std::map<std::string, PodView> pods;  // "ns/name"
   std::vector<extender::BindingWrite> bindings;
-  std::deque<extender::ApiError> fail_next_bind;  // errors the next Bind calls answer
+  std::deque<extender::ApiError> fail_next_bind;       // errors the next Bind calls answer
   std::deque<extender::ApiError> fail_next_pod_patch;  // errors the next PatchPod calls answer
   // What a TokenReview says of each token (a token not listed: not authenticated).
   std::map<std::string, extender::TokenReviewStatus> token_reviews;
   std::function<void()> on_review;  // runs at each TokenReview (a test's clock moving meanwhile)
+  // Awaited at each TokenReview, PatchPod and PatchNode: another refit run while one waits, a throw.
+  std::function<boost::asio::awaitable<void>()> during_review, before_pod_patch, before_node_patch;
+  std::optional<extender::ApiError> review_error;  // what every TokenReview answers, when set
 
   std::vector<std::string> Whats() const {
     std::vector<std::string> out;
@@ -39,6 +43,7 @@ class FakeWriter final : public extender::ClusterWriter {
   boost::asio::awaitable<extender::ApiResult<extender::ObjectMeta>> PatchNode(
       const std::string& node, const boost::json::value& patch, extender::Budget budget) override {
     calls.push_back({"patch node " + node, patch, budget});
+    if (auto hook = before_node_patch) co_await hook();
     auto it = nodes.find(node);
     if (it == nodes.end())
       co_return extender::ApiError{extender::ApiErrorKind::kNotFound, 404, "NotFound", node};
@@ -61,6 +66,7 @@ class FakeWriter final : public extender::ClusterWriter {
                                                              const boost::json::value& patch,
                                                              extender::Budget budget) override {
     calls.push_back({"patch pod " + ns + "/" + name, patch, budget});
+    if (auto hook = before_pod_patch) co_await hook();
     if (!fail_next_pod_patch.empty()) {
       auto e = fail_next_pod_patch.front();
       fail_next_pod_patch.pop_front();
@@ -120,6 +126,8 @@ class FakeWriter final : public extender::ClusterWriter {
       const std::string& token) override {
     calls.push_back({"token review", {}, extender::Budget::kDecision});  // never the token itself
     if (on_review) on_review();
+    if (auto hook = during_review) co_await hook();
+    if (review_error) co_return *review_error;
     auto it = token_reviews.find(token);
     if (it == token_reviews.end()) {
       extender::TokenReviewStatus refused;

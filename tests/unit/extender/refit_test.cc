@@ -24,7 +24,7 @@ using extender::RefitRequest;
 constexpr const char* kToAllocate = "hami.io/vgpu-devices-to-allocate";
 constexpr const char* kAllocated = "hami.io/vgpu-devices-allocated";
 constexpr const char* kLock = "hami.io/mutex.lock";
-constexpr const char* kValid = "Bearer valid-device-plugin-token";
+constexpr const char* kValid = "Bearer h.valid-device-plugin-token.s";
 
 class RefitTest : public ::testing::Test {
  protected:
@@ -41,12 +41,12 @@ class RefitTest : public ::testing::Test {
     pod_ = AddWorkload("refit-pod", {GpuCtr("main", 1, 20000, 30)}, "GPU-a,NVIDIA,20000,30:;");
     AddCaller("hami-device-plugin-xyz", "caller-pod-uid", "node-1");
     AddCaller("hami-device-plugin-other", "caller-pod-other-uid", "node-2");
-    writer_.token_reviews["valid-device-plugin-token"] = Review(
+    writer_.token_reviews["h.valid-device-plugin-token.s"] = Review(
         "system:serviceaccount:hami-system:hami-device-plugin", "hami-device-plugin-xyz", "caller-pod-uid");
-    writer_.token_reviews["wrong-node-device-plugin-token"] =
+    writer_.token_reviews["h.wrong-node-device-plugin-token.s"] =
         Review("system:serviceaccount:hami-system:hami-device-plugin", "hami-device-plugin-other",
                "caller-pod-other-uid");
-    writer_.token_reviews["wrong-sa-token"] =
+    writer_.token_reviews["h.wrong-sa-token.s"] =
         Review("system:serviceaccount:other-namespace:other-sa", "", "");
   }
   // The node lock held by pod default/<holder> ("": free), in the cache and in the API server alike.
@@ -358,9 +358,14 @@ TEST_F(RefitTest, RefusalsAboutThePodOrTheContainer) {
   // A pod on another node: the caller must be bound there too to get this far.
   RefitRequest elsewhere = Request({"GPU-b"});
   elsewhere.node = "node-2";
-  const RefitAnswer a = Refit(elsewhere, "Bearer wrong-node-device-plugin-token");
-  EXPECT_NE(a.failure_reason.find("runs on node node-1, not on node-2"), std::string::npos)
+  const std::size_t events = Count("event");
+  const RefitAnswer a = Refit(elsewhere, "Bearer h.wrong-node-device-plugin-token.s");
+  EXPECT_NE(a.failure_reason.find("pod default/refit-pod with that uid is not on node node-2"),
+            std::string::npos)
       << a.failure_reason;
+  // Neither the node it is on is named nor an event posted on a pod of another node's plugin.
+  EXPECT_EQ(a.failure_reason.find("node-1"), std::string::npos) << a.failure_reason;
+  EXPECT_EQ(Count("event"), events);
   EXPECT_EQ(Charged("GPU-a"), 20000);
 }
 
@@ -373,10 +378,10 @@ TEST_F(RefitTest, CallersThatAreNotTheDevicePluginOnThatNodeAreRefusedBeforeTheP
   const Case cases[] = {
       {"", 401, "want an Authorization: Bearer"},
       {"Basic dXNlcjpwYXNz", 401, "want an Authorization: Bearer"},
-      {"Bearer garbage", 401, "the token is not valid"},
-      {"Bearer wrong-sa-token", 403,
+      {"Bearer h.garbage.s", 401, "the token is not valid"},
+      {"Bearer h.wrong-sa-token.s", 403,
        "\"system:serviceaccount:other-namespace:other-sa\" is not the device plugin's service account"},
-      {"Bearer wrong-node-device-plugin-token", 403, "does not run on node node-1"},
+      {"Bearer h.wrong-node-device-plugin-token.s", 403, "does not run on node node-1"},
   };
   for (const Case& c : cases) {
     const RefitAnswer a = Refit(Request({"GPU-b"}), c.authorization);
@@ -392,12 +397,13 @@ TEST_F(RefitTest, CallersThatAreNotTheDevicePluginOnThatNodeAreRefusedBeforeTheP
 }
 
 TEST_F(RefitTest, ATokenBoundToAPodThatIsGoneOrNotBoundAtAllIsRefused) {
-  writer_.token_reviews["unbound"] = Review("system:serviceaccount:hami-system:hami-device-plugin", "", "");
-  writer_.token_reviews["gone"] =
+  writer_.token_reviews["h.unbound.s"] =
+      Review("system:serviceaccount:hami-system:hami-device-plugin", "", "");
+  writer_.token_reviews["h.gone.s"] =
       Review("system:serviceaccount:hami-system:hami-device-plugin", "hami-device-plugin-old", "old-uid");
-  EXPECT_NE(Refit(Request({"GPU-b"}), "Bearer unbound").failure_reason.find("not bound to a pod"),
+  EXPECT_NE(Refit(Request({"GPU-b"}), "Bearer h.unbound.s").failure_reason.find("not bound to a pod"),
             std::string::npos);
-  const RefitAnswer gone = Refit(Request({"GPU-b"}), "Bearer gone");
+  const RefitAnswer gone = Refit(Request({"GPU-b"}), "Bearer h.gone.s");
   EXPECT_EQ(gone.status, 403u);
   EXPECT_NE(gone.failure_reason.find("does not exist"), std::string::npos) << gone.failure_reason;
   EXPECT_EQ(Count("read pod hami-system/hami-device-plugin-old"), 1u);  // not in the cache: asked once
@@ -418,7 +424,7 @@ TEST_F(RefitTest, APositiveVerdictIsKeptAMinuteAtMostAndNeverPastTheTokensExpiry
           std::chrono::duration_cast<std::chrono::seconds>(clock_.Now().time_since_epoch()).count() + 10),
       Base64Alphabet::kUrl);
   const std::string jwt = "eyJhbGciOiJSUzI1NiJ9." + payload + ".sig";
-  writer_.token_reviews[jwt] = writer_.token_reviews["valid-device-plugin-token"];
+  writer_.token_reviews[jwt] = writer_.token_reviews["h.valid-device-plugin-token.s"];
   ASSERT_TRUE(Refit(Request({"GPU-a"}), "Bearer " + jwt).succeeded);
   clock_.Advance(std::chrono::seconds(9));
   ASSERT_TRUE(Refit(Request({"GPU-a"}), "Bearer " + jwt).succeeded);
@@ -449,7 +455,7 @@ TEST_F(RefitTest, RefitsAreRefusedWhileTheDevicePluginsAccountIsNotConfigured) {
 TEST_F(RefitTest, MetricsCountEachResult) {
   Refit(Request({"GPU-a"}));
   Refit(Request({"GPU-b"}));
-  Refit(Request({"GPU-b"}), "Bearer garbage");
+  Refit(Request({"GPU-b"}), "Bearer h.garbage.s");
   k8s::prom::TextWriter w;
   service_.WriteMetrics(w);
   const std::string text = w.Take();
@@ -457,6 +463,162 @@ TEST_F(RefitTest, MetricsCountEachResult) {
   EXPECT_NE(text.find("hami_scheduler_refit_total{result=\"moved\"} 1"), std::string::npos) << text;
   EXPECT_NE(text.find("hami_scheduler_refit_total{result=\"unauthenticated\"} 1"), std::string::npos) << text;
   EXPECT_NE(text.find("hami_scheduler_refit_duration_seconds_count 3"), std::string::npos) << text;
+}
+
+TEST_F(RefitTest, TokensNotShapedAsAJwtOrTooLongAreRefusedWithoutAReview) {
+  const std::string too_long = "Bearer a." + std::string(extender::kMaxTokenBytes, 'b') + ".c";
+  for (const std::string& auth : {std::string("Bearer garbage"), std::string("Bearer a..c"),
+                                  std::string("Bearer a.b.c.d"), std::string("Bearer a.b+.c"), too_long}) {
+    const RefitAnswer a = Refit(Request({"GPU-b"}), auth);
+    EXPECT_EQ(a.status, 401u) << auth.substr(0, 40);
+    EXPECT_NE(a.failure_reason.find("not a service-account token"), std::string::npos) << a.failure_reason;
+  }
+  EXPECT_EQ(Count("token review"), 0u);
+}
+
+TEST_F(RefitTest, AtMostFourTokenReviewsRunAtOnceAndTheNextCallerIsAskedToRetry) {
+  std::vector<RefitAnswer> answers;
+  std::size_t depth = 0;
+  const RefitRequest r = Request({"GPU-b"});
+  // Each review, while it waits, lets one more caller in with a token of its own.
+  writer_.during_review = [&]() -> boost::asio::awaitable<void> {
+    if (++depth > extender::kMaxReviewsInFlight) co_return;
+    answers.push_back(co_await service_.Refit(r, fmt::format("Bearer h.caller-{}.s", depth)));
+  };
+  Refit(r, "Bearer h.caller-0.s");
+  EXPECT_EQ(Count("token review"), extender::kMaxReviewsInFlight);
+  ASSERT_FALSE(answers.empty());
+  EXPECT_EQ(answers.front().status, 429u);  // the innermost one answered first
+  EXPECT_TRUE(answers.front().retry_after);
+  // Once they are done, reviews are made again.
+  writer_.during_review = nullptr;
+  Refit(r, "Bearer h.caller-9.s");
+  EXPECT_EQ(Count("token review"), extender::kMaxReviewsInFlight + 1);
+}
+
+TEST_F(RefitTest, ABadTokenReplayedCostsNoReviewForTenSeconds) {
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Refit(Request({"GPU-b"}), "Bearer h.garbage.s").status, 401u);
+    EXPECT_EQ(Refit(Request({"GPU-b"}), "Bearer h.wrong-sa-token.s").status, 403u);
+  }
+  EXPECT_EQ(Count("token review"), 2u);
+  EXPECT_EQ(service_.rejections_kept(), 2u);
+  clock_.Advance(std::chrono::seconds(11));
+  EXPECT_EQ(Refit(Request({"GPU-b"}), "Bearer h.garbage.s").status, 401u);
+  EXPECT_EQ(Count("token review"), 3u);
+}
+
+TEST_F(RefitTest, AFailedReviewIsAnsweredWithoutTheApiServersWordsAndNotKept) {
+  writer_.review_error = extender::ApiError{
+      extender::ApiErrorKind::kOther, 403, "Forbidden",
+      "tokenreviews is forbidden: User \"system:serviceaccount:hami-system:hami-scheduler\""};
+  for (int i = 0; i < 2; ++i) {
+    const RefitAnswer a = Refit(Request({"GPU-b"}));
+    EXPECT_EQ(a.status, 503u);
+    EXPECT_EQ(a.failure_reason, "token review unavailable, retry");
+  }
+  EXPECT_EQ(Count("token review"), 2u);
+  EXPECT_EQ(service_.rejections_kept(), 0u);
+}
+
+TEST_F(RefitTest, NoRetryAfterAConflictOnceTheBudgetIsSpent) {
+  writer_.pods["default/refit-pod"].resource_version = "11";  // the first patch conflicts
+  writer_.before_pod_patch = [this]() -> boost::asio::awaitable<void> {
+    clock_.Advance(std::chrono::milliseconds(1600));
+    co_return;
+  };
+  const RefitAnswer a = Refit(Request({"GPU-b"}));
+  EXPECT_FALSE(a.succeeded);
+  EXPECT_NE(a.failure_reason.find("too late"), std::string::npos) << a.failure_reason;
+  EXPECT_EQ(Count("read pod default/refit-pod"), 0u);
+  EXPECT_EQ(Count("patch pod"), 1u);
+  EXPECT_EQ(Charged("GPU-a"), 20000);
+  EXPECT_EQ(Charged("GPU-b"), 0);
+}
+
+TEST_F(RefitTest, ASecondRefitOfThePodWhileOneRunsIsRefused) {
+  std::optional<RefitAnswer> second;
+  const RefitRequest r = Request({"GPU-b"});
+  writer_.before_pod_patch = [&]() -> boost::asio::awaitable<void> {
+    if (!second) second = co_await service_.Refit(r, kValid);
+  };
+  const RefitAnswer first = Refit(r);
+  ASSERT_TRUE(first.succeeded) << first.failure_reason;
+  ASSERT_TRUE(second.has_value());
+  EXPECT_FALSE(second->succeeded);
+  EXPECT_EQ(second->failure_reason, "a refit of this pod is already running");
+  EXPECT_EQ(Count("patch pod"), 1u);
+  // Done: the pod may be refitted again.
+  writer_.before_pod_patch = nullptr;
+  EXPECT_TRUE(Refit(Request({"GPU-a"})).succeeded);
+}
+
+TEST_F(RefitTest, ThePodIsFoundAgainOnceTheLockIsTaken) {
+  SetLock("");
+  bool once = false;
+  writer_.before_node_patch = [&]() -> boost::asio::awaitable<void> {
+    // While the lock is taken, the device plugin consumes the container's entry (the watch shows it).
+    if (!std::exchange(once, true)) pods_["default/refit-pod"].annotations[kToAllocate] = ";";
+    co_return;
+  };
+  const RefitAnswer a = Refit(Request({"GPU-b"}));
+  EXPECT_FALSE(a.succeeded);
+  EXPECT_NE(a.failure_reason.find("no pending allocation"), std::string::npos) << a.failure_reason;
+  EXPECT_EQ(Count("patch pod"), 0u);
+  EXPECT_FALSE(writer_.nodes["node-1"].annotations.contains(kLock));  // given back
+}
+
+TEST_F(RefitTest, FinishedAndTerminatingPodsAreRefused) {
+  pods_["default/refit-pod"].phase = "Succeeded";
+  RefitAnswer a = Refit(Request({"GPU-b"}));
+  EXPECT_NE(a.failure_reason.find("has finished"), std::string::npos) << a.failure_reason;
+  pods_["default/refit-pod"].phase = "Running";
+  pods_["default/refit-pod"].terminating = true;
+  a = Refit(Request({"GPU-b"}));
+  EXPECT_NE(a.failure_reason.find("is being deleted"), std::string::npos) << a.failure_reason;
+  EXPECT_EQ(Count("patch"), 0u);
+}
+
+TEST_F(RefitTest, APodWithoutAResourceVersionIsNeverPatchedUnguarded) {
+  pods_["default/refit-pod"].resource_version = "";
+  const RefitAnswer a = Refit(Request({"GPU-b"}));
+  EXPECT_FALSE(a.succeeded);
+  EXPECT_NE(a.failure_reason.find("resourceVersion is not known"), std::string::npos) << a.failure_reason;
+  EXPECT_EQ(Count("patch pod"), 0u);
+  EXPECT_EQ(Charged("GPU-a"), 20000);
+  EXPECT_EQ(Charged("GPU-b"), 0);
+}
+
+TEST_F(RefitTest, AnExceptionUnderTheLockStillGivesItBack) {
+  SetLock("");
+  writer_.before_pod_patch = []() -> boost::asio::awaitable<void> {
+    throw std::runtime_error("boom");
+    co_return;
+  };
+  const RefitRequest r = Request({"GPU-b"});
+  bool threw = false;
+  RunCoro(ioc_, [&]() -> boost::asio::awaitable<void> {
+    try {
+      co_await service_.Refit(r, kValid);
+    } catch (const std::runtime_error&) {
+      threw = true;
+    }
+  }());
+  EXPECT_TRUE(threw);
+  ioc_.restart();
+  ioc_.poll();  // the release spawned on the way out
+  EXPECT_FALSE(writer_.nodes["node-1"].annotations.contains(kLock));
+  writer_.before_pod_patch = nullptr;
+  EXPECT_TRUE(Refit(r).succeeded);  // nor is the pod left marked as being refitted
+}
+
+TEST_F(RefitTest, AnnotationTextReachesAnswersLogsAndEventsEscaped) {
+  pods_["default/refit-pod"].annotations[kAllocated] = "GPU-a\x1b[31m,NVIDIA,x,30:;";
+  const RefitAnswer a = Refit(Request({"GPU-b"}));
+  EXPECT_FALSE(a.succeeded);
+  for (char c : a.failure_reason) EXPECT_FALSE(c >= 0 && c < ' ') << a.failure_reason;
+  ASSERT_EQ(writer_.Whats().back(), "event Warning NumaRefitFailed refit-pod");
+  for (char c : writer_.calls.back().patch.as_string()) EXPECT_FALSE(c >= 0 && c < ' ');
 }
 
 // ---- the wire --------------------------------------------------------------------------------------------
