@@ -4,8 +4,8 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <chrono>
 #include <cctype>
+#include <chrono>
 
 #include "core/names.h"
 #include "extender/admission_wire.h"
@@ -324,8 +324,7 @@ void HttpRoutes::InstallDecisions(k8s::HttpServer& server) {
     auto args = k8s::ParsePreemptionArgs(r.body);
     if (!args) co_return refused(400, args.error().message);
     auto victims = e->preempt.Preempt(*args);
-    if (!victims)
-      co_return Respond(400, kText, k8s::EscapeControlChars(victims.error().message) + "\n");
+    if (!victims) co_return Respond(400, kText, k8s::EscapeControlChars(victims.error().message) + "\n");
     co_return Respond(200, kJson, k8s::ToJson(*victims));
   });
   server.Route(http::verb::post, "/bind", [e](const ServerRequest& r) -> asio::awaitable<ServerResponse> {

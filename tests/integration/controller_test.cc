@@ -767,8 +767,8 @@ TEST_F(ControllerTest, SimulateDecidesAsServeOnTheSameSnapshot) {
   EXPECT_EQ(r.at(2).at("node").as_string(), "gpu-ok");
 }
 
-// POST /preempt over HTTP: the victims as kube-scheduler reads them, and input it cannot act on refused with a
-// status other than 200 and the reason in the body.
+// POST /preempt over HTTP: the victims as kube-scheduler reads them, and input it cannot act on refused with
+// a status other than 200 and the reason in the body.
 TEST_F(ControllerTest, PreemptNamesTheVictimsAndRefusesWhatTheCachesContradict) {
   ASSERT_TRUE(server_.store().Create(NvidiaNode("gpu-a", 1)));
   json::value low = BoundGpuPod("low", "gpu-a", 10000);
@@ -1284,9 +1284,9 @@ TEST_F(ControllerTest, ExplainAPendingPodOnTheMetricsListener) {
   // The command against the running scheduler (its own event loop, as it runs from a shell).
   std::thread serving([&] { ioc_.run_for(std::chrono::seconds(5)); });
   std::ostringstream out, err;
-  const int code = cmd::Run({"explain", "default/wants", "--server",
-                             fmt::format("http://127.0.0.2:{}", service_->metrics_port())},
-                            out, err);
+  const int code = cmd::Run(
+      {"explain", "default/wants", "--server", fmt::format("http://127.0.0.2:{}", service_->metrics_port())},
+      out, err);
   ioc_.stop();
   serving.join();
   EXPECT_EQ(code, 0) << err.str();
